@@ -1,0 +1,174 @@
+"""The backend contract: messages in; text, token usage and latency out.
+
+Every backend (offline optimiser, replay, Gemini, OpenAI, Anthropic, local OpenAI-compatible servers) implements
+``Backend.complete``. The loop never sees a provider SDK: it sends ``Message`` objects plus an ``OutputFormat`` (the
+JSON schema the answer must follow, derived from the pydantic models in :mod:`llm_policy_gen.schema`) and gets a
+``Completion`` back. Validation of the answer is the loop's job, not the backend's.
+
+Transport faults are handled by one retry policy (:class:`RetryPolicy`, :func:`call_with_retries`) shared by all SDK
+backends; the SDKs' own retries are switched off so that the policy is the only one.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, runtime_checkable
+
+from ..errors import BackendAuthError, BackendError
+
+if TYPE_CHECKING:
+    from ..prompt import PromptContext
+
+__all__ = [
+    "Message",
+    "OutputFormat",
+    "Completion",
+    "Sampling",
+    "RetryPolicy",
+    "Backend",
+    "FaultKind",
+    "call_with_retries",
+]
+
+Role = Literal["system", "user", "assistant"]
+
+
+@dataclass(frozen=True)
+class Message:
+    """One chat message."""
+
+    role: Role
+    content: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"role": self.role, "content": self.content}
+
+
+@dataclass(frozen=True)
+class OutputFormat:
+    """What the answer must look like.
+
+    ``json_schema`` is a JSON schema (from ``pydantic.BaseModel.model_json_schema()``) that SDK backends pass to the
+    provider's native structured output; ``None`` means plain text (the direct mode's ``Action: N``).
+    """
+
+    name: str
+    json_schema: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """Sampling settings sent to a provider (part of the cache key)."""
+
+    temperature: float | None = None
+    """None: the provider's default."""
+    max_output_tokens: int = 16384
+    """Upper bound on the answer's tokens (a full 10,000-state table needs edits instead)."""
+
+
+@dataclass
+class Completion:
+    """A backend's answer to one call."""
+
+    text: str
+    input_tokens: int = 0
+    output_tokens: int = 0
+    latency_s: float = 0.0
+    model: str = ""
+    cached: bool = False
+    """True when the answer came from the on-disk cache (no tokens were paid for)."""
+    transport_attempts: int = 1
+    """How many HTTP attempts the call took (1 + retries)."""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """The one retry policy for timeouts, HTTP 429 and 5xx.
+
+    Attempt ``k`` (0-based) waits ``min(max_delay_s, initial_delay_s * 2**k)`` scaled by a random factor in
+    ``[1 - jitter, 1]``; a ``Retry-After`` header from the server replaces that delay (capped at ``max_delay_s``).
+    """
+
+    max_retries: int = 4
+    """Retries after the first attempt (0 disables retrying)."""
+    initial_delay_s: float = 1.0
+    max_delay_s: float = 30.0
+    jitter: float = 0.5
+    timeout_s: float = 120.0
+    """Per-request timeout handed to the SDK client."""
+
+    def delay(self, attempt: int, retry_after_s: float | None = None, rng: random.Random | None = None) -> float:
+        if retry_after_s is not None and retry_after_s >= 0:
+            return min(self.max_delay_s, retry_after_s)
+        base = min(self.max_delay_s, self.initial_delay_s * (2**attempt))
+        r = (rng or random).random()
+        return base * (1.0 - self.jitter * r)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+FaultKind = Literal["retry", "auth", "fatal"]
+T = TypeVar("T")
+
+
+def call_with_retries(
+    fn: Callable[[], T],
+    classify: Callable[[BaseException], tuple[FaultKind, float | None]],
+    policy: RetryPolicy,
+    *,
+    describe: str,
+    key_variable: str = "",
+    sleep: Callable[[float], None] = time.sleep,
+    redact: Callable[[str], str] = lambda s: s,
+) -> tuple[T, int]:
+    """Run ``fn`` under ``policy``; return its result and the number of attempts.
+
+    ``classify`` maps an exception to ``("retry", retry_after_s)``, ``("auth", None)`` or ``("fatal", None)``.
+    An auth fault raises :class:`BackendAuthError` naming ``key_variable``; a fatal fault or spent retries raise
+    :class:`BackendError`. Messages go through ``redact`` so that a key never reaches an error text.
+    """
+    attempt = 0
+    while True:
+        try:
+            return fn(), attempt + 1
+        except Exception as exc:  # classified below; unknown kinds are fatal for this call only
+            kind, retry_after = classify(exc)
+            reason = redact(f"{type(exc).__name__}: {exc}")[:300]
+            if kind == "auth":
+                hint = f"; set {key_variable} to a valid key" if key_variable else ""
+                raise BackendAuthError(f"{describe} refused the credentials ({reason.splitlines()[0]}){hint}") from None
+            if kind == "fatal" or attempt >= policy.max_retries:
+                tail = "" if kind == "fatal" else f" after {attempt + 1} attempts"
+                raise BackendError(f"{describe} failed{tail}: {reason}") from None
+            sleep(policy.delay(attempt, retry_after))
+            attempt += 1
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """Anything that can answer a list of messages."""
+
+    name: str
+    """Provider name as in the spec string: offline, replay, gemini, openai, anthropic, ollama, ..."""
+    model: str
+    """Model name ('' where there is none)."""
+    is_llm: bool
+    """False for the offline optimiser and the classic baselines."""
+
+    def complete(
+        self,
+        messages: Sequence[Message],
+        output: OutputFormat,
+        context: PromptContext | None = None,
+    ) -> Completion:
+        """Answer ``messages``. ``context`` is the data the prompt was rendered from; LLM backends ignore it."""
+        ...
+
+    def describe(self) -> dict[str, Any]:
+        """JSON-able description for config.json (never a key)."""
+        ...

@@ -1,0 +1,92 @@
+"""The registry of environment specs: shipped TOML specs, and a generic spec for any other gymnasium id."""
+
+from __future__ import annotations
+
+import difflib
+import tomllib
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+
+from ..errors import SpecError, UserError
+from .spec import EnvSpec
+
+__all__ = ["SPEC_DIR", "shipped_env_ids", "get_spec", "load_spec_file", "complete_spec"]
+
+SPEC_DIR = Path(__file__).with_name("specs")
+
+
+def load_spec_file(path: str | Path) -> EnvSpec:
+    """Read one spec TOML file."""
+    p = Path(path)
+    try:
+        data = tomllib.loads(p.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise UserError(f"cannot read spec file {p}: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise UserError(f"spec file {p} is not valid TOML: {exc}") from None
+    return EnvSpec.from_dict(data)
+
+
+@lru_cache(maxsize=None)
+def _shipped() -> dict[str, Path]:
+    out = {}
+    for p in sorted(SPEC_DIR.glob("*.toml")):
+        out[p.stem] = p
+    return out
+
+
+def shipped_env_ids() -> list[str]:
+    """Ids of the environments with a shipped spec."""
+    return list(_shipped())
+
+
+def _gym_registered(env_id: str) -> bool:
+    return env_id in gym.registry
+
+
+def complete_spec(spec: EnvSpec) -> EnvSpec:
+    """Fill what gymnasium knows (threshold, episode limit, action count) into a spec."""
+    changes: dict[str, Any] = {}
+    gspec = gym.spec(spec.env_id)
+    if spec.reward_threshold is None and gspec.reward_threshold is not None:
+        changes["reward_threshold"] = float(gspec.reward_threshold)
+    if spec.max_episode_steps is None and gspec.max_episode_steps is not None:
+        changes["max_episode_steps"] = int(gspec.max_episode_steps)
+    need_actions = spec.action_kind == "discrete" and spec.n_actions_discrete == 0 and not spec.action_names
+    need_states = not spec.dims and spec.n_discrete_states == 0
+    if need_actions or need_states:
+        env = gym.make(spec.env_id, **spec.kwargs)
+        try:
+            if need_actions and isinstance(env.action_space, gym.spaces.Discrete):
+                changes["n_actions_discrete"] = int(env.action_space.n)
+            if need_states and isinstance(env.observation_space, gym.spaces.Discrete):
+                changes["n_discrete_states"] = int(env.observation_space.n)
+        finally:
+            env.close()
+    return spec.with_overrides(**changes) if changes else spec
+
+
+def get_spec(env_id: str) -> EnvSpec:
+    """The spec for ``env_id``: the shipped one, else a generic spec built from the gymnasium space."""
+    if not isinstance(env_id, str) or not env_id:
+        raise UserError("no environment given; run `llm-policy-gen envs` for the ready ones")
+    shipped = _shipped()
+    if env_id in shipped:
+        return complete_spec(load_spec_file(shipped[env_id])).validate()
+    if not _gym_registered(env_id):
+        names = list(shipped) + [k for k in gym.registry if "/" not in k]
+        close = difflib.get_close_matches(env_id, names, n=3)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        raise UserError(
+            f"unknown environment {env_id!r}{hint} (shipped specs: {', '.join(shipped)}; any registered "
+            "gymnasium id also works)"
+        )
+    from .generic import generic_spec
+
+    try:
+        return complete_spec(generic_spec(env_id)).validate()
+    except gym.error.Error as exc:
+        raise SpecError(f"{env_id}: gymnasium cannot make it: {exc}") from None

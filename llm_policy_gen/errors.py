@@ -1,0 +1,69 @@
+"""All errors of llm-policy-gen in one place.
+
+``UserError`` and its subclasses are mistakes a user can fix (unknown environment, bad option, unreadable or
+mismatched file, missing key): the CLI prints their one-line message and exits with code 2. Every other
+``LLMPolicyGenError`` is a failure of the run itself (exit code 1).
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "LLMPolicyGenError",
+    "UserError",
+    "SpecError",
+    "PolicyFileError",
+    "BackendConfigError",
+    "BackendAuthError",
+    "BackendError",
+    "BudgetExceeded",
+    "ReplayExhausted",
+    "ProposalError",
+]
+
+
+class LLMPolicyGenError(Exception):
+    """Base class of every error raised on purpose by this package."""
+
+
+class UserError(LLMPolicyGenError):
+    """A mistake in the user's input; the message says what was wrong and what is accepted (exit code 2)."""
+
+
+class SpecError(UserError, ValueError):
+    """An environment, discretizer or action specification is invalid."""
+
+
+class PolicyFileError(UserError):
+    """A policy file cannot be read or does not match the environment."""
+
+
+class BackendConfigError(UserError):
+    """A backend spec is unknown or its configuration (key, model, base URL) is missing."""
+
+
+class BackendAuthError(UserError):
+    """The provider refused the key (HTTP 401/403). The run stops at once."""
+
+
+class BackendError(LLMPolicyGenError):
+    """A backend call failed after every retry (timeouts, 429, 5xx). One iteration is lost, not the run."""
+
+
+class BudgetExceeded(LLMPolicyGenError):
+    """The next call would pass ``--budget-usd``; the run ends cleanly."""
+
+
+class ReplayExhausted(LLMPolicyGenError):
+    """A ``replay:`` backend has no more recorded answers; the run ends cleanly."""
+
+
+class ProposalError(LLMPolicyGenError):
+    """A backend's answer is not a valid proposal.
+
+    ``errors`` holds short messages written so that they can be sent back to a model for repair.
+    """
+
+    def __init__(self, errors: list[str], raw_text: str = "") -> None:
+        self.errors = list(errors) or ["invalid proposal"]
+        self.raw_text = raw_text
+        super().__init__("; ".join(self.errors))

@@ -1,0 +1,431 @@
+"""The iteration: collect -> prompt -> propose -> validate -> evaluate -> keep -> log.
+
+:func:`train` runs a whole run and writes the run directory of the contract (config.json, events.jsonl,
+transcripts.jsonl, policies/iter_NNNN.json, best_policy.json, summary.json, training.png, testing.png).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from . import __version__
+from .backends import BackendOptions, make_backend, parse_backend_spec
+from .backends.base import Backend, Message, OutputFormat, RetryPolicy, Sampling
+from .backends.keys import redact
+from .collect import Collector, Rollouts
+from .config import TrainConfig
+from .envs import get_spec
+from .envs.spec import EnvSpec
+from .errors import BackendAuthError, BackendError, BudgetExceeded, ProposalError, ReplayExhausted, SpecError
+from .keeper import Keeper, seed_ranges
+from .memory import ExperienceMemory
+from .policy import TablePolicy
+from .pricing import cost_usd
+from .prompt import HistoryEntry, PromptBuilder, PromptContext
+from .runlog import RunDir, append_jsonl, write_json_atomic
+from .schema import json_schema_for, parse_proposal
+
+__all__ = ["RunResult", "resolve_spec", "resolve_output_format", "train", "ProposalOutcome", "propose"]
+
+AUTO_EDITS_ABOVE = 1000
+
+
+@dataclass
+class RunResult:
+    run_dir: Path
+    summary: dict[str, Any]
+
+
+def resolve_spec(cfg: TrainConfig) -> EnvSpec:
+    """The env spec with the config's overrides (bins, dims, env kwargs, binning) applied."""
+    spec = get_spec(cfg.env_id)
+    changes: dict[str, Any] = {}
+    if cfg.env_kwargs:
+        changes["kwargs"] = {**spec.kwargs, **cfg.env_kwargs}
+    if cfg.binning:
+        if cfg.binning not in ("uniform", "seed"):
+            raise SpecError(f"bad binning {cfg.binning!r}: accepted uniform or seed")
+        changes["binning"] = cfg.binning
+    if cfg.dims is not None or cfg.bins is not None:
+        from .envs.overrides import apply_dims_bins
+
+        spec = apply_dims_bins(spec, cfg.dims, cfg.bins)
+    return spec.with_overrides(**changes).validate() if changes else spec.validate()
+
+
+def resolve_output_format(cfg: TrainConfig, n_states: int) -> str:
+    if cfg.output_format != "auto":
+        return cfg.output_format
+    return "edits" if n_states > AUTO_EDITS_ABOVE else "table"
+
+
+def _edits_applier() -> Callable[..., Any] | None:
+    try:
+        from .edits import apply_edits_answer
+    except ImportError:  # pragma: no cover - edits module absent
+        return None
+    return apply_edits_answer
+
+
+@dataclass
+class Usage:
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0
+    calls: int = 0
+    cached_calls: int = 0
+    unpriced_calls: int = 0
+
+    def add(self, other: Usage) -> None:
+        for f in dataclasses.fields(self):
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+
+
+@dataclass
+class ProposalOutcome:
+    table: np.ndarray | None
+    errors: list[str] = field(default_factory=list)
+    usage: Usage = field(default_factory=Usage)
+    n_changed: int = 0
+    notes: list[str] = field(default_factory=list)
+    stop: str | None = None
+    """Why the run must stop ('replay exhausted', 'budget'), or None."""
+
+
+def _estimate_call_cost(backend: Backend, messages: list[Message], n_states: int, prices: str | None) -> float:
+    chars = sum(len(m.content) for m in messages)
+    c = cost_usd(backend.name, backend.model, chars // 3, max(200, n_states * 12), prices)
+    return c or 0.0
+
+
+def propose(
+    backend: Backend,
+    messages: list[Message],
+    ctx: PromptContext,
+    builder: PromptBuilder,
+    cfg: TrainConfig,
+    transcript: Callable[[dict[str, Any]], None],
+    spent_usd: float,
+) -> ProposalOutcome:
+    """Ask the backend, validate, and send the errors back for repair up to ``cfg.repair_attempts`` times."""
+    fmt = ctx.output_format
+    output = OutputFormat(name=f"policy_{fmt}", json_schema=json_schema_for(fmt))  # type: ignore[arg-type]
+    usage = Usage()
+    errors: list[str] = []
+    convo = list(messages)
+    for attempt in range(cfg.repair_attempts + 1):
+        if cfg.budget_usd is not None and backend.is_llm:
+            est = _estimate_call_cost(backend, convo, ctx.observation.n_states, cfg.prices_file)
+            if spent_usd + usage.cost_usd + est > cfg.budget_usd:
+                return ProposalOutcome(None, errors or ["budget reached"], usage, stop="budget")
+        rec: dict[str, Any] = {
+            "iteration": ctx.iteration,
+            "attempt": attempt + 1,
+            "backend": backend.name,
+            "model": backend.model,
+            "messages": [m.to_dict() for m in convo],
+            "prompt_chars": sum(len(m.content) for m in convo),
+        }
+        try:
+            comp = backend.complete(convo, output, ctx)
+        except ReplayExhausted as exc:
+            return ProposalOutcome(None, errors, usage, stop=str(exc))
+        except BackendError as exc:
+            msg = redact(str(exc))
+            rec.update(response_text="", valid=False, errors=[msg], input_tokens=0, output_tokens=0,
+                       latency_s=0.0, cached=False, cost_usd=0.0)
+            transcript(rec)
+            errors = [msg]
+            return ProposalOutcome(None, errors, usage)
+        call_cost = cost_usd(backend.name, backend.model, comp.input_tokens, comp.output_tokens, cfg.prices_file)
+        u = Usage(comp.input_tokens, comp.output_tokens, call_cost or 0.0, 1, int(comp.cached),
+                  int(call_cost is None and backend.is_llm))
+        usage.add(u)
+        try:
+            parsed = parse_proposal(comp.text, ctx.current_table, ctx.actions.n_actions, fmt,  # type: ignore[arg-type]
+                                    apply_edits=_edits_applier())
+            errors = []
+        except ProposalError as exc:
+            parsed = None
+            errors = exc.errors
+        rec.update(
+            response_text=comp.text,
+            response_model=comp.model,
+            valid=parsed is not None,
+            errors=errors,
+            notes=parsed.notes if parsed else [],
+            input_tokens=comp.input_tokens,
+            output_tokens=comp.output_tokens,
+            latency_s=round(comp.latency_s, 4),
+            cached=comp.cached,
+            transport_attempts=comp.transport_attempts,
+            cost_usd=call_cost,
+        )
+        transcript(rec)
+        if parsed is not None:
+            return ProposalOutcome(parsed.table, [], usage, parsed.n_changed, parsed.notes)
+        convo = convo + [Message("assistant", comp.text), Message("user", builder.repair(errors))]
+    return ProposalOutcome(None, errors, usage)
+
+
+class _Progress:
+    def __init__(self, total: int, enabled: bool, desc: str) -> None:
+        self.bar: Any = None
+        if enabled:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, desc=desc, unit="it", file=sys.stderr, dynamic_ncols=True, leave=True)
+
+    def update(self, cur: float | None, best: float) -> None:
+        if self.bar is not None:
+            self.bar.set_postfix_str(f"eval {'-' if cur is None else f'{cur:.1f}'} best {best:.1f}")
+            self.bar.update(1)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _backend_options(cfg: TrainConfig) -> BackendOptions:
+    cache_dir = None
+    if cfg.cache:
+        cache_dir = Path(cfg.cache_dir) if cfg.cache_dir else Path.home() / ".cache" / "llm-policy-gen" / "responses"
+    return BackendOptions(
+        base_url=cfg.base_url,
+        retry=RetryPolicy(max_retries=cfg.max_retries, timeout_s=cfg.timeout_s),
+        sampling=Sampling(temperature=cfg.temperature, max_output_tokens=cfg.max_output_tokens),
+        cache_dir=cache_dir,
+        seed=cfg.seed,
+    )
+
+
+def train(
+    cfg: TrainConfig,
+    backend: Backend | None = None,
+    log: Callable[[str], None] = lambda s: print(s, file=sys.stderr),
+) -> RunResult:
+    """Run the loop for ``cfg`` and return the run directory and summary."""
+    cfg.validate()
+    spec = resolve_spec(cfg)
+    if backend is None:
+        if cfg.backend is None:
+            from .backends import default_backend_spec
+
+            name, why = default_backend_spec()
+            cfg = dataclasses.replace(cfg, backend=name)
+            log(f"backend: {name} ({why})")
+        assert cfg.backend is not None
+        parse_backend_spec(cfg.backend)
+        backend = make_backend(cfg.backend, _backend_options(cfg))
+    if not backend.is_llm and backend.name == "offline":
+        log("backend: offline -- a deterministic optimiser, NOT an LLM (the baseline every LLM must beat)")
+    if cfg.mode == "direct":
+        from .direct import train_direct
+
+        return train_direct(cfg, spec, backend, log)
+
+    t_start = time.perf_counter()
+    obs_disc = spec.observation_discretizer()
+    act_disc = spec.action_discretizer()
+    fmt = resolve_output_format(cfg, obs_disc.n_states)
+    run = RunDir.create(Path(cfg.logs_dir), spec.env_id, cfg.backend or backend.name, cfg.seed, cfg.run_id)
+    write_json_atomic(
+        run.config,
+        {
+            "package": "llm-policy-gen",
+            "version": __version__,
+            "seed": cfg.seed,
+            "config": cfg.to_dict(),
+            "env_spec": spec.to_dict(),
+            "output_format": fmt,
+            "backend": backend.describe(),
+            "backend_is_llm": backend.is_llm,
+            "seeds": seed_ranges(cfg.seed),
+            "argv": [redact(a) for a in sys.argv],
+        },
+    )
+    policy_of = lambda t, meta: TablePolicy(spec.env_id, obs_disc, act_disc, t, meta)  # noqa: E731
+    collector = Collector(spec)
+    memory = ExperienceMemory(obs_disc.n_states, act_disc.n_actions, cfg.memory_capacity, cfg.gamma, cfg.best_k)
+    builder = PromptBuilder(max_chars=cfg.max_prompt_chars)
+    initial = spec.default_table()
+    keeper = Keeper(collector, initial, cfg.seed, cfg.eval_start, cfg.eval_max, cfg.eval_rise_every)
+    seeds = seed_ranges(cfg.seed)
+    rng = np.random.default_rng([cfg.seed, 7])
+    threshold = spec.reward_threshold
+    usage = Usage()
+    history: list[HistoryEntry] = []
+    episodes_total = 0
+    steps_total = 0
+    heldout_total = 0
+    train_counter = 0
+    prompt_sizes: list[int] = []
+    solved_at: int | None = None
+    solved_iteration: int | None = None
+
+    best_mean, first_eps = keeper.score_best(1)
+    memory.add(first_eps)
+    episodes_total += len(first_eps)
+    steps_total += sum(e.length for e in first_eps)
+
+    def heldout(table: np.ndarray) -> Rollouts:
+        return collector.evaluate(table, [seeds["heldout"] + j for j in range(cfg.heldout_episodes)])
+
+    ho = heldout(keeper.best_table)
+    heldout_total += cfg.heldout_episodes
+    best_heldout = ho
+    if threshold is not None and ho.mean >= threshold:
+        solved_at, solved_iteration = episodes_total, 0
+    policy_of(keeper.best_table, {"iteration": 0, "heldout_mean": ho.mean}).save(run.best_policy)
+
+    stop_reason = "iterations done"
+    since_best = 0
+    iteration = 0
+    progress = _Progress(cfg.iterations, cfg.progress, f"{spec.env_id} [{backend.name}]")
+    try:
+        for iteration in range(1, cfg.iterations + 1):
+            t_iter = time.perf_counter()
+            train_seeds = [seeds["train"] + train_counter + j for j in range(cfg.train_episodes)]
+            train_counter += cfg.train_episodes
+            train_eps = collector.collect(keeper.best_table, train_seeds, cfg.explore_epsilon, rng, iteration)
+            memory.add(train_eps)
+            episodes_total += len(train_eps)
+            steps_total += sum(e.length for e in train_eps)
+            train_return = float(np.mean([e.ret for e in train_eps])) if train_eps else None
+
+            best_mean, extra = keeper.score_best(iteration)
+            memory.add(extra)
+            episodes_total += len(extra)
+            steps_total += sum(e.length for e in extra)
+
+            ctx = PromptContext(
+                spec=spec, observation=obs_disc, actions=act_disc, iteration=iteration,
+                current_table=keeper.best_table, best_eval_mean=best_mean, eval_episodes=keeper.n_eval(iteration),
+                memory=memory, evidence=memory.evidence(), history=list(history), output_format=fmt,
+                best_k=cfg.best_k, worst_k=cfg.worst_k, seed=cfg.seed,
+            )
+            messages = builder.build(ctx)
+            prompt_chars = sum(len(m.content) for m in messages)
+            prompt_sizes.append(prompt_chars)
+            try:
+                outcome = propose(backend, messages, ctx, builder, cfg,
+                                  lambda rec: append_jsonl(run.transcripts, rec), usage.cost_usd)
+            except BackendAuthError:
+                stop_reason = "credentials refused"
+                raise
+            usage.add(outcome.usage)
+            accepted = False
+            eval_mean = None
+            eval_returns: list[float] = []
+            if outcome.table is not None:
+                decision = keeper.consider(outcome.table, iteration)
+                memory.add(decision.episodes)
+                episodes_total += decision.episodes_used
+                steps_total += decision.steps_used
+                accepted, eval_mean, eval_returns = decision.accepted, decision.eval_mean, decision.eval_returns
+                best_mean = decision.best_eval_mean
+                policy_of(outcome.table, {"iteration": iteration, "accepted": accepted, "eval_mean": eval_mean,
+                                          "eval_returns": eval_returns}).save(run.policy_file(iteration))
+                if accepted:
+                    best_heldout = heldout(keeper.best_table)
+                    heldout_total += cfg.heldout_episodes
+                    if solved_at is None and threshold is not None and best_heldout.mean >= threshold:
+                        solved_at, solved_iteration = episodes_total, iteration
+                    policy_of(keeper.best_table, {"iteration": iteration, "eval_mean": eval_mean,
+                                                  "heldout_mean": best_heldout.mean}).save(run.best_policy)
+            elif outcome.stop is None:
+                policy_of(keeper.best_table, {"iteration": iteration, "accepted": False, "candidate": None,
+                                              "errors": outcome.errors}).save(run.policy_file(iteration))
+            history.append(HistoryEntry(iteration, eval_mean, keeper.n_eval(iteration), accepted,
+                                        outcome.n_changed, "; ".join(outcome.errors)[:200]))
+            if outcome.stop is not None and outcome.table is None and not outcome.usage.calls:
+                stop_reason = outcome.stop
+                log(f"run ends: {outcome.stop}")
+                break
+            append_jsonl(run.events, {
+                "iteration": iteration,
+                "train_return": train_return,
+                "train_returns": [e.ret for e in train_eps],
+                "eval_mean": eval_mean,
+                "eval_returns": eval_returns,
+                "eval_episodes": keeper.n_eval(iteration),
+                "best_eval_mean": best_mean,
+                "heldout_mean": best_heldout.mean,
+                "accepted": accepted,
+                "valid": outcome.table is not None,
+                "n_changed": outcome.n_changed,
+                "episodes_total": episodes_total,
+                "env_steps_total": steps_total,
+                "heldout_episodes_total": heldout_total,
+                "input_tokens": outcome.usage.input_tokens,
+                "output_tokens": outcome.usage.output_tokens,
+                "cost_usd": round(outcome.usage.cost_usd, 6),
+                "input_tokens_total": usage.input_tokens,
+                "output_tokens_total": usage.output_tokens,
+                "cost_usd_total": round(usage.cost_usd, 6),
+                "llm_calls": outcome.usage.calls,
+                "validation_errors": outcome.errors,
+                "notes": outcome.notes,
+                "prompt_chars": prompt_chars,
+                "wall_s": round(time.perf_counter() - t_iter, 4),
+            })
+            since_best = 0 if accepted else since_best + 1
+            progress.update(eval_mean, best_mean)
+            if outcome.stop is not None:
+                stop_reason = outcome.stop
+                log(f"run ends: {outcome.stop}")
+                break
+            if cfg.patience and since_best >= cfg.patience:
+                stop_reason = f"no new best for {cfg.patience} iterations"
+                break
+    finally:
+        progress.close()
+        collector.close()
+        summary = {
+            "env_id": spec.env_id,
+            "backend": backend.name,
+            "model": backend.model,
+            "is_llm": backend.is_llm,
+            "seed": cfg.seed,
+            "best_eval_mean": best_heldout.mean,
+            "best_eval_std": float(np.std(best_heldout.returns)),
+            "best_eval_episodes": int(best_heldout.returns.size),
+            "best_iteration": keeper.best_iteration,
+            "reward_threshold": threshold,
+            "solved": solved_at is not None,
+            "episodes_to_solve": solved_at,
+            "iteration_solved": solved_iteration,
+            "iterations": len(history),
+            "episodes_total": episodes_total,
+            "env_steps_total": steps_total,
+            "heldout_episodes_total": heldout_total,
+            "input_tokens": usage.input_tokens,
+            "output_tokens": usage.output_tokens,
+            "cost_usd": round(usage.cost_usd, 6),
+            "cost_complete": usage.unpriced_calls == 0,
+            "llm_calls": usage.calls,
+            "cached_calls": usage.cached_calls,
+            "invalid_iterations": sum(1 for h in history if h.eval_mean is None),
+            "prompt_chars_first": prompt_sizes[0] if prompt_sizes else None,
+            "prompt_chars_last": prompt_sizes[-1] if prompt_sizes else None,
+            "prompt_chars_max": max(prompt_sizes) if prompt_sizes else None,
+            "stop_reason": stop_reason,
+            "wall_s": round(time.perf_counter() - t_start, 3),
+        }
+        write_json_atomic(run.summary, summary)
+        if cfg.plots and run.events.exists():
+            from .plots import plot_run
+
+            try:
+                plot_run(run.path)
+            except Exception as exc:  # a plot must never lose a finished run
+                log(f"warning: plots not written: {exc}")
+    return RunResult(run.path, summary)

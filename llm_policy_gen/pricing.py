@@ -1,0 +1,55 @@
+"""Token prices per model, from one editable TOML file (``llm_policy_gen/data/prices.toml`` by default)."""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from functools import lru_cache
+from pathlib import Path
+
+from .errors import UserError
+
+__all__ = ["DEFAULT_PRICES", "load_prices", "price_of", "cost_usd"]
+
+DEFAULT_PRICES = Path(__file__).with_name("data") / "prices.toml"
+
+
+@lru_cache(maxsize=8)
+def load_prices(path: str | None = None) -> dict[str, dict[str, dict[str, float]]]:
+    """``{provider: {model: {"input": usd_per_mtok, "output": usd_per_mtok}}}``."""
+    p = Path(path or os.environ.get("LLM_POLICY_GEN_PRICES") or DEFAULT_PRICES)
+    try:
+        data = tomllib.loads(p.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise UserError(f"cannot read price file {p}: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise UserError(f"price file {p} is not valid TOML: {exc}") from None
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for provider, models in data.items():
+        if not isinstance(models, dict):
+            raise UserError(f"price file {p}: [{provider}] must be a table of models")
+        for model, price in models.items():
+            try:
+                out.setdefault(provider, {})[model] = {"input": float(price["input"]), "output": float(price["output"])}
+            except (KeyError, TypeError, ValueError):
+                raise UserError(f"price file {p}: {provider}.{model} needs numeric input and output") from None
+    return out
+
+
+def price_of(provider: str, model: str, path: str | None = None) -> dict[str, float] | None:
+    """The price entry for a model (exact name, then the longest listed prefix, then ``*``), or None."""
+    models = load_prices(path).get(provider, {})
+    if model in models:
+        return models[model]
+    prefixes = [m for m in models if m != "*" and model.startswith(m)]
+    if prefixes:
+        return models[max(prefixes, key=len)]
+    return models.get("*")
+
+
+def cost_usd(provider: str, model: str, input_tokens: int, output_tokens: int, path: str | None = None) -> float | None:
+    """Cost of one call in USD, or None when the model has no price."""
+    price = price_of(provider, model, path)
+    if price is None:
+        return None
+    return (input_tokens * price["input"] + output_tokens * price["output"]) / 1_000_000

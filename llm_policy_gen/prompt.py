@@ -1,0 +1,257 @@
+"""Building the messages a backend sees, from templates under ``prompts/``.
+
+The prompt holds the task and its reward, the meaning of every bin and action, the physics hints, the scores of
+earlier proposals (deduplicated, rounded to the precision shown, best last, as OPRO does), the best and worst
+episodes (their last steps only), per-state evidence, the current table and the exact output format. Its size is
+bounded: episode excerpts have a fixed length, and evidence rows are added only while the prompt stays under
+``max_chars``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from string import Template
+from typing import Any
+
+import numpy as np
+
+from .backends.base import Message
+from .collect import Episode
+from .discretize import ActionDiscretizer, BoxDiscretizer, DiscreteDiscretizer, ObservationDiscretizer
+from .envs.spec import EnvSpec
+from .memory import ExperienceMemory, StateEvidence
+
+__all__ = ["HistoryEntry", "PromptContext", "PromptBuilder", "prompts_dir"]
+
+
+def prompts_dir() -> Path:
+    """``prompts/`` of the source tree (override with ``LLM_POLICY_GEN_PROMPTS``)."""
+    env = os.environ.get("LLM_POLICY_GEN_PROMPTS")
+    if env:
+        return Path(env)
+    return Path(__file__).resolve().parent.parent / "prompts"
+
+
+@dataclass(frozen=True)
+class HistoryEntry:
+    """What happened to one earlier proposal."""
+
+    iteration: int
+    eval_mean: float | None
+    """Mean return of the proposal on the test episodes (None: refused before evaluation)."""
+    eval_episodes: int
+    accepted: bool
+    n_changed: int = 0
+    note: str = ""
+
+
+@dataclass
+class PromptContext:
+    """Everything a prompt is rendered from. The offline optimiser reads this instead of the text."""
+
+    spec: EnvSpec
+    observation: ObservationDiscretizer
+    actions: ActionDiscretizer
+    iteration: int
+    current_table: np.ndarray
+    best_eval_mean: float | None
+    eval_episodes: int
+    memory: ExperienceMemory
+    evidence: StateEvidence
+    history: list[HistoryEntry] = field(default_factory=list)
+    output_format: str = "table"
+    best_k: int = 4
+    worst_k: int = 1
+    seed: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _num(x: float | None, digits: int = 1) -> str:
+    if x is None or not np.isfinite(x):
+        return "n/a"
+    return f"{x:.{digits}f}"
+
+
+class PromptBuilder:
+    """Renders :class:`PromptContext` into messages with the templates of ``prompts/``."""
+
+    def __init__(
+        self,
+        templates: Path | None = None,
+        max_chars: int = 12000,
+        steps_per_episode: int = 12,
+        history_len: int = 10,
+    ) -> None:
+        self.dir = Path(templates) if templates else prompts_dir()
+        self.max_chars = int(max_chars)
+        self.steps_per_episode = int(steps_per_episode)
+        self.history_len = int(history_len)
+        self._cache: dict[str, str] = {}
+
+    def template(self, name: str) -> str:
+        if name not in self._cache:
+            self._cache[name] = (self.dir / name).read_text(encoding="utf-8").strip()
+        return self._cache[name]
+
+    # ------------------------------------------------------------------ sections
+    def hints(self, spec: EnvSpec) -> str:
+        if not spec.hints:
+            return "(none for this task)"
+        p = self.dir / "hints" / spec.hints
+        return p.read_text(encoding="utf-8").strip() if p.is_file() else "(none for this task)"
+
+    def state_meaning(self, ctx: PromptContext) -> str:
+        obs = ctx.observation
+        lines = obs.describe_dims()
+        if isinstance(obs, BoxDiscretizer):
+            shape = " x ".join(str(b) for b in obs.bins)
+            order = " then ".join(d.name for d in obs.dims)
+            lines.append(
+                f"state = flat row-major index of the bin tuple ({shape} bins, {order}; the last dimension varies "
+                "fastest). Values outside a dimension's range fall into its first or last bin."
+            )
+        return "\n".join(lines)
+
+    def action_meaning(self, ctx: PromptContext) -> str:
+        return "\n".join(f"{a}: {ctx.actions.describe(a)}" for a in range(ctx.actions.n_actions))
+
+    def history(self, ctx: PromptContext) -> str:
+        if not ctx.history:
+            return "(no earlier tables yet)"
+        seen: dict[tuple[str, bool], HistoryEntry] = {}
+        for h in ctx.history[-self.history_len * 3 :]:
+            key = (_num(h.eval_mean), h.accepted)
+            seen[key] = h  # deduplicate equal outcomes, keep the latest
+        entries = sorted(seen.values(), key=lambda h: (-1e18 if h.eval_mean is None else h.eval_mean, h.iteration))
+        entries = entries[-self.history_len :]
+        out = []
+        for h in entries:
+            if h.eval_mean is None:
+                out.append(f"iteration {h.iteration}: refused ({h.note or 'invalid answer'})")
+            else:
+                verdict = "kept as best" if h.accepted else "not better, reverted"
+                out.append(
+                    f"iteration {h.iteration}: {_num(h.eval_mean)} on {h.eval_episodes} episodes, {verdict}, "
+                    f"{h.n_changed} states changed"
+                )
+        return "\n".join(out)
+
+    def episode_text(self, ep: Episode, label: str) -> str:
+        end = "terminated" if ep.terminated else ("time limit" if ep.truncated else "cut")
+        k = self.steps_per_episode
+        start = max(0, ep.length - k)
+        steps = " ".join(
+            f"{t}:{int(ep.states[t])}:{int(ep.actions[t])}:{ep.rewards[t]:.3g}" for t in range(start, ep.length)
+        )
+        return (
+            f"- {label}: return {_num(ep.ret)}, {ep.length} steps, {end}. Last steps (t:state:action:reward): {steps}"
+        )
+
+    def episodes(self, ctx: PromptContext) -> str:
+        mem = ctx.memory
+        if not len(mem):
+            return "(no episodes yet)"
+        lines = [f"{len(mem)} episodes in memory."]
+        best = mem.best(ctx.best_k)
+        worst = [e for e in mem.worst(ctx.worst_k) if all(e is not b for b in best)]
+        for i, ep in enumerate(best):
+            lines.append(self.episode_text(ep, f"best {i + 1} (iteration {ep.iteration})"))
+        for i, ep in enumerate(worst):
+            lines.append(self.episode_text(ep, f"worst {i + 1} (iteration {ep.iteration})"))
+        return "\n".join(lines)
+
+    def evidence_rows(self, ctx: PromptContext) -> list[str]:
+        ev = ctx.evidence
+        order = np.argsort(-ev.visits, kind="stable")
+        rows = []
+        for s in order:
+            if ev.visits[s] == 0:
+                break
+            parts = []
+            for a in range(ev.counts.shape[1]):
+                if ev.counts[s, a] > 0:
+                    parts.append(f"a{a} {int(ev.counts[s, a])}x {ev.q_mean[s, a]:.3g}")
+            cur = int(ctx.current_table[s])
+            rows.append(f"s{int(s)} | {int(ev.visits[s])} | " + ", ".join(parts) + f" | now a{cur}")
+        return rows
+
+    def table(self, ctx: PromptContext) -> str:
+        t = np.asarray(ctx.current_table)
+        obs = ctx.observation
+        if isinstance(obs, BoxDiscretizer) and len(obs.bins) > 1:
+            last = int(obs.bins[-1])
+            lines = [f"One line per bin tuple of the first dimensions; the {last} values are the actions for "
+                     f"{obs.dims[-1].name} bins 0..{last - 1}."]
+            for start in range(0, len(t), last):
+                prefix = obs.decode(start)[:-1]
+                vals = " ".join(str(int(a)) for a in t[start : start + last])
+                lines.append(f"s{start}-{start + last - 1} {prefix}: {vals}")
+            return "\n".join(lines)
+        if isinstance(obs, DiscreteDiscretizer) and obs.grid is not None:
+            rows, cols = obs.grid
+            lines = [f"Grid rows top to bottom; values are the actions of the {cols} cells of the row."]
+            for r in range(rows):
+                lines.append(f"row {r} (s{r * cols}-{r * cols + cols - 1}): " + " ".join(
+                    str(int(a)) for a in t[r * cols : (r + 1) * cols]))
+            return "\n".join(lines)
+        # Run-length ranges for anything else.
+        out, s = [], 0
+        while s < len(t):
+            e = s
+            while e + 1 < len(t) and t[e + 1] == t[s]:
+                e += 1
+            out.append(f"{s}-{e}:{int(t[s])}" if e > s else f"{s}:{int(t[s])}")
+            s = e + 1
+        return "states:action " + " ".join(out)
+
+    def output_format(self, ctx: PromptContext) -> str:
+        name = "format_edits.md" if ctx.output_format == "edits" else "format_table.md"
+        return Template(self.template(name)).safe_substitute(
+            max_state=ctx.observation.n_states - 1, max_action=ctx.actions.n_actions - 1
+        )
+
+    # ------------------------------------------------------------------ assembly
+    def build(self, ctx: PromptContext) -> list[Message]:
+        """System + user messages for one proposal, with the user message under ``max_chars`` when possible."""
+        spec = ctx.spec
+        fields = {
+            "title": spec.title or spec.env_id,
+            "env_id": spec.env_id,
+            "description": spec.description or f"The gymnasium environment {spec.env_id}.",
+            "reward": spec.reward or "as defined by the environment",
+            "n_states": ctx.observation.n_states,
+            "n_actions": ctx.actions.n_actions,
+            "state_meaning": self.state_meaning(ctx),
+            "action_meaning": self.action_meaning(ctx),
+            "hints": self.hints(spec),
+            "eval_episodes": ctx.eval_episodes,
+            "best_eval": _num(ctx.best_eval_mean),
+            "history": self.history(ctx),
+            "iteration": ctx.iteration,
+            "episodes": self.episodes(ctx),
+            "gamma": ctx.evidence.gamma,
+            "table": self.table(ctx),
+            "format": self.output_format(ctx),
+        }
+        tmpl = Template(self.template("user.md"))
+        system = self.template("system.md")
+        rows = self.evidence_rows(ctx)
+        base = tmpl.safe_substitute(fields, evidence="")
+        budget = self.max_chars - len(base) - len(system) - 40
+        kept: list[str] = []
+        used = 0
+        for r in rows:
+            if used + len(r) + 1 > budget:
+                break
+            kept.append(r)
+            used += len(r) + 1
+        if len(kept) < len(rows):
+            kept.append(f"({len(rows) - len(kept)} less visited states left out)")
+        evidence = "\n".join(kept) if kept else "(no steps yet)"
+        user = tmpl.safe_substitute(fields, evidence=evidence)
+        return [Message("system", system), Message("user", user)]
+
+    def repair(self, errors: list[str]) -> str:
+        return Template(self.template("repair.md")).safe_substitute(errors="\n".join(f"- {e}" for e in errors))
