@@ -151,7 +151,7 @@ def propose(
         usage.add(u)
         try:
             parsed = parse_proposal(comp.text, ctx.current_table, ctx.actions.n_actions, fmt,  # type: ignore[arg-type]
-                                    apply_edits=_edits_applier())
+                                    apply_edits=_edits_applier(), observation=ctx.observation)
             errors = []
         except ProposalError as exc:
             parsed = None

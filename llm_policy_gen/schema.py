@@ -136,17 +136,19 @@ def parse_proposal(
     n_actions: int,
     fmt: OutputFormatName = "table",
     apply_edits: Any = None,
+    observation: Any = None,
 ) -> ParsedProposal:
     """Validate ``text`` against the table (or edits) format; return the complete new table.
 
     Raises :class:`ProposalError` with repair-ready messages when the answer is refused.
-    ``apply_edits`` is the callable that applies an edits answer (see :mod:`llm_policy_gen.edits`).
+    ``apply_edits(text, current_table, n_actions, observation)`` applies an edits answer (see
+    :mod:`llm_policy_gen.edits`); ``observation`` is the run's observation discretizer.
     """
     n_states = int(len(current_table))
     if fmt == "edits":
         if apply_edits is None:
             raise ProposalError(["the edits format is not available for this run"], text)
-        return apply_edits(text, current_table, n_actions)  # type: ignore[no-any-return]
+        return apply_edits(text, current_table, n_actions, observation)  # type: ignore[no-any-return]
     obj = extract_json_object(text, "rows")
     try:
         proposal = TableProposal.model_validate(obj)

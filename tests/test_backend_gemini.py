@@ -78,6 +78,7 @@ def test_plain_text_and_default_temperature(fake_gemini: FakeGeminiServer) -> No
     assert "responseJsonSchema" not in gen and "responseMimeType" not in gen
     assert "temperature" not in gen and gen["maxOutputTokens"] == Sampling().max_output_tokens
     assert "systemInstruction" not in body
+    assert set(body) == {"contents", "generationConfig"} and set(gen) == {"maxOutputTokens"}
 
 
 def test_429_retry_after_header_then_success(fake_gemini: FakeGeminiServer) -> None:

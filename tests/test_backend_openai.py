@@ -1,4 +1,7 @@
-"""OpenAIBackend through the real ``openai`` SDK against the loopback fake (OpenAI, compatible servers, Ollama)."""
+"""OpenAIBackend through the real ``openai`` SDK against a loopback fake (OpenAI, compatible servers, Ollama).
+
+The fake (``tests/fakes/openai_server.py``) is imported as ``fakes.*``: pytest puts ``tests/`` on sys.path.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +10,7 @@ import time
 from typing import Any
 
 import pytest
+from fakes import openai_server
 from fakes.openai_server import CHAT_PATH, FAKE_KEY, FakeOpenAIServer, error, hang, ok
 
 from llm_policy_gen.backends import BackendOptions, make_backend
@@ -15,7 +19,8 @@ from llm_policy_gen.backends.openai_backend import OpenAIBackend, retry_after_se
 from llm_policy_gen.errors import BackendAuthError, BackendConfigError, BackendError
 from llm_policy_gen.schema import TableProposal
 
-pytest_plugins = ("fakes.openai_server",)  # the fake_openai and fake_ollama fixtures
+fake_openai = openai_server.fake_openai  # the fixtures used below
+fake_ollama = openai_server.fake_ollama
 
 ANSWER = '{"rationale": "push right when the pole leans right", "rows": [{"state": 0, "action": 1}]}'
 SCHEMA = TableProposal.model_json_schema()

@@ -52,6 +52,10 @@ BACKENDS: dict[str, BackendInfo] = {
     "openai": BackendInfo("openai", "gpt-4.1-mini", True, "OpenAI or any OpenAI-compatible server (--base-url)"),
     "anthropic": BackendInfo("anthropic", "claude-sonnet-4-5", True, "Anthropic Claude through anthropic"),
     "ollama": BackendInfo("ollama", "llama3.1:8b", True, "local Ollama server (OpenAI-compatible API)"),
+    "q-learning": BackendInfo(
+        "q-learning", "", False, "classic tabular Q-learning on the same discretization (baseline, not an LLM)"
+    ),
+    "random": BackendInfo("random", "", False, "a uniformly random table each iteration (baseline, not an LLM)"),
 }
 
 #: Order in which ``train`` without ``--backend`` looks for a configured provider.
@@ -84,14 +88,14 @@ def parse_backend_spec(spec: str) -> tuple[str, str]:
         )
     if name == "replay" and not model:
         raise BackendConfigError("replay needs a file: --backend replay:PATH/TO/transcripts.jsonl")
-    if name == "offline" and model:
+    if name in ("offline", "q-learning", "random") and model:
         raise BackendConfigError(f"offline takes no model, got {spec!r}")
     return name, model or BACKENDS[name].default_model
 
 
 def is_configured(name: str) -> bool:
     """True when ``name`` can be used as it is (a key is set, or it needs none)."""
-    if name in ("offline", "replay", "ollama"):
+    if name in ("offline", "replay", "ollama", "q-learning", "random"):
         return True
     return get_key(name) is not None
 
@@ -136,6 +140,10 @@ def make_backend(spec: str, options: BackendOptions | None = None) -> Backend:
         from .replay import ReplayBackend
 
         return ReplayBackend(model)
+    if name in ("q-learning", "random"):
+        from .baselines import make_baseline
+
+        return make_baseline(name, seed=options.seed)
     if name in ("openai", "ollama"):
         from .openai_backend import OpenAIBackend
 

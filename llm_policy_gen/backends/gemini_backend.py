@@ -209,7 +209,11 @@ class GeminiBackend:
 
     def _config(self, system: str | None, output: OutputFormat) -> Any:
         sampling = self.options.sampling
-        kwargs: dict[str, Any] = {"max_output_tokens": sampling.max_output_tokens}
+        kwargs: dict[str, Any] = {
+            "max_output_tokens": sampling.max_output_tokens,
+            # No tools are sent; this only skips the SDK's function-calling loop (nothing goes on the wire).
+            "automatic_function_calling": genai_types.AutomaticFunctionCallingConfig(disable=True),
+        }
         if sampling.temperature is not None:
             kwargs["temperature"] = sampling.temperature
         if system:

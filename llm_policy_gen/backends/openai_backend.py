@@ -1,23 +1,23 @@
-"""OpenAI and OpenAI-compatible servers (Ollama, vLLM, llama.cpp server, LM Studio) through Chat Completions.
+"""OpenAI and OpenAI-compatible servers (Ollama, vLLM, llama.cpp server, LM Studio) via Chat Completions.
 
-The Chat Completions API (``client.chat.completions.create``, ``POST {base_url}/chat/completions``) is used rather
-than the Responses API because every local OpenAI-compatible server implements it. The answer is requested through
-native structured output, ``response_format={"type": "json_schema", "json_schema": {"name", "schema", "strict"}}``.
+The Chat Completions API (``client.chat.completions.create``, ``POST {base_url}/chat/completions``) is used
+rather than the Responses API because every local OpenAI-compatible server implements it. The answer is
+requested through native structured output: ``response_format={"type": "json_schema", "json_schema":
+{"name": ..., "schema": ..., "strict": True}}``.
 
 Providers:
 
-* ``openai``: key from ``OPENAI_API_KEY``; base URL from ``--base-url``, else ``OPENAI_BASE_URL``, else OpenAI's.
-  When the base URL points at another server (vLLM, llama.cpp, LM Studio) and no key is set, a placeholder key is
-  sent, because local servers do not check it. The output cap goes out as ``max_completion_tokens`` to OpenAI's own
-  API (newer models refuse ``max_tokens``) and as ``max_tokens`` to any other server (many ignore, or even refuse,
-  the newer name).
+* ``openai``: key from ``OPENAI_API_KEY``; base URL from ``--base-url``, else ``OPENAI_BASE_URL``, else
+  OpenAI's. When the base URL points at another server (vLLM, llama.cpp, LM Studio) and no key is set, a
+  placeholder key is sent, because local servers do not check it. The output cap is sent as
+  ``max_completion_tokens`` to OpenAI's own API (newer models refuse ``max_tokens``) and as ``max_tokens`` to
+  any other server (many ignore the newer name, some refuse it).
 * ``ollama``: no key (a placeholder is sent); base URL from ``--base-url``, else ``OLLAMA_BASE_URL``, else
   ``http://localhost:11434/v1`` (a bare ``http://host:11434`` gets ``/v1`` appended); ``max_tokens``.
 
-The SDK's own retries are off (``max_retries=0``); :func:`~llm_policy_gen.backends.base.call_with_retries` with
-``options.retry`` is the only retry policy, and ``options.retry.timeout_s`` is the SDK's per-request timeout.
+The SDK's own retries are off (``max_retries=0``): :func:`~llm_policy_gen.backends.base.call_with_retries`
+with ``options.retry`` is the only retry policy, and ``options.retry.timeout_s`` is the SDK's request timeout.
 """
-
 from __future__ import annotations
 
 import copy
@@ -65,7 +65,7 @@ _SCHEMA_NAME = re.compile(r"[^A-Za-z0-9_-]")
 
 
 def retry_after_seconds(headers: Mapping[str, str] | None) -> float | None:
-    """Seconds a server asked us to wait: ``retry-after-ms``, then ``retry-after`` (seconds or an HTTP date)."""
+    """Seconds a server asked to wait: ``retry-after-ms``, else ``retry-after`` (seconds or an HTTP date)."""
     if headers is None:
         return None
     for name, divisor in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
@@ -92,8 +92,9 @@ def retry_after_seconds(headers: Mapping[str, str] | None) -> float | None:
 def classify_openai_error(exc: BaseException) -> tuple[FaultKind, float | None]:
     """Map an SDK exception to the shared retry policy's fault kinds.
 
-    Timeouts and connection errors retry; HTTP 408, 409, 429 and 5xx retry (with the server's ``Retry-After``);
-    401 and 403 are auth faults; everything else (400, 404, 422, a malformed response, ...) is fatal.
+    Timeouts and connection errors retry; HTTP 408, 409, 429 and 5xx retry (with the server's
+    ``Retry-After``); 401 and 403 are auth faults; everything else (400, 404, 422, a malformed response, ...)
+    is fatal.
     """
     if isinstance(exc, openai.APIConnectionError):  # APITimeoutError is a subclass
         return "retry", None
@@ -130,9 +131,9 @@ def _env(name: str) -> str | None:
 def _strict_schema(schema: dict[str, Any]) -> dict[str, Any]:
     """A copy of ``schema`` made acceptable to strict structured output, by the SDK's own helper.
 
-    Every object gets ``additionalProperties: false`` and all its properties required; ``$ref`` with siblings are
-    inlined. The proposal schemas already satisfy this; the helper guards schemas added later. Falls back to the
-    plain copy if a future SDK moves the (private) helper.
+    Every object gets ``additionalProperties: false`` and all its properties required; a ``$ref`` with
+    siblings is inlined. The proposal schemas already satisfy this; the helper guards schemas added later.
+    Falls back to the plain copy if a future SDK moves the (private) helper.
     """
     schema = copy.deepcopy(schema)
     try:

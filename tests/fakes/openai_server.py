@@ -1,12 +1,13 @@
 """A scripted loopback server that speaks OpenAI's Chat Completions API (``POST /v1/chat/completions``).
 
-Only 127.0.0.1 is used. Each request takes the next scripted step (:func:`ok`, :func:`error`, :func:`hang`); when
-the queue is empty the server answers with ``responder(request_json) -> text`` if one is set, else with a 400
-``invalid_request_error`` that says the script ran out. Every request is recorded (method, path, headers, JSON body).
-The same server stands in for Ollama, vLLM and other OpenAI-compatible servers, which share this wire format.
+Only 127.0.0.1 is used. Each request takes the next scripted step (:func:`ok`, :func:`error`, :func:`hang`);
+when the queue is empty the server answers with ``responder(request_json) -> text`` if one is set, else with a
+400 ``invalid_request_error`` that says the script ran out. Every request is recorded (method, path, headers,
+JSON body). The same server stands in for Ollama, vLLM and other OpenAI-compatible servers, which share this
+wire format.
 
 Wire format, as the ``openai`` SDK parses it (``openai/types/chat/chat_completion.py``,
-``openai/types/completion_usage.py``, ``openai/_client.py`` ``_make_status_error``, ``openai/_exceptions.py``):
+``openai/types/completion_usage.py``, ``_make_status_error`` in ``openai/_client.py``, ``openai/_exceptions.py``):
 
 * success: ``{"id", "object": "chat.completion", "created", "model", "choices": [{"index", "message": {"role":
   "assistant", "content", "refusal", "annotations"}, "logprobs", "finish_reason"}], "usage": {"prompt_tokens",
@@ -15,14 +16,13 @@ Wire format, as the ``openai`` SDK parses it (``openai/types/chat/chat_completio
 * error: ``{"error": {"message", "type", "param", "code"}}`` with ``x-request-id``, plus ``retry-after`` (and
   ``retry-after-ms``) when scripted.
 
-A wrong bearer token gets OpenAI's 401 ``invalid_api_key``. Unlike OpenAI, which masks the middle of the key, the
-fake echoes the whole token in the message, so a test can prove the client redacts it.
+A wrong bearer token gets OpenAI's 401 ``invalid_api_key``. Unlike OpenAI, which masks the middle of the key,
+the fake echoes the whole token in the message, so a test can prove that the client redacts it.
 
-Use :class:`FakeOpenAIServer` as a context manager, or the fixtures: ``fake_openai`` points ``OPENAI_BASE_URL`` at
-the server and sets a fake ``OPENAI_API_KEY`` (:data:`FAKE_KEY`); ``fake_ollama`` points ``OLLAMA_BASE_URL`` at it
-with no key set anywhere (the server then checks no key, as Ollama does not).
+Use :class:`FakeOpenAIServer` as a context manager, or the fixtures: ``fake_openai`` points ``OPENAI_BASE_URL``
+at the server and sets a fake ``OPENAI_API_KEY`` (:data:`FAKE_KEY`); ``fake_ollama`` points ``OLLAMA_BASE_URL``
+at it with no key set anywhere (the server then checks no key, as Ollama does not).
 """
-
 from __future__ import annotations
 
 import itertools
@@ -156,7 +156,10 @@ class Recorded:
 
 @dataclass
 class FakeOpenAIServer:
-    """The scripted server. ``api_key``: when set, a request without ``Authorization: Bearer <api_key>`` gets a 401."""
+    """The scripted server.
+
+    ``api_key``: when set, a request without ``Authorization: Bearer <api_key>`` gets a 401.
+    """
 
     steps: list[Step] = field(default_factory=list)
     responder: Callable[[dict[str, Any]], str] | None = None
@@ -171,7 +174,7 @@ class FakeOpenAIServer:
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
-    # --- scripting -------------------------------------------------------------------------------------------------
+    # --- scripting -----------------------------------------------------------------------------------------
     def push(self, *steps: Step) -> FakeOpenAIServer:
         """Append steps to the script."""
         with self._lock:
@@ -195,7 +198,7 @@ class FakeOpenAIServer:
         with self._lock:
             return [r.body for r in self.requests]
 
-    # --- lifecycle -------------------------------------------------------------------------------------------------
+    # --- lifecycle -----------------------------------------------------------------------------------------
     def start(self) -> Self:
         handler = type("Handler", (_Handler,), {"fake": self})
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
@@ -220,7 +223,7 @@ class FakeOpenAIServer:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # --- answering -------------------------------------------------------------------------------------------------
+    # --- answering -----------------------------------------------------------------------------------------
     def _next_step(self, body: dict[str, Any]) -> Step:
         with self._lock:
             if self.queue:
@@ -263,7 +266,10 @@ class _Handler(BaseHTTPRequestHandler):
         auth = self.headers.get("authorization") or ""
         token = auth.removeprefix("Bearer ")
         if fake.api_key is not None and token != fake.api_key:
-            msg = f"Incorrect API key provided: {token}. You can find your API key at https://platform.openai.com/account/api-keys."
+            msg = (
+                f"Incorrect API key provided: {token}. "
+                "You can find your API key at https://platform.openai.com/account/api-keys."
+            )
             self._send_error(error(401, message=msg), request_id)
             return
         if not isinstance(body, dict) or not body.get("model") or not body.get("messages"):

@@ -1,0 +1,52 @@
+# llm-policy-gen: `make run` trains CartPole with the default backend; `make test` runs the tests.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP_RUN := $(VENV)/.installed-run
+STAMP_DEV := $(VENV)/.installed-dev
+ARGS ?=
+
+.PHONY: run test test-fast lint typecheck bench paper clean help
+
+help:
+	@echo "make run    - create $(VENV), install, train CartPole-v1 with the default backend (ARGS='...' adds options)"
+	@echo "make test   - create $(VENV), install with dev extras, run every test (slow end-to-end ones included)"
+	@echo "make test-fast - the tests without the slow marker"
+	@echo "make lint / typecheck / bench / paper / clean"
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(STAMP_RUN): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e .
+	@touch $@
+
+$(STAMP_DEV): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	@touch $@ $(STAMP_RUN)
+
+run: $(STAMP_RUN)
+	$(BIN)/llm-policy-gen train --env CartPole-v1 $(ARGS)
+
+test: $(STAMP_DEV)
+	$(BIN)/python -m pytest -q
+
+test-fast: $(STAMP_DEV)
+	$(BIN)/python -m pytest -q -m "not slow"
+
+lint: $(STAMP_DEV)
+	$(BIN)/ruff check llm_policy_gen tests agents bench
+
+typecheck: $(STAMP_DEV)
+	$(BIN)/mypy llm_policy_gen
+
+bench: $(STAMP_DEV)
+	$(BIN)/python bench/bench_eval.py
+
+COMPARE_DIR ?= logs/compare/CartPole-v1
+paper: $(STAMP_DEV)
+	$(BIN)/python -m llm_policy_gen.paper --compare-dir $(COMPARE_DIR) --out paper
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,11 @@
+"""Train a table policy for CartPole-v1: `python agents/cartpole.py [train options]` (e.g. --backend gemini --iterations 20).
+
+A thin script over the library: every option of `llm-policy-gen train` works here.
+"""
+
+import sys
+
+from llm_policy_gen.cli import main
+
+if __name__ == "__main__":
+    sys.exit(main(["train", "--env", "CartPole-v1", *sys.argv[1:]]))
