@@ -41,7 +41,7 @@ class TrainConfig:
     """Test episodes per candidate at iteration 1."""
     eval_max: int = 10
     """Test episodes per candidate at the end of the rise."""
-    eval_rise_every: int = 3
+    eval_rise_every: int = 1
     """Add one test episode every this many iterations (the best is re-scored on the added seeds)."""
     heldout_episodes: int = 100
     """Held-out episodes measured whenever the best changes; reported only, never used to decide."""
@@ -93,6 +93,8 @@ class TrainConfig:
     """Write training.png and testing.png at the end."""
     progress: bool = True
     """Show a progress bar on stderr."""
+    explicit: list[str] = field(default_factory=list)
+    """Settings given by the user (TOML or command line); an env spec's train defaults never replace them."""
 
     def validate(self) -> TrainConfig:
         def bad(name: str, value: Any, accepted: str) -> UserError:
@@ -135,10 +137,20 @@ class TrainConfig:
         unknown = sorted(set(values) - names)
         if unknown:
             raise UserError(f"{source}: unknown setting(s) {', '.join(unknown)}; accepted: {', '.join(sorted(names))}")
+        explicit = sorted(set(self.explicit) | set(values))
         try:
-            return dataclasses.replace(self, **values)
+            return dataclasses.replace(self, **values, explicit=explicit)
         except TypeError as exc:
             raise UserError(f"{source}: {exc}") from None
+
+    def with_env_defaults(self, defaults: dict[str, Any]) -> TrainConfig:
+        """Apply an env spec's ``train_defaults`` to the settings the user did not give."""
+        names = {f.name for f in fields(self)}
+        unknown = sorted(set(defaults) - names)
+        if unknown:
+            raise UserError(f"env spec train_defaults: unknown setting(s) {', '.join(unknown)}")
+        chosen = {k: v for k, v in defaults.items() if k not in self.explicit}
+        return dataclasses.replace(self, **chosen) if chosen else self
 
 
 def load_toml(path: str | Path) -> dict[str, Any]:

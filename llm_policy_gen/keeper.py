@@ -49,7 +49,7 @@ class Keeper:
         seed: int,
         eval_start: int = 3,
         eval_max: int = 10,
-        rise_every: int = 3,
+        rise_every: int = 1,
     ) -> None:
         self.collector = collector
         self.best_table = np.asarray(initial_table, dtype=np.int64).copy()

@@ -7,6 +7,7 @@ transcripts.jsonl, policies/iter_NNNN.json, best_policy.json, summary.json, trai
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -194,10 +195,16 @@ class _Progress:
             self.bar.close()
 
 
+def default_cache_dir() -> Path:
+    """``$XDG_CACHE_HOME/llm-policy-gen/responses`` (``~/.cache`` without the variable)."""
+    root = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(root) / "llm-policy-gen" / "responses"
+
+
 def _backend_options(cfg: TrainConfig) -> BackendOptions:
     cache_dir = None
     if cfg.cache:
-        cache_dir = Path(cfg.cache_dir) if cfg.cache_dir else Path.home() / ".cache" / "llm-policy-gen" / "responses"
+        cache_dir = Path(cfg.cache_dir) if cfg.cache_dir else default_cache_dir()
     return BackendOptions(
         base_url=cfg.base_url,
         retry=RetryPolicy(max_retries=cfg.max_retries, timeout_s=cfg.timeout_s),
@@ -215,6 +222,8 @@ def train(
     """Run the loop for ``cfg`` and return the run directory and summary."""
     cfg.validate()
     spec = resolve_spec(cfg)
+    if spec.train_defaults:
+        cfg = cfg.with_env_defaults(spec.train_defaults).validate()
     if backend is None:
         if cfg.backend is None:
             from .backends import default_backend_spec
@@ -295,7 +304,9 @@ def train(
             t_iter = time.perf_counter()
             train_seeds = [seeds["train"] + train_counter + j for j in range(cfg.train_episodes)]
             train_counter += cfg.train_episodes
-            train_eps = collector.collect(keeper.best_table, train_seeds, cfg.explore_epsilon, rng, iteration)
+            # Until a table beats the initial one there is nothing to exploit: training episodes act at random.
+            epsilon = 1.0 if keeper.best_iteration == 0 else cfg.explore_epsilon
+            train_eps = collector.collect(keeper.best_table, train_seeds, epsilon, rng, iteration)
             memory.add(train_eps)
             episodes_total += len(train_eps)
             steps_total += sum(e.length for e in train_eps)
@@ -344,16 +355,17 @@ def train(
             elif outcome.stop is None:
                 policy_of(keeper.best_table, {"iteration": iteration, "accepted": False, "candidate": None,
                                               "errors": outcome.errors}).save(run.policy_file(iteration))
-            history.append(HistoryEntry(iteration, eval_mean, keeper.n_eval(iteration), accepted,
-                                        outcome.n_changed, "; ".join(outcome.errors)[:200]))
             if outcome.stop is not None and outcome.table is None and not outcome.usage.calls:
                 stop_reason = outcome.stop
                 log(f"run ends: {outcome.stop}")
                 break
+            history.append(HistoryEntry(iteration, eval_mean, keeper.n_eval(iteration), accepted,
+                                        outcome.n_changed, "; ".join(outcome.errors)[:200]))
             append_jsonl(run.events, {
                 "iteration": iteration,
                 "train_return": train_return,
                 "train_returns": [e.ret for e in train_eps],
+                "train_epsilon": epsilon,
                 "eval_mean": eval_mean,
                 "eval_returns": eval_returns,
                 "eval_episodes": keeper.n_eval(iteration),

@@ -104,6 +104,9 @@ def extract_json_object(text: str, required_key: str) -> dict[str, Any]:
                 saw_object = True
                 if required_key in obj:
                     return obj
+    if f'"{required_key}"' in text:
+        detail = f" ({last_error})" if last_error else ""
+        raise ProposalError([f"invalid or truncated JSON{detail}: reply with one complete JSON object"], text)
     if saw_object:
         raise ProposalError([f"no JSON object with a {required_key!r} field found"], text)
     detail = f" ({last_error})" if last_error else ""

@@ -48,9 +48,9 @@ BACKENDS: dict[str, BackendInfo] = {
         "offline", "", False, "deterministic non-LLM optimiser; the baseline every LLM must beat"
     ),
     "replay": BackendInfo("replay", "", False, "replays the response_text lines of a transcripts.jsonl file"),
-    "gemini": BackendInfo("gemini", "gemini-2.5-flash", True, "Google Gemini through google-genai"),
-    "openai": BackendInfo("openai", "gpt-4.1-mini", True, "OpenAI or any OpenAI-compatible server (--base-url)"),
-    "anthropic": BackendInfo("anthropic", "claude-sonnet-4-5", True, "Anthropic Claude through anthropic"),
+    "gemini": BackendInfo("gemini", "gemini-3.8-flash", True, "Google Gemini through google-genai"),
+    "openai": BackendInfo("openai", "gpt-6.2-sol", True, "OpenAI or any OpenAI-compatible server (--base-url)"),
+    "anthropic": BackendInfo("anthropic", "claude-sonnet-5-5", True, "Anthropic Claude through anthropic"),
     "ollama": BackendInfo("ollama", "llama3.1:8b", True, "local Ollama server (OpenAI-compatible API)"),
     "q-learning": BackendInfo(
         "q-learning", "", False, "classic tabular Q-learning on the same discretization (baseline, not an LLM)"

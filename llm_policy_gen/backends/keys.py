@@ -30,9 +30,14 @@ BASE_URL_VARIABLES: dict[str, str] = {
 
 
 def load_env(path: str | os.PathLike[str] | None = None) -> bool:
-    """Load ``.env`` (from ``path`` or the current folder upwards) without overriding set variables."""
+    """Load ``.env`` (from ``path`` or the current folder upwards) without overriding set variables.
+
+    ``LLM_POLICY_GEN_NO_DOTENV=1`` disables it (the test suite sets it so that a developer's keys are never used).
+    """
     from dotenv import find_dotenv, load_dotenv
 
+    if os.environ.get("LLM_POLICY_GEN_NO_DOTENV") == "1":
+        return False
     target = str(path) if path is not None else find_dotenv(usecwd=True)
     if not target or not Path(target).is_file():
         return False

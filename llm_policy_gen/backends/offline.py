@@ -58,7 +58,7 @@ class OfflineBackend:
     def __init__(
         self,
         seed: int = 0,
-        sigma0: float = 0.3,
+        sigma0: float = 0.5,
         sigma_min: float = 0.12,
         sigma_restart: float = 0.6,
         restart_after: int = 6,

@@ -18,6 +18,7 @@ Providers:
 The SDK's own retries are off (``max_retries=0``): :func:`~llm_policy_gen.backends.base.call_with_retries`
 with ``options.retry`` is the only retry policy, and ``options.retry.timeout_s`` is the SDK's request timeout.
 """
+
 from __future__ import annotations
 
 import copy
@@ -28,7 +29,7 @@ import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 import openai
@@ -49,8 +50,6 @@ __all__ = [
     "classify_openai_error",
     "retry_after_seconds",
 ]
-
-Provider = Literal["openai", "ollama"]
 
 #: OpenAI's own endpoint (the SDK's default).
 OPENAI_BASE_URL = "https://api.openai.com/v1"
@@ -239,7 +238,7 @@ class OpenAIBackend:
         start = time.perf_counter()
         response, attempts = call_with_retries(
             lambda: self._client.chat.completions.create(**request),
-            classify_openai_error,
+            self.classify,
             self.options.retry,
             describe=f"{self.name}:{self.model} at {_without_userinfo(self.base_url)}",
             key_variable=self._key_variable,

@@ -94,6 +94,8 @@ class EnvSpec:
     bounds_estimated: bool = False
     """True when some bounds were estimated from sampled episodes."""
     notes: tuple[str, ...] = ()
+    train_defaults: dict[str, Any] = field(default_factory=dict)
+    """Training settings suited to this task (e.g. more exploration episodes); the user's settings win."""
 
     # ------------------------------------------------------------------ builders
     def observation_discretizer(self) -> ObservationDiscretizer:
@@ -187,6 +189,7 @@ class EnvSpec:
             "bounds_estimated": self.bounds_estimated,
             "hints": self.hints,
             "notes": list(self.notes),
+            "train_defaults": dict(self.train_defaults),
         }
 
     @classmethod

@@ -7,7 +7,8 @@ JSON body). The same server stands in for Ollama, vLLM and other OpenAI-compatib
 wire format.
 
 Wire format, as the ``openai`` SDK parses it (``openai/types/chat/chat_completion.py``,
-``openai/types/completion_usage.py``, ``_make_status_error`` in ``openai/_client.py``, ``openai/_exceptions.py``):
+``openai/types/completion_usage.py``, ``_make_status_error`` in ``openai/_client.py`` and
+``openai/_exceptions.py``):
 
 * success: ``{"id", "object": "chat.completion", "created", "model", "choices": [{"index", "message": {"role":
   "assistant", "content", "refusal", "annotations"}, "logprobs", "finish_reason"}], "usage": {"prompt_tokens",
@@ -19,10 +20,11 @@ Wire format, as the ``openai`` SDK parses it (``openai/types/chat/chat_completio
 A wrong bearer token gets OpenAI's 401 ``invalid_api_key``. Unlike OpenAI, which masks the middle of the key,
 the fake echoes the whole token in the message, so a test can prove that the client redacts it.
 
-Use :class:`FakeOpenAIServer` as a context manager, or the fixtures: ``fake_openai`` points ``OPENAI_BASE_URL``
-at the server and sets a fake ``OPENAI_API_KEY`` (:data:`FAKE_KEY`); ``fake_ollama`` points ``OLLAMA_BASE_URL``
-at it with no key set anywhere (the server then checks no key, as Ollama does not).
+Use :class:`FakeOpenAIServer` as a context manager, or the fixtures: ``fake_openai`` points
+``OPENAI_BASE_URL`` at the server and sets a fake ``OPENAI_API_KEY`` (:data:`FAKE_KEY`); ``fake_ollama``
+points ``OLLAMA_BASE_URL`` at it with no key set anywhere (the server then checks no key, as Ollama does not).
 """
+
 from __future__ import annotations
 
 import itertools

@@ -1,0 +1,42 @@
+"""Test-wide safety: no real keys, no .env, no network beyond loopback, caches in a temporary folder."""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+from collections.abc import Iterator
+
+import pytest
+
+KEY_VARS = ("GEMINI_API_KEY", "GOOGLE_API_KEY", "OPENAI_API_KEY", "ANTHROPIC_API_KEY")
+URL_VARS = ("OPENAI_BASE_URL", "ANTHROPIC_BASE_URL", "GOOGLE_GEMINI_BASE_URL", "OLLAMA_BASE_URL")
+
+
+@pytest.fixture(autouse=True)
+def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    for name in KEY_VARS + URL_VARS + ("LLM_POLICY_GEN_PRICES", "LLM_POLICY_GEN_PROMPTS", "RAY_ADDRESS"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("LLM_POLICY_GEN_NO_DOTENV", "1")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("cache")))
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    yield
+
+
+_real_connect = socket.socket.connect
+
+
+def _guarded_connect(self: socket.socket, address: object) -> object:
+    host = address[0] if isinstance(address, tuple) else None
+    if isinstance(host, str) and self.family in (socket.AF_INET, socket.AF_INET6):
+        try:
+            ip = ipaddress.ip_address(host)
+        except ValueError:
+            ip = None
+        if host != "localhost" and (ip is None or not ip.is_loopback):
+            raise OSError(f"network blocked in tests: {host}")
+    return _real_connect(self, address)  # type: ignore[arg-type]
+
+
+@pytest.fixture(autouse=True)
+def _no_network(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(socket.socket, "connect", _guarded_connect)
