@@ -268,7 +268,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version, or a bad option (already reported in one line)
+        return int(exc.code) if isinstance(exc.code, int) else (0 if exc.code is None else 2)
     try:
         return int(args.func(args))
     except UserError as exc:
