@@ -186,7 +186,7 @@ def _add_envs(sub: Any) -> None:
 def _cmd_envs(args: argparse.Namespace) -> int:
     from .envs import get_spec, shipped_env_ids
 
-    rows = []
+    rows: list[dict[str, Any]] = []
     for env_id in shipped_env_ids():
         try:
             spec = get_spec(env_id)

@@ -185,9 +185,10 @@ class _Progress:
 
             self.bar = tqdm(total=total, desc=desc, unit="it", file=sys.stderr, dynamic_ncols=True, leave=True)
 
-    def update(self, cur: float | None, best: float) -> None:
+    def update(self, cur: float | None, best: float | None) -> None:
         if self.bar is not None:
-            self.bar.set_postfix_str(f"eval {'-' if cur is None else f'{cur:.1f}'} best {best:.1f}")
+            fmt = lambda x: "-" if x is None else f"{x:.1f}"  # noqa: E731
+            self.bar.set_postfix_str(f"eval {fmt(cur)} best {fmt(best)}")
             self.bar.update(1)
 
     def close(self) -> None:

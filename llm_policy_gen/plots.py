@@ -18,7 +18,7 @@ from .runlog import read_jsonl  # noqa: E402
 __all__ = ["smooth", "load_events", "plot_run", "plot_runs"]
 
 
-def smooth(values: Sequence[float], window: int = 5) -> np.ndarray:
+def smooth(values: Sequence[float] | np.ndarray, window: int = 5) -> np.ndarray:
     """Trailing moving average (NaNs ignored); the first points average what exists so far."""
     x = np.asarray(values, dtype=float)
     out = np.full(x.shape, np.nan)

@@ -148,7 +148,7 @@ class OfflineBackend:
             return np.where(cn @ w + bias > 0, prior.positive_action, prior.negative_action).astype(np.int64)
 
         if self._rule is None:
-            self._rule = _RuleState(best_w=w0 / max(1e-12, np.linalg.norm(w0)), sigma=self.sigma0)
+            self._rule = _RuleState(best_w=w0 / max(1e-12, float(np.linalg.norm(w0))), sigma=self.sigma0)
             self._seen_history = len(ctx.history)
             first = table_of(self._rule.best_w)
             if not np.array_equal(first, ctx.current_table):
@@ -159,7 +159,7 @@ class OfflineBackend:
         cand_w, cand = self._rule.best_w, ctx.current_table
         for _ in range(30):
             w = self._rule.best_w + sigma * rng.standard_normal(self._rule.best_w.size)
-            w = w / max(1e-12, np.linalg.norm(w))
+            w = w / max(1e-12, float(np.linalg.norm(w)))
             t = table_of(w)
             cand_w, cand = w, t
             if not np.array_equal(t, ctx.current_table):
