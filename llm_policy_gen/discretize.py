@@ -314,9 +314,9 @@ class BoxActions:
 
     def __init__(
         self,
-        low: Sequence[float],
-        high: Sequence[float],
-        levels: int | Sequence[int] = 3,
+        low: Sequence[float] | np.ndarray,
+        high: Sequence[float] | np.ndarray,
+        levels: int | Sequence[int] | np.ndarray = 3,
         names: Sequence[str] | None = None,
     ) -> None:
         lo = np.asarray(low, dtype=np.float64).reshape(-1)
