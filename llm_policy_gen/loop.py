@@ -25,11 +25,18 @@ from .collect import Collector, Rollouts
 from .config import TrainConfig
 from .envs import get_spec
 from .envs.spec import EnvSpec
-from .errors import BackendAuthError, BackendError, BudgetExceeded, ProposalError, ReplayExhausted, SpecError
+from .errors import (
+    BackendAuthError,
+    BackendError,
+    ProposalError,
+    ReplayExhausted,
+    SpecError,
+    UserError,
+)
 from .keeper import Keeper, seed_ranges
 from .memory import ExperienceMemory
 from .policy import TablePolicy
-from .pricing import cost_usd
+from .pricing import DEFAULT_PRICES, cost_usd, price_of
 from .prompt import HistoryEntry, PromptBuilder, PromptContext
 from .runlog import RunDir, append_jsonl, write_json_atomic
 from .schema import json_schema_for, parse_proposal
@@ -101,6 +108,19 @@ class ProposalOutcome:
     """Why the run must stop ('replay exhausted', 'budget'), or None."""
 
 
+def _check_budget_is_priced(cfg: TrainConfig, backend: Backend) -> None:
+    """``--budget-usd`` needs the model's price: without one every call costs "unknown" and the budget cannot hold."""
+    if cfg.budget_usd is None or not backend.is_llm:
+        return
+    if price_of(backend.name, backend.model, cfg.prices_file) is None:
+        table = cfg.prices_file or os.environ.get("LLM_POLICY_GEN_PRICES") or str(DEFAULT_PRICES)
+        raise UserError(
+            f"--budget-usd needs a price for {backend.name}:{backend.model} and the price table {table} has none; "
+            f"add [{backend.name}] \"{backend.model}\" = {{ input = USD_PER_MTOK, output = USD_PER_MTOK }} there "
+            "or pass --prices FILE"
+        )
+
+
 def _estimate_call_cost(backend: Backend, messages: list[Message], n_states: int, prices: str | None) -> float:
     chars = sum(len(m.content) for m in messages)
     c = cost_usd(backend.name, backend.model, chars // 3, max(200, n_states * 12), prices)
@@ -123,7 +143,9 @@ def propose(
     errors: list[str] = []
     convo = list(messages)
     for attempt in range(cfg.repair_attempts + 1):
-        if cfg.budget_usd is not None and backend.is_llm:
+        would_hit = getattr(backend, "would_hit", None)
+        cached = bool(would_hit(convo, output)) if callable(would_hit) else False
+        if cfg.budget_usd is not None and backend.is_llm and not cached:
             est = _estimate_call_cost(backend, convo, ctx.observation.n_states, cfg.prices_file)
             if spent_usd + usage.cost_usd + est > cfg.budget_usd:
                 return ProposalOutcome(None, errors or ["budget reached"], usage, stop="budget")
@@ -135,6 +157,7 @@ def propose(
             "messages": [m.to_dict() for m in convo],
             "prompt_chars": sum(len(m.content) for m in convo),
         }
+        t_call = time.perf_counter()
         try:
             comp = backend.complete(convo, output, ctx)
         except ReplayExhausted as exc:
@@ -142,7 +165,7 @@ def propose(
         except BackendError as exc:
             msg = redact(str(exc))
             rec.update(response_text="", valid=False, errors=[msg], input_tokens=0, output_tokens=0,
-                       latency_s=0.0, cached=False, cost_usd=0.0)
+                       latency_s=round(time.perf_counter() - t_call, 4), cached=False, cost_usd=0.0)
             transcript(rec)
             errors = [msg]
             return ProposalOutcome(None, errors, usage)
@@ -237,6 +260,7 @@ def train(
         backend = make_backend(cfg.backend, _backend_options(cfg))
     if not backend.is_llm and backend.name == "offline":
         log("backend: offline -- a deterministic optimiser, NOT an LLM (the baseline every LLM must beat)")
+    _check_budget_is_priced(cfg, backend)
     if cfg.mode == "direct":
         from .direct import train_direct
 

@@ -14,10 +14,24 @@ __all__ = ["DEFAULT_PRICES", "load_prices", "price_of", "cost_usd"]
 DEFAULT_PRICES = Path(__file__).with_name("data") / "prices.toml"
 
 
-@lru_cache(maxsize=8)
 def load_prices(path: str | None = None) -> dict[str, dict[str, dict[str, float]]]:
-    """``{provider: {model: {"input": usd_per_mtok, "output": usd_per_mtok}}}``."""
+    """``{provider: {model: {"input": usd_per_mtok, "output": usd_per_mtok}}}``.
+
+    ``path``, else ``LLM_POLICY_GEN_PRICES``, else the shipped table. The variable is read on every call and a file
+    is re-read when it changes, so a price table set or edited during a process is the one used.
+    """
     p = Path(path or os.environ.get("LLM_POLICY_GEN_PRICES") or DEFAULT_PRICES)
+    try:
+        mtime = p.stat().st_mtime_ns
+    except OSError as exc:
+        raise UserError(f"cannot read price file {p}: {exc.strerror}") from None
+    return _read_prices(str(p), mtime)
+
+
+@lru_cache(maxsize=8)
+def _read_prices(path: str, mtime_ns: int) -> dict[str, dict[str, dict[str, float]]]:
+    """The parsed price file (cached per path and modification time)."""
+    p = Path(path)
     try:
         data = tomllib.loads(p.read_text(encoding="utf-8"))
     except OSError as exc:

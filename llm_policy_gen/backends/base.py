@@ -116,6 +116,15 @@ FaultKind = Literal["retry", "auth", "fatal"]
 T = TypeVar("T")
 
 
+def _short(text: str, limit: int = 240) -> str:
+    """First line of ``text``, cut at a word boundary to at most ``limit`` characters."""
+    line = " ".join(text.split())
+    if len(line) <= limit:
+        return line
+    cut = line[:limit].rsplit(" ", 1)[0]
+    return cut + " ..."
+
+
 def call_with_retries(
     fn: Callable[[], T],
     classify: Callable[[BaseException], tuple[FaultKind, float | None]],
@@ -138,12 +147,13 @@ def call_with_retries(
             return fn(), attempt + 1
         except Exception as exc:  # classified below; unknown kinds are fatal for this call only
             kind, retry_after = classify(exc)
-            reason = redact(f"{type(exc).__name__}: {exc}")[:300]
+            reason = _short(redact(f"{type(exc).__name__}: {exc}"))
             if kind == "auth":
                 hint = f"; set {key_variable} to a valid key" if key_variable else ""
-                raise BackendAuthError(f"{describe} refused the credentials ({reason.splitlines()[0]}){hint}") from None
+                raise BackendAuthError(f"{describe} refused the credentials ({reason}){hint}") from None
             if kind == "fatal" or attempt >= policy.max_retries:
-                tail = "" if kind == "fatal" else f" after {attempt + 1} attempts"
+                n = attempt + 1
+                tail = "" if kind == "fatal" else f" after {n} attempt{'s' if n > 1 else ''}"
                 raise BackendError(f"{describe} failed{tail}: {reason}") from None
             sleep(policy.delay(attempt, retry_after))
             attempt += 1

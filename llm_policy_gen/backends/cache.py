@@ -53,12 +53,19 @@ class CachingBackend:
     def describe(self) -> dict[str, Any]:
         return {**self.inner.describe(), "cache_dir": str(self.dir)}
 
+    def _path(self, messages: Sequence[Message], output: OutputFormat) -> tuple[str, Path]:
+        base_url = str(self.inner.describe().get("base_url", "") or "")
+        key = cache_key(self.name, self.model, base_url, messages, output, self.sampling)
+        return key, self.dir / key[:2] / f"{key}.json"
+
+    def would_hit(self, messages: Sequence[Message], output: OutputFormat) -> bool:
+        """True when this call would be answered from the cache (so it costs nothing)."""
+        return self._path(messages, output)[1].is_file()
+
     def complete(
         self, messages: Sequence[Message], output: OutputFormat, context: PromptContext | None = None
     ) -> Completion:
-        base_url = str(self.inner.describe().get("base_url", "") or "")
-        key = cache_key(self.name, self.model, base_url, messages, output, self.sampling)
-        path = self.dir / key[:2] / f"{key}.json"
+        key, path = self._path(messages, output)
         t0 = time.perf_counter()
         try:
             entry = json.loads(path.read_text(encoding="utf-8"))

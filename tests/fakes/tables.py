@@ -1,0 +1,67 @@
+"""CartPole-v1 answers for the loopback fake providers: valid full tables and a deliberately invalid one.
+
+A :class:`TableResponder` plugs into any fake server's ``responder`` hook (``request_json -> text``). Each call gets
+the next of a few linear tables over the 324 CartPole states (push toward the side the pole falls to, with
+different weights), written in the proposal format ``{"rationale": ..., "rows": [{"state", "action"}, ...]}`` by the
+package's own :func:`~llm_policy_gen.schema.render_table_answer`, so a run proposes a different valid candidate
+every iteration.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+
+from llm_policy_gen.envs import get_spec
+from llm_policy_gen.schema import render_table_answer
+
+__all__ = ["CARTPOLE", "CARTPOLE_STATES", "WEIGHTS", "TableResponder", "cartpole_table", "out_of_range_answer"]
+
+CARTPOLE = "CartPole-v1"
+CARTPOLE_STATES = 324
+
+#: Weights on (cart position, cart velocity, pole angle, pole angular velocity) of the tables answered in turn.
+WEIGHTS: tuple[tuple[float, float, float, float], ...] = (
+    (0.0, 0.0, 1.0, 0.02),
+    (0.0, 0.0, 1.0, 0.2),
+    (0.1, 0.2, 1.0, 0.3),
+)
+
+
+@lru_cache(maxsize=1)
+def _centers() -> np.ndarray:
+    centers = get_spec(CARTPOLE).observation_discretizer().centers()  # type: ignore[attr-defined]
+    assert centers.shape[0] == CARTPOLE_STATES
+    return np.asarray(centers)
+
+
+def cartpole_table(weights: Sequence[float]) -> np.ndarray:
+    """Action 1 (push right) where ``weights . bin_centre > 0``, else 0, for every CartPole state."""
+    return (_centers() @ np.asarray(weights, dtype=float) > 0).astype(np.int64)
+
+
+def out_of_range_answer(state: int = CARTPOLE_STATES) -> str:
+    """A well-formed answer whose only row names a state outside ``0..323`` (refused by validation)."""
+    return json.dumps({"rationale": "one row", "rows": [{"state": state, "action": 1}]})
+
+
+class TableResponder:
+    """``responder(request_json) -> text`` for the fakes: the tables of ``weights`` in turn, one per call."""
+
+    def __init__(self, weights: Sequence[Sequence[float]] = WEIGHTS) -> None:
+        self.weights = [tuple(w) for w in weights]
+        self.calls = 0
+
+    def answer(self, k: int) -> str:
+        """The ``k``-th answer (0-based, cycling through the weights)."""
+        w = self.weights[k % len(self.weights)]
+        return render_table_answer(cartpole_table(w), f"push toward the fall, weights {w}")
+
+    def __call__(self, body: dict[str, Any]) -> str:
+        text = self.answer(self.calls)
+        self.calls += 1
+        return text
