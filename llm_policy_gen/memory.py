@@ -10,13 +10,80 @@ visits. Transition counts ``(state, action) -> next state`` (with a terminal col
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from .collect import Episode
 
-__all__ = ["StateEvidence", "ExperienceMemory"]
+__all__ = [
+    "StateEvidence",
+    "ExperienceMemory",
+    "SparseTransitions",
+    "DENSE_TRANSITIONS_MAX",
+    "transition_totals",
+    "expected_next",
+]
+
+DENSE_TRANSITIONS_MAX = 1_000_000
+"""Above this many ``(state, action, next state)`` cells, :meth:`ExperienceMemory.evidence` keeps the transition
+counts sparse (BipedalWalker's 10,000 x 81 x 10,001 would need 65 GB dense; value iteration over the few observed
+transitions is also far faster than over a mostly empty dense array)."""
+
+
+@dataclass
+class SparseTransitions:
+    """Transition counts of a big table as a list of the observed ``(state, action, next state)`` triples.
+
+    ``pairs`` holds ``state * n_actions + action``; ``next_states`` the next state (``n_states`` = terminated);
+    ``counts`` how often each triple was seen. Indexing ``[s, a, n]`` reads one count like the dense array; use
+    :func:`transition_totals` and :func:`expected_next` for whole-table computations on either form.
+    """
+
+    n_states: int
+    n_actions: int
+    pairs: np.ndarray
+    next_states: np.ndarray
+    counts: np.ndarray
+    totals: np.ndarray = field(init=False, repr=False)
+    """(n_states, n_actions) observed transitions of each pair."""
+
+    def __post_init__(self) -> None:
+        flat = np.bincount(self.pairs, weights=self.counts, minlength=self.n_states * self.n_actions)
+        self.totals = flat.astype(np.int64).reshape(self.n_states, self.n_actions)
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        return (self.n_states, self.n_actions, self.n_states + 1)
+
+    def __getitem__(self, index: tuple[int, int, int]) -> int:
+        s, a, n = (int(i) for i in index)
+        hit = (self.pairs == s * self.n_actions + a) & (self.next_states == n)
+        return int(self.counts[hit].sum())
+
+
+def transition_totals(transitions: np.ndarray | SparseTransitions) -> np.ndarray:
+    """(n_states, n_actions) number of observed transitions of each pair, dense or sparse counts alike."""
+    if isinstance(transitions, SparseTransitions):
+        return transitions.totals
+    return np.asarray(transitions).sum(axis=2)
+
+
+def expected_next(transitions: np.ndarray | SparseTransitions, values: np.ndarray) -> np.ndarray:
+    """(n_states, n_actions) mean of ``values[next state]`` over the observed transitions (0 where none).
+
+    ``values`` has ``n_states + 1`` entries, the last one for 'terminated'. This is ``P @ values`` of the empirical
+    model without building ``P``.
+    """
+    totals = transition_totals(transitions)
+    if isinstance(transitions, SparseTransitions):
+        flat = np.bincount(transitions.pairs, weights=transitions.counts * values[transitions.next_states],
+                           minlength=totals.size)
+        weighted = flat.reshape(totals.shape)
+    else:
+        weighted = np.asarray(transitions) @ values
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(totals > 0, weighted / np.maximum(totals, 1), 0.0)
 
 
 @dataclass
@@ -29,8 +96,9 @@ class StateEvidence:
     """(n_states, n_actions) times each action was taken (and its return-to-go known)."""
     q_mean: np.ndarray
     """(n_states, n_actions) mean discounted return-to-go; NaN where ``counts`` is 0."""
-    transitions: np.ndarray
-    """(n_states, n_actions, n_states + 1) next-state counts; the last column is 'episode terminated'."""
+    transitions: np.ndarray | SparseTransitions
+    """(n_states, n_actions, n_states + 1) next-state counts; the last column is 'episode terminated'. A
+    :class:`SparseTransitions` instead when the dense array would pass :data:`DENSE_TRANSITIONS_MAX` cells."""
     reward_sum: np.ndarray
     """(n_states, n_actions) sum of immediate rewards over every step (divide by ``transitions.sum(-1)``)."""
     gamma: float
@@ -79,7 +147,9 @@ class ExperienceMemory:
         visits = np.zeros(ns, dtype=np.int64)
         counts = np.zeros((ns, na), dtype=np.int64)
         qsum = np.zeros((ns, na))
-        trans = np.zeros((ns, na, ns + 1), dtype=np.int64)
+        dense = ns * na * (ns + 1) <= DENSE_TRANSITIONS_MAX
+        trans = np.zeros((ns, na, ns + 1) if dense else (0, 0, 0), dtype=np.int64)
+        keys: list[np.ndarray] = []
         rsum = np.zeros((ns, na))
         if horizon is None:
             horizon = int(round(3.0 / max(1e-6, 1.0 - self.gamma)))
@@ -99,8 +169,15 @@ class ExperienceMemory:
                 np.add.at(qsum, (ep.states[:keep], ep.actions[:keep]), g[:keep])
             nxt = np.append(ep.states[1:], ns if ep.terminated else -1)
             m = nxt >= 0
-            np.add.at(trans, (ep.states[m], ep.actions[m], nxt[m]), 1)
+            if dense:
+                np.add.at(trans, (ep.states[m], ep.actions[m], nxt[m]), 1)
+            else:
+                keys.append((ep.states[m] * na + ep.actions[m]) * (ns + 1) + nxt[m])
             np.add.at(rsum, (ep.states[m], ep.actions[m]), ep.rewards[m])
         with np.errstate(invalid="ignore", divide="ignore"):
             q = np.where(counts > 0, qsum / np.maximum(counts, 1), np.nan)
-        return StateEvidence(visits, counts, q, trans, rsum, self.gamma)
+        if dense:
+            return StateEvidence(visits, counts, q, trans, rsum, self.gamma)
+        uniq, n = np.unique(np.concatenate(keys) if keys else np.zeros(0, np.int64), return_counts=True)
+        sparse = SparseTransitions(ns, na, uniq // (ns + 1), uniq % (ns + 1), n.astype(np.int64))
+        return StateEvidence(visits, counts, q, sparse, rsum, self.gamma)

@@ -32,6 +32,7 @@ import numpy as np
 
 from ..discretize import BoxDiscretizer
 from ..errors import BackendError
+from ..memory import expected_next, transition_totals
 from ..prompt import PromptContext
 from ..schema import render_table_answer
 from .base import Completion, Message, OutputFormat
@@ -175,11 +176,10 @@ class OfflineBackend:
 
     def _model_move(self, ctx: PromptContext) -> tuple[np.ndarray, str]:
         ev = ctx.evidence
-        ns, na = ev.transitions.shape[0], ev.transitions.shape[1]
-        n = ev.transitions.sum(axis=2)
+        ns, na = ev.counts.shape
+        n = transition_totals(ev.transitions)
         visited = n > 0
         with np.errstate(invalid="ignore", divide="ignore"):
-            p = np.where(visited[:, :, None], ev.transitions / np.maximum(n, 1)[:, :, None], 0.0)
             r = np.where(visited, ev.reward_sum / np.maximum(n, 1), 0.0)
         r_max = float(max(1.0, np.max(r[visited]) if visited.any() else 1.0))
         # Explore (unvisited pairs worth r_max forever) until some episode in memory scored above the best table;
@@ -194,7 +194,7 @@ class OfflineBackend:
         v = np.zeros(ns + 1)
         q = np.zeros((ns, na))
         for _ in range(1000):
-            q = np.where(visited, r + self.gamma * (p @ v), untried)
+            q = np.where(visited, r + self.gamma * expected_next(ev.transitions, v), untried)
             new_v = np.append(q.max(axis=1), 0.0)
             if np.max(np.abs(new_v - v)) < 1e-6:
                 v = new_v
