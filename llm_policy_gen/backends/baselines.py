@@ -16,8 +16,10 @@ Hyperparameters (documented defaults):
 * ``alpha = 0.2`` -- step size;
 * ``gamma = 0.99`` -- discount;
 * optimistic initialisation: every ``Q(s, a)`` starts at ``q_init``; ``None`` (the default) means
-  ``max(1, largest step reward seen in the first batch) / (1 - gamma)``, the value of collecting the best reward
-  forever, so that untried actions look better than tried ones and the greedy table explores them.
+  ``max(0, largest step reward seen in the first batch) / (1 - gamma)``, the value of collecting the best reward
+  seen forever, so that untried actions look at least as good as tried ones and the greedy table explores them
+  (CartPole: 1 / 0.01 = 100). With sparse rewards (FrozenLake: 0 until the goal) this is 0: a larger start would
+  make the goal's reward of 1 look worse than wandering, and it would take hundreds of sweeps to unlearn.
 
 The proposal is the greedy table of ``Q``; among tied actions the current table's action is kept, then the lowest
 index.
@@ -90,7 +92,7 @@ class QLearningBackend:
             "seed": self.seed,
             "alpha": self.alpha,
             "gamma": self.gamma,
-            "q_init": "max(1, largest step reward in the first batch) / (1 - gamma)"
+            "q_init": "max(0, largest step reward in the first batch) / (1 - gamma)"
             if self.q_init is None
             else self.q_init,
         }
@@ -105,8 +107,8 @@ class QLearningBackend:
     def _init_q(self, n_states: int, n_actions: int, episodes: Sequence[Episode]) -> np.ndarray:
         q0 = self.q_init
         if q0 is None:
-            r_max = max((float(e.rewards.max()) for e in episodes if e.length), default=1.0)
-            q0 = max(1.0, r_max) / (1.0 - self.gamma)
+            r_max = max((float(e.rewards.max()) for e in episodes if e.length), default=0.0)
+            q0 = max(0.0, r_max) / (1.0 - self.gamma)
         self.q_init = float(q0)
         return np.full((n_states, n_actions), float(q0))
 

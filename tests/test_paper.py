@@ -1,0 +1,111 @@
+"""The paper's generated tables and figures come from a comparison directory; LLM rows need real calls."""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from llm_policy_gen import paper
+from llm_policy_gen.compare import CSV_COLUMNS, run_compare
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def comparison(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("cmp")
+    run_compare("FrozenLake-v1", ["offline", "random"], [0, 1], out,
+                {"iterations": 2, "heldout_episodes": 10, "train_episodes": 2}, progress=False)
+    return out
+
+
+def paper_dir(tmp_path: Path) -> Path:
+    out = tmp_path / "paper"
+    out.mkdir()
+    shutil.copyfile(ROOT / "paper" / "main.tex", out / "main.tex")
+    return out
+
+
+def test_generated_files_hold_the_comparison_numbers(comparison: Path, tmp_path: Path) -> None:
+    out = paper_dir(tmp_path)
+    written = {p.name for p in paper.generate(comparison, out)}
+    assert {"numbers.tex", "results_table.tex", "ranking.tex", "llm_status.tex", "failed.tex", "curves.png",
+            "policy.png", "policy_caption.tex"} <= written
+    gen = out / "generated"
+    numbers = (gen / "numbers.tex").read_text()
+    assert r"\newcommand{\EnvId}{FrozenLake-v1}" in numbers and r"\newcommand{\NSeeds}{2}" in numbers
+    assert r"\newcommand{\Iterations}{2}" in numbers and r"\newcommand{\HeldoutEpisodes}{10}" in numbers
+    assert r"\newcommand{\NStates}{16}" in numbers and r"\newcommand{\NActions}{4}" in numbers
+    table = (gen / "results_table.tex").read_text()
+    with open(comparison / "results.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    offline = [float(r["best_eval_mean"]) for r in rows if r["backend"] == "offline"]
+    assert f"offline & no & 2/2 & {sum(offline) / 2:,.1f} [" in table
+    assert "random & no & 2/2" in table
+    assert "No language-model backend is reported" in (gen / "llm_status.tex").read_text()
+    assert "Ordered by mean final held-out score" in (gen / "ranking.tex").read_text()
+    assert (gen / "policy.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_llm_rows_need_real_non_cached_calls(comparison: Path, tmp_path: Path) -> None:
+    cmp = tmp_path / "cmp"
+    shutil.copytree(comparison, cmp)
+    src = cmp / "runs" / "FrozenLake-v1" / "offline_s0"
+    with open(cmp / "results.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    for name, cached, tokens in (("openai-cached", True, 120), ("openai-real", False, 120)):
+        d = src.parent / f"{name}_s0"
+        shutil.copytree(src, d)
+        (d / "transcripts.jsonl").write_text(json.dumps(
+            {"iteration": 1, "response_text": "{}", "cached": cached, "input_tokens": tokens,
+             "output_tokens": 10}) + "\n")
+        rows.append({**rows[0], "backend": f"openai:{name}", "is_llm": "true", "run_dir": str(d.relative_to(cmp))})
+    with open(cmp / "results.csv", "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(CSV_COLUMNS))
+        w.writeheader()
+        w.writerows(rows)
+    meta = json.loads((cmp / "compare.json").read_text())
+    meta["backends"] += ["openai:openai-cached", "openai:openai-real"]
+    (cmp / "compare.json").write_text(json.dumps(meta))
+
+    assert not paper.has_real_calls(src) and not paper.has_real_calls(src.parent / "openai-cached_s0")
+    assert paper.has_real_calls(src.parent / "openai-real_s0")
+    out = paper_dir(tmp_path)
+    paper.generate(cmp, out)
+    table = (out / "generated" / "results_table.tex").read_text()
+    assert "openai:openai-real & yes" in table and "openai-cached" not in table
+    status = (out / "generated" / "llm_status.tex").read_text()
+    assert "openai:openai-real" in status and "Left out" in status and "openai:openai-cached seed 0" in status
+
+
+def test_without_pdflatex_it_stops_after_the_generated_files(comparison: Path, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(paper.shutil, "which", lambda _name: None)
+    out = paper_dir(tmp_path)
+    assert paper.main(["--compare-dir", str(comparison), "--out", str(out)]) == 0
+    assert "pdflatex is not installed: stopped after the generated tables and figures" in capsys.readouterr().err
+    assert (out / "generated" / "results_table.tex").is_file() and not (out / "main.pdf").exists()
+
+
+def test_missing_comparison_is_a_user_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert paper.main(["--compare-dir", str(tmp_path / "none"), "--out", str(tmp_path)]) == 2
+    assert "not a comparison directory" in capsys.readouterr().err
+
+
+def test_latex_escape() -> None:
+    assert paper.latex_escape("a_b & 50% $x #1 {y} ~ ^ \\") == (
+        r"a\_b \& 50\% \$x \#1 \{y\} \textasciitilde{} \^{} \textbackslash{}")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("pdflatex") is None, reason="pdflatex is not installed")
+def test_pdf_builds(comparison: Path, tmp_path: Path) -> None:
+    out = paper_dir(tmp_path)
+    assert paper.main(["--compare-dir", str(comparison), "--out", str(out)]) == 0
+    pdf = out / "main.pdf"
+    assert pdf.is_file() and pdf.read_bytes()[:5] == b"%PDF-"
