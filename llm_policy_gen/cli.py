@@ -124,26 +124,11 @@ def _add_evaluate(sub: Any) -> None:
 
 
 def _load_policy_and_spec(target: str, env_kwargs: dict[str, Any] | None = None) -> tuple[Any, Any]:
-    from .envs.spec import EnvSpec
-    from .policy import TablePolicy
-    from .errors import PolicyFileError
+    from .envs import get_spec
+    from .policy import load_run_policy
 
-    path = Path(target)
-    if path.is_dir():
-        path = path / "best_policy.json"
-        if not path.is_file():
-            raise PolicyFileError(f"{target} holds no best_policy.json; give a run directory or a policy file")
-    policy = TablePolicy.load(path)
-    spec = None
-    cfg_path = path.parent / "config.json"
-    if cfg_path.is_file():
-        try:
-            spec = EnvSpec.from_dict(json.loads(cfg_path.read_text())["env_spec"])
-        except (KeyError, ValueError, TypeError, UserError):
-            spec = None
+    policy, spec = load_run_policy(target)
     if spec is None:
-        from .envs import get_spec
-
         spec = get_spec(policy.env_id)
     if env_kwargs:
         spec = spec.with_overrides(kwargs={**spec.kwargs, **env_kwargs})

@@ -49,7 +49,7 @@ from .envs.make import make_env
 from .envs.spec import EnvSpec
 from .errors import BackendError, ReplayExhausted, UserError
 from .keeper import seed_ranges
-from .loop import RunResult, Usage, _Progress
+from .loop import Progress, RunResult, Usage, finish_run
 from .policy import TablePolicy
 from .pricing import cost_usd
 from .prompt import PromptBuilder
@@ -271,7 +271,7 @@ def train_direct(cfg: TrainConfig, spec: EnvSpec, backend: Backend, log: Callabl
     heldout_steps = 0
     stop_reason = "iterations done"
     iterations_done = 0
-    progress = _Progress(cfg.iterations, cfg.progress, f"{spec.env_id} [{backend.name}, direct]")
+    progress = Progress(cfg.iterations, cfg.progress, f"{spec.env_id} [{backend.name}, direct]")
     try:
         for iteration in range(1, cfg.iterations + 1):
             t_iter = time.perf_counter()
@@ -375,12 +375,5 @@ def train_direct(cfg: TrainConfig, spec: EnvSpec, backend: Backend, log: Callabl
             "stop_reason": stop_reason,
             "wall_s": round(time.perf_counter() - t_start, 3),
         }
-        write_json_atomic(run.summary, summary)
-        if cfg.plots and run.events.exists():
-            from .plots import plot_run
-
-            try:
-                plot_run(run.path)
-            except Exception as exc:  # a plot must never lose a finished run
-                log(f"warning: plots not written: {exc}")
+        finish_run(run, summary, cfg.plots, log)
     return RunResult(run.path, summary)

@@ -18,7 +18,6 @@ Curves reuse :func:`llm_policy_gen.plots.plot_runs`. ``--kind both`` writes ``FI
 from __future__ import annotations
 
 import argparse
-import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -28,9 +27,20 @@ import numpy as np
 
 from .discretize import BoxDiscretizer, DiscreteDiscretizer
 from .envs.spec import EnvSpec
-from .errors import PolicyFileError, SpecError, UserError
-from .plots import plot_runs, plt
-from .policy import TablePolicy
+from .errors import SpecError, UserError
+from .policy import TablePolicy, load_run_policy
+
+
+class _LazyPyplot:
+    """``matplotlib.pyplot``, imported on first use so that the CLI starts fast."""
+
+    def __getattr__(self, name: str) -> Any:
+        from .plots import plt as pyplot
+
+        return getattr(pyplot, name)
+
+
+plt: Any = _LazyPyplot()
 
 __all__ = ["plot_policy", "load_run_policy", "save_figure", "add_parser", "IMAGE_SUFFIXES", "MAX_PANELS"]
 
@@ -54,31 +64,6 @@ def save_figure(fig: Any, out: Path) -> Path:
     plt.close(fig)
     tmp.replace(out)
     return out
-
-
-def load_run_policy(target: str | Path) -> tuple[TablePolicy, EnvSpec | None]:
-    """The best table of a run directory (or a policy file) and, when known, the run's env spec."""
-    path = Path(target)
-    if path.is_dir():
-        path = path / "best_policy.json"
-        if not path.is_file():
-            raise PolicyFileError(f"{target} holds no best_policy.json; give a run directory or a policy file")
-    policy = TablePolicy.load(path)
-    spec: EnvSpec | None = None
-    cfg = path.parent / "config.json"
-    if cfg.is_file():
-        try:
-            spec = EnvSpec.from_dict(json.loads(cfg.read_text(encoding="utf-8"))["env_spec"])
-        except (KeyError, ValueError, TypeError):
-            spec = None
-    if spec is None:
-        try:
-            from .envs import get_spec
-
-            spec = get_spec(policy.env_id)
-        except UserError:
-            spec = None
-    return policy, spec
 
 
 def _action_colours(n: int) -> tuple[Any, bool]:
@@ -249,6 +234,8 @@ def add_parser(subparsers: Any) -> None:
 
 
 def _cmd_plot(args: argparse.Namespace) -> int:
+    from .plots import plot_runs
+
     out = _check_out(Path(args.out))
     if args.window < 1:
         raise UserError(f"bad --window {args.window}: accepted an integer >= 1")

@@ -41,7 +41,17 @@ from .prompt import HistoryEntry, PromptBuilder, PromptContext
 from .runlog import RunDir, append_jsonl, write_json_atomic
 from .schema import json_schema_for, parse_proposal
 
-__all__ = ["RunResult", "resolve_spec", "resolve_output_format", "train", "ProposalOutcome", "propose"]
+__all__ = [
+    "RunResult",
+    "Usage",
+    "Progress",
+    "ProposalOutcome",
+    "resolve_spec",
+    "resolve_output_format",
+    "propose",
+    "finish_run",
+    "train",
+]
 
 AUTO_EDITS_ABOVE = 1000
 
@@ -200,7 +210,9 @@ def propose(
     return ProposalOutcome(None, errors, usage)
 
 
-class _Progress:
+class Progress:
+    """A tqdm bar on stderr with the current and best test mean (a no-op when disabled)."""
+
     def __init__(self, total: int, enabled: bool, desc: str) -> None:
         self.bar: Any = None
         if enabled:
@@ -236,6 +248,18 @@ def _backend_options(cfg: TrainConfig) -> BackendOptions:
         cache_dir=cache_dir,
         seed=cfg.seed,
     )
+
+
+def finish_run(run: RunDir, summary: dict[str, Any], plots: bool, log: Callable[[str], None]) -> None:
+    """Write ``summary.json`` and, when asked, the two plots (a plot failure never loses a finished run)."""
+    write_json_atomic(run.summary, summary)
+    if plots and run.events.exists():
+        from .plots import plot_run
+
+        try:
+            plot_run(run.path)
+        except Exception as exc:  # matplotlib errors are many and varied; the run's data is already safe
+            log(f"warning: plots not written: {exc}")
 
 
 def train(
@@ -323,7 +347,7 @@ def train(
     stop_reason = "iterations done"
     since_best = 0
     iteration = 0
-    progress = _Progress(cfg.iterations, cfg.progress, f"{spec.env_id} [{backend.name}]")
+    progress = Progress(cfg.iterations, cfg.progress, f"{spec.env_id} [{backend.name}]")
     try:
         for iteration in range(1, cfg.iterations + 1):
             t_iter = time.perf_counter()
@@ -457,12 +481,5 @@ def train(
             "stop_reason": stop_reason,
             "wall_s": round(time.perf_counter() - t_start, 3),
         }
-        write_json_atomic(run.summary, summary)
-        if cfg.plots and run.events.exists():
-            from .plots import plot_run
-
-            try:
-                plot_run(run.path)
-            except Exception as exc:  # a plot must never lose a finished run
-                log(f"warning: plots not written: {exc}")
+        finish_run(run, summary, cfg.plots, log)
     return RunResult(run.path, summary)

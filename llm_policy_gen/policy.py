@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -21,10 +21,13 @@ from .discretize import (
     action_discretizer_from_spec,
     observation_discretizer_from_spec,
 )
-from .errors import PolicyFileError, SpecError
+from .errors import PolicyFileError, SpecError, UserError
 from .runlog import write_json_atomic
 
-__all__ = ["TablePolicy", "FORMAT_VERSION"]
+if TYPE_CHECKING:
+    from .envs.spec import EnvSpec
+
+__all__ = ["TablePolicy", "FORMAT_VERSION", "load_run_policy"]
 
 FORMAT_VERSION = 1
 
@@ -140,3 +143,30 @@ def _norm(spec: dict[str, Any]) -> str:
         return x
 
     return json.dumps(strip(spec), sort_keys=True)
+
+
+def load_run_policy(target: str | Path) -> tuple[TablePolicy, EnvSpec | None]:
+    """The best table of a run directory (or a policy file) and, when known, the run's env spec."""
+    path = Path(target)
+    if path.is_dir():
+        path = path / "best_policy.json"
+        if not path.is_file():
+            raise PolicyFileError(f"{target} holds no best_policy.json; give a run directory or a policy file")
+    policy = TablePolicy.load(path)
+    from .envs.spec import EnvSpec
+
+    spec: EnvSpec | None = None
+    cfg = path.parent / "config.json"
+    if cfg.is_file():
+        try:
+            spec = EnvSpec.from_dict(json.loads(cfg.read_text(encoding="utf-8"))["env_spec"])
+        except (KeyError, ValueError, TypeError):
+            spec = None
+    if spec is None:
+        try:
+            from .envs import get_spec  # imported here: envs is heavier than a policy file
+
+            spec = get_spec(policy.env_id)
+        except UserError:
+            spec = None
+    return policy, spec
