@@ -56,14 +56,10 @@ def _check_out(out: Path) -> Path:
 
 
 def save_figure(fig: Any, out: Path) -> Path:
-    """Save ``fig`` to ``out`` atomically (temporary file, then rename) and close it."""
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.stem}.tmp{out.suffix}")
-    fig.savefig(tmp)
-    plt.close(fig)
-    tmp.replace(out)
-    return out
+    """Save ``fig`` to ``out`` atomically and close it (see :func:`llm_policy_gen.plots.save_figure`)."""
+    from .plots import save_figure as save
+
+    return save(fig, out)
 
 
 def _action_colours(n: int) -> tuple[Any, bool]:

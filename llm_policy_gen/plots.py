@@ -15,7 +15,7 @@ import numpy as np  # noqa: E402
 from .errors import UserError  # noqa: E402
 from .runlog import read_jsonl  # noqa: E402
 
-__all__ = ["smooth", "load_events", "plot_run", "plot_runs"]
+__all__ = ["smooth", "load_events", "plot_run", "plot_runs", "save_figure"]
 
 
 def smooth(values: Sequence[float] | np.ndarray, window: int = 5) -> np.ndarray:
@@ -69,11 +69,18 @@ def plot_runs(run_dirs: Sequence[Path], out: Path, kind: str = "testing", window
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="best")
     fig.tight_layout()
+    return save_figure(fig, Path(out))
+
+
+def save_figure(fig: Any, out: Path) -> Path:
+    """Save ``fig`` to ``out`` atomically (temporary file in the same folder, then rename) and close it."""
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp.png")
-    fig.savefig(tmp)
-    plt.close(fig)
+    tmp = out.with_name(f".{out.stem}.tmp{out.suffix}")
+    try:
+        fig.savefig(tmp)
+    finally:
+        plt.close(fig)
     tmp.replace(out)
     return out
 
