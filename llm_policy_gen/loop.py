@@ -447,6 +447,13 @@ def train(
             if cfg.patience and since_best >= cfg.patience:
                 stop_reason = f"no new best for {cfg.patience} iterations"
                 break
+    except KeyboardInterrupt:
+        stop_reason = "interrupted"
+        raise
+    except Exception as exc:
+        if stop_reason == "iterations done":
+            stop_reason = f"failed: {type(exc).__name__}: {redact(str(exc))[:200]}"
+        raise
     finally:
         progress.close()
         collector.close()
