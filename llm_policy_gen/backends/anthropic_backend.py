@@ -19,7 +19,6 @@ Wire choices (read from the installed SDK, ``anthropic/resources/messages/messag
 
 from __future__ import annotations
 
-import email.utils
 import logging
 import os
 import re
@@ -29,7 +28,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import BackendConfigError
 from . import keys
-from .base import Completion, FaultKind, Message, OutputFormat, call_with_retries
+from .base import Completion, FaultKind, Message, OutputFormat, http_status_fault, timed_call_with_retries
+from .base import retry_after_seconds as retry_after_seconds  # re-exported: its home before base.py
 
 if TYPE_CHECKING:
     from ..prompt import PromptContext
@@ -39,7 +39,6 @@ __all__ = ["AnthropicBackend", "accepts_temperature", "retry_after_seconds", "to
 
 PROVIDER = "anthropic"
 _log = logging.getLogger(__name__)
-_RETRY_STATUS = frozenset({408, 409, 429})
 _CLAUDE_VERSION = re.compile(r"claude-(?:opus|sonnet|haiku)-(\d+)(?:-(\d{1,2}))?(?:\D|$)")
 
 
@@ -68,26 +67,6 @@ def accepts_temperature(model: str) -> bool:
     return (major, minor) < (4, 7)
 
 
-def retry_after_seconds(headers: Mapping[str, str] | None) -> float | None:
-    """Seconds asked for by ``retry-after-ms`` or ``Retry-After`` (seconds or an HTTP date), else None."""
-    if not headers:
-        return None
-    ms = headers.get("retry-after-ms")
-    if ms is not None:
-        try:
-            return max(0.0, float(ms) / 1000.0)
-        except ValueError:
-            pass
-    value = headers.get("retry-after")
-    if value is None:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        parsed = email.utils.parsedate_tz(value)
-        return None if parsed is None else max(0.0, email.utils.mktime_tz(parsed) - time.time())
-
-
 class AnthropicBackend:
     """Claude via ``client.messages.create``, with native JSON-schema structured output."""
 
@@ -113,7 +92,8 @@ class AnthropicBackend:
         key = keys.get_key(PROVIDER)
         if key is None:
             raise BackendConfigError(
-                f"the anthropic backend needs an API key: set {keys.key_variable(PROVIDER)} (in the environment or .env)"
+                f"the anthropic backend needs an API key: set {keys.key_variable(PROVIDER)} "
+                "(in the environment or .env)"
             )
         self.base_url: str | None = (
             options.base_url or os.environ.get(keys.BASE_URL_VARIABLES[PROVIDER]) or None
@@ -159,8 +139,7 @@ class AnthropicBackend:
     ) -> Completion:
         """Send ``messages``; return the text blocks of the answer, the token usage and the wall time."""
         kwargs = self._request(messages, output)
-        start = time.monotonic()
-        response, attempts = call_with_retries(
+        response, attempts, latency = timed_call_with_retries(
             lambda: self._client.messages.create(**kwargs),
             self.classify,
             self.options.retry,
@@ -169,7 +148,6 @@ class AnthropicBackend:
             sleep=self._sleep,
             redact=keys.redact,
         )
-        latency = time.monotonic() - start
         text = "".join(block.text for block in response.content if getattr(block, "type", "") == "text")
         usage = response.usage
         cache_write = usage.cache_creation_input_tokens or 0
@@ -205,11 +183,10 @@ class AnthropicBackend:
         ):  # APITimeoutError included
             return "retry", None
         if isinstance(exc, anthropic.APIStatusError):
-            status = exc.status_code
-            if status in (401, 403):
-                return "auth", None
-            if status in _RETRY_STATUS or status >= 500 or exc.type == "overloaded_error":
+            kind, wait_s = http_status_fault(exc.status_code, exc.response.headers)
+            if kind == "fatal" and exc.type == "overloaded_error":  # Anthropic's overload, whatever the status
                 return "retry", retry_after_seconds(exc.response.headers)
+            return kind, wait_s
         return "fatal", None
 
     def describe(self) -> dict[str, Any]:

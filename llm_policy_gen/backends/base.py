@@ -6,20 +6,27 @@ JSON schema the answer must follow, derived from the pydantic models in :mod:`ll
 ``Completion`` back. Validation of the answer is the loop's job, not the backend's.
 
 Transport faults are handled by one retry policy (:class:`RetryPolicy`, :func:`call_with_retries`) shared by all SDK
-backends; the SDKs' own retries are switched off so that the policy is the only one.
+backends; the SDKs' own retries are switched off so that the policy is the only one. The SDK backends share the rest
+of the transport logic here too: :func:`retry_after_seconds` reads a server's ``Retry-After``, :func:`http_status_fault`
+sorts an HTTP error status into a fault kind, and :func:`timed_call_with_retries` adds the call's wall time.
 """
 
 from __future__ import annotations
 
+import math
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, runtime_checkable
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+from typing import TYPE_CHECKING, Any, Literal, Protocol, Required, TypedDict, TypeVar, runtime_checkable
 
 from ..errors import BackendAuthError, BackendError
 
 if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
     from ..prompt import PromptContext
 
 __all__ = [
@@ -30,7 +37,14 @@ __all__ = [
     "RetryPolicy",
     "Backend",
     "FaultKind",
+    "Classifier",
+    "AUTH_STATUSES",
+    "RETRY_STATUSES",
+    "retry_after_seconds",
+    "http_status_fault",
+    "RetryOptions",
     "call_with_retries",
+    "timed_call_with_retries",
 ]
 
 Role = Literal["system", "user", "assistant"]
@@ -114,6 +128,68 @@ class RetryPolicy:
 
 FaultKind = Literal["retry", "auth", "fatal"]
 T = TypeVar("T")
+#: Maps an exception to ``("retry", seconds | None)``, ``("auth", None)`` or ``("fatal", None)``.
+Classifier = Callable[[BaseException], tuple[FaultKind, float | None]]
+
+#: HTTP statuses that refuse the credentials.
+AUTH_STATUSES: frozenset[int] = frozenset({401, 403})
+#: HTTP statuses worth another attempt besides every 5xx: request timeout, conflict, rate limit.
+RETRY_STATUSES: frozenset[int] = frozenset({408, 409, 429})
+
+
+def _wait_s(value: str | None) -> float | None:
+    """``value`` as a finite, non-negative number, else None."""
+    if value is None:
+        return None
+    try:
+        number = float(value)
+    except ValueError:
+        return None
+    return number if math.isfinite(number) and number >= 0 else None
+
+
+def _seconds_until(http_date: str) -> float | None:
+    """Seconds from now until ``http_date`` (0.0 for a past date), or None when it is not a date."""
+    try:
+        when = parsedate_to_datetime(http_date)
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+    if when.tzinfo is None:  # "-0000": UTC without a local zone (RFC 5322)
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - datetime.now(UTC)).total_seconds())
+
+
+def retry_after_seconds(headers: Mapping[str, str] | None) -> float | None:
+    """Seconds a server asked the client to wait before the next attempt, or None if it asked nothing usable.
+
+    ``retry-after-ms`` (milliseconds, sent by OpenAI and Anthropic) wins over ``retry-after``, which holds seconds or
+    an HTTP date (a date in the past gives 0.0). A value that is neither a finite, non-negative number nor a date is
+    ignored. ``headers`` should match names case-insensitively (``httpx.Headers`` does); a plain dict needs
+    lower-case names.
+    """
+    if not headers:
+        return None
+    ms = _wait_s(headers.get("retry-after-ms"))
+    if ms is not None:
+        return ms / 1000.0
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    seconds = _wait_s(value)
+    return seconds if seconds is not None else _seconds_until(value)
+
+
+def http_status_fault(status: int, headers: Mapping[str, str] | None = None) -> tuple[FaultKind, float | None]:
+    """The fault kind of an HTTP error answer, for :func:`call_with_retries`.
+
+    401 and 403 are ``("auth", None)``; 408, 409, 429 and every status from 500 up are ``("retry", seconds)`` with
+    the server's :func:`retry_after_seconds` (None: the policy's backoff); anything else is ``("fatal", None)``.
+    """
+    if status in AUTH_STATUSES:
+        return "auth", None
+    if status in RETRY_STATUSES or status >= 500:
+        return "retry", retry_after_seconds(headers)
+    return "fatal", None
 
 
 def _short(text: str, limit: int = 240) -> str:
@@ -127,7 +203,7 @@ def _short(text: str, limit: int = 240) -> str:
 
 def call_with_retries(
     fn: Callable[[], T],
-    classify: Callable[[BaseException], tuple[FaultKind, float | None]],
+    classify: Classifier,
     policy: RetryPolicy,
     *,
     describe: str,
@@ -157,6 +233,28 @@ def call_with_retries(
                 raise BackendError(f"{describe} failed{tail}: {reason}") from None
             sleep(policy.delay(attempt, retry_after))
             attempt += 1
+
+
+class RetryOptions(TypedDict, total=False):
+    """The keyword arguments of :func:`call_with_retries`, for the helpers that pass them on."""
+
+    describe: Required[str]
+    key_variable: str
+    sleep: Callable[[float], None]
+    redact: Callable[[str], str]
+
+
+def timed_call_with_retries(
+    fn: Callable[[], T], classify: Classifier, policy: RetryPolicy, **options: Unpack[RetryOptions]
+) -> tuple[T, int, float]:
+    """:func:`call_with_retries` (same arguments) plus the wall time of the whole call.
+
+    Returns ``(result, attempts, latency_s)``; the latency counts every attempt and every wait between attempts,
+    which is what a backend reports as ``Completion.latency_s``.
+    """
+    start = time.perf_counter()
+    result, attempts = call_with_retries(fn, classify, policy, **options)
+    return result, attempts, time.perf_counter() - start
 
 
 @runtime_checkable

@@ -27,13 +27,19 @@ import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
-from datetime import UTC, datetime
-from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any
 
 from ..errors import BackendConfigError
 from . import keys
-from .base import Completion, FaultKind, Message, OutputFormat, call_with_retries
+from .base import (
+    Completion,
+    FaultKind,
+    Message,
+    OutputFormat,
+    http_status_fault,
+    retry_after_seconds,
+    timed_call_with_retries,
+)
 
 if TYPE_CHECKING:
     from ..prompt import PromptContext
@@ -50,8 +56,8 @@ __all__ = ["TRANSPORT_ERRORS", "GeminiBackend", "gemini_json_schema", "to_gemini
 
 PROVIDER = "gemini"
 
-#: HTTP statuses worth another attempt (besides every 5xx).
-RETRY_STATUSES = frozenset({408, 409, 429})
+#: google.rpc status names of refused credentials (used besides the HTTP code).
+AUTH_RPC_STATUSES = frozenset({"UNAUTHENTICATED", "PERMISSION_DENIED"})
 #: google.rpc status names of transient faults (used when a body carries no HTTP code).
 RETRY_RPC_STATUSES = frozenset(
     {"RESOURCE_EXHAUSTED", "UNAVAILABLE", "DEADLINE_EXCEEDED", "ABORTED", "INTERNAL"}
@@ -132,24 +138,9 @@ def _error_details(exc: BaseException) -> list[dict[str, Any]]:
 
 def _retry_after_s(exc: BaseException) -> float | None:
     """Seconds to wait from ``Retry-After`` / ``retry-after-ms``, else from a ``google.rpc.RetryInfo`` detail."""
-    headers = getattr(getattr(exc, "response", None), "headers", None)
-    if headers is not None:
-        try:
-            ms = headers.get("retry-after-ms")
-            if ms is not None:
-                return max(0.0, float(ms) / 1000.0)
-        except (TypeError, ValueError):
-            pass
-        value = headers.get("retry-after")
-        if value:
-            try:
-                return max(0.0, float(value))
-            except ValueError:
-                try:
-                    when = parsedate_to_datetime(value)
-                    return max(0.0, (when - datetime.now(UTC)).total_seconds())
-                except (TypeError, ValueError):
-                    pass
+    seconds = retry_after_seconds(getattr(getattr(exc, "response", None), "headers", None))
+    if seconds is not None:
+        return seconds
     for detail in _error_details(exc):
         if str(detail.get("@type", "")).endswith("google.rpc.RetryInfo"):
             m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)s\s*", str(detail.get("retryDelay", "")))
@@ -232,8 +223,7 @@ class GeminiBackend:
         """Send ``messages`` (native structured output when ``output.json_schema`` is set); see the module doc."""
         system, contents = to_gemini_contents(messages)
         config = self._config(system, output)
-        started = time.perf_counter()
-        response, attempts = call_with_retries(
+        response, attempts, latency = timed_call_with_retries(
             lambda: self._client.models.generate_content(model=self.model, contents=contents, config=config),
             self.classify,
             self.options.retry,
@@ -242,7 +232,6 @@ class GeminiBackend:
             sleep=self._sleep,
             redact=self._redact,
         )
-        latency = time.perf_counter() - started
         usage = response.usage_metadata
         thoughts = (usage.thoughts_token_count or 0) if usage else 0
         candidate = response.candidates[0] if response.candidates else None
@@ -267,19 +256,12 @@ class GeminiBackend:
     def classify(exc: BaseException) -> tuple[FaultKind, float | None]:
         """Map an SDK or transport exception to ``("retry", delay)``, ``("auth", None)`` or ``("fatal", None)``."""
         if isinstance(exc, genai_errors.APIError):
-            code = exc.code if isinstance(exc.code, int) else None
+            # The HTTP code alone (Retry-After is read below, with the RetryInfo detail as a fallback).
+            kind = http_status_fault(exc.code)[0] if isinstance(exc.code, int) else "fatal"
             status = str(exc.status or "").upper()
-            if (
-                code in (401, 403)
-                or status in ("UNAUTHENTICATED", "PERMISSION_DENIED")
-                or _is_key_refusal(exc)
-            ):
+            if kind == "auth" or status in AUTH_RPC_STATUSES or _is_key_refusal(exc):
                 return "auth", None
-            if (
-                code in RETRY_STATUSES
-                or (code is not None and 500 <= code < 600)
-                or status in RETRY_RPC_STATUSES
-            ):
+            if kind == "retry" or status in RETRY_RPC_STATUSES:
                 return "retry", _retry_after_s(exc)
             return "fatal", None
         if isinstance(exc, TRANSPORT_ERRORS):

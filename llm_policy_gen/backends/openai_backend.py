@@ -22,12 +22,10 @@ with ``options.retry`` is the only retry policy, and ``options.retry.timeout_s``
 from __future__ import annotations
 
 import copy
-import email.utils
-import math
 import os
 import re
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
@@ -36,7 +34,8 @@ import openai
 
 from ..errors import BackendConfigError
 from . import keys
-from .base import Completion, FaultKind, Message, OutputFormat, call_with_retries
+from .base import Completion, FaultKind, Message, OutputFormat, http_status_fault, timed_call_with_retries
+from .base import retry_after_seconds as retry_after_seconds  # re-exported: its home before base.py
 
 if TYPE_CHECKING:
     from ..prompt import PromptContext
@@ -58,52 +57,21 @@ OLLAMA_BASE_URL = "http://localhost:11434/v1"
 #: Keys sent to servers that do not check one (never a secret; not redacted).
 PLACEHOLDER_KEYS: dict[str, str] = {"ollama": "ollama", "openai": "sk-no-key-required"}
 
-_RETRY_STATUSES = frozenset({408, 409, 429})
-_AUTH_STATUSES = frozenset({401, 403})
 _SCHEMA_NAME = re.compile(r"[^A-Za-z0-9_-]")
-
-
-def retry_after_seconds(headers: Mapping[str, str] | None) -> float | None:
-    """Seconds a server asked to wait: ``retry-after-ms``, else ``retry-after`` (seconds or an HTTP date)."""
-    if headers is None:
-        return None
-    for name, divisor in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
-        value = headers.get(name)
-        if value is None:
-            continue
-        try:
-            seconds = float(value) / divisor
-        except ValueError:
-            continue
-        return seconds if math.isfinite(seconds) and seconds >= 0 else None
-    value = headers.get("retry-after")
-    if not value:
-        return None
-    try:
-        parsed = email.utils.parsedate_tz(value)
-        if parsed is None:
-            return None
-        return max(0.0, float(email.utils.mktime_tz(parsed) - time.time()))
-    except (TypeError, ValueError, OverflowError):
-        return None
 
 
 def classify_openai_error(exc: BaseException) -> tuple[FaultKind, float | None]:
     """Map an SDK exception to the shared retry policy's fault kinds.
 
-    Timeouts and connection errors retry; HTTP 408, 409, 429 and 5xx retry (with the server's
-    ``Retry-After``); 401 and 403 are auth faults; everything else (400, 404, 422, a malformed response, ...)
+    Timeouts and connection errors retry; an HTTP status is sorted by
+    :func:`~llm_policy_gen.backends.base.http_status_fault` (408, 409, 429 and 5xx retry with the server's
+    ``Retry-After``; 401 and 403 are auth faults); everything else (400, 404, 422, a malformed response, ...)
     is fatal.
     """
     if isinstance(exc, openai.APIConnectionError):  # APITimeoutError is a subclass
         return "retry", None
     if isinstance(exc, openai.APIStatusError):
-        status = exc.status_code
-        if status in _AUTH_STATUSES:
-            return "auth", None
-        if status in _RETRY_STATUSES or status >= 500:
-            return "retry", retry_after_seconds(exc.response.headers)
-        return "fatal", None
+        return http_status_fault(exc.status_code, exc.response.headers)
     if isinstance(exc, (TimeoutError, ConnectionError)):
         return "retry", None
     return "fatal", None
@@ -235,8 +203,7 @@ class OpenAIBackend:
     ) -> Completion:
         """Send ``messages``; return the answer text, token usage and wall time (retries included)."""
         request = self._request(messages, output)
-        start = time.perf_counter()
-        response, attempts = call_with_retries(
+        response, attempts, latency = timed_call_with_retries(
             lambda: self._client.chat.completions.create(**request),
             self.classify,
             self.options.retry,
@@ -245,7 +212,6 @@ class OpenAIBackend:
             sleep=self._sleep,
             redact=keys.redact,
         )
-        latency = time.perf_counter() - start
         choice = response.choices[0] if response.choices else None
         text = (choice.message.content if choice is not None else None) or ""
         extra: dict[str, Any] = {"finish_reason": choice.finish_reason if choice is not None else None}

@@ -1,10 +1,10 @@
 """A scripted loopback server that speaks OpenAI's Chat Completions API (``POST /v1/chat/completions``).
 
-Only 127.0.0.1 is used. Each request takes the next scripted step (:func:`ok`, :func:`error`, :func:`hang`);
-when the queue is empty the server answers with ``responder(request_json) -> text`` if one is set, else with a
-400 ``invalid_request_error`` that says the script ran out. Every request is recorded (method, path, headers,
-JSON body). The same server stands in for Ollama, vLLM and other OpenAI-compatible servers, which share this
-wire format.
+A :class:`fakes.loopback.LoopbackServer` on 127.0.0.1. Each request takes the next scripted step (:func:`ok`,
+:func:`error`, :func:`hang`); when the queue is empty the server answers with ``responder(request_json) -> text`` if
+one is set, else with a 400 ``invalid_request_error`` that says the script ran out. Every request is recorded
+(method, path, headers, JSON body). The same server stands in for Ollama, vLLM and other OpenAI-compatible servers,
+which share this wire format.
 
 Wire format, as the ``openai`` SDK parses it (``openai/types/chat/chat_completion.py``,
 ``openai/types/completion_usage.py``, ``_make_status_error`` in ``openai/_client.py`` and
@@ -27,17 +27,14 @@ points ``OLLAMA_BASE_URL`` at it with no key set anywhere (the server then check
 
 from __future__ import annotations
 
-import itertools
-import json
-import threading
 import time
-from collections import deque
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Literal, Self
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
 
 import pytest
+
+from .loopback import PROXY_VARIABLES, LoopbackHandler, LoopbackServer, Recorded, ScriptStep, clear_env
 
 __all__ = [
     "FAKE_KEY",
@@ -77,23 +74,15 @@ ERROR_MESSAGES: dict[int, str] = {
 
 
 @dataclass(frozen=True)
-class Step:
-    """One scripted answer."""
+class Step(ScriptStep):
+    """One scripted answer, with OpenAI's own fields."""
 
-    kind: Literal["ok", "error", "hang"]
-    text: str | None = ""
-    input_tokens: int = 0
-    output_tokens: int = 0
     model: str | None = None
     finish_reason: str = "stop"
     refusal: str | None = None
-    status: int = 200
-    retry_after: str | None = None
     retry_after_ms: str | None = None
     error_type: str | None = None
     code: str | None = None
-    message: str = ""
-    seconds: float = 0.0
 
 
 def ok(
@@ -106,15 +95,7 @@ def ok(
     refusal: str | None = None,
 ) -> Step:
     """A 200 answer whose single choice says ``text``; ``model`` defaults to the requested model."""
-    return Step(
-        "ok",
-        text=text,
-        input_tokens=input_tokens,
-        output_tokens=output_tokens,
-        model=model,
-        finish_reason=finish_reason,
-        refusal=refusal,
-    )
+    return Step.answer(text, input_tokens, output_tokens, model=model, finish_reason=finish_reason, refusal=refusal)
 
 
 def error(
@@ -130,10 +111,9 @@ def error(
     default_type, default_code = ERROR_KINDS.get(
         status, ("server_error" if status >= 500 else "invalid_request_error", None)
     )
-    return Step(
-        "error",
-        status=status,
-        retry_after=None if retry_after is None else str(retry_after),
+    return Step.failure(
+        status,
+        retry_after,
         retry_after_ms=None if retry_after_ms is None else str(retry_after_ms),
         error_type=error_type or default_type,
         code=code if code is not None else default_code,
@@ -141,152 +121,31 @@ def error(
     )
 
 
-def hang(seconds: float) -> Step:
-    """Say nothing for ``seconds`` (longer than the client's timeout), then drop the connection."""
-    return Step("hang", seconds=seconds)
+#: ``hang(seconds)``: say nothing for ``seconds`` (longer than the client's timeout), then drop the connection.
+hang = Step.hang
 
 
-@dataclass
-class Recorded:
-    """One request as the server saw it (header names lower-cased)."""
-
-    method: str
-    path: str
-    headers: dict[str, str]
-    body: Any
-
-
-@dataclass
-class FakeOpenAIServer:
-    """The scripted server.
-
-    ``api_key``: when set, a request without ``Authorization: Bearer <api_key>`` gets a 401.
-    """
-
-    steps: list[Step] = field(default_factory=list)
-    responder: Callable[[dict[str, Any]], str] | None = None
-    api_key: str | None = None
-
-    def __post_init__(self) -> None:
-        self.queue: deque[Step] = deque(self.steps)
-        self.requests: list[Recorded] = []
-        self._lock = threading.Lock()
-        self._closing = threading.Event()
-        self._ids = itertools.count(1)
-        self._httpd: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
-
-    # --- scripting -----------------------------------------------------------------------------------------
-    def push(self, *steps: Step) -> FakeOpenAIServer:
-        """Append steps to the script."""
-        with self._lock:
-            self.queue.extend(steps)
-        return self
-
-    @property
-    def url(self) -> str:
-        """Root URL of the server (``http://127.0.0.1:PORT``)."""
-        assert self._httpd is not None, "server not started"
-        return f"http://127.0.0.1:{self._httpd.server_address[1]}"
-
-    @property
-    def base_url(self) -> str:
-        """Base URL to hand to the SDK (``http://127.0.0.1:PORT/v1``), as ``OPENAI_BASE_URL`` expects."""
-        return self.url + "/v1"
-
-    @property
-    def bodies(self) -> list[Any]:
-        """JSON bodies of the recorded requests."""
-        with self._lock:
-            return [r.body for r in self.requests]
-
-    # --- lifecycle -----------------------------------------------------------------------------------------
-    def start(self) -> Self:
-        handler = type("Handler", (_Handler,), {"fake": self})
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self._httpd.daemon_threads = True
-        self._thread = threading.Thread(
-            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.02}, name="fake-openai", daemon=True
-        )
-        self._thread.start()
-        return self
-
-    def close(self) -> None:
-        self._closing.set()
-        if self._httpd is not None:
-            self._httpd.shutdown()
-            self._httpd.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    # --- answering -----------------------------------------------------------------------------------------
-    def _next_step(self, body: dict[str, Any]) -> Step:
-        with self._lock:
-            if self.queue:
-                return self.queue.popleft()
-        if self.responder is not None:
-            text = self.responder(body)
-            return ok(text, max(1, len(json.dumps(body.get("messages", ""))) // 4), max(1, len(text) // 4))
-        return error(400, message="fake openai server: no scripted step left and no responder")
-
-    def _request_id(self) -> str:
-        return f"req_fake{next(self._ids):06d}"
-
-
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(LoopbackHandler):
     fake: FakeOpenAIServer
-    protocol_version = "HTTP/1.1"
-    disable_nagle_algorithm = True  # headers and body go out in two writes; avoid the 40 ms delayed-ACK stall
 
-    def log_message(self, format: str, *args: Any) -> None:  # silence the default stderr log
-        return
-
-    def do_POST(self) -> None:  # http.server's naming
-        length = int(self.headers.get("content-length") or 0)
-        raw = self.rfile.read(length) if length else b""
-        try:
-            body: Any = json.loads(raw or b"null")
-        except json.JSONDecodeError:
-            body = raw.decode("utf-8", "replace")
-        fake = self.fake
-        with fake._lock:
-            fake.requests.append(
-                Recorded("POST", self.path, {k.lower(): v for k, v in self.headers.items()}, body)
-            )
-        request_id = fake._request_id()
+    def reject(self, body: Any) -> bool:
         if self.path.split("?")[0] != CHAT_PATH:
-            self._send_error(
-                error(404, code="unknown_url", message=f"Unknown request URL: POST {self.path}."), request_id
-            )
-            return
-        auth = self.headers.get("authorization") or ""
-        token = auth.removeprefix("Bearer ")
-        if fake.api_key is not None and token != fake.api_key:
+            self.send_step_error(error(404, code="unknown_url", message=f"Unknown request URL: POST {self.path}."))
+            return True
+        token = (self.headers.get("authorization") or "").removeprefix("Bearer ")
+        if self.fake.api_key is not None and token != self.fake.api_key:
             msg = (
                 f"Incorrect API key provided: {token}. "
                 "You can find your API key at https://platform.openai.com/account/api-keys."
             )
-            self._send_error(error(401, message=msg), request_id)
-            return
+            self.send_step_error(error(401, message=msg))
+            return True
         if not isinstance(body, dict) or not body.get("model") or not body.get("messages"):
-            self._send_error(
-                error(400, message="you must provide a model parameter and messages"), request_id
-            )
-            return
-        step = fake._next_step(body)
-        if step.kind == "hang":
-            fake._closing.wait(step.seconds)
-            self.close_connection = True
-            return
-        if step.kind == "error":
-            self._send_error(step, request_id)
-            return
+            self.send_step_error(error(400, message="you must provide a model parameter and messages"))
+            return True
+        return False
+
+    def send_step_ok(self, step: Step, body: Any) -> None:
         usage = {
             "prompt_tokens": step.input_tokens,
             "completion_tokens": step.output_tokens,
@@ -300,7 +159,7 @@ class _Handler(BaseHTTPRequestHandler):
             },
         }
         completion: dict[str, Any] = {
-            "id": f"chatcmpl-fake{request_id[8:]}",
+            "id": f"chatcmpl-fake{self.request_id[8:]}",
             "object": "chat.completion",
             "created": int(time.time()),
             "model": step.model or body["model"],
@@ -321,37 +180,43 @@ class _Handler(BaseHTTPRequestHandler):
             "service_tier": "default",
             "system_fingerprint": "fp_fake",
         }
-        self._send_json(200, completion, {"x-request-id": request_id, "openai-processing-ms": "1"})
+        self.send_json(200, completion, {"x-request-id": self.request_id, "openai-processing-ms": "1"})
 
     def do_GET(self) -> None:
-        self._send_error(
-            error(404, code="unknown_url", message=f"Unknown request URL: GET {self.path}."),
-            self.fake._request_id(),
-        )
+        self.request_id = self.fake.request_id()
+        self.send_step_error(error(404, code="unknown_url", message=f"Unknown request URL: GET {self.path}."))
 
-    def _send_error(self, step: Step, request_id: str) -> None:
+    def send_step_error(self, step: Step) -> None:
         payload = {
             "error": {"message": step.message, "type": step.error_type, "param": None, "code": step.code}
         }
-        headers = {"x-request-id": request_id}
+        headers = {"x-request-id": self.request_id}
         if step.retry_after is not None:
             headers["retry-after"] = step.retry_after
         if step.retry_after_ms is not None:
             headers["retry-after-ms"] = step.retry_after_ms
-        self._send_json(step.status, payload, headers)
+        self.send_json(step.status, payload, headers)
 
-    def _send_json(self, status: int, payload: Any, headers: dict[str, str]) -> None:
-        data = json.dumps(payload).encode()
-        try:
-            self.send_response(status)
-            self.send_header("content-type", "application/json")
-            self.send_header("content-length", str(len(data)))
-            for name, value in headers.items():
-                self.send_header(name, value)
-            self.end_headers()
-            self.wfile.write(data)
-        except (BrokenPipeError, ConnectionResetError):  # the client gave up (timeout)
-            self.close_connection = True
+
+class FakeOpenAIServer(LoopbackServer[Step]):
+    """The scripted server (see :class:`~fakes.loopback.LoopbackServer` for the arguments).
+
+    ``api_key``: when set, a request without ``Authorization: Bearer <api_key>`` gets a 401.
+    """
+
+    name = "openai"
+    handler = _Handler
+
+    @property
+    def base_url(self) -> str:
+        """Base URL to hand to the SDK (``http://127.0.0.1:PORT/v1``), as ``OPENAI_BASE_URL`` expects."""
+        return self.url + "/v1"
+
+    def _reply_step(self, text: str, input_tokens: int, output_tokens: int) -> Step:
+        return ok(text, input_tokens, output_tokens)
+
+    def _ran_out_step(self, message: str) -> Step:
+        return error(400, message=message)
 
 
 _CLEARED = (
@@ -362,22 +227,14 @@ _CLEARED = (
     "OPENAI_PROJECT_ID",
     "OPENAI_CUSTOM_HEADERS",
     "OLLAMA_BASE_URL",
-    "HTTP_PROXY",
-    "HTTPS_PROXY",
-    "ALL_PROXY",
+    *PROXY_VARIABLES,
 )
-
-
-def _clear_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in _CLEARED:
-        monkeypatch.delenv(name, raising=False)
-        monkeypatch.delenv(name.lower(), raising=False)
 
 
 @pytest.fixture
 def fake_openai(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeOpenAIServer]:
     """A started server; ``OPENAI_BASE_URL`` points at it and ``OPENAI_API_KEY`` is :data:`FAKE_KEY`."""
-    _clear_env(monkeypatch)
+    clear_env(monkeypatch, _CLEARED)
     with FakeOpenAIServer(api_key=FAKE_KEY) as server:
         monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
         monkeypatch.setenv("OPENAI_API_KEY", FAKE_KEY)
@@ -387,7 +244,7 @@ def fake_openai(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeOpenAIServer]:
 @pytest.fixture
 def fake_ollama(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeOpenAIServer]:
     """A started server standing in for Ollama: ``OLLAMA_BASE_URL`` points at it; no key is set or checked."""
-    _clear_env(monkeypatch)
+    clear_env(monkeypatch, _CLEARED)
     with FakeOpenAIServer(api_key=None) as server:
         monkeypatch.setenv("OLLAMA_BASE_URL", server.base_url)
         yield server
