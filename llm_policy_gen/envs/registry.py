@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import difflib
 import tomllib
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 
 from ..errors import SpecError, UserError
 from .spec import EnvSpec
@@ -30,7 +31,7 @@ def load_spec_file(path: str | Path) -> EnvSpec:
     return EnvSpec.from_dict(data)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _shipped() -> dict[str, Path]:
     out = {}
     for p in sorted(SPEC_DIR.glob("*.toml")):
@@ -48,7 +49,7 @@ def _gym_registered(env_id: str) -> bool:
 
 
 def complete_spec(spec: EnvSpec) -> EnvSpec:
-    """Fill what gymnasium knows (threshold, episode limit, action count) into a spec."""
+    """Fill what gymnasium knows (threshold, episode limit, action count, Box action bounds) into a spec."""
     changes: dict[str, Any] = {}
     gspec = gym.spec(spec.env_id)
     if spec.reward_threshold is None and gspec.reward_threshold is not None:
@@ -56,14 +57,18 @@ def complete_spec(spec: EnvSpec) -> EnvSpec:
     if spec.max_episode_steps is None and gspec.max_episode_steps is not None:
         changes["max_episode_steps"] = int(gspec.max_episode_steps)
     need_actions = spec.action_kind == "discrete" and spec.n_actions_discrete == 0 and not spec.action_names
-    need_states = not spec.dims and spec.n_discrete_states == 0
-    if need_actions or need_states:
+    need_states = not spec.dims and spec.n_discrete_states == 0 and not spec.refusal
+    need_bounds = spec.action_kind == "box" and not (spec.action_low and spec.action_high)
+    if need_actions or need_states or need_bounds:
         env = gym.make(spec.env_id, **spec.kwargs)
         try:
             if need_actions and isinstance(env.action_space, gym.spaces.Discrete):
                 changes["n_actions_discrete"] = int(env.action_space.n)
             if need_states and isinstance(env.observation_space, gym.spaces.Discrete):
                 changes["n_discrete_states"] = int(env.observation_space.n)
+            if need_bounds and isinstance(env.action_space, gym.spaces.Box):
+                changes["action_low"] = tuple(float(x) for x in np.ravel(env.action_space.low))
+                changes["action_high"] = tuple(float(x) for x in np.ravel(env.action_space.high))
         finally:
             env.close()
     return spec.with_overrides(**changes) if changes else spec
@@ -87,6 +92,9 @@ def get_spec(env_id: str) -> EnvSpec:
     from .generic import generic_spec
 
     try:
-        return complete_spec(generic_spec(env_id)).validate()
+        spec = complete_spec(generic_spec(env_id))
+        # A spec with a refusal (too many dimensions) is returned unvalidated: --dims/--bins may still fix it,
+        # and validate() raises the refusal when they do not.
+        return spec if spec.refusal else spec.validate()
     except gym.error.Error as exc:
         raise SpecError(f"{env_id}: gymnasium cannot make it: {exc}") from None

@@ -96,6 +96,9 @@ class EnvSpec:
     notes: tuple[str, ...] = ()
     train_defaults: dict[str, Any] = field(default_factory=dict)
     """Training settings suited to this task (e.g. more exploration episodes); the user's settings win."""
+    refusal: str = ""
+    """Why the spec cannot be tabulated as it stands and which options help ('' when it can). :meth:`validate`
+    raises it; choosing dimensions or bins (``--dims``, ``--bins``) builds new dims and clears it."""
 
     # ------------------------------------------------------------------ builders
     def observation_discretizer(self) -> ObservationDiscretizer:
@@ -146,6 +149,8 @@ class EnvSpec:
 
     def validate(self) -> EnvSpec:
         """Check the spec is consistent; returns self."""
+        if self.refusal:
+            raise SpecError(self.refusal)
         disc = self.observation_discretizer()
         acts = self.action_discretizer()
         if not 0 <= self.default_action < acts.n_actions:
@@ -159,7 +164,9 @@ class EnvSpec:
                 if not 0 <= a < acts.n_actions:
                     raise SpecError(f"{self.env_id}: prior action {a} not in 0..{acts.n_actions - 1}")
         if disc.n_states > 1_000_000:
-            raise SpecError(f"{self.env_id}: {disc.n_states} states is too many for a table; use fewer --bins or --dims")
+            raise SpecError(
+                f"{self.env_id}: {disc.n_states} states is too many for a table; use fewer --bins or --dims"
+            )
         if self.reward_threshold is not None and not math.isfinite(self.reward_threshold):
             raise SpecError(f"{self.env_id}: reward_threshold must be finite")
         return self
@@ -190,6 +197,7 @@ class EnvSpec:
             "hints": self.hints,
             "notes": list(self.notes),
             "train_defaults": dict(self.train_defaults),
+            "refusal": self.refusal,
         }
 
     @classmethod
@@ -207,16 +215,6 @@ class EnvSpec:
         actions = d.pop("actions", {}) or {}
         dims = tuple(DimSpec.from_dict({**x, "index": x.get("index", i)}) for i, x in enumerate(d.pop("dims", [])))
         prior_d = d.pop("prior", None)
-        prior = None
-        if prior_d:
-            if prior_d.get("kind", "linear") != "linear":
-                raise SpecError(f"{env_id}: prior kind {prior_d.get('kind')!r} unknown; accepted: linear")
-            prior = LinearPrior(
-                weights={str(k): float(v) for k, v in prior_d.get("weights", {}).items()},
-                bias=float(prior_d.get("bias", 0.0)),
-                negative_action=int(prior_d.get("negative_action", 0)),
-                positive_action=int(prior_d.get("positive_action", 1)),
-            )
         grid = d.pop("grid", None)
         for key in ("action_names", "action_low", "action_high", "action_nvec", "reward_wrappers", "notes"):
             if key in d and d[key] is not None:
@@ -229,8 +227,42 @@ class EnvSpec:
             if src in actions:
                 v = actions[src]
                 d.setdefault(dst, tuple(v) if isinstance(v, list) else v)
+        prior = None
+        if prior_d:
+            if prior_d.get("kind", "linear") != "linear":
+                raise SpecError(f"{env_id}: prior kind {prior_d.get('kind')!r} unknown; accepted: linear")
+            prior = LinearPrior(
+                weights={str(k): float(v) for k, v in prior_d.get("weights", {}).items()},
+                bias=float(prior_d.get("bias", 0.0)),
+                negative_action=_action_index(prior_d.get("negative_action", 0), d, "prior negative_action"),
+                positive_action=_action_index(prior_d.get("positive_action", 1), d, "prior positive_action"),
+            )
+        if "default_action" in d:
+            d["default_action"] = _action_index(d["default_action"], d, "default_action")
         try:
             spec = cls(dims=dims, prior=prior, grid=tuple(grid) if grid else None, **d)
         except TypeError as exc:
             raise SpecError(f"{env_id}: invalid spec: {exc}") from None
         return spec
+
+
+def _action_index(value: Any, d: dict[str, Any], what: str) -> int:
+    """An action given as a flat index or, for ``box``/``multidiscrete`` actions, as one level index per action
+    dimension: ``[1, 1, 1]`` is the middle of three levels on each dimension (zero torque for a symmetric box)."""
+    env_id = d.get("env_id", "?")
+    if not isinstance(value, (list, tuple)):
+        try:
+            return int(value)
+        except (TypeError, ValueError):
+            raise SpecError(f"{env_id}: {what} must be an action index or a list of levels, got {value!r}") from None
+    kind = d.get("action_kind", "discrete")
+    if kind == "box":
+        shape = tuple([int(d.get("action_levels", 3))] * len(value))
+    elif kind == "multidiscrete":
+        shape = tuple(int(n) for n in d.get("action_nvec", ()))
+    else:
+        raise SpecError(f"{env_id}: {what} as a list of levels needs box or multidiscrete actions")
+    levels = [int(v) for v in value]
+    if len(levels) != len(shape) or any(not 0 <= v < n for v, n in zip(levels, shape, strict=False)):
+        raise SpecError(f"{env_id}: {what} {levels} does not fit action levels {list(shape)}")
+    return int(np.ravel_multi_index(tuple(levels), shape))

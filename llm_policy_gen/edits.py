@@ -1,0 +1,274 @@
+"""Compact edits: the second answer format, for tables too big to rewrite in full.
+
+An edits answer is JSON::
+
+    {"rationale": "short reason",
+     "edits": [{"conditions": [{"dim": 2, "min_bin": 0, "max_bin": 1}], "action": 0},
+               {"conditions": [], "action": 1}]}
+
+Each edit sets ``action`` for every state whose bins match all of its conditions; a dimension an edit does not list
+is a wildcard, so an empty ``conditions`` list means every state. Edits apply in order on a copy of the current
+table (a later edit overrides an earlier one where they overlap); states no edit matches keep their action.
+
+The dimensions are those of the observation discretizer: for a ``Box`` observation ``dim j`` is the table's j-th
+dimension with bins ``0..bins[j]-1`` (as listed in the prompt); for a grid world ``dim 0`` is the row and ``dim 1``
+the column; for any other ``Discrete`` observation the single ``dim 0`` is the state index itself.
+
+Validation is as strict as the full-table format (:mod:`llm_policy_gen.schema`): integers only, every dim, bin and
+action in range, ``min_bin <= max_bin``, a dimension at most once per edit, at least one edit. Any error refuses the
+whole answer, with short messages that name the field so that they can be sent back for repair.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
+
+from .discretize import BoxDiscretizer, DiscreteDiscretizer
+from .errors import ProposalError
+from .schema import ParsedProposal, _cap, _pydantic_errors, extract_json_object
+
+__all__ = [
+    "Condition",
+    "Edit",
+    "EditsProposal",
+    "edit_dims",
+    "describe_edit_dims",
+    "apply_edits_answer",
+    "render_edits_answer",
+    "table_as_edits",
+]
+
+
+class Condition(BaseModel):
+    """States whose bin on ``dim`` lies in ``min_bin..max_bin`` (both included)."""
+
+    model_config = ConfigDict(extra="forbid")
+    dim: StrictInt = Field(description="dimension index (see the States section)")
+    min_bin: StrictInt = Field(description="lowest bin matched, included")
+    max_bin: StrictInt = Field(description="highest bin matched, included")
+
+
+class Edit(BaseModel):
+    """Set ``action`` for every state matching all conditions; an unlisted dimension matches any bin."""
+
+    model_config = ConfigDict(extra="forbid")
+    conditions: list[Condition] = Field(description="all must hold; an empty list matches every state")
+    action: StrictInt = Field(description="action index")
+
+
+class EditsProposal(BaseModel):
+    """Edits applied in order to the current table."""
+
+    model_config = ConfigDict(extra="forbid")
+    rationale: StrictStr = Field(description="one or two sentences on what changed and why")
+    edits: list[Edit] = Field(description="applied in order; later edits override earlier ones where they overlap")
+
+
+def edit_dims(observation: Any, n_states: int | None = None) -> tuple[int, ...]:
+    """Sizes of the dimensions an edit can name (their product is the number of states)."""
+    if isinstance(observation, BoxDiscretizer):
+        return tuple(int(b) for b in observation.bins)
+    if isinstance(observation, DiscreteDiscretizer) and observation.grid is not None:
+        return (int(observation.grid[0]), int(observation.grid[1]))
+    if observation is not None:
+        return (int(observation.n_states),)
+    if n_states is None:
+        raise ValueError("edit_dims needs an observation discretizer or n_states")
+    return (int(n_states),)
+
+
+def _dim_names(observation: Any, sizes: tuple[int, ...]) -> list[str]:
+    if isinstance(observation, BoxDiscretizer):
+        return [d.name for d in observation.dims]
+    if len(sizes) == 2:
+        return ["row", "col"]
+    return ["state index"]
+
+
+def describe_edit_dims(observation: Any) -> list[str]:
+    """One line per dimension an edit can name, e.g. ``dim 2 = pole angle: bins 0..5``."""
+    sizes = edit_dims(observation)
+    return [f"dim {j} = {n}: bins 0..{b - 1}" for j, (n, b) in enumerate(zip(_dim_names(observation, sizes), sizes,
+                                                                              strict=True))]
+
+
+def _check(proposal: EditsProposal, sizes: tuple[int, ...], names: list[str], n_actions: int) -> list[str]:
+    errors: list[str] = []
+    k = len(sizes)
+    for i, edit in enumerate(proposal.edits):
+        if not 0 <= edit.action < n_actions:
+            errors.append(f"edits[{i}]: action {edit.action} out of range 0..{n_actions - 1}")
+        seen: set[int] = set()
+        for j, c in enumerate(edit.conditions):
+            where = f"edits[{i}].conditions[{j}]"
+            if not 0 <= c.dim < k:
+                errors.append(f"{where}: dim {c.dim} out of range 0..{k - 1}")
+                continue
+            if c.dim in seen:
+                errors.append(f"{where}: dim {c.dim} listed twice in one edit")
+            seen.add(c.dim)
+            top = sizes[c.dim] - 1
+            if not (0 <= c.min_bin <= top and 0 <= c.max_bin <= top):
+                errors.append(f"{where}: dim {c.dim} ({names[c.dim]}) bins must be in 0..{top}, "
+                              f"got min_bin {c.min_bin}, max_bin {c.max_bin}")
+            elif c.min_bin > c.max_bin:
+                errors.append(f"{where}: min_bin {c.min_bin} > max_bin {c.max_bin}")
+    return errors
+
+
+def apply_edits_answer(
+    text: str, current_table: np.ndarray, n_actions: int, observation: Any = None
+) -> ParsedProposal:
+    """Validate an edits answer and apply it, in order, to a copy of ``current_table``.
+
+    Raises :class:`~llm_policy_gen.errors.ProposalError` with repair-ready messages when the answer is refused.
+    """
+    current = np.asarray(current_table, dtype=np.int64)
+    sizes = edit_dims(observation, len(current))
+    if int(np.prod(sizes)) != current.size:
+        raise ProposalError([f"internal: table of {current.size} states does not match dimensions {sizes}"], text)
+    obj = extract_json_object(text, "edits")
+    try:
+        proposal = EditsProposal.model_validate(obj)
+    except ValidationError as exc:
+        raise ProposalError(_pydantic_errors(exc), text) from None
+    if not proposal.edits:
+        raise ProposalError(["edits is empty: give at least one edit {\"conditions\": [...], \"action\": <int>}"],
+                            text)
+    names = _dim_names(observation, sizes)
+    errors = _check(proposal, sizes, names, n_actions)
+    if errors:
+        raise ProposalError(_cap(errors), text)
+    table = current.copy()
+    view = table.reshape(sizes)
+    matched = np.zeros(sizes, dtype=np.int32)
+    idle = 0
+    for edit in proposal.edits:
+        region: list[slice] = [slice(None)] * len(sizes)
+        for c in edit.conditions:
+            region[c.dim] = slice(c.min_bin, c.max_bin + 1)
+        idx = tuple(region)
+        if np.all(view[idx] == edit.action):
+            idle += 1
+        view[idx] = edit.action
+        matched[idx] += 1
+    dup = int(np.sum(matched > 1))
+    notes = []
+    if dup:
+        notes.append(f"{dup} states matched by several edits: the last matching edit counts")
+    if idle:
+        notes.append(f"{idle} of {len(proposal.edits)} edits changed no state")
+    return ParsedProposal(
+        table=table,
+        rationale=proposal.rationale,
+        n_rows=len(proposal.edits),
+        n_duplicates=dup,
+        n_missing=int(np.sum(matched == 0)),
+        n_changed=int(np.sum(table != current)),
+        format="edits",
+        notes=notes,
+    )
+
+
+def _condition(dim: int, lo: int, hi: int) -> dict[str, int]:
+    return {"dim": dim, "min_bin": lo, "max_bin": hi}
+
+
+def _runs(cur_row: np.ndarray, new_row: np.ndarray) -> list[tuple[int, int, int]]:
+    """Maximal runs ``(start, end, action)`` of equal new actions that contain at least one change."""
+    out = []
+    s, n = 0, len(new_row)
+    while s < n:
+        e = s
+        while e + 1 < n and new_row[e + 1] == new_row[s]:
+            e += 1
+        if np.any(cur_row[s : e + 1] != new_row[s : e + 1]):
+            out.append((s, e, int(new_row[s])))
+        s = e + 1
+    return out
+
+
+_Box = tuple[tuple[tuple[int, int], ...], int]
+"""An edit as ((lo, hi) per dimension, action)."""
+
+
+def _merge_along(boxes: list[_Box], dim: int) -> list[_Box]:
+    """Join boxes with the same action and ranges elsewhere whose ranges on ``dim`` touch."""
+    groups: dict[tuple[Any, ...], list[tuple[int, int]]] = {}
+    for ranges, a in boxes:
+        key = (ranges[:dim], ranges[dim + 1 :], a)
+        groups.setdefault(key, []).append(ranges[dim])
+    out: list[_Box] = []
+    for (before, after, a), spans in groups.items():
+        spans.sort()
+        lo, hi = spans[0]
+        for nlo, nhi in spans[1:]:
+            if nlo == hi + 1:
+                hi = nhi
+                continue
+            out.append(((*before, (lo, hi), *after), a))
+            lo, hi = nlo, nhi
+        out.append(((*before, (lo, hi), *after), a))
+    return out
+
+
+def _edits_between(cur: np.ndarray, new: np.ndarray, sizes: tuple[int, ...]) -> list[dict[str, Any]]:
+    changed = cur != new
+    if not changed.any():
+        # Nothing to change: one no-op edit (an empty list is refused), pinning the first state to its action.
+        pin = [_condition(j, 0, 0) for j, b in enumerate(sizes) if b > 1]
+        return [{"conditions": pin, "action": int(cur[0])}]
+    last = sizes[-1]
+    prefix_sizes = sizes[:-1]
+    rows_cur, rows_new = cur.reshape(-1, last), new.reshape(-1, last)
+    # Boxes: runs of equal new actions along the last dimension (in rows with a change), then joined along each
+    # earlier dimension in turn wherever neighbouring boxes share the action and every other range. Boxes never
+    # overlap and hold only states whose new action is theirs, so the edits can come in any order.
+    boxes: list[_Box] = []
+    for r in np.flatnonzero(changed.reshape(-1, last).any(axis=1)):
+        prefix = tuple((int(p), int(p)) for p in np.unravel_index(int(r), prefix_sizes)) if prefix_sizes else ()
+        boxes.extend(((*prefix, (s, e)), a) for s, e, a in _runs(rows_cur[r], rows_new[r]))
+    for _ in range(3):  # a join along an early dimension can allow new ones along later dimensions
+        before = len(boxes)
+        for dim in range(len(sizes) - 1, -1, -1):
+            boxes = _merge_along(boxes, dim)
+        if len(boxes) == before:
+            break
+    boxes.sort(key=lambda b: (b[0], b[1]))
+    return [
+        {"conditions": [_condition(j, lo, hi) for j, (lo, hi) in enumerate(ranges)
+                        if not (lo == 0 and hi == sizes[j] - 1)], "action": a}
+        for ranges, a in boxes
+    ]
+
+
+def render_edits_answer(
+    current_table: np.ndarray, new_table: np.ndarray, observation: Any, rationale: str
+) -> str:
+    """An edits answer (compact JSON) whose application to ``current_table`` gives exactly ``new_table``.
+
+    Changed states are grouped into runs of equal actions along the last dimension, and runs that line up join
+    into boxes along the earlier dimensions; each box is one edit, with full-range dimensions left out. A table
+    equal to the current one gives a single no-op edit.
+    """
+    cur = np.asarray(current_table, dtype=np.int64).reshape(-1)
+    new = np.asarray(new_table, dtype=np.int64).reshape(-1)
+    if cur.shape != new.shape:
+        raise ValueError(f"tables differ in size: {cur.size} and {new.size}")
+    sizes = edit_dims(observation, cur.size)
+    edits = _edits_between(cur, new, sizes)
+    return json.dumps({"rationale": rationale, "edits": edits}, separators=(",", ":"))
+
+
+def table_as_edits(table: np.ndarray, observation: Any) -> list[dict[str, Any]]:
+    """The whole table as non-overlapping edits (boxes of equal actions): a compact view of a big table.
+
+    A table that depends on few dimensions comes out in few lines (BipedalWalker's prior table: 2 edits instead of
+    10,000 rows); an irregular table can take more characters than one row per state.
+    """
+    t = np.asarray(table, dtype=np.int64).reshape(-1)
+    return _edits_between(np.full_like(t, -1), t, edit_dims(observation, t.size))

@@ -1,0 +1,216 @@
+import json
+
+import numpy as np
+import pytest
+
+from llm_policy_gen.config import TrainConfig
+from llm_policy_gen.discretize import BoxDiscretizer, DimSpec, DiscreteDiscretizer
+from llm_policy_gen.edits import (
+    apply_edits_answer,
+    describe_edit_dims,
+    edit_dims,
+    render_edits_answer,
+    table_as_edits,
+)
+from llm_policy_gen.envs import get_spec
+from llm_policy_gen.errors import ProposalError
+from llm_policy_gen.loop import train
+from llm_policy_gen.policy import TablePolicy
+from llm_policy_gen.runlog import read_jsonl
+from llm_policy_gen.schema import MAX_ERRORS, json_schema_for, parse_proposal, render_table_answer
+
+CARTPOLE = BoxDiscretizer([DimSpec("x", -2.4, 2.4, 3), DimSpec("v", -3, 3, 3), DimSpec("angle", -0.2, 0.2, 6),
+                           DimSpec("omega", -3, 3, 6)])
+GRID = DiscreteDiscretizer(16, (4, 4))
+NUMBERED = DiscreteDiscretizer(500)
+
+
+def answer(*edits, rationale="r"):
+    return json.dumps({"rationale": rationale, "edits": list(edits)})
+
+
+def edit(action, *conds):
+    return {"conditions": [{"dim": d, "min_bin": lo, "max_bin": hi} for d, lo, hi in conds], "action": action}
+
+
+def errors_of(text, table=None, n_actions=2, obs=CARTPOLE):
+    table = np.zeros(obs.n_states, dtype=np.int64) if table is None else table
+    with pytest.raises(ProposalError) as info:
+        apply_edits_answer(text, table, n_actions, obs)
+    return info.value.errors
+
+
+def test_dims_are_the_discretizers_dimensions():
+    assert edit_dims(CARTPOLE) == (3, 3, 6, 6)
+    assert edit_dims(GRID) == (4, 4)
+    assert edit_dims(NUMBERED) == (500,)
+    assert describe_edit_dims(CARTPOLE)[2] == "dim 2 = angle: bins 0..5"
+    assert describe_edit_dims(GRID) == ["dim 0 = row: bins 0..3", "dim 1 = col: bins 0..3"]
+
+
+def test_conditions_wildcards_and_order():
+    cur = np.zeros(324, dtype=np.int64)
+    text = answer(edit(1), edit(0, (2, 0, 2)), edit(1, (2, 2, 2), (3, 4, 5)))
+    p = apply_edits_answer("Here you go:\n```json\n" + text + "\n```", cur, 2, CARTPOLE)
+    expected = np.ones((3, 3, 6, 6), dtype=np.int64)
+    expected[:, :, 0:3, :] = 0
+    expected[:, :, 2, 4:6] = 1
+    assert np.array_equal(p.table, expected.reshape(-1))
+    assert p.format == "edits" and p.n_rows == 3 and p.n_missing == 0
+    assert p.n_duplicates == 162  # angle bins 0..2 are matched by the first two edits (or three)
+    assert p.n_changed == int(expected.sum())
+    assert np.all(cur == 0)  # applied on a copy
+
+
+def test_grid_and_numbered_states():
+    p = apply_edits_answer(answer(edit(2, (0, 3, 3), (1, 0, 1))), np.zeros(16, dtype=np.int64), 4, GRID)
+    assert np.flatnonzero(p.table).tolist() == [12, 13] and p.n_missing == 14
+    p = apply_edits_answer(answer(edit(5, (0, 100, 199))), np.zeros(500, dtype=np.int64), 6, NUMBERED)
+    assert np.flatnonzero(p.table).tolist() == list(range(100, 200))
+
+
+@pytest.mark.parametrize("obs", [CARTPOLE, GRID, NUMBERED], ids=["box", "grid", "numbered"])
+def test_render_then_apply_gives_exactly_the_new_table(obs):
+    rng = np.random.default_rng(0)
+    n = obs.n_states
+    for trial in range(60):
+        cur = rng.integers(0, 4, n)
+        new = cur.copy()
+        k = int(rng.integers(0, n))
+        idx = rng.choice(n, k, replace=False)
+        new[idx] = rng.integers(0, 4, k)
+        if trial % 6 == 0:
+            new = np.where(rng.random(n) < 0.5, 1, 2)
+        if trial % 10 == 0:
+            new = cur.copy()
+        if trial % 15 == 0:
+            new = np.full(n, 3)
+        text = render_edits_answer(cur, new, obs, "why")
+        parsed = apply_edits_answer(text, cur, 4, obs)
+        assert np.array_equal(parsed.table, new), trial
+
+
+def test_edits_are_compact_for_a_few_changes():
+    rng = np.random.default_rng(1)
+    cur = rng.integers(0, 2, 324)
+    new = cur.copy()
+    new[[7, 8, 9, 100]] = 1 - new[[7, 8, 9, 100]]
+    full = render_table_answer(new, "why")
+    edits = render_edits_answer(cur, new, CARTPOLE, "why")
+    assert len(edits) < len(full) / 10
+    assert len(json.loads(edits)["edits"]) <= 4
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        (answer(edit(1, (4, 0, 0))), "edits[0].conditions[0]: dim 4 out of range 0..3"),
+        (answer(edit(1, (-1, 0, 0))), "dim -1 out of range"),
+        (answer(edit(1, (2, 0, 6))), "dim 2 (angle) bins must be in 0..5, got min_bin 0, max_bin 6"),
+        (answer(edit(1, (0, -1, 1))), "bins must be in 0..2"),
+        (answer(edit(1, (2, 4, 1))), "edits[0].conditions[0]: min_bin 4 > max_bin 1"),
+        (answer(edit(2)), "edits[0]: action 2 out of range 0..1"),
+        (answer(edit(0), edit(-1)), "edits[1]: action -1 out of range"),
+        (answer(edit(1, (2, 0, 1), (2, 3, 4))), "dim 2 listed twice in one edit"),
+        (answer(), "edits is empty"),
+        ('{"rationale": "r", "edits": [{"conditions": [{"dim": "2", "min_bin": 0, "max_bin": 1}], "action": 1}]}',
+         "edits[0].conditions[0].dim"),
+        ('{"rationale": "r", "edits": [{"conditions": [], "action": 1.0}]}', "edits[0].action"),
+        ('{"rationale": "r", "edits": [{"conditions": [], "action": true}]}', "edits[0].action"),
+        ('{"rationale": "r", "edits": [{"conditions": [{"dim": 0, "min_bin": 0}], "action": 1}]}', "max_bin"),
+        ('{"rationale": "r", "edits": [{"conditions": [], "action": 1, "state": 3}]}', "edits[0].state"),
+        ('{"rationale": "r", "edits": {"conditions": [], "action": 1}}', "edits"),
+        ('{"edits": [{"conditions": [], "action": 1}]}', "rationale"),
+        ('{"rationale": "r", "rows": [{"state": 0, "action": 1}]}', "no JSON object with a 'edits' field"),
+        ("push left whenever the pole leans left", "no JSON object found"),
+        ('{"rationale": "r", "edits": [{"conditions": [], "action": 1}', "invalid or truncated JSON"),
+    ],
+)
+def test_malformed_edits_are_refused_with_a_message(text, needle):
+    errs = errors_of(text)
+    assert any(needle in e for e in errs), errs
+
+
+def test_errors_are_capped():
+    text = answer(*[edit(9, (7, 0, 0)) for _ in range(20)])
+    errs = errors_of(text)
+    assert len(errs) == MAX_ERRORS + 1 and errs[-1].startswith("... and")
+
+
+def test_parse_proposal_routes_edits_and_schema_is_strict():
+    cur = np.zeros(16, dtype=np.int64)
+    p = parse_proposal(answer(edit(1, (0, 0, 0))), cur, 4, "edits", apply_edits=apply_edits_answer, observation=GRID)
+    assert p.table[:4].tolist() == [1, 1, 1, 1]
+    schema = json_schema_for("edits")
+    objects = [schema, *schema["$defs"].values()]
+    for obj in objects:  # what OpenAI's strict structured output requires
+        assert obj["additionalProperties"] is False
+        assert sorted(obj["required"]) == sorted(obj["properties"])
+
+
+# ----------------------------------------------------------------- through the loop, replayed
+
+
+def _write(path, texts):
+    path.write_text("".join(json.dumps({"response_text": t}) + "\n" for t in texts))
+    return f"replay:{path}"
+
+
+def _table(run_dir, iteration):
+    return TablePolicy.load(run_dir / "policies" / f"iter_{iteration:04d}.json").table
+
+
+def test_replayed_edits_give_the_same_tables_as_full_tables(tmp_path):
+    spec = get_spec("CartPole-v1")
+    shape = tuple(d.bins for d in spec.dims)
+    # Iteration 1, on the blank table (all 0): push right (1) when the pole leans right (angle bins 3..5).
+    t1 = spec.default_table().reshape(shape).copy()
+    t1[:, :, 3:6, :] = 1
+    e1 = answer(edit(1, (2, 3, 5)), rationale="lean right -> push right")
+    # Iteration 2, on t1 (kept, checked below): follow the angular velocity when the pole is near upright.
+    t2 = t1.copy()
+    t2[:, :, 2:4, 3:6] = 1
+    t2[:, :, 2:4, 0:3] = 0
+    e2 = answer(edit(1, (2, 2, 3), (3, 3, 5)), edit(0, (3, 0, 2), (2, 2, 3)), rationale="react to omega")
+    common = dict(env_id="CartPole-v1", iterations=2, progress=False, plots=False, heldout_episodes=5, seed=0)
+    quiet = lambda _m: None  # noqa: E731
+    edits_run = train(TrainConfig(**common, backend=_write(tmp_path / "e.jsonl", [e1, e2]), output_format="edits",
+                                  logs_dir=str(tmp_path / "edits")), log=quiet)
+    table_run = train(TrainConfig(**common, output_format="table", logs_dir=str(tmp_path / "table"),
+                                  backend=_write(tmp_path / "t.jsonl", [render_table_answer(t1.reshape(-1), "a"),
+                                                                        render_table_answer(t2.reshape(-1), "b")])),
+                      log=quiet)
+    events = read_jsonl(edits_run.run_dir / "events.jsonl")
+    assert events[0]["accepted"] is True
+    for it, expected in ((1, t1), (2, t2)):
+        assert np.array_equal(_table(edits_run.run_dir, it), expected.reshape(-1))
+        assert np.array_equal(_table(table_run.run_dir, it), expected.reshape(-1))
+    assert edits_run.summary["best_eval_mean"] == table_run.summary["best_eval_mean"]
+    transcripts = read_jsonl(edits_run.run_dir / "transcripts.jsonl")
+    assert all(t["valid"] for t in transcripts)
+    assert '"edits"' in transcripts[0]["messages"][-1]["content"]  # the prompt explains the edits format
+    config = json.loads((edits_run.run_dir / "config.json").read_text())
+    assert config["output_format"] == "edits"
+
+
+def test_malformed_replayed_edits_are_never_adopted(tmp_path):
+    bad = answer(edit(1, (2, 3, 9)))  # bin 9 does not exist for the pole angle
+    res = train(TrainConfig(env_id="CartPole-v1", iterations=1, progress=False, plots=False, heldout_episodes=5,
+                            output_format="edits", repair_attempts=0, logs_dir=str(tmp_path),
+                            backend=_write(tmp_path / "bad.jsonl", [bad])), log=lambda _m: None)
+    event = read_jsonl(res.run_dir / "events.jsonl")[0]
+    assert event["accepted"] is False and event["eval_mean"] is None
+    assert any("bins must be in 0..5" in e for e in event["validation_errors"])
+    best = TablePolicy.load(res.run_dir / "best_policy.json").table
+    assert np.array_equal(best, get_spec("CartPole-v1").default_table())
+    assert json.loads((res.run_dir / "policies" / "iter_0001.json").read_text())["meta"]["candidate"] is None
+
+
+def test_table_as_edits_covers_the_table_once():
+    spec = get_spec("BipedalWalker-v3")
+    obs, prior = spec.observation_discretizer(), spec.prior_table()
+    boxes = table_as_edits(prior, obs)
+    assert len(boxes) == 2  # the prior depends on the hull angle only
+    rebuilt = apply_edits_answer(json.dumps({"rationale": "", "edits": boxes}), np.zeros(10_000, dtype=np.int64), 81,
+                                 obs)
+    assert np.array_equal(rebuilt.table, prior) and rebuilt.n_duplicates == 0 and rebuilt.n_missing == 0
