@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, Validat
 
 from .discretize import BoxDiscretizer, DiscreteDiscretizer
 from .errors import ProposalError
-from .schema import ParsedProposal, _cap, _pydantic_errors, extract_json_object
+from .schema import ParsedProposal, cap_errors, extract_json_object, pydantic_errors
 
 __all__ = [
     "Condition",
@@ -135,14 +135,14 @@ def apply_edits_answer(
     try:
         proposal = EditsProposal.model_validate(obj)
     except ValidationError as exc:
-        raise ProposalError(_pydantic_errors(exc), text) from None
+        raise ProposalError(pydantic_errors(exc), text) from None
     if not proposal.edits:
         raise ProposalError(["edits is empty: give at least one edit {\"conditions\": [...], \"action\": <int>}"],
                             text)
     names = _dim_names(observation, sizes)
     errors = _check(proposal, sizes, names, n_actions)
     if errors:
-        raise ProposalError(_cap(errors), text)
+        raise ProposalError(cap_errors(errors), text)
     table = current.copy()
     view = table.reshape(sizes)
     matched = np.zeros(sizes, dtype=np.int32)

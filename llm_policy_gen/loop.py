@@ -64,17 +64,15 @@ class RunResult:
 
 def resolve_spec(cfg: TrainConfig) -> EnvSpec:
     """The env spec with the config's overrides (bins, dims, env kwargs, binning) applied."""
-    spec = get_spec(cfg.env_id)
+    from .envs.overrides import apply_dims_bins, apply_env_kwargs
+
+    spec = apply_env_kwargs(get_spec(cfg.env_id), cfg.env_kwargs)
     changes: dict[str, Any] = {}
-    if cfg.env_kwargs:
-        changes["kwargs"] = {**spec.kwargs, **cfg.env_kwargs}
     if cfg.binning:
         if cfg.binning not in ("uniform", "seed"):
             raise SpecError(f"bad binning {cfg.binning!r}: accepted uniform or seed")
         changes["binning"] = cfg.binning
     if cfg.dims is not None or cfg.bins is not None:
-        from .envs.overrides import apply_dims_bins
-
         spec = apply_dims_bins(spec, cfg.dims, cfg.bins)
     return spec.with_overrides(**changes).validate() if changes else spec.validate()
 

@@ -10,6 +10,7 @@ bounded: episode excerpts have a fixed length, and evidence rows are added only 
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from string import Template
@@ -27,11 +28,15 @@ __all__ = ["HistoryEntry", "PromptContext", "PromptBuilder", "prompts_dir"]
 
 
 def prompts_dir() -> Path:
-    """``prompts/`` of the source tree (override with ``LLM_POLICY_GEN_PROMPTS``)."""
+    """The prompt templates: ``LLM_POLICY_GEN_PROMPTS``, else ``prompts/`` of the source tree (editable install),
+    else ``<prefix>/share/llm-policy-gen/prompts`` (regular install)."""
     env = os.environ.get("LLM_POLICY_GEN_PROMPTS")
     if env:
         return Path(env)
-    return Path(__file__).resolve().parent.parent / "prompts"
+    source = Path(__file__).resolve().parent.parent / "prompts"
+    if (source / "user.md").is_file():
+        return source
+    return Path(sys.prefix) / "share" / "llm-policy-gen" / "prompts"
 
 
 @dataclass(frozen=True)
@@ -178,6 +183,28 @@ class PromptBuilder:
         return rows
 
     def table(self, ctx: PromptContext) -> str:
+        """The current table, as rows when it fits a third of the budget, else as regions of equal action."""
+        text = self._table_rows(ctx)
+        budget = self.max_chars // 3
+        if len(text) <= budget:
+            return text
+        from .edits import table_as_edits
+
+        lines = ["The table as regions of equal action (bins of each listed dim, inclusive; unlisted dims: any):"]
+        regions = table_as_edits(np.asarray(ctx.current_table), ctx.observation)
+        used = len(lines[0])
+        for k, e in enumerate(regions):
+            cond = ", ".join(f"dim {c['dim']} {c['min_bin']}-{c['max_bin']}" for c in e["conditions"]) or "all states"
+            line = f"{cond}: action {e['action']}"
+            if used + len(line) + 1 > budget:
+                lines.append(f"({len(regions) - k} more regions not shown; the table has {len(ctx.current_table)} "
+                             "states)")
+                break
+            lines.append(line)
+            used += len(line) + 1
+        return "\n".join(lines)
+
+    def _table_rows(self, ctx: PromptContext) -> str:
         t = np.asarray(ctx.current_table)
         obs = ctx.observation
         if isinstance(obs, BoxDiscretizer) and len(obs.bins) > 1:
@@ -208,8 +235,13 @@ class PromptBuilder:
 
     def output_format(self, ctx: PromptContext) -> str:
         name = "format_edits.md" if ctx.output_format == "edits" else "format_table.md"
+        dims = ""
+        if ctx.output_format == "edits":
+            from .edits import describe_edit_dims
+
+            dims = "\n".join(describe_edit_dims(ctx.observation))
         return Template(self.template(name)).safe_substitute(
-            max_state=ctx.observation.n_states - 1, max_action=ctx.actions.n_actions - 1
+            max_state=ctx.observation.n_states - 1, max_action=ctx.actions.n_actions - 1, dims=dims
         )
 
     # ------------------------------------------------------------------ assembly

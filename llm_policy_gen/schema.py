@@ -38,6 +38,8 @@ __all__ = [
     "json_schema_for",
     "render_table_answer",
     "MAX_ERRORS",
+    "cap_errors",
+    "pydantic_errors",
 ]
 
 OutputFormatName = Literal["table", "edits"]
@@ -115,7 +117,8 @@ def extract_json_object(text: str, required_key: str) -> dict[str, Any]:
     raise ProposalError(["no JSON object found: reply with one JSON object, no prose"], text)
 
 
-def _pydantic_errors(exc: ValidationError) -> list[str]:
+def pydantic_errors(exc: ValidationError) -> list[str]:
+    """Short repair-ready messages for a pydantic validation error (at most ``MAX_ERRORS`` of them)."""
     msgs = []
     for err in exc.errors()[:MAX_ERRORS]:
         loc = ".".join(str(p) if not isinstance(p, int) else f"[{p}]" for p in err["loc"]).replace(".[", "[")
@@ -127,7 +130,8 @@ def _pydantic_errors(exc: ValidationError) -> list[str]:
     return msgs
 
 
-def _cap(errors: list[str]) -> list[str]:
+def cap_errors(errors: list[str]) -> list[str]:
+    """At most ``MAX_ERRORS`` messages, then one saying how many more there were."""
     if len(errors) > MAX_ERRORS:
         return errors[:MAX_ERRORS] + [f"... and {len(errors) - MAX_ERRORS} more errors"]
     return errors
@@ -156,7 +160,7 @@ def parse_proposal(
     try:
         proposal = TableProposal.model_validate(obj)
     except ValidationError as exc:
-        raise ProposalError(_pydantic_errors(exc), text) from None
+        raise ProposalError(pydantic_errors(exc), text) from None
     if not proposal.rows:
         raise ProposalError([f"rows is empty: give an action for states 0..{n_states - 1}"], text)
     errors: list[str] = []
@@ -166,7 +170,7 @@ def parse_proposal(
         if not 0 <= row.action < n_actions:
             errors.append(f"rows[{i}]: action {row.action} out of range 0..{n_actions - 1} (state {row.state})")
     if errors:
-        raise ProposalError(_cap(errors), text)
+        raise ProposalError(cap_errors(errors), text)
     table = np.array(current_table, dtype=np.int64, copy=True)
     seen = np.zeros(n_states, dtype=bool)
     dup = 0

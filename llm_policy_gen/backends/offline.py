@@ -148,8 +148,11 @@ class OfflineBackend:
         def table_of(w: np.ndarray) -> np.ndarray:
             return np.where(cn @ w + bias > 0, prior.positive_action, prior.negative_action).astype(np.int64)
 
+        # The rule's sign is what matters: weights and bias are scaled together so that the weights have norm 1.
+        scale = max(1e-12, float(np.linalg.norm(w0)))
+        bias = bias / scale
         if self._rule is None:
-            self._rule = _RuleState(best_w=w0 / max(1e-12, float(np.linalg.norm(w0))), sigma=self.sigma0)
+            self._rule = _RuleState(best_w=w0 / scale, sigma=self.sigma0)
             self._seen_history = len(ctx.history)
             first = table_of(self._rule.best_w)
             if not np.array_equal(first, ctx.current_table):
