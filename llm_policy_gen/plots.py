@@ -61,7 +61,11 @@ def plot_runs(run_dirs: Sequence[Path], out: Path, kind: str = "testing", window
             it, val = _series(events, "eval_mean")
             _draw(ax, it, val, f"{name} candidate test mean".strip(), window)
             it, best = _series(events, "best_eval_mean")
-            ax.step(it, best, where="post", linewidth=1.5, label=f"{name} best (kept)".strip())
+            ax.step(it, best, where="post", linewidth=1.5, label=f"{name} kept table, test seeds".strip())
+            if any(e.get("heldout_mean") is not None for e in events):
+                it, held = _series(events, "heldout_mean")
+                ax.step(it, held, where="post", linewidth=1.5, linestyle="--",
+                        label=f"{name} kept table, held-out episodes (reported)".strip())
     ax.set_xlabel("iteration")
     ax.set_ylabel("return")
     title = "Training episodes (best table + exploration)" if kind == "training" else "Test episodes"
