@@ -13,7 +13,7 @@ from typing import Any
 
 from .errors import UserError
 
-__all__ = ["TrainConfig", "load_toml"]
+__all__ = ["TrainConfig", "load_toml", "read_toml"]
 
 
 @dataclass
@@ -153,16 +153,23 @@ class TrainConfig:
         return dataclasses.replace(self, **chosen) if chosen else self
 
 
+def read_toml(path: str | Path, what: str) -> dict[str, Any]:
+    """A TOML file as a dict; an unreadable or invalid file is a :class:`UserError` naming ``what`` it is."""
+    p = Path(path)
+    try:
+        return tomllib.loads(p.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise UserError(f"cannot read {what} {p}: {exc.strerror}") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise UserError(f"{what} {p} is not valid TOML: {exc}") from None
+
+
 def load_toml(path: str | Path) -> dict[str, Any]:
     """Settings from a TOML file: top-level keys, or a ``[train]`` table (dashes allowed in names)."""
     p = Path(path)
-    try:
-        data = tomllib.loads(p.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise UserError(f"cannot read config file {p}: {exc.strerror}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise UserError(f"config file {p} is not valid TOML: {exc}") from None
+    data = read_toml(p, "config file")
     section = data.get("train", data)
     if not isinstance(section, dict):
         raise UserError(f"config file {p}: [train] must be a table")
-    return {k.replace("-", "_"): v for k, v in section.items() if not isinstance(v, dict) or k in ("env_kwargs", "env-kwargs")}
+    keep = ("env_kwargs", "env-kwargs")
+    return {k.replace("-", "_"): v for k, v in section.items() if not isinstance(v, dict) or k in keep}

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import os
-import tomllib
 from functools import lru_cache
 from pathlib import Path
 
+from .config import read_toml
 from .errors import UserError
 
 __all__ = ["DEFAULT_PRICES", "load_prices", "price_of", "cost_usd"]
@@ -32,12 +32,7 @@ def load_prices(path: str | None = None) -> dict[str, dict[str, dict[str, float]
 def _read_prices(path: str, mtime_ns: int) -> dict[str, dict[str, dict[str, float]]]:
     """The parsed price file (cached per path and modification time)."""
     p = Path(path)
-    try:
-        data = tomllib.loads(p.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise UserError(f"cannot read price file {p}: {exc.strerror}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise UserError(f"price file {p} is not valid TOML: {exc}") from None
+    data = read_toml(p, "price file")
     out: dict[str, dict[str, dict[str, float]]] = {}
     for provider, models in data.items():
         if not isinstance(models, dict):

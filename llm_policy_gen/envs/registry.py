@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import difflib
-import tomllib
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -11,6 +10,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from ..config import read_toml
 from ..errors import SpecError, UserError
 from .spec import EnvSpec
 
@@ -21,13 +21,7 @@ SPEC_DIR = Path(__file__).with_name("specs")
 
 def load_spec_file(path: str | Path) -> EnvSpec:
     """Read one spec TOML file."""
-    p = Path(path)
-    try:
-        data = tomllib.loads(p.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise UserError(f"cannot read spec file {p}: {exc.strerror}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise UserError(f"spec file {p} is not valid TOML: {exc}") from None
+    data = read_toml(path, "spec file")
     return EnvSpec.from_dict(data)
 
 
