@@ -6,12 +6,13 @@ STAMP_RUN := $(VENV)/.installed-run
 STAMP_DEV := $(VENV)/.installed-dev
 ARGS ?=
 
-.PHONY: run test test-fast lint typecheck bench paper clean help
+.PHONY: run test test-fast lint typecheck check bench paper clean help
 
 help:
 	@echo "make run    - create $(VENV), install, train CartPole-v1 with the default backend (ARGS='...' adds options)"
 	@echo "make test   - create $(VENV), install with dev extras, run every test (slow end-to-end ones included)"
 	@echo "make test-fast - the tests without the slow marker"
+	@echo "make check  - lint, typecheck and test"
 	@echo "make lint / typecheck / bench / paper / clean"
 
 $(BIN)/python:
@@ -41,8 +42,11 @@ lint: $(STAMP_DEV)
 typecheck: $(STAMP_DEV)
 	$(BIN)/mypy llm_policy_gen
 
+check: lint typecheck test
+
 bench: $(STAMP_DEV)
 	$(BIN)/python bench/bench_eval.py
+	$(BIN)/python bench/bench_continuous.py
 
 COMPARE_DIR ?= logs/compare/CartPole-v1
 paper: $(STAMP_DEV)

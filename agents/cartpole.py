@@ -1,4 +1,6 @@
-"""Train a table policy for CartPole-v1: `python agents/cartpole.py [train options]` (e.g. --backend gemini --iterations 20).
+"""Train a table policy for CartPole-v1: `python agents/cartpole.py [train options]`.
+
+Example: `python agents/cartpole.py --backend gemini --iterations 20`.
 
 A thin script over the library: every option of `llm-policy-gen train` works here.
 """

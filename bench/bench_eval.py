@@ -55,8 +55,10 @@ def main() -> None:
             best["raw"] = max(best["raw"], raw_rate(r.steps))
     print(f"CartPole-v1, {args.episodes} episodes of the prior table ({r.steps} steps, mean return {r.mean:.1f})")
     print(f"raw vectorised random stepping : {best['raw']:>10,.0f} steps/s")
-    print(f"table evaluation (Collector)   : {best['eval']:>10,.0f} steps/s  ({best['eval'] / best['raw']:.2f}x raw)")
-    print(f"table collection with record   : {best['collect']:>10,.0f} steps/s  ({best['collect'] / best['raw']:.2f}x raw)")
+    ratio = best["eval"] / best["raw"]
+    print(f"table evaluation (Collector)   : {best['eval']:>10,.0f} steps/s  ({ratio:.2f}x raw)")
+    ratio = best["collect"] / best["raw"]
+    print(f"table collection with record   : {best['collect']:>10,.0f} steps/s  ({ratio:.2f}x raw)")
 
 
 if __name__ == "__main__":

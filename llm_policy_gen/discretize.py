@@ -259,7 +259,8 @@ class DiscreteDiscretizer:
 
     def describe_dims(self) -> list[str]:
         if self.grid is not None:
-            return [f"{self.n_states} cells on a {self.grid[0]}x{self.grid[1]} grid; state = row * {self.grid[1]} + col"]
+            rows, cols = self.grid
+            return [f"{self.n_states} cells on a {rows}x{cols} grid; state = row * {cols} + col"]
         return [f"{self.n_states} discrete {self.name}s, numbered 0..{self.n_states - 1}"]
 
     def to_spec(self) -> dict[str, Any]:

@@ -12,7 +12,7 @@ def test_same_seeds_same_episodes_and_evaluate_agrees_with_collect():
         b = c.collect(table, [1, 2, 3, 4, 5])
         r = c.evaluate(table, [1, 2, 3, 4, 5])
     assert [e.ret for e in a] == [e.ret for e in b]
-    assert all(np.array_equal(x.states, y.states) for x, y in zip(a, b))
+    assert all(np.array_equal(x.states, y.states) for x, y in zip(a, b, strict=True))
     assert r.returns.tolist() == [e.ret for e in a]
     assert r.steps == sum(e.length for e in a)
 

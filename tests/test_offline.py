@@ -56,7 +56,7 @@ def test_same_context_same_answer_and_rejections_change_the_search():
         return answers
 
     a, b_ = run(True), run(True)
-    assert all(np.array_equal(x, y) for x, y in zip(a, b_))
+    assert all(np.array_equal(x, y) for x, y in zip(a, b_, strict=True))
     assert not np.array_equal(a[1], a[0])  # a new candidate each time
     c = run(False)
     assert not np.array_equal(a[2], c[2])  # the verdict in the history steers the next proposal

@@ -14,8 +14,11 @@ def context(spec, episode_len=50, n_episodes=6):
         n = episode_len + i
         mem.add([Episode(i, rng.integers(0, obs.n_states, n), rng.integers(0, acts.n_actions, n), np.ones(n), True,
                          False, i)])
-    history = [HistoryEntry(1, 20.0, 3, True, 5), HistoryEntry(2, 12.5, 3, False, 7), HistoryEntry(3, None, 3, False,
-                                                                                                    0, "bad json")]
+    history = [
+        HistoryEntry(1, 20.0, 3, True, 5),
+        HistoryEntry(2, 12.5, 3, False, 7),
+        HistoryEntry(3, None, 3, False, 0, "bad json"),
+    ]
     return PromptContext(spec, obs, acts, 4, spec.default_table(), 20.0, 3, mem, mem.evidence(), history)
 
 
@@ -24,9 +27,9 @@ def test_prompt_holds_every_section():
     system, user = PromptBuilder().build(context(spec))
     assert system.role == "system" and user.role == "user"
     text = user.content
-    for part in ("CartPole", "dim 2 pole angle rad, 6 bins: 0=[-0.209,-0.14)", "push cart left", "Physics hints", "Pushing the cart",
-                 "iteration 1: 20.0 on 3 episodes, kept as best", "refused (bad json)", "best 1", "worst 1",
-                 "Evidence per state", "s0-5 (0, 0, 0)", '"rows"', "0..323"):
+    for part in ("CartPole", "dim 2 pole angle rad, 6 bins: 0=[-0.209,-0.14)", "push cart left", "Physics hints",
+                 "Pushing the cart", "iteration 1: 20.0 on 3 episodes, kept as best", "refused (bad json)",
+                 "best 1", "worst 1", "Evidence per state", "s0-5 (0, 0, 0)", '"rows"', "0..323"):
         assert part in text, part
     # history: best last
     assert text.index("iteration 2: 12.5") < text.index("iteration 1: 20.0")
