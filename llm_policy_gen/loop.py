@@ -21,7 +21,7 @@ from . import __version__
 from .backends import BackendOptions, make_backend, parse_backend_spec
 from .backends.base import Backend, Message, OutputFormat, RetryPolicy, Sampling
 from .backends.keys import redact
-from .collect import Collector, Rollouts
+from .collect import Collector, Episode, Rollouts
 from .config import TrainConfig
 from .envs import get_spec
 from .envs.spec import EnvSpec
@@ -260,6 +260,200 @@ def finish_run(run: RunDir, summary: dict[str, Any], plots: bool, log: Callable[
             log(f"warning: plots not written: {exc}")
 
 
+class _Run:
+    """One training run: its run directory, environment, memory, keeper and running totals.
+
+    Each stage of an iteration is one method: :meth:`collect` (training episodes), :meth:`ask` (prompt, backend,
+    validation), :meth:`judge` (keeper and held-out measurement) and :meth:`record` (events.jsonl).
+    """
+
+    def __init__(self, cfg: TrainConfig, spec: EnvSpec, backend: Backend) -> None:
+        self.cfg, self.spec, self.backend = cfg, spec, backend
+        self.t_start = time.perf_counter()
+        self.obs = spec.observation_discretizer()
+        self.acts = spec.action_discretizer()
+        self.fmt = resolve_output_format(cfg, self.obs.n_states)
+        self.dir = RunDir.create(Path(cfg.logs_dir), spec.env_id, cfg.backend or backend.name, cfg.seed, cfg.run_id)
+        write_json_atomic(self.dir.config, {
+            "package": "llm-policy-gen",
+            "version": __version__,
+            "seed": cfg.seed,
+            "config": cfg.to_dict(),
+            "env_spec": spec.to_dict(),
+            "output_format": self.fmt,
+            "backend": backend.describe(),
+            "backend_is_llm": backend.is_llm,
+            "seeds": seed_ranges(cfg.seed),
+            "argv": [redact(a) for a in sys.argv],
+        })
+        self.collector = Collector(spec)
+        self.memory = ExperienceMemory(self.obs.n_states, self.acts.n_actions, cfg.memory_capacity, cfg.gamma,
+                                       cfg.best_k)
+        self.builder = PromptBuilder(max_chars=cfg.max_prompt_chars)
+        self.keeper = Keeper(self.collector, spec.default_table(), cfg.seed, cfg.eval_start, cfg.eval_max,
+                             cfg.eval_rise_every)
+        self.seeds = seed_ranges(cfg.seed)
+        self.rng = np.random.default_rng([cfg.seed, 7])
+        self.usage = Usage()
+        self.history: list[HistoryEntry] = []
+        self.episodes_total = 0
+        self.steps_total = 0
+        self.heldout_total = 0
+        self.train_counter = 0
+        self.prompt_sizes: list[int] = []
+        self.solved_at: int | None = None
+        self.solved_iteration: int | None = None
+        self.best_heldout: Rollouts | None = None
+
+    # ------------------------------------------------------------------ helpers
+    def policy(self, table: np.ndarray, meta: dict[str, Any]) -> TablePolicy:
+        return TablePolicy(self.spec.env_id, self.obs, self.acts, table, meta)
+
+    def count(self, episodes: list[Episode]) -> None:
+        """Add episodes that fed a decision to the memory and to the totals."""
+        self.memory.add(episodes)
+        self.episodes_total += len(episodes)
+        self.steps_total += sum(e.length for e in episodes)
+
+    def measure_best(self, iteration: int) -> None:
+        """The best table on the held-out seeds: reported, never used to decide."""
+        seeds = [self.seeds["heldout"] + j for j in range(self.cfg.heldout_episodes)]
+        self.best_heldout = self.collector.evaluate(self.keeper.best_table, seeds)
+        self.heldout_total += self.cfg.heldout_episodes
+        threshold = self.spec.reward_threshold
+        if self.solved_at is None and threshold is not None and self.best_heldout.mean >= threshold:
+            self.solved_at, self.solved_iteration = self.episodes_total, iteration
+
+    @property
+    def heldout_mean(self) -> float:
+        return self.best_heldout.mean if self.best_heldout is not None else float("nan")
+
+    # ------------------------------------------------------------------ stages
+    def start(self) -> None:
+        """Score the initial table on the first test seeds and the held-out seeds."""
+        _, first = self.keeper.score_best(1)
+        self.count(first)
+        self.measure_best(0)
+        self.policy(self.keeper.best_table, {"iteration": 0, "heldout_mean": self.heldout_mean}).save(
+            self.dir.best_policy)
+
+    def collect(self, iteration: int) -> tuple[list[Episode], float]:
+        """Training episodes with the best table plus exploration; returns them and the epsilon used."""
+        n = self.cfg.train_episodes
+        seeds = [self.seeds["train"] + self.train_counter + j for j in range(n)]
+        self.train_counter += n
+        # Until a table beats the initial one there is nothing to exploit: training episodes act at random.
+        epsilon = 1.0 if self.keeper.best_iteration == 0 else self.cfg.explore_epsilon
+        episodes = self.collector.collect(self.keeper.best_table, seeds, epsilon, self.rng, iteration)
+        self.count(episodes)
+        return episodes, epsilon
+
+    def ask(self, iteration: int) -> tuple[ProposalOutcome, int]:
+        """Build the prompt, call the backend (with repairs); returns the outcome and the prompt's size."""
+        best_mean, extra = self.keeper.score_best(iteration)
+        self.count(extra)
+        ctx = PromptContext(
+            spec=self.spec, observation=self.obs, actions=self.acts, iteration=iteration,
+            current_table=self.keeper.best_table, best_eval_mean=best_mean,
+            eval_episodes=self.keeper.n_eval(iteration), memory=self.memory, evidence=self.memory.evidence(),
+            history=list(self.history), output_format=self.fmt, best_k=self.cfg.best_k,
+            worst_k=self.cfg.worst_k, seed=self.cfg.seed,
+        )
+        messages = self.builder.build(ctx)
+        chars = sum(len(m.content) for m in messages)
+        self.prompt_sizes.append(chars)
+        outcome = propose(self.backend, messages, ctx, self.builder, self.cfg,
+                          lambda rec: append_jsonl(self.dir.transcripts, rec), self.usage.cost_usd)
+        self.usage.add(outcome.usage)
+        return outcome, chars
+
+    def judge(self, iteration: int, outcome: ProposalOutcome) -> tuple[bool, float | None, list[float], float]:
+        """Keeper's verdict on a valid candidate; returns accepted, its test mean and returns, the best's mean."""
+        if outcome.table is None:
+            if outcome.stop is None:
+                self.policy(self.keeper.best_table, {"iteration": iteration, "accepted": False, "candidate": None,
+                                                     "errors": outcome.errors}).save(self.dir.policy_file(iteration))
+            return False, None, [], self.keeper.score_best(iteration)[0]
+        d = self.keeper.consider(outcome.table, iteration)
+        self.count(d.episodes)
+        self.policy(outcome.table, {"iteration": iteration, "accepted": d.accepted, "eval_mean": d.eval_mean,
+                                    "eval_returns": d.eval_returns}).save(self.dir.policy_file(iteration))
+        if d.accepted:
+            self.measure_best(iteration)
+            self.policy(self.keeper.best_table, {"iteration": iteration, "eval_mean": d.eval_mean,
+                                                 "heldout_mean": self.heldout_mean}).save(self.dir.best_policy)
+        return d.accepted, d.eval_mean, d.eval_returns, d.best_eval_mean
+
+    def record(self, iteration: int, train_eps: list[Episode], epsilon: float, outcome: ProposalOutcome,
+               verdict: tuple[bool, float | None, list[float], float], prompt_chars: int, t_iter: float) -> None:
+        accepted, eval_mean, eval_returns, best_mean = verdict
+        self.history.append(HistoryEntry(iteration, eval_mean, self.keeper.n_eval(iteration), accepted,
+                                         outcome.n_changed, "; ".join(outcome.errors)[:200]))
+        append_jsonl(self.dir.events, {
+            "iteration": iteration,
+            "train_return": float(np.mean([e.ret for e in train_eps])) if train_eps else None,
+            "train_returns": [e.ret for e in train_eps],
+            "train_epsilon": epsilon,
+            "eval_mean": eval_mean,
+            "eval_returns": eval_returns,
+            "eval_episodes": self.keeper.n_eval(iteration),
+            "best_eval_mean": best_mean,
+            "heldout_mean": self.heldout_mean,
+            "accepted": accepted,
+            "valid": outcome.table is not None,
+            "n_changed": outcome.n_changed,
+            "episodes_total": self.episodes_total,
+            "env_steps_total": self.steps_total,
+            "heldout_episodes_total": self.heldout_total,
+            "input_tokens": outcome.usage.input_tokens,
+            "output_tokens": outcome.usage.output_tokens,
+            "cost_usd": round(outcome.usage.cost_usd, 6),
+            "input_tokens_total": self.usage.input_tokens,
+            "output_tokens_total": self.usage.output_tokens,
+            "cost_usd_total": round(self.usage.cost_usd, 6),
+            "llm_calls": outcome.usage.calls,
+            "validation_errors": outcome.errors,
+            "notes": outcome.notes,
+            "prompt_chars": prompt_chars,
+            "wall_s": round(time.perf_counter() - t_iter, 4),
+        })
+
+    def summary(self, stop_reason: str) -> dict[str, Any]:
+        held = self.best_heldout
+        sizes = self.prompt_sizes
+        return {
+            "env_id": self.spec.env_id,
+            "backend": self.backend.name,
+            "model": self.backend.model,
+            "is_llm": self.backend.is_llm,
+            "seed": self.cfg.seed,
+            "best_eval_mean": held.mean if held is not None else None,
+            "best_eval_std": float(np.std(held.returns)) if held is not None else None,
+            "best_eval_episodes": int(held.returns.size) if held is not None else 0,
+            "best_iteration": self.keeper.best_iteration,
+            "reward_threshold": self.spec.reward_threshold,
+            "solved": self.solved_at is not None,
+            "episodes_to_solve": self.solved_at,
+            "iteration_solved": self.solved_iteration,
+            "iterations": len(self.history),
+            "episodes_total": self.episodes_total,
+            "env_steps_total": self.steps_total,
+            "heldout_episodes_total": self.heldout_total,
+            "input_tokens": self.usage.input_tokens,
+            "output_tokens": self.usage.output_tokens,
+            "cost_usd": round(self.usage.cost_usd, 6),
+            "cost_complete": self.usage.unpriced_calls == 0,
+            "llm_calls": self.usage.calls,
+            "cached_calls": self.usage.cached_calls,
+            "invalid_iterations": sum(1 for h in self.history if h.eval_mean is None),
+            "prompt_chars_first": sizes[0] if sizes else None,
+            "prompt_chars_last": sizes[-1] if sizes else None,
+            "prompt_chars_max": max(sizes) if sizes else None,
+            "stop_reason": stop_reason,
+            "wall_s": round(time.perf_counter() - self.t_start, 3),
+        }
+
+
 def train(
     cfg: TrainConfig,
     backend: Backend | None = None,
@@ -288,156 +482,28 @@ def train(
 
         return train_direct(cfg, spec, backend, log)
 
-    t_start = time.perf_counter()
-    obs_disc = spec.observation_discretizer()
-    act_disc = spec.action_discretizer()
-    fmt = resolve_output_format(cfg, obs_disc.n_states)
-    run = RunDir.create(Path(cfg.logs_dir), spec.env_id, cfg.backend or backend.name, cfg.seed, cfg.run_id)
-    write_json_atomic(
-        run.config,
-        {
-            "package": "llm-policy-gen",
-            "version": __version__,
-            "seed": cfg.seed,
-            "config": cfg.to_dict(),
-            "env_spec": spec.to_dict(),
-            "output_format": fmt,
-            "backend": backend.describe(),
-            "backend_is_llm": backend.is_llm,
-            "seeds": seed_ranges(cfg.seed),
-            "argv": [redact(a) for a in sys.argv],
-        },
-    )
-    policy_of = lambda t, meta: TablePolicy(spec.env_id, obs_disc, act_disc, t, meta)  # noqa: E731
-    collector = Collector(spec)
-    memory = ExperienceMemory(obs_disc.n_states, act_disc.n_actions, cfg.memory_capacity, cfg.gamma, cfg.best_k)
-    builder = PromptBuilder(max_chars=cfg.max_prompt_chars)
-    initial = spec.default_table()
-    keeper = Keeper(collector, initial, cfg.seed, cfg.eval_start, cfg.eval_max, cfg.eval_rise_every)
-    seeds = seed_ranges(cfg.seed)
-    rng = np.random.default_rng([cfg.seed, 7])
-    threshold = spec.reward_threshold
-    usage = Usage()
-    history: list[HistoryEntry] = []
-    episodes_total = 0
-    steps_total = 0
-    heldout_total = 0
-    train_counter = 0
-    prompt_sizes: list[int] = []
-    solved_at: int | None = None
-    solved_iteration: int | None = None
-
-    best_mean, first_eps = keeper.score_best(1)
-    memory.add(first_eps)
-    episodes_total += len(first_eps)
-    steps_total += sum(e.length for e in first_eps)
-
-    def heldout(table: np.ndarray) -> Rollouts:
-        return collector.evaluate(table, [seeds["heldout"] + j for j in range(cfg.heldout_episodes)])
-
-    ho = heldout(keeper.best_table)
-    heldout_total += cfg.heldout_episodes
-    best_heldout = ho
-    if threshold is not None and ho.mean >= threshold:
-        solved_at, solved_iteration = episodes_total, 0
-    policy_of(keeper.best_table, {"iteration": 0, "heldout_mean": ho.mean}).save(run.best_policy)
-
+    run = _Run(cfg, spec, backend)
     stop_reason = "iterations done"
     since_best = 0
-    iteration = 0
     progress = Progress(cfg.iterations, cfg.progress, f"{spec.env_id} [{backend.name}]")
     try:
+        run.start()
         for iteration in range(1, cfg.iterations + 1):
             t_iter = time.perf_counter()
-            train_seeds = [seeds["train"] + train_counter + j for j in range(cfg.train_episodes)]
-            train_counter += cfg.train_episodes
-            # Until a table beats the initial one there is nothing to exploit: training episodes act at random.
-            epsilon = 1.0 if keeper.best_iteration == 0 else cfg.explore_epsilon
-            train_eps = collector.collect(keeper.best_table, train_seeds, epsilon, rng, iteration)
-            memory.add(train_eps)
-            episodes_total += len(train_eps)
-            steps_total += sum(e.length for e in train_eps)
-            train_return = float(np.mean([e.ret for e in train_eps])) if train_eps else None
-
-            best_mean, extra = keeper.score_best(iteration)
-            memory.add(extra)
-            episodes_total += len(extra)
-            steps_total += sum(e.length for e in extra)
-
-            ctx = PromptContext(
-                spec=spec, observation=obs_disc, actions=act_disc, iteration=iteration,
-                current_table=keeper.best_table, best_eval_mean=best_mean, eval_episodes=keeper.n_eval(iteration),
-                memory=memory, evidence=memory.evidence(), history=list(history), output_format=fmt,
-                best_k=cfg.best_k, worst_k=cfg.worst_k, seed=cfg.seed,
-            )
-            messages = builder.build(ctx)
-            prompt_chars = sum(len(m.content) for m in messages)
-            prompt_sizes.append(prompt_chars)
+            train_eps, epsilon = run.collect(iteration)
             try:
-                outcome = propose(backend, messages, ctx, builder, cfg,
-                                  lambda rec: append_jsonl(run.transcripts, rec), usage.cost_usd)
+                outcome, chars = run.ask(iteration)
             except BackendAuthError:
                 stop_reason = "credentials refused"
                 raise
-            usage.add(outcome.usage)
-            accepted = False
-            eval_mean = None
-            eval_returns: list[float] = []
-            if outcome.table is not None:
-                decision = keeper.consider(outcome.table, iteration)
-                memory.add(decision.episodes)
-                episodes_total += decision.episodes_used
-                steps_total += decision.steps_used
-                accepted, eval_mean, eval_returns = decision.accepted, decision.eval_mean, decision.eval_returns
-                best_mean = decision.best_eval_mean
-                policy_of(outcome.table, {"iteration": iteration, "accepted": accepted, "eval_mean": eval_mean,
-                                          "eval_returns": eval_returns}).save(run.policy_file(iteration))
-                if accepted:
-                    best_heldout = heldout(keeper.best_table)
-                    heldout_total += cfg.heldout_episodes
-                    if solved_at is None and threshold is not None and best_heldout.mean >= threshold:
-                        solved_at, solved_iteration = episodes_total, iteration
-                    policy_of(keeper.best_table, {"iteration": iteration, "eval_mean": eval_mean,
-                                                  "heldout_mean": best_heldout.mean}).save(run.best_policy)
-            elif outcome.stop is None:
-                policy_of(keeper.best_table, {"iteration": iteration, "accepted": False, "candidate": None,
-                                              "errors": outcome.errors}).save(run.policy_file(iteration))
             if outcome.stop is not None and outcome.table is None and not outcome.usage.calls:
-                stop_reason = outcome.stop
+                stop_reason = outcome.stop  # replay exhausted or budget reached before any call
                 log(f"run ends: {outcome.stop}")
                 break
-            history.append(HistoryEntry(iteration, eval_mean, keeper.n_eval(iteration), accepted,
-                                        outcome.n_changed, "; ".join(outcome.errors)[:200]))
-            append_jsonl(run.events, {
-                "iteration": iteration,
-                "train_return": train_return,
-                "train_returns": [e.ret for e in train_eps],
-                "train_epsilon": epsilon,
-                "eval_mean": eval_mean,
-                "eval_returns": eval_returns,
-                "eval_episodes": keeper.n_eval(iteration),
-                "best_eval_mean": best_mean,
-                "heldout_mean": best_heldout.mean,
-                "accepted": accepted,
-                "valid": outcome.table is not None,
-                "n_changed": outcome.n_changed,
-                "episodes_total": episodes_total,
-                "env_steps_total": steps_total,
-                "heldout_episodes_total": heldout_total,
-                "input_tokens": outcome.usage.input_tokens,
-                "output_tokens": outcome.usage.output_tokens,
-                "cost_usd": round(outcome.usage.cost_usd, 6),
-                "input_tokens_total": usage.input_tokens,
-                "output_tokens_total": usage.output_tokens,
-                "cost_usd_total": round(usage.cost_usd, 6),
-                "llm_calls": outcome.usage.calls,
-                "validation_errors": outcome.errors,
-                "notes": outcome.notes,
-                "prompt_chars": prompt_chars,
-                "wall_s": round(time.perf_counter() - t_iter, 4),
-            })
-            since_best = 0 if accepted else since_best + 1
-            progress.update(eval_mean, best_mean)
+            verdict = run.judge(iteration, outcome)
+            run.record(iteration, train_eps, epsilon, outcome, verdict, chars, t_iter)
+            since_best = 0 if verdict[0] else since_best + 1
+            progress.update(verdict[1], verdict[3])
             if outcome.stop is not None:
                 stop_reason = outcome.stop
                 log(f"run ends: {outcome.stop}")
@@ -454,37 +520,7 @@ def train(
         raise
     finally:
         progress.close()
-        collector.close()
-        summary = {
-            "env_id": spec.env_id,
-            "backend": backend.name,
-            "model": backend.model,
-            "is_llm": backend.is_llm,
-            "seed": cfg.seed,
-            "best_eval_mean": best_heldout.mean,
-            "best_eval_std": float(np.std(best_heldout.returns)),
-            "best_eval_episodes": int(best_heldout.returns.size),
-            "best_iteration": keeper.best_iteration,
-            "reward_threshold": threshold,
-            "solved": solved_at is not None,
-            "episodes_to_solve": solved_at,
-            "iteration_solved": solved_iteration,
-            "iterations": len(history),
-            "episodes_total": episodes_total,
-            "env_steps_total": steps_total,
-            "heldout_episodes_total": heldout_total,
-            "input_tokens": usage.input_tokens,
-            "output_tokens": usage.output_tokens,
-            "cost_usd": round(usage.cost_usd, 6),
-            "cost_complete": usage.unpriced_calls == 0,
-            "llm_calls": usage.calls,
-            "cached_calls": usage.cached_calls,
-            "invalid_iterations": sum(1 for h in history if h.eval_mean is None),
-            "prompt_chars_first": prompt_sizes[0] if prompt_sizes else None,
-            "prompt_chars_last": prompt_sizes[-1] if prompt_sizes else None,
-            "prompt_chars_max": max(prompt_sizes) if prompt_sizes else None,
-            "stop_reason": stop_reason,
-            "wall_s": round(time.perf_counter() - t_start, 3),
-        }
-        finish_run(run, summary, cfg.plots, log)
-    return RunResult(run.path, summary)
+        run.collector.close()
+        summary = run.summary(stop_reason)
+        finish_run(run.dir, summary, cfg.plots, log)
+    return RunResult(run.dir.path, summary)
