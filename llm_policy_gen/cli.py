@@ -267,7 +267,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-    except LLMPolicyGenError as exc:
+    except (LLMPolicyGenError, OSError) as exc:
         from .backends.keys import redact
 
         print(f"llm-policy-gen {args.command}: failed: {redact(str(exc)).splitlines()[0]}", file=sys.stderr)

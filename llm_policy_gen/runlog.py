@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from .errors import UserError
+
 __all__ = ["write_json_atomic", "write_bytes_atomic", "append_jsonl", "read_jsonl", "RunDir", "to_jsonable"]
 
 
@@ -109,7 +111,10 @@ class RunDir:
         while path.exists():
             k += 1
             path = base / f"{run_id}-{k}"
-        (path / "policies").mkdir(parents=True)
+        try:
+            (path / "policies").mkdir(parents=True)
+        except OSError as exc:
+            raise UserError(f"cannot create the run directory {path}: {exc.strerror}; choose --logs-dir") from None
         return cls(path)
 
     config = property(lambda self: self.path / "config.json")

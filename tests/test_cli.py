@@ -113,3 +113,10 @@ def test_python_dash_m_entry_point(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "llm_policy_gen", "envs"], capture_output=True, text=True,
                           timeout=60)
     assert proc.returncode == 0 and "CartPole-v1" in proc.stdout
+
+
+def test_unwritable_logs_dir_is_a_user_error(capsys, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    code, _, err = run_cli(capsys, "train", "--backend", "offline", "--iterations", "1", "--logs-dir", str(blocker))
+    assert code == 2 and "cannot create the run directory" in err and "Traceback" not in err
