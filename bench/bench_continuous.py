@@ -21,6 +21,7 @@ import time
 
 import gymnasium as gym
 import numpy as np
+from bench_eval import time_vector_stepping  # bench/ is on sys.path when this script runs
 
 from llm_policy_gen.collect import Collector, default_workers
 from llm_policy_gen.edits import render_edits_answer
@@ -73,17 +74,7 @@ def raw_rate(env_id: str, steps: int) -> float:
 def raw_async_rate(env_id: str, steps: int, num_envs: int) -> float:
     """Random actions in gymnasium's AsyncVectorEnv (one process per environment, autoreset)."""
     spec = get_spec(env_id)
-    env = gym.vector.AsyncVectorEnv([lambda: make_env(spec) for _ in range(num_envs)])
-    env.reset(seed=0)
-    env.action_space.seed(0)
-    done = 0
-    t0 = time.perf_counter()
-    while done < steps:
-        env.step(env.action_space.sample())
-        done += num_envs
-    dt = time.perf_counter() - t0
-    env.close()
-    return done / dt
+    return time_vector_stepping(gym.vector.AsyncVectorEnv([lambda: make_env(spec) for _ in range(num_envs)]), steps)
 
 
 def main() -> None:

@@ -20,18 +20,23 @@ from llm_policy_gen.collect import Collector
 from llm_policy_gen.envs import get_spec
 
 
-def raw_rate(steps: int, num_envs: int = 32) -> float:
-    env = gym.make_vec("CartPole-v1", num_envs=num_envs, vectorization_mode="sync")
+def time_vector_stepping(env: gym.vector.VectorEnv, steps: int) -> float:
+    """Steps per second of random actions in a vector environment (autoreset), over at least ``steps`` steps."""
     env.reset(seed=0)
     env.action_space.seed(0)
     done = 0
     t0 = time.perf_counter()
     while done < steps:
         env.step(env.action_space.sample())
-        done += num_envs
+        done += env.num_envs
     dt = time.perf_counter() - t0
     env.close()
     return done / dt
+
+
+def raw_rate(steps: int, num_envs: int = 32) -> float:
+    """Raw CartPole stepping: ``gymnasium.make_vec`` in sync mode with random actions."""
+    return time_vector_stepping(gym.make_vec("CartPole-v1", num_envs=num_envs, vectorization_mode="sync"), steps)
 
 
 def main() -> None:

@@ -30,44 +30,27 @@ the keeper keeps the best one, so this is random search with the same evaluation
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from ..collect import Episode
-from ..errors import BackendError, UserError
+from ..errors import UserError
 from ..prompt import PromptContext
-from ..schema import render_table_answer
-from .base import Backend, Completion, Message, OutputFormat
+from .base import Backend
+from .proposer import TableProposer
 
-__all__ = ["QLearningBackend", "RandomTableBackend", "make_baseline", "render_answer", "BASELINES"]
+__all__ = ["QLearningBackend", "RandomTableBackend", "make_baseline", "BASELINES"]
 
 BASELINES = ("q-learning", "random")
 
 
-def render_answer(ctx: PromptContext, table: np.ndarray, rationale: str) -> str:
-    """``table`` as answer text in the run's output format (full table, or edits against the current table)."""
-    if ctx.output_format == "edits":
-        from ..edits import render_edits_answer
-
-        return render_edits_answer(ctx.current_table, table, ctx.observation, rationale)
-    return render_table_answer(table, rationale)
-
-
-def _need_context(name: str, context: PromptContext | None) -> PromptContext:
-    if context is None:
-        raise BackendError(f"the {name} baseline needs the prompt context (it cannot read free text)")
-    return context
-
-
-class QLearningBackend:
+class QLearningBackend(TableProposer):
     """Tabular Q-learning over the loop's episodes. See the module docstring for the algorithm."""
 
     name = "q-learning"
-    model = ""
-    is_llm = False
+    label = "q-learning (not an LLM)"
 
     def __init__(self, seed: int = 0, alpha: float = 0.2, gamma: float = 0.99, q_init: float | None = None) -> None:
         if not 0.0 < alpha <= 1.0:
@@ -155,22 +138,13 @@ class QLearningBackend:
             f"{changed} states changed"
         )
 
-    def complete(
-        self, messages: Sequence[Message], output: OutputFormat, context: PromptContext | None = None
-    ) -> Completion:
-        ctx = _need_context(self.name, context)
-        t0 = time.perf_counter()
-        table, rationale = self.propose(ctx)
-        text = render_answer(ctx, table, rationale)
-        return Completion(text=text, latency_s=time.perf_counter() - t0, model="q-learning (not an LLM)")
 
 
-class RandomTableBackend:
+class RandomTableBackend(TableProposer):
     """A uniformly random table each iteration, seeded by ``(seed, iteration)``."""
 
     name = "random"
-    model = ""
-    is_llm = False
+    label = "random (not an LLM)"
 
     def __init__(self, seed: int = 0) -> None:
         self.seed = int(seed)
@@ -189,14 +163,6 @@ class RandomTableBackend:
         table = rng.integers(0, ctx.actions.n_actions, ctx.observation.n_states, dtype=np.int64)
         return table, f"uniformly random table (seed {self.seed}, iteration {ctx.iteration})"
 
-    def complete(
-        self, messages: Sequence[Message], output: OutputFormat, context: PromptContext | None = None
-    ) -> Completion:
-        ctx = _need_context(self.name, context)
-        t0 = time.perf_counter()
-        table, rationale = self.propose(ctx)
-        text = render_answer(ctx, table, rationale)
-        return Completion(text=text, latency_s=time.perf_counter() - t0, model="random (not an LLM)")
 
 
 def make_baseline(name: str, seed: int = 0) -> Backend:

@@ -23,19 +23,15 @@ Randomness comes from ``numpy.random.default_rng([seed, iteration])``: the same 
 
 from __future__ import annotations
 
-import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ..discretize import BoxDiscretizer
-from ..errors import BackendError
 from ..memory import expected_next, transition_totals
 from ..prompt import PromptContext
-from ..schema import render_table_answer
-from .base import Completion, Message, OutputFormat
+from .proposer import TableProposer
 
 __all__ = ["OfflineBackend"]
 
@@ -49,12 +45,11 @@ class _RuleState:
     fails: int = 0
 
 
-class OfflineBackend:
+class OfflineBackend(TableProposer):
     """Deterministic non-LLM optimiser. See the module docstring for the algorithm."""
 
     name = "offline"
-    model = ""
-    is_llm = False
+    label = NOT_AN_LLM
 
     def __init__(
         self,
@@ -85,21 +80,6 @@ class OfflineBackend:
             "sigma0": self.sigma0,
             "gamma": self.gamma,
         }
-
-    def complete(
-        self, messages: Sequence[Message], output: OutputFormat, context: PromptContext | None = None
-    ) -> Completion:
-        if context is None:
-            raise BackendError("the offline optimiser needs the prompt context (it cannot read free text)")
-        t0 = time.perf_counter()
-        table, rationale = self.propose(context)
-        if context.output_format == "edits":
-            from ..edits import render_edits_answer
-
-            text = render_edits_answer(context.current_table, table, context.observation, rationale)
-        else:
-            text = render_table_answer(table, rationale)
-        return Completion(text=text, latency_s=time.perf_counter() - t0, model=NOT_AN_LLM)
 
     # ------------------------------------------------------------------ moves
     def propose(self, ctx: PromptContext) -> tuple[np.ndarray, str]:
