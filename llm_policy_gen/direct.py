@@ -121,13 +121,7 @@ class DirectPolicy:
     def messages(self, obs: Any, state: int) -> list[Message]:
         b, spec = self.builder, self.spec
         fields = {
-            "title": spec.title or spec.env_id,
-            "env_id": spec.env_id,
-            "description": spec.description or f"The gymnasium environment {spec.env_id}.",
-            "reward": spec.reward or "as defined by the environment",
-            "n_actions": self.actions.n_actions,
-            "action_meaning": "\n".join(f"{a}: {self.actions.describe(a)}" for a in range(self.actions.n_actions)),
-            "hints": b.hints(spec),
+            **b.task_fields(spec, self.actions),
             "observation": observation_text(spec, obs, state),
             "state": state,
             "state_description": self.observation.describe_state(state),
@@ -198,17 +192,11 @@ class DirectPolicy:
         else:
             self.cache[state] = action
         rec.update(
-            response_text=comp.text,
-            response_model=comp.model,
+            comp.transcript_fields(),
             valid=action is not None,
             errors=errors,
             action=self.cache[state],
             fallback=action is None,
-            input_tokens=comp.input_tokens,
-            output_tokens=comp.output_tokens,
-            latency_s=round(comp.latency_s, 4),
-            cached=comp.cached,
-            transport_attempts=comp.transport_attempts,
             cost_usd=call_cost,
         )
         self.transcript(rec)

@@ -189,16 +189,10 @@ def propose(
             parsed = None
             errors = exc.errors
         rec.update(
-            response_text=comp.text,
-            response_model=comp.model,
+            comp.transcript_fields(),
             valid=parsed is not None,
             errors=errors,
             notes=parsed.notes if parsed else [],
-            input_tokens=comp.input_tokens,
-            output_tokens=comp.output_tokens,
-            latency_s=round(comp.latency_s, 4),
-            cached=comp.cached,
-            transport_attempts=comp.transport_attempts,
             cost_usd=call_cost,
         )
         transcript(rec)

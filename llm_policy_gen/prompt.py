@@ -119,8 +119,17 @@ class PromptBuilder:
             )
         return "\n".join(lines)
 
-    def action_meaning(self, ctx: PromptContext) -> str:
-        return "\n".join(f"{a}: {ctx.actions.describe(a)}" for a in range(ctx.actions.n_actions))
+    def task_fields(self, spec: EnvSpec, actions: ActionDiscretizer) -> dict[str, Any]:
+        """The template fields that describe the task and its actions (shared by table and direct prompts)."""
+        return {
+            "title": spec.title or spec.env_id,
+            "env_id": spec.env_id,
+            "description": spec.description or f"The gymnasium environment {spec.env_id}.",
+            "reward": spec.reward or "as defined by the environment",
+            "n_actions": actions.n_actions,
+            "action_meaning": "\n".join(f"{a}: {actions.describe(a)}" for a in range(actions.n_actions)),
+            "hints": self.hints(spec),
+        }
 
     def history(self, ctx: PromptContext) -> str:
         if not ctx.history:
@@ -249,15 +258,9 @@ class PromptBuilder:
         """System + user messages for one proposal, with the user message under ``max_chars`` when possible."""
         spec = ctx.spec
         fields = {
-            "title": spec.title or spec.env_id,
-            "env_id": spec.env_id,
-            "description": spec.description or f"The gymnasium environment {spec.env_id}.",
-            "reward": spec.reward or "as defined by the environment",
+            **self.task_fields(spec, ctx.actions),
             "n_states": ctx.observation.n_states,
-            "n_actions": ctx.actions.n_actions,
             "state_meaning": self.state_meaning(ctx),
-            "action_meaning": self.action_meaning(ctx),
-            "hints": self.hints(spec),
             "eval_episodes": ctx.eval_episodes,
             "best_eval": _num(ctx.best_eval_mean),
             "history": self.history(ctx),

@@ -98,6 +98,18 @@ class Completion:
     """How many HTTP attempts the call took (1 + retries)."""
     extra: dict[str, Any] = field(default_factory=dict)
 
+    def transcript_fields(self) -> dict[str, Any]:
+        """The fields of a transcripts.jsonl line that come from this answer."""
+        return {
+            "response_text": self.text,
+            "response_model": self.model,
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "latency_s": round(self.latency_s, 4),
+            "cached": self.cached,
+            "transport_attempts": self.transport_attempts,
+        }
+
 
 @dataclass(frozen=True)
 class RetryPolicy:
