@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import gymnasium as gym
 import numpy as np
@@ -43,7 +43,16 @@ MAX_WORKERS = 8
 _HEAVY_ENTRY_POINTS = (".mujoco.", ".box2d.")
 _STATEFUL_ENTRY_POINTS = (".box2d.",)
 
-_Result = tuple[list[int], list[int], list[float], bool, bool]
+class _Result(NamedTuple):
+    """One episode's outcome; the per-step lists are empty when the steps were not recorded."""
+
+    states: list[int]
+    actions: list[int]
+    rewards: list[float]
+    ret: float
+    length: int
+    terminated: bool
+    truncated: bool
 
 
 def _entry_point(spec: EnvSpec) -> str:
@@ -169,12 +178,11 @@ class Collector:
         epsilon: float,
         rng: np.random.Generator | None,
         record: bool,
-    ) -> list[tuple[list[int], list[int], list[float], bool, bool]]:
+    ) -> list[_Result]:
         envs = self._pool(len(seeds))
-        obs_list = [env.reset(seed=int(s))[0] for env, s in zip(envs, seeds, strict=False)]
         n = len(seeds)
+        obs = [env.reset(seed=int(s))[0] for env, s in zip(envs, seeds, strict=False)]
         active = list(range(n))
-        obs = list(obs_list)
         traces: list[tuple[list[int], list[int], list[float]]] = [([], [], []) for _ in range(n)]
         rets = np.zeros(n)
         lens = np.zeros(n, dtype=np.int64)
@@ -205,10 +213,7 @@ class Collector:
                     obs[i] = o
                     still.append(i)
             active = still
-        if record:
-            return [(t[0], t[1], t[2], e[0], e[1]) for t, e in zip(traces, ends, strict=True)]
-        # Without a record, the first slot carries the length and the third the return.
-        return [([int(lens[i])], [], [float(rets[i])], ends[i][0], ends[i][1]) for i in range(n)]
+        return [_Result(*traces[i], float(rets[i]), int(lens[i]), *ends[i]) for i in range(n)]
 
     def _serial(
         self, table: np.ndarray, seeds: Sequence[int], epsilon: float, rng: np.random.Generator | None, record: bool
@@ -257,21 +262,22 @@ class Collector:
         return [
             Episode(
                 seed=int(s),
-                states=np.asarray(st, dtype=np.int64),
-                actions=np.asarray(ac, dtype=np.int64),
-                rewards=np.asarray(rw, dtype=np.float64),
-                terminated=term,
-                truncated=trunc,
+                states=np.asarray(r.states, dtype=np.int64),
+                actions=np.asarray(r.actions, dtype=np.int64),
+                rewards=np.asarray(r.rewards, dtype=np.float64),
+                terminated=r.terminated,
+                truncated=r.truncated,
                 iteration=iteration,
             )
-            for s, (st, ac, rw, term, trunc) in zip(seeds, self._episodes(table, seeds, epsilon, rng, True),
-                                                    strict=True)
+            for s, r in zip(seeds, self._episodes(table, seeds, epsilon, rng, True), strict=True)
         ]
 
     def evaluate(self, table: np.ndarray, seeds: Sequence[int]) -> Rollouts:
         """Greedy returns and lengths on ``seeds`` (no per-step record)."""
         table = np.asarray(table, dtype=np.int64)
         results = self._episodes(table, seeds, 0.0, None, False)
-        rets = [rw[0] for _, _, rw, _, _ in results]
-        lens = [ln[0] for ln, _, _, _, _ in results]
-        return Rollouts(np.asarray(list(seeds), dtype=np.int64), np.asarray(rets), np.asarray(lens, dtype=np.int64))
+        return Rollouts(
+            np.asarray(list(seeds), dtype=np.int64),
+            np.asarray([r.ret for r in results]),
+            np.asarray([r.length for r in results], dtype=np.int64),
+        )
