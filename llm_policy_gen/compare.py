@@ -48,7 +48,7 @@ import numpy as np
 
 from . import __version__
 from .errors import UserError
-from .runlog import read_jsonl, write_bytes_atomic, write_json_atomic
+from .runlog import read_jsonl, slug, write_bytes_atomic, write_json_atomic
 from .stats import DEFAULT_RESAMPLES, DEFAULT_SEED, bootstrap_ci, median_censored, quartile_band, step_curves
 
 __all__ = [
@@ -91,12 +91,11 @@ class RunTask:
 
     @property
     def run_id(self) -> str:
-        return f"{re.sub(r'[^A-Za-z0-9_.-]+', '-', self.backend).strip('-')}_s{self.seed}"
+        return f"{slug(self.backend)}_s{self.seed}"
 
     @property
     def run_dir(self) -> Path:
-        env = re.sub(r"[^A-Za-z0-9_.-]+", "-", self.env_id).strip("-") or "run"
-        return Path(self.out) / "runs" / env / self.run_id
+        return Path(self.out) / "runs" / slug(self.env_id) / self.run_id
 
 
 # ---------------------------------------------------------------------------------------------------- parsing
@@ -587,7 +586,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         settings.pop(fixed, None)
     if args.iterations is not None:
         settings["iterations"] = args.iterations
-    out = Path(args.out) if args.out else Path("logs") / "compare" / re.sub(r"[^A-Za-z0-9_.-]+", "-", args.env_id)
+    out = Path(args.out) if args.out else Path("logs") / "compare" / slug(args.env_id)
     command = f"llm-policy-gen compare --env {args.env_id} --backends {','.join(backends)} --seeds {args.seeds}"
     for flag, value in (("--iterations", args.iterations), ("--workers", args.workers),
                         ("--config", args.config), ("--out", args.out)):

@@ -19,7 +19,7 @@ import numpy as np
 
 from .errors import UserError
 
-__all__ = ["write_json_atomic", "write_bytes_atomic", "append_jsonl", "read_jsonl", "RunDir", "to_jsonable"]
+__all__ = ["write_json_atomic", "write_bytes_atomic", "append_jsonl", "read_jsonl", "RunDir", "to_jsonable", "slug"]
 
 
 def to_jsonable(x: Any) -> Any:
@@ -90,7 +90,8 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return out
 
 
-def _slug(text: str) -> str:
+def slug(text: str) -> str:
+    """``text`` as a safe file name: runs of other characters than letters, digits, ``_.-`` become ``-``."""
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-") or "run"
 
 
@@ -102,10 +103,10 @@ class RunDir:
 
     @classmethod
     def create(cls, logs_dir: Path, env_id: str, backend: str, seed: int, run_id: str | None = None) -> RunDir:
-        base = Path(logs_dir) / _slug(env_id)
+        base = Path(logs_dir) / slug(env_id)
         if run_id is None:
             stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
-            run_id = f"{stamp}_{_slug(backend)}_s{seed}"
+            run_id = f"{stamp}_{slug(backend)}_s{seed}"
         path = base / run_id
         k = 1
         while path.exists():
