@@ -31,7 +31,6 @@ ends cleanly; the held-out measure then uses the same rule, which is what ``best
 from __future__ import annotations
 
 import re
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -40,7 +39,6 @@ from typing import Any
 
 import numpy as np
 
-from . import __version__
 from .backends.base import Backend, Message, OutputFormat
 from .backends.keys import redact
 from .config import TrainConfig
@@ -49,7 +47,7 @@ from .envs.make import make_env
 from .envs.spec import EnvSpec
 from .errors import BackendError, ReplayExhausted, UserError
 from .keeper import seed_ranges
-from .loop import Progress, RunResult, Usage, finish_run
+from .loop import Progress, RunResult, Usage, config_record, finish_run
 from .policy import TablePolicy
 from .pricing import cost_usd
 from .prompt import PromptBuilder
@@ -220,24 +218,6 @@ class DirectPolicy:
                 return ret, steps
 
 
-def _write_config(run: RunDir, cfg: TrainConfig, spec: EnvSpec, backend: Backend, policy: DirectPolicy) -> None:
-    write_json_atomic(run.config, {
-        "package": "llm-policy-gen",
-        "version": __version__,
-        "seed": cfg.seed,
-        "mode": "direct",
-        "config": cfg.to_dict(),
-        "env_spec": spec.to_dict(),
-        "output_format": "direct_action",
-        "fallback_action": policy.fallback,
-        "fallback_rule": "spec default_action for invalid answers, failed calls and states left unasked",
-        "backend": backend.describe(),
-        "backend_is_llm": backend.is_llm,
-        "seeds": seed_ranges(cfg.seed),
-        "argv": [redact(a) for a in sys.argv],
-    })
-
-
 def train_direct(cfg: TrainConfig, spec: EnvSpec, backend: Backend, log: Callable[[str], None]) -> RunResult:
     """Run ``--mode direct`` for ``cfg`` and return the run directory and summary (see the module docstring)."""
     if backend.name in TABLE_BACKENDS:
@@ -248,7 +228,10 @@ def train_direct(cfg: TrainConfig, spec: EnvSpec, backend: Backend, log: Callabl
     t_start = time.perf_counter()
     run = RunDir.create(Path(cfg.logs_dir), spec.env_id, cfg.backend or backend.name, cfg.seed, cfg.run_id)
     policy = DirectPolicy(backend, spec, cfg, lambda rec: append_jsonl(run.transcripts, rec))
-    _write_config(run, cfg, spec, backend, policy)
+    write_json_atomic(run.config, config_record(
+        cfg, spec, backend, "direct_action", mode="direct", fallback_action=policy.fallback,
+        fallback_rule="spec default_action for invalid answers, failed calls and states left unasked",
+    ))
     seeds = seed_ranges(cfg.seed)
     batch = max(1, cfg.train_episodes)
     threshold = spec.reward_threshold

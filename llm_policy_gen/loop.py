@@ -49,6 +49,7 @@ __all__ = [
     "resolve_spec",
     "resolve_output_format",
     "propose",
+    "config_record",
     "finish_run",
     "train",
 ]
@@ -242,6 +243,25 @@ def _backend_options(cfg: TrainConfig) -> BackendOptions:
     )
 
 
+def config_record(
+    cfg: TrainConfig, spec: EnvSpec, backend: Backend, output_format: str, **extra: Any
+) -> dict[str, Any]:
+    """What a run's config.json holds: the resolved settings, env spec, backend, version and seeds (never a key)."""
+    return {
+        "package": "llm-policy-gen",
+        "version": __version__,
+        "seed": cfg.seed,
+        **extra,
+        "config": cfg.to_dict(),
+        "env_spec": spec.to_dict(),
+        "output_format": output_format,
+        "backend": backend.describe(),
+        "backend_is_llm": backend.is_llm,
+        "seeds": seed_ranges(cfg.seed),
+        "argv": [redact(a) for a in sys.argv],
+    }
+
+
 def finish_run(run: RunDir, summary: dict[str, Any], plots: bool, log: Callable[[str], None]) -> None:
     """Write ``summary.json`` and, when asked, the two plots (a plot failure never loses a finished run)."""
     write_json_atomic(run.summary, summary)
@@ -268,18 +288,7 @@ class _Run:
         self.acts = spec.action_discretizer()
         self.fmt = resolve_output_format(cfg, self.obs.n_states)
         self.dir = RunDir.create(Path(cfg.logs_dir), spec.env_id, cfg.backend or backend.name, cfg.seed, cfg.run_id)
-        write_json_atomic(self.dir.config, {
-            "package": "llm-policy-gen",
-            "version": __version__,
-            "seed": cfg.seed,
-            "config": cfg.to_dict(),
-            "env_spec": spec.to_dict(),
-            "output_format": self.fmt,
-            "backend": backend.describe(),
-            "backend_is_llm": backend.is_llm,
-            "seeds": seed_ranges(cfg.seed),
-            "argv": [redact(a) for a in sys.argv],
-        })
+        write_json_atomic(self.dir.config, config_record(cfg, spec, backend, self.fmt))
         self.collector = Collector(spec)
         self.memory = ExperienceMemory(self.obs.n_states, self.acts.n_actions, cfg.memory_capacity, cfg.gamma,
                                        cfg.best_k)
