@@ -76,7 +76,7 @@ def get_spec(env_id: str) -> EnvSpec:
     if env_id in shipped:
         return complete_spec(load_spec_file(shipped[env_id])).validate()
     if not _gym_registered(env_id):
-        names = list(shipped) + [k for k in gym.registry if "/" not in k]
+        names = list(dict.fromkeys([*shipped, *(k for k in gym.registry if "/" not in k)]))
         close = difflib.get_close_matches(env_id, names, n=3)
         hint = f"; did you mean {', '.join(close)}?" if close else ""
         raise UserError(
