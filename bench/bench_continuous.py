@@ -24,9 +24,10 @@ import numpy as np
 from bench_eval import time_vector_stepping  # bench/ is on sys.path when this script runs
 
 from llm_policy_gen.collect import Collector, default_workers
-from llm_policy_gen.edits import render_edits_answer
 from llm_policy_gen.envs import get_spec, make_env
-from llm_policy_gen.schema import render_table_answer
+from llm_policy_gen.formats.base import FormatContext, Target
+from llm_policy_gen.formats.edits import EditsFormat
+from llm_policy_gen.formats.table import TableFormat
 
 RATIONALE = "one sentence of rationale."
 
@@ -37,7 +38,8 @@ def answer_sizes(env_ids: list[str]) -> None:
         spec = get_spec(env_id)
         obs, n_actions = spec.observation_discretizer(), spec.n_actions
         cur = spec.prior_table() if spec.prior is not None else spec.default_table()
-        full = len(render_table_answer(cur, RATIONALE))
+        ctx = FormatContext(obs, spec.action_discretizer(), cur, Target("action", n_actions=n_actions), spec)
+        full = len(TableFormat().render(cur, ctx, RATIONALE))
         print(f"\n{env_id}: {spec.n_states} states; full-table answer {full:,} chars")
         rng = np.random.default_rng(0)
         for k in (1, 5, 20):
@@ -46,12 +48,12 @@ def answer_sizes(env_ids: list[str]) -> None:
                 new = cur.copy()
                 idx = rng.choice(spec.n_states, k, replace=False)
                 new[idx] = (new[idx] + rng.integers(1, n_actions, k)) % n_actions
-                sizes.append(len(render_edits_answer(cur, new, obs, RATIONALE)))
+                sizes.append(len(EditsFormat().render(new, ctx, RATIONALE)))
             mean = float(np.mean(sizes))
             print(f"  {k:>2} random states changed      : edits {mean:>7,.0f} chars ({full / mean:.0f}x smaller)")
         new = cur.copy().reshape(tuple(d.bins for d in spec.dims))
         new[:, :, 2, :] = 0
-        text = render_edits_answer(cur, new.reshape(-1), obs, RATIONALE)
+        text = EditsFormat().render(new.reshape(-1), ctx, RATIONALE)
         print(f"  bin 2 of dim 2 set to action 0: edits {len(text):>7,} chars ({int((new.reshape(-1) != cur).sum())} "
               "states changed)")
 

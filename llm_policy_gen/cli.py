@@ -44,120 +44,189 @@ def _json_object(text: str) -> dict[str, Any]:
 
 
 def _add_train(sub: Any) -> None:
-    p = sub.add_parser("train", help="run the iterative loop and write one run directory",
-                       description="Run the loop: collect -> prompt -> propose -> validate -> evaluate -> keep.")
-    p.add_argument("--env", dest="env_id", help="gymnasium id (see `envs`); default CartPole-v1")
-    p.add_argument("--backend", help="offline, replay:PATH, gemini[:MODEL], openai[:MODEL], anthropic[:MODEL], "
-                   "ollama[:MODEL]; default: the first configured provider, else offline")
+    from .backends import BACKENDS
+    from .formats import table_format_names
+    from .modes import MODES
+
+    p = sub.add_parser("train", help="run the iterative loop and write one run directory (or --resume one)",
+                       description="Run the loop: collect -> prompt -> K candidates -> validate -> keep -> log.")
+    p.add_argument("--resume", metavar="RUN_DIR", help="continue an interrupted or killed run from its directory")
+    p.add_argument("--env", dest="env_id", help="gymnasium id (see `envs`), or module:EnvId; default CartPole-v1")
+    p.add_argument("--backend", help=f"one of {', '.join(BACKENDS.names())} (NAME or NAME:MODEL; replay:PATH); "
+                   "default: the first configured provider, else offline")
+    p.add_argument("--mode", help=f"what the model writes: {', '.join(MODES.names())} (default table)")
+    p.add_argument("--candidates", type=int, help="candidates per iteration, K samples of one prompt (default 4)")
     p.add_argument("--iterations", type=int, help="proposal rounds (default 30)")
+    p.add_argument("--max-episodes", type=int, help="end once the counted episodes reach N")
     p.add_argument("--seed", type=int, help="run seed (default 0)")
     p.add_argument("--logs-dir", help="where run directories go (default logs)")
     p.add_argument("--run-id", help="name of the run directory")
-    p.add_argument("--config", help="TOML file with settings (top level or [train]); options override it")
-    p.add_argument("--output-format", choices=["auto", "table", "edits"], help="answer format (default auto)")
-    p.add_argument("--mode", choices=["table", "direct"], help="table (default) or direct (the model picks actions)")
+    p.add_argument("--config", help="TOML file (top level or [train]) or a run's config.json; options override it")
+    p.add_argument("--output-format", help=f"answer format: auto, {', '.join(table_format_names())} (default auto)")
     p.add_argument("--base-url", help="provider base URL (local OpenAI-compatible servers, proxies)")
     p.add_argument("--budget-usd", type=float, help="stop cleanly before a call would pass this spend")
     p.add_argument("--no-cache", action="store_true", help="do not use the on-disk answer cache")
     p.add_argument("--repair-attempts", type=int, help="follow-up calls with validation errors (default 2)")
-    p.add_argument("--max-retries", type=int, help="retries of timeouts, 429 and 5xx (default 4)")
-    p.add_argument("--timeout", dest="timeout_s", type=float, help="per-request timeout in seconds (default 120)")
+    p.add_argument("--max-retries", type=int, help="retries of timeouts, connection errors, 429 and 5xx (default 4)")
+    p.add_argument("--timeout", dest="timeout_s", type=float, help="bound on each request attempt in s (default 120)")
     p.add_argument("--temperature", type=float, help="sampling temperature (default: provider's)")
+    p.add_argument("--max-concurrent-calls", type=int, help="calls in flight at once (default 8)")
+    p.add_argument("--unreachable-after", type=int,
+                   help="stop after N iterations in a row without one answered call (default 3)")
+    p.add_argument("--confirm-episodes", type=int,
+                   help="fresh paired episodes that confirm a challenger before adoption (default 10; 0: off)")
+    p.add_argument("--confirm-z", type=float,
+                   help="standard errors the paired confirmation must clear (default 2.0)")
+    p.add_argument("--confirm-batches", type=int, help="batches of fresh episodes an undecided confirmation may run "
+                   "(default 4)")
+    p.add_argument("--heldout-episodes", type=int, help="held-out episodes measured per new best (default 100)")
     p.add_argument("--patience", type=int, help="stop after N iterations without a new best (0 = never)")
     p.add_argument("--train-episodes", type=int, help="training episodes per iteration (default 4)")
     p.add_argument("--bins", type=_int_list, help="comma-separated bins per observation dimension")
     p.add_argument("--dims", type=_int_list, help="comma-separated observation indices to tabulate")
     p.add_argument("--env-kwargs", type=_json_object, help="JSON object of gymnasium.make keyword arguments")
     p.add_argument("--prices", dest="prices_file", help="TOML price table (default: the shipped one)")
+    p.add_argument("--log", type=_name_list, help="extra loggers: csv, tensorboard (comma-separated)")
     p.add_argument("--no-plots", action="store_true", help="skip training.png and testing.png")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar or per-iteration lines")
+    p.add_argument("--quiet", action="store_true", help="print only the final summary line")
     p.set_defaults(func=_cmd_train)
 
 
+_TRAIN_OPTIONS = ("env_id", "backend", "mode", "candidates", "iterations", "max_episodes", "seed", "logs_dir",
+                  "run_id", "output_format", "base_url", "budget_usd", "repair_attempts", "max_retries", "timeout_s",
+                  "temperature", "max_concurrent_calls", "unreachable_after", "confirm_episodes", "confirm_z",
+                  "confirm_batches",
+                  "heldout_episodes", "patience",
+                  "train_episodes", "bins", "dims", "env_kwargs", "prices_file", "log")
+
+
+def _name_list(text: str) -> list[str]:
+    return [x.strip() for x in text.split(",") if x.strip()]
+
+
 def _cmd_train(args: argparse.Namespace) -> int:
-    from .backends.keys import load_env
-    from .config import TrainConfig, load_toml
-    from .loop import train
+    from .clients.keys import load_env
+    from .config import TrainConfig, load_config_file
+    from .engine import resume, train
 
     load_env()
-    cfg = TrainConfig()
-    if args.config:
-        cfg = cfg.updated(load_toml(args.config), f"config file {args.config}")
-    cli: dict[str, Any] = {}
-    for name in ("env_id", "backend", "iterations", "seed", "logs_dir", "run_id", "output_format", "mode",
-                 "base_url", "budget_usd", "repair_attempts", "max_retries", "timeout_s", "temperature",
-                 "patience", "train_episodes", "bins", "dims", "env_kwargs", "prices_file"):
-        value = getattr(args, name)
-        if value is not None:
-            cli[name] = value
+    cli: dict[str, Any] = {n: getattr(args, n) for n in _TRAIN_OPTIONS if getattr(args, n) is not None}
     if args.no_cache:
         cli["cache"] = False
     if args.no_plots:
         cli["plots"] = False
-    if args.no_progress or not sys.stderr.isatty():
+    if args.no_progress:
         cli["progress"] = False
-    cfg = cfg.updated(cli, "command line").validate()
-    result = train(cfg)
+    if args.quiet:
+        cli["quiet"] = True
+    if args.resume:
+        if args.config:
+            raise UserError("--resume takes the run's own config.json; do not give --config with it")
+        result = resume(Path(args.resume), cli)
+    else:
+        file_settings = load_config_file(args.config) if args.config else {}
+        cfg = TrainConfig.build((file_settings, f"config file {args.config}"), (cli, "command line"))
+        result = train(cfg)
     s = result.summary
     solved = f"solved after {s['episodes_to_solve']} episodes" if s["solved"] else "not solved"
     cost = f", ${s['cost_usd']:.4f}" if s["is_llm"] else ""
+    best = "n/a" if s["best_eval_mean"] is None else f"{s['best_eval_mean']:.2f}"
+    model = f":{s['model']}" if s["model"] and s["is_llm"] else ""
+    mode = "" if s["mode"] == "table" else f", {s['mode']} mode"
+    never = " (no candidate was ever accepted: this is the initial table)" if s.get("never_accepted") \
+        and s["mode"] != "direct" else ""
     print(
-        f"{s['env_id']} [{s['backend']}{':' + s['model'] if s['model'] and s['is_llm'] else ''}] "
-        f"best {s['best_eval_mean']:.2f} on {s['best_eval_episodes']} held-out episodes, {solved}; "
-        f"{s['iterations']} iterations, {s['episodes_total']} episodes, {s['llm_calls']} calls, "
-        f"{s['input_tokens']}+{s['output_tokens']} tokens{cost}, {s['wall_s']:.1f} s"
+        f"{s['env_id']} [{s['backend']}{model}{mode}] held-out mean {best} over {s['best_eval_episodes']} episodes"
+        f"{never}, {solved}; {s['iterations']} iterations, {s['episodes_total']} episodes, {s['llm_calls']} calls, "
+        f"{s['input_tokens']}+{s['output_tokens']} tokens{cost}, {s['wall_s']:.1f} s; stop: {s['stop_reason']}"
     )
     print(f"run directory: {result.run_dir}")
+    if s["stop_reason"] == "backend unreachable":
+        print(f"llm-policy-gen train: failed: the backend answered no call for {s.get('unreachable_after', 'several')} "
+              f"iterations in a row; resume with `train --resume {result.run_dir}` once it is back", file=sys.stderr)
+        return 1
     return 0
 
 
 def _add_evaluate(sub: Any) -> None:
     p = sub.add_parser("evaluate", help="run a saved policy (run directory or policy JSON)",
-                       description="Evaluate a saved table on fresh seeded episodes.")
+                       description="Evaluate a saved table. On a run directory the default seeds are the run's "
+                       "held-out seeds, so the mean reproduces summary.json's best_eval_mean.")
     p.add_argument("target", help="a run directory (its best_policy.json) or a policy JSON file")
-    p.add_argument("--episodes", type=int, default=100, help="episodes (default 100)")
-    p.add_argument("--seed", type=int, default=0, help="first episode seed (default 0)")
-    p.add_argument("--json", action="store_true", help="print {mean, std, episodes, steps} as JSON")
-    p.add_argument("--env-kwargs", type=_json_object, help="JSON object of gymnasium.make keyword arguments")
+    p.add_argument("--episodes", type=int, help="episodes (default: the run's held-out count, else 100)")
+    p.add_argument("--seed", type=int, help="first episode seed (default: the run's first held-out seed, else 0)")
+    p.add_argument("--json", action="store_true",
+                   help="print {mean, std, episodes, steps, returns, min, max, env_id, seeds} as JSON")
+    p.add_argument("--env-kwargs", type=_json_object,
+                   help="JSON object of gymnasium.make keyword arguments (must match the policy's)")
     p.add_argument("--gif", help="also save an animation of one episode to this file")
     p.set_defaults(func=_cmd_evaluate)
 
 
 def _load_policy_and_spec(target: str, env_kwargs: dict[str, Any] | None = None) -> tuple[Any, Any]:
     from .envs import get_spec
+    from .envs.overrides import apply_env_kwargs
     from .policy import load_run_policy
 
     policy, spec = load_run_policy(target)
     if spec is None:
         spec = get_spec(policy.env_id)
     if env_kwargs:
-        spec = spec.with_overrides(kwargs={**spec.kwargs, **env_kwargs})
-    policy.check_matches(spec.env_id, spec.observation_discretizer(), spec.action_discretizer())
+        spec = apply_env_kwargs(spec, env_kwargs)
+    policy.check_matches(spec.env_id, spec.observation_discretizer(), spec.action_discretizer(), spec.kwargs)
     return policy, spec
+
+
+def _run_heldout(target: str) -> tuple[int, int] | None:
+    """(first held-out seed, episodes) of the run ``target`` belongs to, when it is a run directory."""
+    from .config import SEED_MAX  # noqa: F401  (documents the seed range)
+    from .keeper import SeedPlan
+
+    d = Path(target)
+    cfg_file = (d if d.is_dir() else d.parent) / "config.json"
+    if not cfg_file.is_file():
+        return None
+    try:
+        rec = json.loads(cfg_file.read_text(encoding="utf-8"))
+        first = int(rec.get("seeds", {}).get("heldout", SeedPlan(int(rec["seed"])).heldout(0)))
+        n = int(rec.get("config", {}).get("heldout_episodes", 100))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return first, n
 
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:
     import numpy as np
 
     from .collect import Collector
+    from .config import SEED_MAX
 
-    if args.episodes < 1:
+    if args.episodes is not None and args.episodes < 1:
         raise UserError(f"bad --episodes {args.episodes}: accepted an integer >= 1")
-    if args.seed < 0:
-        raise UserError(f"bad --seed {args.seed}: accepted an integer >= 0")
+    if args.seed is not None and not 0 <= args.seed <= SEED_MAX:
+        raise UserError(f"bad --seed {args.seed}: accepted an integer in 0..{SEED_MAX}")
     policy, spec = _load_policy_and_spec(args.target, args.env_kwargs)
+    held = _run_heldout(args.target)
+    first = args.seed if args.seed is not None else (held[0] if held else 0)
+    n = args.episodes if args.episodes is not None else (held[1] if held else 100)
+    seeds = [first + j for j in range(n)]
     with Collector(spec) as collector:
-        r = collector.evaluate(policy.table, [args.seed + j for j in range(args.episodes)])
+        r = collector.evaluate(policy.table, seeds)
     out = {"mean": float(r.mean), "std": float(np.std(r.returns)), "episodes": int(r.returns.size),
-           "steps": int(r.steps)}
+           "steps": int(r.steps), "returns": [float(x) for x in r.returns], "min": float(r.returns.min()),
+           "max": float(r.returns.max()), "env_id": spec.env_id, "seeds": [first, first + n - 1],
+           "seeds_are_heldout": held is not None and args.seed is None}
     if args.gif:
         from .gif import save_gif
 
-        save_gif(policy, spec, Path(args.gif), seed=args.seed)
+        written = save_gif(policy, spec, Path(args.gif), seed=first)
+        print(f"wrote {written}", file=sys.stderr)
     if args.json:
         print(json.dumps(out))
     else:
-        print(f"{spec.env_id}: mean {out['mean']:.2f} +- {out['std']:.2f} over {out['episodes']} episodes "
+        which = "the run's held-out seeds" if out["seeds_are_heldout"] else f"seeds {first}..{first + n - 1}"
+        print(f"{spec.env_id}: mean {out['mean']:.2f} +- {out['std']:.2f} over {out['episodes']} episodes on {which} "
               f"({out['steps']} steps)")
     return 0
 
@@ -200,26 +269,30 @@ def _cmd_envs(args: argparse.Namespace) -> int:
 def _add_backends(sub: Any) -> None:
     p = sub.add_parser("backends", help="list backends and whether each is configured (never prints a key)")
     p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--check", action="store_true", help="ask local servers (ollama) whether they answer")
     p.set_defaults(func=_cmd_backends)
 
 
 def _cmd_backends(args: argparse.Namespace) -> int:
     from .backends import default_backend_spec, list_backends
-    from .backends.keys import load_env
+    from .clients.keys import load_env
 
     load_env()
-    rows = list_backends()
+    rows = list_backends(check_servers=args.check)
     name, why = default_backend_spec()
     if args.json:
         print(json.dumps({"backends": rows, "default": name, "default_reason": why}, indent=2))
         return 0
-    print(f"{'backend':<10} {'default model':<20} {'LLM':<4} {'configured':<11} key variable / note")
+    print(f"{'backend':<10} {'default model':<20} {'LLM':<4} {'configured':<12} key variable / note")
     for r in rows:
         note = r["key_variable"] or r["description"]
         if not r["is_llm"]:
             note = "NOT an LLM: " + r["description"]
+        conf = {True: "yes", False: "no", None: "not checked"}[r["configured"]]
         print(f"{r['name']:<10} {r['default_model'] or '-':<20} {'yes' if r['is_llm'] else 'no':<4} "
-              f"{'yes' if r['configured'] else 'no':<11} {note}")
+              f"{conf:<12} {note}")
+    if any(r["configured"] is None for r in rows):
+        print("(ollama: 'not checked' -- `backends --check` asks its server)")
     print(f"train without --backend uses: {name} ({why})")
     return 0
 
@@ -260,7 +333,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except UserError as exc:
-        from .backends.keys import redact
+        from .clients.keys import redact
 
         print(f"llm-policy-gen {args.command}: error: {redact(str(exc)).splitlines()[0]}", file=sys.stderr)
         return 2
@@ -268,7 +341,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("interrupted", file=sys.stderr)
         return 130
     except (LLMPolicyGenError, OSError) as exc:
-        from .backends.keys import redact
+        from .clients.keys import redact
 
         print(f"llm-policy-gen {args.command}: failed: {redact(str(exc)).splitlines()[0]}", file=sys.stderr)
         return 1

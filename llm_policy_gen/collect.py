@@ -1,9 +1,11 @@
-"""Running a table in gymnasium: training episodes with their (state, action, reward) steps, and evaluation.
+"""Running policies in gymnasium: episodes with their (state, action, reward) steps, and batched evaluation.
 
-Episodes run in batches: a pool of environments steps together, observations of all live environments are
-encoded in one vectorised call and looked up in the table at once, and environments that finish drop out of the
-batch (no wasted autoreset steps). Every episode is reset with an explicit seed, so the same table, seeds and
-exploration seed give the same episodes.
+Anything that acts can be run: a :class:`~llm_policy_gen.policy.Policy` maps a batch of raw observations to action
+indices (a table policy looks its states up directly). Episodes run in batches: a pool of environments steps
+together, observations of all live environments are encoded in one vectorised call and each policy acts on its
+share of the batch at once, and environments that finish drop out (no wasted autoreset steps). **Several policies on
+shared seeds** (the K candidates of an iteration) run as one batch of (policy, seed) jobs. Every episode is reset
+with an explicit seed, so the same policy, seed and exploration stream give the same episode.
 
 Greedy episodes (evaluation, and ``collect`` without exploration) of MuJoCo and Box2D tasks also run across the
 machine's cores: the seeds are cut into one contiguous part per core, the first part runs here and the others in
@@ -34,8 +36,15 @@ import numpy as np
 
 from .envs.make import make_env
 from .envs.spec import EnvSpec
+from .policy import Policy, TablePolicy
 
-__all__ = ["Episode", "Rollouts", "Collector", "default_workers", "fresh_env_per_episode", "MIN_PARALLEL_SEEDS"]
+__all__ = ["Episode", "Rollouts", "Collector", "default_workers", "fresh_env_per_episode", "MIN_PARALLEL_SEEDS",
+           "PolicyLike"]
+
+PolicyLike = Policy | np.ndarray
+"""A policy, or a table of action indices (wrapped in a :class:`TablePolicy` of the collector's spec)."""
+Job = tuple[int, int]
+"""(policy index, seed)."""
 
 MIN_PARALLEL_SEEDS = 4
 """Greedy calls with fewer seeds run in this process only."""
@@ -86,13 +95,14 @@ def default_workers(spec: EnvSpec) -> int:
 _REMOTE: dict[str, Collector] = {}
 
 
-def _remote_batches(spec: EnvSpec, batch_size: int, table: np.ndarray, seeds: list[int], record: bool) -> list[_Result]:
+def _remote_batches(spec: EnvSpec, batch_size: int, policies: list[Policy], jobs: list[Job],
+                    record: bool) -> list[_Result]:
     """Runs in a worker process: greedy episodes on a collector kept per spec."""
     key = json.dumps(spec.to_dict(), sort_keys=True, default=str)
     col = _REMOTE.get(key)
     if col is None:
         col = _REMOTE[key] = Collector(spec, batch_size, workers=1)
-    return col._serial(table, seeds, 0.0, None, record)
+    return col._serial(policies, jobs, 0.0, None, record)
 
 
 @dataclass
@@ -106,6 +116,8 @@ class Episode:
     terminated: bool
     truncated: bool
     iteration: int = 0
+    uid: int = -1
+    """The run's running number of this episode (set when it joins the memory; -1 before)."""
 
     @property
     def ret(self) -> float:
@@ -171,29 +183,44 @@ class Collector:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def as_policy(self, p: PolicyLike) -> Policy:
+        """``p`` itself, or a table of action indices as a :class:`TablePolicy` of this spec."""
+        if isinstance(p, np.ndarray):
+            return TablePolicy(self.spec.env_id, self.observation, self.actions, p)
+        return p
+
     def _run_batch(
         self,
-        table: np.ndarray,
-        seeds: Sequence[int],
+        policies: Sequence[Policy],
+        jobs: Sequence[Job],
         epsilon: float,
         rng: np.random.Generator | None,
         record: bool,
     ) -> list[_Result]:
-        envs = self._pool(len(seeds))
-        n = len(seeds)
-        obs = [env.reset(seed=int(s))[0] for env, s in zip(envs, seeds, strict=False)]
-        active = list(range(n))
+        envs = self._pool(len(jobs))
+        n = len(jobs)
+        obs = [env.reset(seed=int(s))[0] for env, (_, s) in zip(envs, jobs, strict=False)]
+        owner = np.array([p for p, _ in jobs], dtype=np.int64)
+        active = np.arange(n)
         traces: list[tuple[list[int], list[int], list[float]]] = [([], [], []) for _ in range(n)]
         rets = np.zeros(n)
         lens = np.zeros(n, dtype=np.int64)
         ends = [(False, False)] * n
-        while active:
-            states = self.observation.encode(np.asarray([obs[i] for i in active]))
-            acts = table[states]
+        while active.size:
+            obs_batch = np.asarray([obs[i] for i in active])
+            states = self.observation.encode(obs_batch)
+            acts = np.empty(active.size, dtype=np.int64)
+            own = owner[active]
+            for p in np.unique(own):
+                sel = own == p
+                policy = policies[int(p)]
+                if isinstance(policy, TablePolicy):
+                    acts[sel] = policy.table[states[sel]]
+                else:
+                    acts[sel] = policy.act(obs_batch[sel])
             if epsilon > 0.0 and rng is not None:
-                explore = rng.random(len(active)) < epsilon
+                explore = rng.random(active.size) < epsilon
                 if explore.any():
-                    acts = acts.copy()
                     acts[explore] = rng.integers(0, self.actions.n_actions, int(explore.sum()))
             env_acts = self.actions.to_env(acts)
             still = []
@@ -212,70 +239,84 @@ class Collector:
                 else:
                     obs[i] = o
                     still.append(i)
-            active = still
+            active = np.asarray(still, dtype=np.int64)
         return [_Result(*traces[i], float(rets[i]), int(lens[i]), *ends[i]) for i in range(n)]
 
     def _serial(
-        self, table: np.ndarray, seeds: Sequence[int], epsilon: float, rng: np.random.Generator | None, record: bool
+        self, policies: Sequence[Policy], jobs: Sequence[Job], epsilon: float, rng: np.random.Generator | None,
+        record: bool,
     ) -> list[_Result]:
         out: list[_Result] = []
-        for k in range(0, len(seeds), self.batch_size):
-            out.extend(self._run_batch(table, list(seeds[k : k + self.batch_size]), epsilon, rng, record))
+        for k in range(0, len(jobs), self.batch_size):
+            out.extend(self._run_batch(policies, list(jobs[k : k + self.batch_size]), epsilon, rng, record))
         return out
 
-    def _parallel(self, table: np.ndarray, seeds: list[int], record: bool) -> list[_Result]:
-        parts = [[int(s) for s in p] for p in np.array_split(np.asarray(seeds), self.workers) if len(p)]
+    def _parallel(self, policies: list[Policy], jobs: list[Job], record: bool) -> list[_Result]:
+        parts = [p for p in np.array_split(np.arange(len(jobs)), self.workers) if len(p)]
         if self._executor is None:
             # fork: workers start fast and never re-run the caller's __main__ (spawn would, in unguarded scripts).
             ctx = multiprocessing.get_context("fork")
             self._executor = ProcessPoolExecutor(max_workers=self.workers - 1, mp_context=ctx)
-        futures = [self._executor.submit(_remote_batches, self.spec, self.batch_size, table, p, record)
-                   for p in parts[1:]]
-        local = self._serial(table, parts[0], 0.0, None, record)
+        futures = [self._executor.submit(_remote_batches, self.spec, self.batch_size, policies,
+                                         [jobs[int(i)] for i in part], record) for part in parts[1:]]
+        local = self._serial(policies, [jobs[int(i)] for i in parts[0]], 0.0, None, record)
         return local + [r for f in futures for r in f.result()]
 
     def _episodes(
-        self, table: np.ndarray, seeds: Sequence[int], epsilon: float, rng: np.random.Generator | None, record: bool
+        self, policies: Sequence[Policy], jobs: Sequence[Job], epsilon: float, rng: np.random.Generator | None,
+        record: bool,
     ) -> list[_Result]:
-        """Results in seed order; greedy calls use the worker processes when there are any."""
-        seeds = [int(s) for s in seeds]
-        if self.workers > 1 and (epsilon <= 0.0 or rng is None) and len(seeds) >= MIN_PARALLEL_SEEDS:
+        """Results in job order; greedy calls of picklable policies use the worker processes when there are any."""
+        jobs = [(int(p), int(s)) for p, s in jobs]
+        greedy = epsilon <= 0.0 or rng is None
+        picklable = all(isinstance(p, TablePolicy) for p in policies)
+        if self.workers > 1 and greedy and picklable and len(jobs) >= MIN_PARALLEL_SEEDS:
             try:
-                return self._parallel(table, seeds, record)
+                return self._parallel(list(policies), jobs, record)
             except (BrokenProcessPool, OSError):  # no worker processes here: run everything in this one
                 self.workers = 1
                 if self._executor is not None:
                     self._executor.shutdown(wait=False, cancel_futures=True)
                     self._executor = None
-        return self._serial(table, seeds, epsilon, rng, record)
+        return self._serial(policies, jobs, epsilon, rng, record)
+
+    @staticmethod
+    def _episode(seed: int, r: _Result, iteration: int) -> Episode:
+        return Episode(
+            seed=int(seed),
+            states=np.asarray(r.states, dtype=np.int64),
+            actions=np.asarray(r.actions, dtype=np.int64),
+            rewards=np.asarray(r.rewards, dtype=np.float64),
+            terminated=r.terminated,
+            truncated=r.truncated,
+            iteration=iteration,
+        )
 
     def collect(
         self,
-        table: np.ndarray,
+        policy: PolicyLike,
         seeds: Sequence[int],
         epsilon: float = 0.0,
         rng: np.random.Generator | None = None,
         iteration: int = 0,
     ) -> list[Episode]:
         """Episodes with their steps; with ``epsilon`` > 0 each step takes a random action with that probability."""
-        table = np.asarray(table, dtype=np.int64)
-        return [
-            Episode(
-                seed=int(s),
-                states=np.asarray(r.states, dtype=np.int64),
-                actions=np.asarray(r.actions, dtype=np.int64),
-                rewards=np.asarray(r.rewards, dtype=np.float64),
-                terminated=r.terminated,
-                truncated=r.truncated,
-                iteration=iteration,
-            )
-            for s, r in zip(seeds, self._episodes(table, seeds, epsilon, rng, True), strict=True)
-        ]
+        results = self._episodes([self.as_policy(policy)], [(0, s) for s in seeds], epsilon, rng, True)
+        return [self._episode(s, r, iteration) for s, r in zip(seeds, results, strict=True)]
 
-    def evaluate(self, table: np.ndarray, seeds: Sequence[int]) -> Rollouts:
+    def collect_many(self, policies: Sequence[PolicyLike], seeds: Sequence[int], iteration: int = 0
+                     ) -> list[list[Episode]]:
+        """Greedy episodes of every policy on the same ``seeds``, in one batched pass; one list per policy."""
+        pols = [self.as_policy(p) for p in policies]
+        jobs = [(k, int(s)) for k in range(len(pols)) for s in seeds]
+        results = self._episodes(pols, jobs, 0.0, None, True)
+        n = len(seeds)
+        return [[self._episode(s, r, iteration) for s, r in zip(seeds, results[k * n:(k + 1) * n], strict=True)]
+                for k in range(len(pols))]
+
+    def evaluate(self, policy: PolicyLike, seeds: Sequence[int]) -> Rollouts:
         """Greedy returns and lengths on ``seeds`` (no per-step record)."""
-        table = np.asarray(table, dtype=np.int64)
-        results = self._episodes(table, seeds, 0.0, None, False)
+        results = self._episodes([self.as_policy(policy)], [(0, s) for s in seeds], 0.0, None, False)
         return Rollouts(
             np.asarray(list(seeds), dtype=np.int64),
             np.asarray([r.ret for r in results]),

@@ -54,6 +54,7 @@ from .stats import DEFAULT_RESAMPLES, DEFAULT_SEED, bootstrap_ci, median_censore
 __all__ = [
     "RunTask",
     "CSV_COLUMNS",
+    "split_entry",
     "parse_seeds",
     "parse_backends",
     "plan",
@@ -68,7 +69,7 @@ __all__ = [
 
 #: Columns of ``results.csv``, in order.
 CSV_COLUMNS = (
-    "backend", "seed", "status", "error", "is_llm", "model", "best_eval_mean", "best_eval_std", "solved",
+    "backend", "mode", "seed", "status", "error", "is_llm", "model", "best_eval_mean", "best_eval_std", "solved",
     "episodes_to_solve", "iterations", "episodes_total", "env_steps_total", "llm_calls", "cached_calls",
     "input_tokens", "output_tokens", "cost_usd", "stop_reason", "wall_s", "run_dir",
 )
@@ -94,6 +95,16 @@ class RunTask:
         return f"{slug(self.backend)}_s{self.seed}"
 
     @property
+    def backend_spec(self) -> str:
+        """The backend spec without its ``@MODE``."""
+        return split_entry(self.backend)[0]
+
+    @property
+    def mode(self) -> str:
+        """The entry's mode (``BACKEND@MODE``), else the sweep's (table by default)."""
+        return split_entry(self.backend)[1] or str(self.settings.get("mode", "table"))
+
+    @property
     def run_dir(self) -> Path:
         return Path(self.out) / "runs" / slug(self.env_id) / self.run_id
 
@@ -115,18 +126,28 @@ def parse_seeds(text: str) -> list[int]:
     return seeds
 
 
+def split_entry(entry: str) -> tuple[str, str | None]:
+    """``"offline@reward"`` -> ``("offline", "reward")``; ``"gemini"`` -> ``("gemini", None)``."""
+    spec, sep, mode = entry.rpartition("@")
+    return (spec, mode) if sep and spec else (entry, None)
+
+
 def parse_backends(text: str) -> list[str]:
-    """Comma-separated backend specs, each checked by the backend registry (unknown names are a UserError)."""
+    """Comma-separated ``BACKEND`` or ``BACKEND@MODE`` entries, each checked by the backend and mode registries."""
     from .backends import parse_backend_spec
+    from .modes import MODES
 
     out: list[str] = []
     for part in str(text).split(","):
-        spec = part.strip()
-        if not spec:
+        entry = part.strip()
+        if not entry:
             continue
+        spec, mode = split_entry(entry)
         parse_backend_spec(spec)
-        if spec not in out:
-            out.append(spec)
+        if mode is not None and mode not in MODES:
+            raise MODES.unknown(mode)
+        if entry not in out:
+            out.append(entry)
     if not out:
         raise UserError(f"bad --backends {text!r}: give comma-separated backend specs, e.g. offline,q-learning,random")
     return out
@@ -135,7 +156,7 @@ def parse_backends(text: str) -> list[str]:
 # ---------------------------------------------------------------------------------------------------- runs
 def _row_from_summary(task: RunTask, summary: dict[str, Any]) -> dict[str, Any]:
     row: dict[str, Any] = {c: summary.get(c) for c in CSV_COLUMNS}
-    row.update(backend=task.backend, seed=task.seed, status="ok", error="",
+    row.update(backend=task.backend, mode=task.mode, seed=task.seed, status="ok", error="",
                run_dir=str(task.run_dir.relative_to(task.out)))
     return row
 
@@ -153,7 +174,7 @@ def _curve_from_events(events: Iterable[dict[str, Any]]) -> tuple[list[float], l
 
 
 def _error_text(exc: BaseException) -> str:
-    from .backends.keys import redact
+    from .clients.keys import redact
 
     lines = redact(str(exc)).strip().splitlines()
     return f"{type(exc).__name__}: {lines[0] if lines else ''}"[:300]
@@ -161,7 +182,7 @@ def _error_text(exc: BaseException) -> str:
 
 def failed_result(task: RunTask, error: str) -> dict[str, Any]:
     row: dict[str, Any] = {c: None for c in CSV_COLUMNS}
-    row.update(backend=task.backend, seed=task.seed, status="failed", error=error,
+    row.update(backend=task.backend, mode=task.mode, seed=task.seed, status="failed", error=error,
                run_dir=str(task.run_dir.relative_to(task.out)) if task.run_dir.exists() else "")
     return {"row": row, "curve": ([], []), "log": []}
 
@@ -169,15 +190,15 @@ def failed_result(task: RunTask, error: str) -> dict[str, Any]:
 def run_one(task: RunTask) -> dict[str, Any]:
     """Run one task; never raises for a failed run. Returns ``{"row", "curve", "log"}``."""
     from .config import TrainConfig
-    from .loop import train
+    from .engine import train
 
     logs: list[str] = []
     try:
-        cfg = TrainConfig().updated(task.settings, "compare settings").updated(
-            {"env_id": task.env_id, "backend": task.backend, "seed": task.seed,
+        cfg = TrainConfig.build((task.settings, "compare settings"), (
+            {"env_id": task.env_id, "backend": task.backend_spec, "mode": task.mode, "seed": task.seed,
              "logs_dir": str(Path(task.out) / "runs"), "run_id": task.run_id, "progress": False},
             "compare",
-        ).validate()
+        ))
         result = train(cfg, log=logs.append)
         if Path(result.run_dir) != task.run_dir:  # pragma: no cover - plan() removes stale directories first
             raise RuntimeError(f"run went to {result.run_dir}, expected {task.run_dir}")
@@ -502,7 +523,7 @@ def run_compare(
     if workers is not None and workers < 1:
         raise UserError(f"bad --workers {workers}: accepted an integer >= 1")
     spec = get_spec(env_id)
-    cfg = TrainConfig().updated(settings, "compare settings").updated({"env_id": env_id}, "compare").validate()
+    cfg = TrainConfig.build((settings, "compare settings"), ({"env_id": env_id}, "compare"))
     out = Path(out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     tasks = plan(env_id, backends, seeds, out, settings)
@@ -575,17 +596,18 @@ def add_parser(subparsers: Any) -> None:
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
-    from .backends.keys import load_env, redact
-    from .config import load_toml
+    from .clients.keys import load_env, redact
+    from .config import TrainConfig, load_config_file
 
     load_env()
     seeds = parse_seeds(args.seeds)
     backends = parse_backends(args.backends)
-    settings: dict[str, Any] = load_toml(args.config) if args.config else {}
+    settings: dict[str, Any] = load_config_file(args.config) if args.config else {}
     for fixed in ("env_id", "backend", "seed", "logs_dir", "run_id"):
         settings.pop(fixed, None)
-    if args.iterations is not None:
-        settings["iterations"] = args.iterations
+    cli: dict[str, Any] = {} if args.iterations is None else {"iterations": args.iterations}
+    TrainConfig.build((settings, f"config file {args.config}"), (cli, "command line"))  # every setting, checked now
+    settings.update(cli)
     out = Path(args.out) if args.out else Path("logs") / "compare" / slug(args.env_id)
     command = f"llm-policy-gen compare --env {args.env_id} --backends {','.join(backends)} --seeds {args.seeds}"
     for flag, value in (("--iterations", args.iterations), ("--workers", args.workers),

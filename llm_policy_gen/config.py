@@ -1,156 +1,220 @@
-"""One configuration object for a training run, filled from defaults, a TOML file and the command line.
+"""One configuration object for a training run: a pydantic model filled from defaults, a file and the command line.
 
-The whole resolved object is saved into the run's ``config.json`` (it never holds a key).
+Sources, later ones winning: the defaults below, a config file (``--config``: a TOML file with top-level keys or one
+``[train]`` table, or an earlier run's ``config.json``, which re-runs that run's experiment), then the command line.
+Every value is checked once, here: an unknown key or section, a value of the wrong type (``iterations = "three"``,
+``2.5`` or ``true``) or out of range is a :class:`~llm_policy_gen.errors.UserError` whose one line names the key,
+the value and what is accepted (exit code 2). The whole resolved object is saved into the run's ``config.json``
+(it never holds a key).
 """
 
 from __future__ import annotations
 
-import dataclasses
+import json
 import tomllib
-from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .errors import UserError
 
-__all__ = ["TrainConfig", "load_toml", "read_toml"]
+__all__ = ["TrainConfig", "load_config_file", "read_toml", "SEED_MAX", "config_error"]
+
+SEED_MAX = 2**32 - 1
+"""Seeds are 32-bit (numpy's and gymnasium's seeding accept larger ones, but results would not be portable)."""
+
+_ACCEPTED: dict[str, str] = {}
 
 
-@dataclass
-class TrainConfig:
+def _field(default: Any, accepted: str, description: str, **kw: Any) -> Any:
+    """A field with its documentation and the words that say which values are accepted."""
+    return Field(default, description=description, json_schema_extra={"accepted": accepted}, **kw)
+
+
+class TrainConfig(BaseModel):
     """Settings of one ``train`` run. Defaults reproduce the seed project where it had one."""
 
-    env_id: str = "CartPole-v1"
-    """Gymnasium id; shipped specs: CartPole-v1, FrozenLake-v1 (see `llm-policy-gen envs`)."""
-    backend: str | None = None
-    """Backend spec (offline, replay:PATH, gemini[:MODEL], openai[:MODEL], anthropic[:MODEL], ollama[:MODEL]);
-    None: the first configured provider, else offline."""
-    iterations: int = 30
-    """Proposal rounds."""
-    seed: int = 0
-    """Seeds every environment reset, the exploration and the offline optimiser."""
-    logs_dir: str = "logs"
-    """Run directories go to LOGS_DIR/<env-id>/<run-id>/."""
-    run_id: str | None = None
-    """Name of the run directory (default: time stamp, backend and seed)."""
-    train_episodes: int = 4
-    """Training episodes per iteration, run with the best table plus exploration."""
-    explore_epsilon: float = 0.1
-    """Probability of a random action in training episodes."""
-    eval_start: int = 3
-    """Test episodes per candidate at iteration 1."""
-    eval_max: int = 10
-    """Test episodes per candidate at the end of the rise."""
-    eval_rise_every: int = 1
-    """Add one test episode every this many iterations (the best is re-scored on the added seeds)."""
-    heldout_episodes: int = 100
-    """Held-out episodes measured whenever the best changes; reported only, never used to decide."""
-    patience: int = 0
-    """Stop after this many iterations without a new best (0: never)."""
-    best_k: int = 4
-    """Best episodes shown in the prompt."""
-    worst_k: int = 1
-    """Worst episodes shown in the prompt."""
-    memory_capacity: int = 200
-    """Episodes kept in the experience memory."""
-    gamma: float = 0.98
-    """Discount of the per-state return-to-go evidence."""
-    max_prompt_chars: int = 12000
-    """Upper bound on the user prompt's size; evidence rows are cut to fit."""
-    output_format: str = "auto"
-    """table, edits, or auto (table up to 1,000 states, edits above)."""
-    repair_attempts: int = 2
-    """Follow-up calls with the validation errors when an answer is refused."""
-    base_url: str | None = None
-    """Provider base URL (else the SDK's own variable)."""
-    timeout_s: float = 120.0
-    """Per-request timeout."""
-    max_retries: int = 4
-    """Retries of timeouts, 429 and 5xx (exponential backoff with jitter, honouring Retry-After)."""
-    temperature: float | None = None
-    """Sampling temperature (None: the provider's default)."""
-    max_output_tokens: int = 16384
-    """Upper bound on an answer's tokens."""
-    budget_usd: float | None = None
-    """Stop cleanly before a call would pass this spend."""
-    cache: bool = True
-    """Cache LLM answers on disk (keyed by provider, model, messages, schema and sampling)."""
-    cache_dir: str | None = None
-    """Answer cache folder (default: ~/.cache/llm-policy-gen/responses)."""
-    prices_file: str | None = None
-    """TOML price table (default: the shipped llm_policy_gen/data/prices.toml)."""
-    mode: str = "table"
-    """table (the model writes the table) or direct (the model picks each action)."""
-    bins: list[int] | None = None
-    """Override the bins of the spec's observation dimensions."""
-    dims: list[int] | None = None
-    """Observation indices to tabulate (generic environments)."""
-    env_kwargs: dict[str, Any] = field(default_factory=dict)
-    """Extra gymnasium.make keyword arguments."""
-    binning: str | None = None
-    """uniform (default) or seed (the seed project's round((n-1)*ratio) bins)."""
-    plots: bool = True
-    """Write training.png and testing.png at the end."""
-    progress: bool = True
-    """Show a progress bar on stderr."""
-    explicit: list[str] = field(default_factory=list)
-    """Settings given by the user (TOML or command line); an env spec's train defaults never replace them."""
+    model_config = ConfigDict(extra="forbid", strict=True, validate_assignment=True, frozen=False)
 
-    def validate(self) -> TrainConfig:
-        def bad(name: str, value: Any, accepted: str) -> UserError:
-            return UserError(f"bad {name} {value!r}: accepted {accepted}")
+    env_id: str = _field("CartPole-v1", "a gymnasium id (see `llm-policy-gen envs`), or module:EnvId",
+                         "Gymnasium id; `module:EnvId` imports `module` first (a user's own registered env).")
+    backend: str | None = _field(None, "offline, replay:PATH, gemini[:MODEL], openai[:MODEL], anthropic[:MODEL], "
+                                 "ollama[:MODEL], q-learning, random",
+                                 "Backend spec; None: the first configured provider, else offline.")
+    mode: str = _field("table", "table, direct, or another registered mode",
+                       "What the model writes: the table (table), each action (direct), ...")
+    iterations: int = _field(30, "an integer >= 1", "Proposal rounds.", ge=1)
+    max_episodes: int | None = _field(None, "an integer >= 1", "End the run once the counted episodes (training, "
+                                      "test and confirmation) reach this many; combines with iterations.", ge=1)
+    candidates: int = _field(4, "an integer in 1..64", "Candidates asked for per iteration (K samples of one "
+                             "prompt, scored on the same test seeds).", ge=1, le=64)
+    seed: int = _field(0, f"an integer in 0..{SEED_MAX}", "Seeds every environment reset, the exploration and the "
+                       "non-LLM proposers.", ge=0, le=SEED_MAX)
+    logs_dir: str = _field("logs", "a folder", "Run directories go to LOGS_DIR/<env-id>/<run-id>/.")
+    run_id: str | None = _field(None, "a non-empty name without path separators", "Name of the run directory "
+                                "(default: time stamp, backend and seed).")
+    train_episodes: int = _field(4, "an integer >= 1", "Training episodes per iteration, run with the best table "
+                                 "plus exploration.", ge=1)
+    explore_epsilon: float = _field(0.1, "a number in [0, 1]", "Probability of a random action in training "
+                                    "episodes.", ge=0.0, le=1.0)
+    eval_start: int = _field(3, "an integer >= 1", "Test episodes per candidate at iteration 1.", ge=1)
+    eval_max: int = _field(10, "an integer >= eval_start", "Test episodes per candidate at the end of the rise.",
+                           ge=1)
+    eval_rise_every: int = _field(1, "an integer >= 1", "Add one test episode every this many iterations (the "
+                                  "best is re-scored on the added seeds).", ge=1)
+    confirm_episodes: int = _field(10, "an integer >= 0", "Fresh episodes per batch of the paired confirmation a "
+                                   "challenger that won on the test seeds must pass before adoption (0: no "
+                                   "confirmation).", ge=0)
+    confirm_batches: int = _field(4, "an integer >= 1", "Batches of fresh episodes the confirmation may run while "
+                                  "undecided.", ge=1)
+    confirm_z: float = _field(2.0, "a number >= 0", "Adopt only if the paired mean difference on the fresh "
+                              "episodes is at least this many standard errors above 0.", ge=0.0)
+    heldout_episodes: int = _field(100, "an integer >= 1", "Held-out episodes measured whenever the best changes; "
+                                   "reported only, never used to decide.", ge=1)
+    patience: int = _field(0, "an integer >= 0", "Stop after this many iterations without a new best (0: never).",
+                           ge=0)
+    best_k: int = _field(4, "an integer >= 0", "Best episodes shown in the prompt.", ge=0)
+    worst_k: int = _field(1, "an integer >= 0", "Worst episodes shown in the prompt.", ge=0)
+    memory_capacity: int = _field(200, "an integer >= 1", "Episodes kept in the experience memory.", ge=1)
+    gamma: float = _field(0.98, "a number in (0, 1)", "Discount of the per-state return-to-go evidence.", gt=0.0,
+                          lt=1.0)
+    max_prompt_chars: int = _field(12000, "an integer >= 1000", "Upper bound on the user prompt's size; evidence "
+                                   "rows are cut to fit.", ge=1000)
+    output_format: str = _field("auto", "auto, table, edits, or another registered format",
+                                "Answer format; auto: table up to 1,000 states, edits above.")
+    repair_attempts: int = _field(2, "an integer >= 0", "Follow-up calls with the validation errors when an "
+                                  "answer is refused.", ge=0)
+    base_url: str | None = _field(None, "a URL", "Provider base URL (else the SDK's own variable).")
+    timeout_s: float = _field(120.0, "a number of seconds > 0", "Bound on each request attempt, connect "
+                              "included.", gt=0.0)
+    max_retries: int = _field(4, "an integer >= 0", "Retries of timeouts, connection errors, 429 and 5xx "
+                              "(exponential backoff with jitter, honouring Retry-After).", ge=0)
+    temperature: float | None = _field(None, "a number >= 0 within the provider's range",
+                                       "Sampling temperature (None: the provider's default).", ge=0.0)
+    max_output_tokens: int = _field(16384, "an integer >= 1", "Upper bound on an answer's tokens.", ge=1)
+    budget_usd: float | None = _field(None, "a number >= 0", "Stop cleanly before a call would pass this spend "
+                                      "(calls in flight count).", ge=0.0)
+    max_concurrent_calls: int = _field(8, "an integer >= 1", "Calls in flight at once (the K candidates of an "
+                                       "iteration are asked concurrently).", ge=1)
+    unreachable_after: int = _field(3, "an integer >= 1", "Stop the run after this many iterations in a row "
+                                    "without one successful call.", ge=1)
+    cache: bool = _field(True, "true or false", "Cache LLM answers on disk (keyed by provider, model, messages, "
+                         "schema, sampling and candidate).")
+    cache_dir: str | None = _field(None, "a folder", "Answer cache folder (default: "
+                                   "~/.cache/llm-policy-gen/responses).")
+    prices_file: str | None = _field(None, "a TOML file", "TOML price table (default: the shipped "
+                                     "llm_policy_gen/data/prices.toml).")
+    bins: list[int] | None = _field(None, "a list of integers >= 1", "Override the bins of the spec's observation "
+                                    "dimensions.")
+    dims: list[int] | None = _field(None, "a list of observation indices", "Observation indices to tabulate "
+                                    "(generic environments).")
+    env_kwargs: dict[str, Any] = _field({}, "a table of gymnasium.make keyword arguments",
+                                        "Extra gymnasium.make keyword arguments.")
+    binning: Literal["uniform", "seed"] | None = _field(None, "uniform or seed", "uniform (default) or seed (the "
+                                                        "seed project's round((n-1)*ratio) bins).")
+    plots: bool = _field(True, "true or false", "Write training.png and testing.png at the end.")
+    progress: bool = _field(True, "true or false", "Show a progress bar (or, without a terminal, one line per "
+                            "iteration) on stderr.")
+    quiet: bool = _field(False, "true or false", "Print nothing but the final summary line.")
+    log: list[str] = _field([], "a list of: csv, tensorboard", "Extra loggers of per-iteration scalars.")
+    explicit: list[str] = _field([], "a list of setting names", "Settings given by the user (file or command "
+                                 "line); an env spec's train defaults never replace them.")
 
-        if self.iterations < 1:
-            raise bad("--iterations", self.iterations, "an integer >= 1")
-        if self.train_episodes < 0:
-            raise bad("train_episodes", self.train_episodes, "an integer >= 0")
-        if not 0.0 <= self.explore_epsilon <= 1.0:
-            raise bad("explore_epsilon", self.explore_epsilon, "a number in [0, 1]")
-        if not 1 <= self.eval_start <= self.eval_max:
-            raise bad("eval_start/eval_max", (self.eval_start, self.eval_max), "1 <= eval_start <= eval_max")
-        if self.eval_rise_every < 1:
-            raise bad("eval_rise_every", self.eval_rise_every, "an integer >= 1")
-        if self.heldout_episodes < 1:
-            raise bad("heldout_episodes", self.heldout_episodes, "an integer >= 1")
-        if not 0.0 < self.gamma < 1.0:
-            raise bad("gamma", self.gamma, "a number in (0, 1)")
-        if self.output_format not in ("auto", "table", "edits"):
-            raise bad("--output-format", self.output_format, "auto, table or edits")
-        if self.mode not in ("table", "direct"):
-            raise bad("--mode", self.mode, "table or direct")
-        if self.repair_attempts < 0:
-            raise bad("repair_attempts", self.repair_attempts, "an integer >= 0")
-        if self.budget_usd is not None and self.budget_usd < 0:
-            raise bad("--budget-usd", self.budget_usd, "a number >= 0")
-        if self.max_prompt_chars < 1000:
-            raise bad("max_prompt_chars", self.max_prompt_chars, "an integer >= 1000")
-        if self.seed < 0:
-            raise bad("--seed", self.seed, "an integer >= 0")
+    @field_validator("run_id")
+    @classmethod
+    def _run_id(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        if not v.strip() or "/" in v or "\\" in v or v in (".", "..") or "\0" in v:
+            raise ValueError("bad run id")
+        return v
+
+    @field_validator("env_id")
+    @classmethod
+    def _env_id(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("empty")
+        return v
+
+    @model_validator(mode="after")
+    def _consistent(self) -> TrainConfig:
+        if self.eval_max < self.eval_start:
+            raise ValueError(f"bad eval_max {self.eval_max} with eval_start {self.eval_start}: accepted eval_max >= "
+                             "eval_start")
         return self
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+    # ------------------------------------------------------------------ building
+    @classmethod
+    def build(cls, *sources: tuple[dict[str, Any], str]) -> TrainConfig:
+        """Defaults, then each ``(values, source name)`` in turn; keys given anywhere become ``explicit``."""
+        merged: dict[str, Any] = {}
+        explicit: set[str] = set()
+        for values, source in sources:
+            unknown = sorted(set(values) - set(cls.model_fields))
+            if unknown:
+                raise UserError(f"{source}: unknown setting {unknown[0]!r}; accepted: "
+                                f"{', '.join(k for k in cls.model_fields if k != 'explicit')}")
+            try:
+                cls.model_validate({**merged, **values})
+            except ValidationError as exc:
+                raise config_error(exc, source, {**merged, **values}) from None
+            merged.update(values)
+            explicit |= set(values) - {"explicit"}
+            explicit |= set(values.get("explicit", []))
+        merged["explicit"] = sorted(explicit)
+        try:
+            return cls.model_validate(merged)
+        except ValidationError as exc:
+            raise config_error(exc, "settings", merged) from None
 
     def updated(self, values: dict[str, Any], source: str) -> TrainConfig:
-        """A copy with ``values`` applied; unknown names are a user error naming ``source``."""
-        names = {f.name for f in fields(self)}
-        unknown = sorted(set(values) - names)
+        """A copy with ``values`` applied (they, and only they, join the explicit settings)."""
+        unknown = sorted(set(values) - set(TrainConfig.model_fields))
         if unknown:
-            raise UserError(f"{source}: unknown setting(s) {', '.join(unknown)}; accepted: {', '.join(sorted(names))}")
-        explicit = sorted(set(self.explicit) | set(values))
+            raise UserError(f"{source}: unknown setting {unknown[0]!r}")
+        data = {**self.model_dump(), **values, "explicit": sorted(set(self.explicit) | (set(values) - {"explicit"}))}
         try:
-            return dataclasses.replace(self, **values, explicit=explicit)
-        except TypeError as exc:
-            raise UserError(f"{source}: {exc}") from None
+            return TrainConfig.model_validate(data)
+        except ValidationError as exc:
+            raise config_error(exc, source, data) from None
 
     def with_env_defaults(self, defaults: dict[str, Any]) -> TrainConfig:
         """Apply an env spec's ``train_defaults`` to the settings the user did not give."""
-        names = {f.name for f in fields(self)}
-        unknown = sorted(set(defaults) - names)
+        unknown = sorted(set(defaults) - set(TrainConfig.model_fields))
         if unknown:
-            raise UserError(f"env spec train_defaults: unknown setting(s) {', '.join(unknown)}")
+            raise UserError(f"env spec train_defaults: unknown setting {unknown[0]!r}")
         chosen = {k: v for k, v in defaults.items() if k not in self.explicit}
-        return dataclasses.replace(self, **chosen) if chosen else self
+        if not chosen:
+            return self
+        data = {**self.model_dump(), **chosen}
+        try:
+            return TrainConfig.model_validate(data)
+        except ValidationError as exc:
+            raise config_error(exc, "env spec train_defaults", data) from None
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump()
+
+
+def config_error(exc: ValidationError, source: str, values: dict[str, Any]) -> UserError:
+    """One line for the first problem of a validation error: the key, the value and what is accepted."""
+    err = exc.errors()[0]
+    key = str(err["loc"][0]) if err["loc"] else ""
+    if not key:  # a model-level check (eval_max < eval_start)
+        return UserError(f"{source}: {err['msg'].removeprefix('Value error, ')}")
+    extra = TrainConfig.model_fields[key].json_schema_extra if key in TrainConfig.model_fields else None
+    accepted = extra.get("accepted") if isinstance(extra, dict) else None
+    value = values.get(key, err.get("input"))
+    shown = json.dumps(value) if isinstance(value, (str, bool, int, float, type(None))) else repr(value)
+    if source == "command line":
+        option = OPTION_NAMES.get(key, "--" + key.replace("_", "-"))
+        return UserError(f"bad {option} {shown[:80]}: accepted {accepted or err['msg']}")
+    return UserError(f"{source}: bad {key} = {shown[:80]}: accepted {accepted or err['msg']}")
+
+
+#: Settings whose command-line option is not ``--`` + the name with dashes.
+OPTION_NAMES = {"env_id": "--env", "timeout_s": "--timeout", "prices_file": "--prices"}
 
 
 def read_toml(path: str | Path, what: str) -> dict[str, Any]:
@@ -164,12 +228,34 @@ def read_toml(path: str | Path, what: str) -> dict[str, Any]:
         raise UserError(f"{what} {p} is not valid TOML: {exc}") from None
 
 
-def load_toml(path: str | Path) -> dict[str, Any]:
-    """Settings from a TOML file: top-level keys, or a ``[train]`` table (dashes allowed in names)."""
+#: Settings of a run's own identity, not of its experiment: dropped when a config.json is re-used.
+RUN_IDENTITY = ("run_id", "explicit")
+
+
+def load_config_file(path: str | Path) -> dict[str, Any]:
+    """Settings from a config file: TOML (top-level keys or one ``[train]`` table; dashes allowed in names), or a
+    run's ``config.json`` (its ``config`` object, without the run's own id), which re-runs that experiment."""
     p = Path(path)
+    if p.suffix.lower() == ".json":
+        try:
+            data = json.loads(p.read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise UserError(f"cannot read config file {p}: {exc.strerror}") from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise UserError(f"config file {p} is not valid JSON: {exc}") from None
+        section = data.get("config", data) if isinstance(data, dict) else None
+        if not isinstance(section, dict):
+            raise UserError(f"config file {p}: expected a JSON object (a run's config.json)")
+        return {k: v for k, v in section.items() if k not in RUN_IDENTITY}
     data = read_toml(p, "config file")
-    section = data.get("train", data)
-    if not isinstance(section, dict):
-        raise UserError(f"config file {p}: [train] must be a table")
-    keep = ("env_kwargs", "env-kwargs")
-    return {k.replace("-", "_"): v for k, v in section.items() if not isinstance(v, dict) or k in keep}
+    tables = {k for k, v in data.items() if isinstance(v, dict) and k not in ("env_kwargs", "env-kwargs")}
+    if tables - {"train"}:
+        bad = sorted(tables - {"train"})[0]
+        raise UserError(f"config file {p}: unknown section [{bad}]; accepted: top-level settings or one [train] table")
+    if "train" in tables:
+        section = data["train"]
+        if set(data) - {"train"}:
+            raise UserError(f"config file {p}: give settings either at the top level or in [train], not both")
+    else:
+        section = data
+    return {k.replace("-", "_"): v for k, v in section.items()}

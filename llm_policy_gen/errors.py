@@ -14,7 +14,9 @@ __all__ = [
     "PolicyFileError",
     "BackendConfigError",
     "BackendAuthError",
+    "EndpointError",
     "BackendError",
+    "BackendUnreachable",
     "BudgetExceeded",
     "ReplayExhausted",
     "ProposalError",
@@ -45,8 +47,16 @@ class BackendAuthError(UserError):
     """The provider refused the key (HTTP 401/403). The run stops at once."""
 
 
+class EndpointError(UserError):
+    """The base URL the user set reached no server on any attempt of the run's first call."""
+
+
 class BackendError(LLMPolicyGenError):
     """A backend call failed after every retry (timeouts, 429, 5xx). One iteration is lost, not the run."""
+
+
+class BackendUnreachable(BackendError):
+    """No attempt of a call reached the server (connection refused, DNS failure, timeout on every attempt)."""
 
 
 class BudgetExceeded(LLMPolicyGenError):

@@ -1,46 +1,121 @@
-"""The best-policy keeper: evaluate every candidate on the same seeds, keep the best, revert regressions.
+"""The best-policy keeper: K candidates on shared seeds, a paired confirmation on fresh seeds, revert regressions.
 
-Like Stable-Baselines3's ``EvalCallback``: every candidate is scored on the same test seeds as the best. The number
-of test episodes rises from ``eval_start`` to ``eval_max`` (one more every ``rise_every`` iterations); when it rises,
-the best is scored on the added seeds too, so both are always compared on equal samples. A candidate is adopted
-only if its mean is strictly higher. Invalid proposals never reach the keeper.
+Like Stable-Baselines3's ``EvalCallback``, every candidate is scored on the same **test seeds** as the incumbent (the
+kept table): ``eval_start`` of them at iteration 1, one more every ``rise_every`` iterations up to ``eval_max``; when
+the count rises the incumbent is scored on the added seeds too, so both are always compared on equal samples. The K
+candidates of an iteration run in one batched pass; identical candidates, and candidates equal to the incumbent, are
+scored once.
 
-Seeds are disjoint ranges per run seed: test seeds ``seed*100000 + 10000 + j``, held-out seeds
-``seed*100000 + 50000 + j``, training seeds ``seed*100000 + 20000 + k``.
+**Noise-aware adoption.** Picking the best of K candidates on a few test episodes favours the luckiest one: its test
+mean is biased upwards (the winner's curse), and on a noisy task (slippery FrozenLake, Blackjack) a table that is
+really worse wins often. So the winner on the test seeds (the *challenger*) must be confirmed before it is adopted,
+by a sequential paired test on **fresh seeds** (a range never used for anything else, never the held-out ones):
+it and the incumbent run on ``confirm_episodes`` new seeds at a time, and after each batch the paired differences
+``d_j = R_challenger(s_j) - R_incumbent(s_j)`` seen so far decide. The challenger is adopted as soon as their mean is
+positive and at least ``confirm_z`` standard errors (one-sided paired z-test; with all differences equal the standard
+error is 0 and a positive mean suffices); it is rejected as soon as the mean is not positive; otherwise another batch
+runs, up to ``confirm_batches`` batches, after which it is rejected. The fresh seeds are independent of the
+selection, so the test is unbiased; pairing removes the variance that seeds alone cause; the batches spend few
+episodes on clear cases and more on close ones. ``confirm_episodes = 0`` turns confirmation off (adopt on a strictly
+higher test mean, the seed project's rule). Every confirmation episode is counted and joins the memory, like every
+test episode.
+
+The held-out seeds are for reporting only; the keeper never sees them.
+
+Seeds are disjoint ranges per run seed (``base = seed * 1,000,000``): test ``base + 10,000 + j``, held-out
+``base + 50,000 + j``, training ``base + 100,000 + k``, confirmation ``base + 600,000 + c``.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from .collect import Collector, Episode
 
-__all__ = ["Decision", "Keeper", "seed_ranges"]
+__all__ = ["SeedPlan", "seed_ranges", "Confirmation", "Verdict", "Keeper"]
+
+
+@dataclass(frozen=True)
+class SeedPlan:
+    """The run's disjoint seed ranges."""
+
+    seed: int
+
+    @property
+    def base(self) -> int:
+        return int(self.seed) * 1_000_000
+
+    def test(self, j: int) -> int:
+        return self.base + 10_000 + j
+
+    def heldout(self, j: int) -> int:
+        return self.base + 50_000 + j
+
+    def train(self, k: int) -> int:
+        return self.base + 100_000 + k
+
+    def confirm(self, c: int) -> int:
+        return self.base + 600_000 + c
+
+    def ranges(self) -> dict[str, int]:
+        return {"test": self.test(0), "heldout": self.heldout(0), "train": self.train(0), "confirm": self.confirm(0)}
 
 
 def seed_ranges(seed: int) -> dict[str, int]:
-    base = int(seed) * 100_000
-    return {"test": base + 10_000, "train": base + 20_000, "heldout": base + 50_000}
+    """The first seed of each range of run seed ``seed`` (recorded in config.json)."""
+    return SeedPlan(seed).ranges()
 
 
 @dataclass
-class Decision:
-    """The keeper's verdict on one candidate."""
+class Confirmation:
+    """The paired test of a challenger against the incumbent on fresh seeds."""
 
+    seeds: list[int]
+    challenger_returns: list[float]
+    incumbent_returns: list[float]
+    diff_mean: float
+    diff_se: float
+    passed: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "seeds": self.seeds,
+            "challenger_mean": float(np.mean(self.challenger_returns)),
+            "incumbent_mean": float(np.mean(self.incumbent_returns)),
+            "diff_mean": self.diff_mean,
+            "diff_se": self.diff_se,
+            "passed": self.passed,
+        }
+
+
+@dataclass
+class Verdict:
+    """The keeper's decision on one iteration's candidates."""
+
+    test_means: list[float | None]
+    """Per candidate, its mean on the test seeds (None: no valid candidate in that slot)."""
+    test_returns: list[list[float]]
+    chosen: int | None
+    """Index of the challenger (the best test mean), or None when no candidate was valid."""
+    best_test_mean: float
+    """The incumbent's mean on this iteration's test seeds, before any adoption."""
     accepted: bool
-    eval_returns: list[float]
-    eval_mean: float
-    best_eval_mean: float
+    confirmation: Confirmation | None = None
     episodes: list[Episode] = field(default_factory=list)
-    """The candidate's test episodes (real experience; they join the memory)."""
-    episodes_used: int = 0
-    steps_used: int = 0
+    """Every episode the decision ran (incumbent's added seeds, candidates, confirmation): real experience."""
+
+    @property
+    def chosen_mean(self) -> float | None:
+        return None if self.chosen is None else self.test_means[self.chosen]
 
 
 class Keeper:
-    """Holds the best table and its per-seed test returns."""
+    """Holds the incumbent table and its returns on every seed it ran; judges candidates."""
 
     def __init__(
         self,
@@ -50,50 +125,149 @@ class Keeper:
         eval_start: int = 3,
         eval_max: int = 10,
         rise_every: int = 1,
+        confirm_episodes: int = 10,
+        confirm_z: float = 2.0,
+        confirm_batches: int = 4,
     ) -> None:
         self.collector = collector
         self.best_table = np.asarray(initial_table, dtype=np.int64).copy()
-        self.test_base = seed_ranges(seed)["test"]
+        self.best_source: dict[str, Any] | None = None
+        self.plan = SeedPlan(seed)
         self.eval_start, self.eval_max, self.rise_every = eval_start, eval_max, rise_every
+        self.confirm_episodes, self.confirm_z = int(confirm_episodes), float(confirm_z)
+        self.confirm_batches = max(1, int(confirm_batches))
         self._best_returns: dict[int, float] = {}
         self.best_iteration = 0
+        self.confirm_next = 0
+        """How many confirmation seeds were used (the next one's offset)."""
 
     def n_eval(self, iteration: int) -> int:
         return min(self.eval_max, self.eval_start + max(0, iteration - 1) // self.rise_every)
 
     def seeds(self, iteration: int) -> list[int]:
-        return [self.test_base + j for j in range(self.n_eval(iteration))]
+        return [self.plan.test(j) for j in range(self.n_eval(iteration))]
 
-    def score_best(self, iteration: int) -> tuple[float, list[Episode]]:
-        """Mean of the best on this iteration's seeds, running only seeds not scored yet."""
-        seeds = self.seeds(iteration)
+    def _incumbent_on(self, seeds: Sequence[int], iteration: int) -> list[Episode]:
+        """Run the incumbent on the seeds it has no return for yet; remember the returns."""
         missing = [s for s in seeds if s not in self._best_returns]
         eps: list[Episode] = []
         if missing:
             eps = self.collector.collect(self.best_table, missing, iteration=iteration)
             for s, e in zip(missing, eps, strict=True):
                 self._best_returns[s] = e.ret
+        return eps
+
+    def test_mean(self, iteration: int) -> float | None:
+        """The incumbent's mean on this iteration's test seeds, if it ran on all of them (runs nothing)."""
+        seeds = self.seeds(iteration)
+        if not all(s in self._best_returns for s in seeds):
+            return None
+        return float(np.mean([self._best_returns[s] for s in seeds]))
+
+    def score_best(self, iteration: int) -> tuple[float, list[Episode]]:
+        """Mean of the incumbent on this iteration's test seeds, running only seeds not scored yet."""
+        seeds = self.seeds(iteration)
+        eps = self._incumbent_on(seeds, iteration)
         return float(np.mean([self._best_returns[s] for s in seeds])), eps
 
-    def consider(self, candidate: np.ndarray, iteration: int) -> Decision:
-        best_mean, extra = self.score_best(iteration)
+    def judge(
+        self, candidates: Sequence[np.ndarray | None], iteration: int,
+        sources: Sequence[dict[str, Any] | None] | None = None,
+    ) -> Verdict:
+        """Score every valid candidate on the test seeds, confirm the best one, adopt it if it holds."""
+        best_mean, episodes = self.score_best(iteration)
         seeds = self.seeds(iteration)
-        eps = self.collector.collect(np.asarray(candidate, dtype=np.int64), seeds, iteration=iteration)
-        rets = [e.ret for e in eps]
-        mean = float(np.mean(rets))
-        accepted = mean > best_mean
-        if accepted:
-            self.best_table = np.asarray(candidate, dtype=np.int64).copy()
-            self._best_returns = {s: r for s, r in zip(seeds, rets, strict=True)}
-            self.best_iteration = iteration
-            best_mean = mean
-        all_eps = extra + eps
-        return Decision(
-            accepted=accepted,
-            eval_returns=rets,
-            eval_mean=mean,
-            best_eval_mean=best_mean,
-            episodes=all_eps,
-            episodes_used=len(all_eps),
-            steps_used=sum(e.length for e in all_eps),
-        )
+        best_rets = [self._best_returns[s] for s in seeds]
+        # Distinct tables to run: candidates equal to the incumbent or to an earlier candidate are not run again.
+        tables: list[np.ndarray] = []
+        slot: list[int | None] = []  # candidate -> index into tables (-1: the incumbent; None: invalid)
+        for c in candidates:
+            if c is None:
+                slot.append(None)
+                continue
+            c = np.asarray(c, dtype=np.int64)
+            if np.array_equal(c, self.best_table):
+                slot.append(-1)
+                continue
+            same = next((i for i, t in enumerate(tables) if np.array_equal(t, c)), None)
+            if same is None:
+                tables.append(c)
+                same = len(tables) - 1
+            slot.append(same)
+        runs = self.collector.collect_many(tables, seeds, iteration=iteration) if tables else []
+        for r in runs:
+            episodes.extend(r)
+        returns: list[list[float]] = []
+        means: list[float | None] = []
+        for s in slot:
+            if s is None:
+                returns.append([])
+                means.append(None)
+            else:
+                rets = best_rets if s == -1 else [e.ret for e in runs[s]]
+                returns.append(list(rets))
+                means.append(float(np.mean(rets)))
+        valid = [i for i, m in enumerate(means) if m is not None]
+        if not valid:
+            return Verdict(means, returns, None, best_mean, False, None, episodes)
+        chosen = max(valid, key=lambda i: (means[i], -i))  # the first of equal bests
+        chosen_mean = means[chosen]
+        if slot[chosen] == -1 or chosen_mean is None or chosen_mean <= best_mean:
+            return Verdict(means, returns, chosen, best_mean, False, None, episodes)
+        challenger = tables[slot[chosen]]  # type: ignore[index]
+        confirmation = None
+        if self.confirm_episodes > 0:
+            seeds_c: list[int] = []
+            ch_rets: list[float] = []
+            inc_rets: list[float] = []
+            for _ in range(self.confirm_batches):
+                fresh = [self.plan.confirm(self.confirm_next + j) for j in range(self.confirm_episodes)]
+                self.confirm_next += self.confirm_episodes
+                inc_eps, ch_eps = self.collector.collect_many([self.best_table, challenger], fresh,
+                                                              iteration=iteration)
+                episodes.extend(inc_eps + ch_eps)
+                seeds_c += fresh
+                ch_rets += [e.ret for e in ch_eps]
+                inc_rets += [e.ret for e in inc_eps]
+                confirmation = self._paired(seeds_c, ch_rets, inc_rets)
+                if confirmation.passed or confirmation.diff_mean <= 0:
+                    break
+            assert confirmation is not None
+            if not confirmation.passed:
+                for seed_c, ret_c in zip(seeds_c, inc_rets, strict=True):
+                    self._best_returns[seed_c] = ret_c
+                return Verdict(means, returns, chosen, best_mean, False, confirmation, episodes)
+        self.best_table = challenger.copy()
+        self.best_source = sources[chosen] if sources is not None else None
+        self._best_returns = dict(zip(seeds, returns[chosen], strict=True))
+        if confirmation is not None:
+            self._best_returns.update(zip(confirmation.seeds, confirmation.challenger_returns, strict=True))
+        self.best_iteration = iteration
+        return Verdict(means, returns, chosen, best_mean, True, confirmation, episodes)
+
+    def _paired(self, seeds: list[int], challenger: list[float], incumbent: list[float]) -> Confirmation:
+        d = np.asarray(challenger) - np.asarray(incumbent)
+        mean = float(d.mean())
+        se = float(d.std(ddof=1) / math.sqrt(d.size)) if d.size > 1 else 0.0
+        passed = mean > 0 and mean >= self.confirm_z * se
+        return Confirmation(seeds, list(challenger), list(incumbent), mean, se, passed)
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self) -> dict[str, Any]:
+        seeds = sorted(self._best_returns)
+        return {
+            "best_table": self.best_table,
+            "best_source": self.best_source,
+            "best_iteration": self.best_iteration,
+            "confirm_next": self.confirm_next,
+            "best_seeds": np.asarray(seeds, dtype=np.int64),
+            "best_returns": np.asarray([self._best_returns[s] for s in seeds], dtype=np.float64),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.best_table = np.asarray(state["best_table"], dtype=np.int64).copy()
+        self.best_source = state.get("best_source")
+        self.best_iteration = int(state["best_iteration"])
+        self.confirm_next = int(state["confirm_next"])
+        self._best_returns = {int(s): float(r) for s, r in zip(state["best_seeds"], state["best_returns"],
+                                                                strict=True)}

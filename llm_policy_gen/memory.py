@@ -9,14 +9,17 @@ visits. Transition counts ``(state, action) -> next state`` (with a terminal col
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from .collect import Episode
 
 __all__ = [
+    "episodes_state",
+    "episodes_from_state",
     "StateEvidence",
     "ExperienceMemory",
     "SparseTransitions",
@@ -104,8 +107,48 @@ class StateEvidence:
     gamma: float
 
 
+def episodes_state(episodes: Sequence[Episode]) -> dict[str, Any]:
+    """Episodes as a few flat arrays (for checkpoints)."""
+    lengths = np.array([e.length for e in episodes], dtype=np.int64)
+    cat = lambda xs, dt: np.concatenate(xs).astype(dt) if xs else np.zeros(0, dt)  # noqa: E731
+    return {
+        "lengths": lengths,
+        "seeds": np.array([e.seed for e in episodes], dtype=np.int64),
+        "uids": np.array([e.uid for e in episodes], dtype=np.int64),
+        "iterations": np.array([e.iteration for e in episodes], dtype=np.int64),
+        "terminated": np.array([e.terminated for e in episodes], dtype=bool),
+        "truncated": np.array([e.truncated for e in episodes], dtype=bool),
+        "states": cat([e.states for e in episodes], np.int64),
+        "actions": cat([e.actions for e in episodes], np.int64),
+        "rewards": cat([e.rewards for e in episodes], np.float64),
+    }
+
+
+def episodes_from_state(state: dict[str, Any]) -> list[Episode]:
+    """The inverse of :func:`episodes_state`."""
+    out = []
+    ends = np.cumsum(np.asarray(state["lengths"], dtype=np.int64))
+    starts = ends - np.asarray(state["lengths"], dtype=np.int64)
+    for k, (a, b) in enumerate(zip(starts, ends, strict=True)):
+        out.append(Episode(
+            seed=int(state["seeds"][k]),
+            states=np.asarray(state["states"][a:b], dtype=np.int64),
+            actions=np.asarray(state["actions"][a:b], dtype=np.int64),
+            rewards=np.asarray(state["rewards"][a:b], dtype=np.float64),
+            terminated=bool(state["terminated"][k]),
+            truncated=bool(state["truncated"][k]),
+            iteration=int(state["iterations"][k]),
+            uid=int(state["uids"][k]),
+        ))
+    return out
+
+
 class ExperienceMemory:
-    """Keeps up to ``capacity`` episodes (the oldest go first, the best few are never dropped)."""
+    """Keeps up to ``capacity`` episodes (the oldest go first, the best few are never dropped).
+
+    Every episode that joins gets a running number (``Episode.uid``), so a learner can tell which episodes it has
+    not seen yet.
+    """
 
     def __init__(
         self, n_states: int, n_actions: int, capacity: int = 200, gamma: float = 0.98, keep_best: int = 4
@@ -116,12 +159,17 @@ class ExperienceMemory:
         self.gamma = float(gamma)
         self.keep_best = int(keep_best)
         self.episodes: list[Episode] = []
+        self.added = 0
+        """Episodes ever added (the next one's ``uid``)."""
 
     def __len__(self) -> int:
         return len(self.episodes)
 
     def add(self, episodes: Iterable[Episode]) -> None:
-        self.episodes.extend(episodes)
+        for e in episodes:
+            e.uid = self.added
+            self.added += 1
+            self.episodes.append(e)
         while len(self.episodes) > self.capacity:
             protected = {id(e) for e in self.best(self.keep_best)}
             for k, e in enumerate(self.episodes):
@@ -130,6 +178,17 @@ class ExperienceMemory:
                     break
             else:  # pragma: no cover - capacity < keep_best
                 del self.episodes[0]
+
+    def since(self, uid: int) -> list[Episode]:
+        """Episodes still in memory whose ``uid`` is at least ``uid``, in arrival order."""
+        return [e for e in self.episodes if e.uid >= uid]
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"added": self.added, "episodes": episodes_state(self.episodes)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.episodes = episodes_from_state(state["episodes"])
+        self.added = int(state["added"])
 
     def best(self, k: int) -> list[Episode]:
         """The ``k`` highest-return episodes (newest first among ties)."""

@@ -1,17 +1,20 @@
-"""The tabular policy: one action index per flat state index.
+"""Policies: anything that acts (:class:`Policy`), and the tabular policy with its file format.
 
 Rule for states the table does not set: a table is always complete. It starts as the spec's prior table (or every
-state at ``default_action``); a proposal that leaves states out keeps their current action (see
-:mod:`llm_policy_gen.schema`). A policy file stores the env id, the observation discretizer spec, the action spec and
-the table; loading it against an environment whose specs differ is refused.
+state at ``default_action``); an answer that leaves states out keeps their current action (see
+:mod:`llm_policy_gen.formats`). A policy file stores the env id, the environment's keyword arguments, the
+observation discretizer spec, the action spec, a fingerprint of them, the table and, for a table compiled from rules,
+the rules (``source``). Loading it against an environment whose settings differ is refused with one line naming what
+differs.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -27,9 +30,25 @@ from .runlog import write_json_atomic
 if TYPE_CHECKING:
     from .envs.spec import EnvSpec
 
-__all__ = ["TablePolicy", "FORMAT_VERSION", "load_run_policy"]
+__all__ = ["Policy", "TablePolicy", "FORMAT_VERSION", "load_run_policy", "spec_fingerprint"]
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+
+
+@runtime_checkable
+class Policy(Protocol):
+    """Anything that acts: a batch of raw observations in, a batch of flat action indices out."""
+
+    def act(self, obs: np.ndarray) -> np.ndarray:
+        ...
+
+
+def spec_fingerprint(env_id: str, env_kwargs: dict[str, Any], observation: dict[str, Any],
+                     action: dict[str, Any]) -> str:
+    """A short hash of what gives a table its meaning (names and units excluded)."""
+    payload = json.dumps({"env_id": env_id, "kwargs": env_kwargs, "observation": _norm(observation),
+                          "action": _norm(action)}, sort_keys=True, default=str)
+    return hashlib.sha256(payload.encode("utf-8")).hexdigest()[:16]
 
 
 @dataclass
@@ -41,6 +60,11 @@ class TablePolicy:
     actions: ActionDiscretizer
     table: np.ndarray
     meta: dict[str, Any] = field(default_factory=dict)
+    env_kwargs: dict[str, Any] | None = field(default_factory=dict)
+    """The ``gymnasium.make`` keyword arguments the table was made for (None: unknown, a file from before they were
+    recorded)."""
+    source: dict[str, Any] | None = None
+    """What the table was compiled from (rules), when it was."""
 
     def __post_init__(self) -> None:
         t = np.asarray(self.table)
@@ -67,14 +91,27 @@ class TablePolicy:
         """Batch of raw observations -> batch of flat action indices."""
         return self.table[self.observation.encode(obs)]
 
-    def with_table(self, table: np.ndarray) -> TablePolicy:
-        return TablePolicy(self.env_id, self.observation, self.actions, np.asarray(table), dict(self.meta))
+    def act_states(self, states: np.ndarray) -> np.ndarray:
+        """Batch of flat state indices -> batch of flat action indices."""
+        return self.table[np.asarray(states, dtype=np.int64)]
+
+    def with_table(self, table: np.ndarray, source: dict[str, Any] | None = None) -> TablePolicy:
+        kwargs = None if self.env_kwargs is None else dict(self.env_kwargs)
+        return TablePolicy(self.env_id, self.observation, self.actions, np.asarray(table), dict(self.meta), kwargs,
+                           source)
+
+    @property
+    def fingerprint(self) -> str:
+        return spec_fingerprint(self.env_id, self.env_kwargs or {}, self.observation.to_spec(),
+                                self.actions.to_spec())
 
     # ------------------------------------------------------------------ files
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "format_version": FORMAT_VERSION,
             "env_id": self.env_id,
+            "env_kwargs": self.env_kwargs,
+            "spec_fingerprint": self.fingerprint,
             "observation": self.observation.to_spec(),
             "action": self.actions.to_spec(),
             "n_states": self.n_states,
@@ -82,6 +119,9 @@ class TablePolicy:
             "table": self.table.tolist(),
             "meta": self.meta,
         }
+        if self.source is not None:
+            out["source"] = self.source
+        return out
 
     def save(self, path: str | Path) -> None:
         write_json_atomic(Path(path), self.to_dict())
@@ -97,8 +137,11 @@ class TablePolicy:
             raise PolicyFileError(f"{source}: not a policy file (missing {exc})") from None
         except SpecError as exc:
             raise PolicyFileError(f"{source}: {exc}") from None
+        kwargs = data.get("env_kwargs")
+        if kwargs is not None and not isinstance(kwargs, dict):
+            raise PolicyFileError(f"{source}: env_kwargs must be a JSON object, got {kwargs!r}")
         try:
-            return cls(env_id, obs, acts, table, dict(data.get("meta", {})))
+            return cls(env_id, obs, acts, table, dict(data.get("meta", {})), kwargs, data.get("source"))
         except SpecError as exc:
             raise PolicyFileError(f"{source}: {exc}") from None
 
@@ -117,22 +160,53 @@ class TablePolicy:
             raise PolicyFileError(f"policy file {p} does not hold a JSON object")
         return cls.from_dict(data, source=str(p))
 
-    def check_matches(self, env_id: str, observation: ObservationDiscretizer, actions: ActionDiscretizer) -> None:
-        """Refuse (PolicyFileError) when this policy was made for another env or other specs."""
+    def check_matches(self, env_id: str, observation: ObservationDiscretizer, actions: ActionDiscretizer,
+                      env_kwargs: dict[str, Any] | None = None) -> None:
+        """Refuse (:class:`PolicyFileError`, one line naming what differs) a policy made for other settings."""
         if env_id != self.env_id:
-            raise PolicyFileError(f"policy is for {self.env_id}, not {env_id}")
-        if _norm(observation.to_spec()) != _norm(self.observation.to_spec()):
+            raise PolicyFileError(f"the policy is for {self.env_id}, not {env_id}")
+        mine_kw = self.env_kwargs
+        if env_kwargs is not None and mine_kw is not None and _canon(env_kwargs) != _canon(mine_kw):
+            keys = sorted(set(env_kwargs) | set(mine_kw))
+            diff = [f"{k}={mine_kw.get(k, '(unset)')!r} in the policy, {env_kwargs.get(k, '(unset)')!r} here"
+                    for k in keys if _canon(env_kwargs.get(k)) != _canon(mine_kw.get(k))]
+            raise PolicyFileError(f"the policy was made with other environment kwargs: {'; '.join(diff)}")
+        mine, theirs = self.observation.to_spec(), observation.to_spec()
+        if _norm(mine) != _norm(theirs):
             raise PolicyFileError(
-                f"policy's observation spec does not match {env_id}'s: {self.observation.to_spec()} vs "
-                f"{observation.to_spec()}"
-            )
-        if _norm(actions.to_spec()) != _norm(self.actions.to_spec()):
-            raise PolicyFileError(
-                f"policy's action spec does not match {env_id}'s: {self.actions.to_spec()} vs {actions.to_spec()}"
-            )
+                f"the policy's observation bins differ from {env_id}'s: {_describe_diff(mine, theirs)}")
+        mine, theirs = self.actions.to_spec(), actions.to_spec()
+        if _norm(mine) != _norm(theirs):
+            raise PolicyFileError(f"the policy's actions differ from {env_id}'s: {_describe_diff(mine, theirs)}")
 
 
-def _norm(spec: dict[str, Any]) -> str:
+def _canon(x: Any) -> str:
+    return json.dumps(x, sort_keys=True, default=str)
+
+
+def _describe_diff(mine: dict[str, Any], theirs: dict[str, Any]) -> str:
+    """The first field that differs between two discretizer specs, in words."""
+    if mine.get("kind") != theirs.get("kind"):
+        return f"kind {mine.get('kind')} in the policy, {theirs.get('kind')} here"
+    if mine.get("kind") == "box" and "dims" in mine:
+        a, b = mine.get("dims", []), theirs.get("dims", [])
+        if len(a) != len(b):
+            return f"{len(a)} dimensions in the policy, {len(b)} here"
+        for da, db in zip(a, b, strict=True):
+            for key in ("index", "bins", "low", "high"):
+                if _canon(_norm(da.get(key))) != _canon(_norm(db.get(key))):
+                    return f"{da.get('name', 'dim')} {key} {da.get(key)} in the policy, {db.get(key)} here"
+        if mine.get("binning") != theirs.get("binning"):
+            return f"binning {mine.get('binning')} in the policy, {theirs.get('binning')} here"
+    for key in sorted(set(mine) | set(theirs)):
+        if key in ("names", "name", "unit", "estimated"):
+            continue
+        if _norm(mine.get(key)) != _norm(theirs.get(key)):
+            return f"{key} {mine.get(key)} in the policy, {theirs.get(key)} here"
+    return "the specs differ"
+
+
+def _norm(spec: Any) -> str:
     def strip(x: Any) -> Any:
         if isinstance(x, dict):
             return {k: strip(v) for k, v in x.items() if k not in ("names", "unit", "name", "estimated")}
@@ -165,8 +239,11 @@ def load_run_policy(target: str | Path) -> tuple[TablePolicy, EnvSpec | None]:
     if spec is None:
         try:
             from .envs import get_spec  # imported here: envs is heavier than a policy file
+            from .envs.overrides import apply_env_kwargs
 
             spec = get_spec(policy.env_id)
+            if policy.env_kwargs is not None and policy.env_kwargs != spec.kwargs:
+                spec = apply_env_kwargs(spec, policy.env_kwargs)  # the environment the table was made for
         except UserError:
             spec = None
     return policy, spec

@@ -15,7 +15,10 @@ DEFAULT_PRICES = Path(__file__).with_name("data") / "prices.toml"
 
 
 def load_prices(path: str | None = None) -> dict[str, dict[str, dict[str, float]]]:
-    """``{provider: {model: {"input": usd_per_mtok, "output": usd_per_mtok}}}``.
+    """``{provider: {model: {"input", "output", "cache_read", "cache_write"}}}`` in USD per million tokens.
+
+    ``cache_read`` (prompt tokens read from the provider's prompt cache) and ``cache_write`` (tokens written to it,
+    which Anthropic bills apart) default to the input price where a model does not list them.
 
     ``path``, else ``LLM_POLICY_GEN_PRICES``, else the shipped table. The variable is read on every call and a file
     is re-read when it changes, so a price table set or edited during a process is the one used.
@@ -39,9 +42,12 @@ def _read_prices(path: str, mtime_ns: int) -> dict[str, dict[str, dict[str, floa
             raise UserError(f"price file {p}: [{provider}] must be a table of models")
         for model, price in models.items():
             try:
-                out.setdefault(provider, {})[model] = {"input": float(price["input"]), "output": float(price["output"])}
-            except (KeyError, TypeError, ValueError):
+                entry = {"input": float(price["input"]), "output": float(price["output"])}
+                entry["cache_read"] = float(price.get("cache_read", entry["input"]))
+                entry["cache_write"] = float(price.get("cache_write", entry["input"]))
+            except (KeyError, TypeError, ValueError, AttributeError):
                 raise UserError(f"price file {p}: {provider}.{model} needs numeric input and output") from None
+            out.setdefault(provider, {})[model] = entry
     return out
 
 
@@ -56,9 +62,23 @@ def price_of(provider: str, model: str, path: str | None = None) -> dict[str, fl
     return models.get("*")
 
 
-def cost_usd(provider: str, model: str, input_tokens: int, output_tokens: int, path: str | None = None) -> float | None:
-    """Cost of one call in USD, or None when the model has no price."""
+def cost_usd(
+    provider: str,
+    model: str,
+    input_tokens: int,
+    output_tokens: int,
+    path: str | None = None,
+    cached_input_tokens: int = 0,
+    cache_write_tokens: int = 0,
+) -> float | None:
+    """Cost of one call in USD, or None when the model has no price.
+
+    ``input_tokens`` counts every prompt token; the ``cached_input_tokens`` and ``cache_write_tokens`` among them are
+    priced at the model's ``cache_read`` and ``cache_write`` prices.
+    """
     price = price_of(provider, model, path)
     if price is None:
         return None
-    return (input_tokens * price["input"] + output_tokens * price["output"]) / 1_000_000
+    plain = max(0, input_tokens - cached_input_tokens - cache_write_tokens)
+    return (plain * price["input"] + cached_input_tokens * price["cache_read"]
+            + cache_write_tokens * price["cache_write"] + output_tokens * price["output"]) / 1_000_000

@@ -9,8 +9,6 @@ bounded: episode excerpts have a fixed length, and evidence rows are added only 
 
 from __future__ import annotations
 
-import os
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from string import Template
@@ -18,59 +16,80 @@ from typing import Any
 
 import numpy as np
 
-from .backends.base import Message
+from .clients.base import Message
 from .collect import Episode
 from .discretize import ActionDiscretizer, BoxDiscretizer, DiscreteDiscretizer, ObservationDiscretizer
 from .envs.spec import EnvSpec
+from .formats.base import AnswerFormat, FormatContext, Target
+from .formats.edits import table_as_edits
 from .memory import ExperienceMemory, StateEvidence
+from .templates import prompts_dir, template
 
 __all__ = ["HistoryEntry", "PromptContext", "PromptBuilder", "prompts_dir"]
 
 
-def prompts_dir() -> Path:
-    """The prompt templates: ``LLM_POLICY_GEN_PROMPTS``, else ``prompts/`` of the source tree (editable install),
-    else ``<prefix>/share/llm-policy-gen/prompts`` (regular install)."""
-    env = os.environ.get("LLM_POLICY_GEN_PROMPTS")
-    if env:
-        return Path(env)
-    source = Path(__file__).resolve().parent.parent / "prompts"
-    if (source / "user.md").is_file():
-        return source
-    return Path(sys.prefix) / "share" / "llm-policy-gen" / "prompts"
-
-
 @dataclass(frozen=True)
 class HistoryEntry:
-    """What happened to one earlier proposal."""
+    """What happened to one earlier candidate."""
 
     iteration: int
     eval_mean: float | None
-    """Mean return of the proposal on the test episodes (None: refused before evaluation)."""
+    """Mean return of the candidate on the test episodes (None: refused or failed before evaluation)."""
     eval_episodes: int
     accepted: bool
     n_changed: int = 0
     note: str = ""
+    candidate: int = 1
+    confirmed: bool | None = None
+    """For the challenger of an iteration: whether the fresh-seed confirmation upheld it (None: not confirmed)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> HistoryEntry:
+        return cls(**d)
 
 
 @dataclass
 class PromptContext:
-    """Everything a prompt is rendered from. The offline optimiser reads this instead of the text."""
+    """Everything a prompt is rendered from. The non-LLM proposers read this instead of the text."""
 
     spec: EnvSpec
     observation: ObservationDiscretizer
     actions: ActionDiscretizer
     iteration: int
     current_table: np.ndarray
+    """The incumbent the answer edits: actions (or values, for a potential) per state."""
     best_eval_mean: float | None
+    """The incumbent's mean on this iteration's test seeds."""
     eval_episodes: int
     memory: ExperienceMemory
     evidence: StateEvidence
+    fmt: AnswerFormat[Any]
+    target: Target
     history: list[HistoryEntry] = field(default_factory=list)
-    output_format: str = "table"
     best_k: int = 4
     worst_k: int = 1
     seed: int = 0
+    candidates: int = 1
+    """How many candidates this iteration asks for."""
+    mode: str = "table"
+    fresh: list[Episode] = field(default_factory=list)
+    """Episodes counted since the previous proposal (what an incremental learner has not seen yet)."""
+    templates: tuple[str, str] = ("system.md", "user.md")
+    """The (system, user) templates of the mode."""
+    sections: dict[str, str] = field(default_factory=dict)
+    """Extra template fields a mode supplies (its own sections of the prompt)."""
     extra: dict[str, Any] = field(default_factory=dict)
+    """Extra data a mode gives the non-LLM proposers (e.g. the learner's Q-table)."""
+
+    @property
+    def output_format(self) -> str:
+        return self.fmt.name
+
+    def format_context(self) -> FormatContext:
+        return FormatContext(self.observation, self.actions, self.current_table, self.target, self.spec)
 
 
 def _num(x: float | None, digits: int = 1) -> str:
@@ -87,18 +106,15 @@ class PromptBuilder:
         templates: Path | None = None,
         max_chars: int = 12000,
         steps_per_episode: int = 12,
-        history_len: int = 10,
+        history_len: int = 12,
     ) -> None:
         self.dir = Path(templates) if templates else prompts_dir()
         self.max_chars = int(max_chars)
         self.steps_per_episode = int(steps_per_episode)
         self.history_len = int(history_len)
-        self._cache: dict[str, str] = {}
 
     def template(self, name: str) -> str:
-        if name not in self._cache:
-            self._cache[name] = (self.dir / name).read_text(encoding="utf-8").strip()
-        return self._cache[name]
+        return template(name, self.dir)
 
     # ------------------------------------------------------------------ sections
     def hints(self, spec: EnvSpec) -> str:
@@ -132,24 +148,27 @@ class PromptBuilder:
         }
 
     def history(self, ctx: PromptContext) -> str:
+        """Earlier candidates' test means, deduplicated (equal outcomes at the precision shown), best last."""
         if not ctx.history:
-            return "(no earlier tables yet)"
+            return "(no earlier candidates yet)"
         seen: dict[tuple[str, bool], HistoryEntry] = {}
-        for h in ctx.history[-self.history_len * 3 :]:
-            key = (_num(h.eval_mean), h.accepted)
-            seen[key] = h  # deduplicate equal outcomes, keep the latest
+        for h in ctx.history[-self.history_len * 4 :]:
+            seen[(_num(h.eval_mean), h.accepted)] = h  # keep the latest of equal outcomes
         entries = sorted(seen.values(), key=lambda h: (-1e18 if h.eval_mean is None else h.eval_mean, h.iteration))
-        entries = entries[-self.history_len :]
         out = []
-        for h in entries:
+        for h in entries[-self.history_len :]:
+            who = f"iteration {h.iteration}" + (f" candidate {h.candidate}" if ctx.candidates > 1 else "")
             if h.eval_mean is None:
-                out.append(f"iteration {h.iteration}: refused ({h.note or 'invalid answer'})")
+                out.append(f"{who}: refused ({h.note or 'invalid answer'})")
+                continue
+            if h.accepted:
+                verdict = "kept as best"
+            elif h.confirmed is False:
+                verdict = "best on the test episodes but not confirmed on fresh episodes, reverted"
             else:
-                verdict = "kept as best" if h.accepted else "not better, reverted"
-                out.append(
-                    f"iteration {h.iteration}: {_num(h.eval_mean)} on {h.eval_episodes} episodes, {verdict}, "
-                    f"{h.n_changed} states changed"
-                )
+                verdict = "not better, reverted"
+            out.append(f"{who}: {_num(h.eval_mean)} on {h.eval_episodes} episodes, {verdict}, "
+                       f"{h.n_changed} states changed")
         return "\n".join(out)
 
     def episode_text(self, ep: Episode, label: str) -> str:
@@ -187,8 +206,9 @@ class PromptBuilder:
             for a in range(ev.counts.shape[1]):
                 if ev.counts[s, a] > 0:
                     parts.append(f"a{a} {int(ev.counts[s, a])}x {ev.q_mean[s, a]:.3g}")
-            cur = int(ctx.current_table[s])
-            rows.append(f"s{int(s)} | {int(ev.visits[s])} | " + ", ".join(parts) + f" | now a{cur}")
+            cur = ctx.current_table[s]
+            now = f"a{int(cur)}" if ctx.target.kind == "action" else _entry(cur)
+            rows.append(f"s{int(s)} | {int(ev.visits[s])} | " + ", ".join(parts) + f" | now {now}")
         return rows
 
     def table(self, ctx: PromptContext) -> str:
@@ -197,14 +217,13 @@ class PromptBuilder:
         budget = self.max_chars // 3
         if len(text) <= budget:
             return text
-        from .edits import table_as_edits
-
-        lines = ["The table as regions of equal action (bins of each listed dim, inclusive; unlisted dims: any):"]
+        what = ctx.target.field
+        lines = [f"The table as regions of equal {what} (bins of each listed dim, inclusive; unlisted dims: any):"]
         regions = table_as_edits(np.asarray(ctx.current_table), ctx.observation)
         used = len(lines[0])
         for k, e in enumerate(regions):
             cond = ", ".join(f"dim {c['dim']} {c['min_bin']}-{c['max_bin']}" for c in e["conditions"]) or "all states"
-            line = f"{cond}: action {e['action']}"
+            line = f"{cond}: {what} {_entry(e['entry'])}"
             if used + len(line) + 1 > budget:
                 lines.append(f"({len(regions) - k} more regions not shown; the table has {len(ctx.current_table)} "
                              "states)")
@@ -218,19 +237,19 @@ class PromptBuilder:
         obs = ctx.observation
         if isinstance(obs, BoxDiscretizer) and len(obs.bins) > 1:
             last = int(obs.bins[-1])
-            lines = [f"One line per bin tuple of the first dimensions; the {last} values are the actions for "
-                     f"{obs.dims[-1].name} bins 0..{last - 1}."]
+            lines = [f"One line per bin tuple of the first dimensions; the {last} values are the "
+                     f"{ctx.target.field}s for {obs.dims[-1].name} bins 0..{last - 1}."]
             for start in range(0, len(t), last):
                 prefix = obs.decode(start)[:-1]
-                vals = " ".join(str(int(a)) for a in t[start : start + last])
+                vals = " ".join(_entry(a) for a in t[start : start + last])
                 lines.append(f"s{start}-{start + last - 1} {prefix}: {vals}")
             return "\n".join(lines)
         if isinstance(obs, DiscreteDiscretizer) and obs.grid is not None:
             rows, cols = obs.grid
-            lines = [f"Grid rows top to bottom; values are the actions of the {cols} cells of the row."]
+            lines = [f"Grid rows top to bottom; values are the {ctx.target.field}s of the {cols} cells of the row."]
             for r in range(rows):
                 lines.append(f"row {r} (s{r * cols}-{r * cols + cols - 1}): " + " ".join(
-                    str(int(a)) for a in t[r * cols : (r + 1) * cols]))
+                    _entry(a) for a in t[r * cols : (r + 1) * cols]))
             return "\n".join(lines)
         # Run-length ranges for anything else.
         out, s = [], 0
@@ -238,27 +257,16 @@ class PromptBuilder:
             e = s
             while e + 1 < len(t) and t[e + 1] == t[s]:
                 e += 1
-            out.append(f"{s}-{e}:{int(t[s])}" if e > s else f"{s}:{int(t[s])}")
+            out.append(f"{s}-{e}:{_entry(t[s])}" if e > s else f"{s}:{_entry(t[s])}")
             s = e + 1
-        return "states:action " + " ".join(out)
-
-    def output_format(self, ctx: PromptContext) -> str:
-        name = "format_edits.md" if ctx.output_format == "edits" else "format_table.md"
-        dims = ""
-        if ctx.output_format == "edits":
-            from .edits import describe_edit_dims
-
-            dims = "\n".join(describe_edit_dims(ctx.observation))
-        return Template(self.template(name)).safe_substitute(
-            max_state=ctx.observation.n_states - 1, max_action=ctx.actions.n_actions - 1, dims=dims
-        )
+        return f"states:{ctx.target.field} " + " ".join(out)
 
     # ------------------------------------------------------------------ assembly
-    def build(self, ctx: PromptContext) -> list[Message]:
-        """System + user messages for one proposal, with the user message under ``max_chars`` when possible."""
-        spec = ctx.spec
-        fields = {
-            **self.task_fields(spec, ctx.actions),
+    def fields(self, ctx: PromptContext) -> dict[str, Any]:
+        """Every template field of a proposal prompt, evidence excepted."""
+        return {
+            **self.task_fields(ctx.spec, ctx.actions),
+            **ctx.sections,
             "n_states": ctx.observation.n_states,
             "state_meaning": self.state_meaning(ctx),
             "eval_episodes": ctx.eval_episodes,
@@ -268,13 +276,21 @@ class PromptBuilder:
             "episodes": self.episodes(ctx),
             "gamma": ctx.evidence.gamma,
             "table": self.table(ctx),
-            "format": self.output_format(ctx),
+            "format": ctx.fmt.prompt_section(ctx.format_context()),
         }
-        tmpl = Template(self.template("user.md"))
-        system = self.template("system.md")
+
+    def build(self, ctx: PromptContext) -> list[Message]:
+        """System + user messages for one proposal, with the user message under ``max_chars`` when possible.
+
+        ``ctx.templates`` names the (system, user) templates (each mode has its own pair).
+        """
+        system, user = ctx.templates
+        fields = self.fields(ctx)
+        tmpl = Template(self.template(user))
+        system_text = self.template(system)
         rows = self.evidence_rows(ctx)
         base = tmpl.safe_substitute(fields, evidence="")
-        budget = self.max_chars - len(base) - len(system) - 40
+        budget = self.max_chars - len(base) - len(system_text) - 40
         kept: list[str] = []
         used = 0
         for r in rows:
@@ -285,8 +301,14 @@ class PromptBuilder:
         if len(kept) < len(rows):
             kept.append(f"({len(rows) - len(kept)} less visited states left out)")
         evidence = "\n".join(kept) if kept else "(no steps yet)"
-        user = tmpl.safe_substitute(fields, evidence=evidence)
-        return [Message("system", system), Message("user", user)]
+        return [Message("system", system_text), Message("user", tmpl.safe_substitute(fields, evidence=evidence))]
 
     def repair(self, errors: list[str]) -> str:
         return Template(self.template("repair.md")).safe_substitute(errors="\n".join(f"- {e}" for e in errors))
+
+
+def _entry(x: Any) -> str:
+    """A table entry as prompt text: an action index, or a value with 3 significant digits."""
+    if isinstance(x, (int, np.integer)):
+        return str(int(x))
+    return f"{float(x):.3g}"

@@ -1,8 +1,13 @@
-"""The run directory and atomic writes.
+"""The run directory, atomic writes, and the logger that fans each iteration's record out to writers.
 
 JSON files are written to a temporary file in the same folder, flushed, fsynced and renamed over the target, so a
-run killed at any moment leaves either the old or the new file, never half a file. JSONL files grow by one complete
-line per ``os.write`` on a descriptor opened with ``O_APPEND``; a line is never split across writes.
+run killed at any moment leaves either the old or the new file, never half a file; the file gets the permissions the
+umask gives any new file (not the temporary file's 0600). JSONL files grow by one complete line per ``os.write`` on a
+descriptor opened with ``O_APPEND``; a write that fails part-way (a full disk) is cut back, so a line is never half
+there.
+
+:class:`Logger` is the one place an iteration's record goes; its :class:`KVWriter` s write it out (``events.jsonl``,
+the console, and the optional CSV and TensorBoard writers), in the manner of Stable-Baselines3's logger.
 """
 
 from __future__ import annotations
@@ -11,15 +16,22 @@ import json
 import os
 import re
 import tempfile
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from .errors import UserError
 
-__all__ = ["write_json_atomic", "write_bytes_atomic", "append_jsonl", "read_jsonl", "RunDir", "to_jsonable", "slug"]
+__all__ = ["write_json_atomic", "write_bytes_atomic", "append_jsonl", "read_jsonl", "rewrite_jsonl", "RunDir",
+           "to_jsonable", "slug", "KVWriter", "JsonlWriter", "Logger"]
+
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)
+FILE_MODE = 0o666 & ~_UMASK
+"""Permissions of a new file under the process's umask (what ``open`` would give)."""
 
 
 def to_jsonable(x: Any) -> Any:
@@ -49,6 +61,7 @@ def write_bytes_atomic(path: Path, data: bytes) -> None:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
+        os.chmod(tmp, FILE_MODE)
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -64,17 +77,28 @@ def write_json_atomic(path: Path, obj: Any, indent: int | None = 2) -> None:
 
 
 def append_jsonl(path: Path, obj: Any) -> None:
+    """Append ``obj`` as one line in one write; a write that fails or falls short is cut back and raises."""
     line = (json.dumps(to_jsonable(obj), allow_nan=False, separators=(",", ":")) + "\n").encode("utf-8")
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
     try:
-        view = memoryview(line)
-        while view:
-            n = os.write(fd, view)
-            view = view[n:]
+        size = os.fstat(fd).st_size
+        try:
+            n = os.write(fd, line)
+            if n != len(line):
+                raise OSError(28, f"No space left on device (wrote {n} of {len(line)} bytes)", str(path))
+        except OSError:
+            os.ftruncate(fd, size)
+            raise
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def rewrite_jsonl(path: Path, rows: Sequence[dict[str, Any]]) -> None:
+    """Replace a JSONL file with ``rows`` atomically (a resume drops the lines of an unfinished iteration)."""
+    text = "".join(json.dumps(to_jsonable(r), allow_nan=False, separators=(",", ":")) + "\n" for r in rows)
+    write_bytes_atomic(Path(path), text.encode("utf-8"))
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -107,6 +131,8 @@ class RunDir:
         if run_id is None:
             stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
             run_id = f"{stamp}_{slug(backend)}_s{seed}"
+        if not run_id.strip() or "/" in run_id or "\\" in run_id or run_id in (".", ".."):
+            raise UserError(f"bad --run-id {run_id!r}: accepted a non-empty name without path separators")
         path = base / run_id
         k = 1
         while path.exists():
@@ -123,8 +149,47 @@ class RunDir:
     transcripts = property(lambda self: self.path / "transcripts.jsonl")
     summary = property(lambda self: self.path / "summary.json")
     best_policy = property(lambda self: self.path / "best_policy.json")
+    checkpoint = property(lambda self: self.path / "checkpoint.npz")
     training_png = property(lambda self: self.path / "training.png")
     testing_png = property(lambda self: self.path / "testing.png")
 
     def policy_file(self, iteration: int) -> Path:
         return self.path / "policies" / f"iter_{iteration:04d}.json"
+
+
+class KVWriter(Protocol):
+    """Writes one iteration's record somewhere."""
+
+    def write(self, record: dict[str, Any]) -> None:
+        ...
+
+    def close(self) -> None:
+        ...
+
+
+class JsonlWriter:
+    """One line per record in a JSONL file (``events.jsonl``)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+
+    def write(self, record: dict[str, Any]) -> None:
+        append_jsonl(self.path, record)
+
+    def close(self) -> None:
+        return None
+
+
+class Logger:
+    """Fans each record out to its writers, in order (the JSONL file first: it is the record of the run)."""
+
+    def __init__(self, writers: Sequence[KVWriter]) -> None:
+        self.writers = list(writers)
+
+    def write(self, record: dict[str, Any]) -> None:
+        for w in self.writers:
+            w.write(record)
+
+    def close(self) -> None:
+        for w in self.writers:
+            w.close()

@@ -9,10 +9,11 @@ import pytest
 from llm_policy_gen.collect import Collector, default_workers, fresh_env_per_episode
 from llm_policy_gen.config import TrainConfig
 from llm_policy_gen.discretize import BoxActions, action_discretizer_from_spec
+from llm_policy_gen.engine import train
 from llm_policy_gen.envs import get_spec
 from llm_policy_gen.envs.spec import EnvSpec
 from llm_policy_gen.errors import SpecError
-from llm_policy_gen.loop import resolve_output_format, train
+from llm_policy_gen.formats import AUTO_EDITS_ABOVE, resolve_format_name
 from llm_policy_gen.memory import ExperienceMemory, SparseTransitions, expected_next, transition_totals
 from llm_policy_gen.policy import TablePolicy
 
@@ -37,7 +38,9 @@ def test_bipedal_walker_spec_is_the_seed_projects_table():
     assert [d.bins for d in spec.dims] == [10, 10, 10, 10]
     assert spec.reward_wrappers == ("remove_fall_penalty",) and spec.reward_threshold == 300.0
     assert spec.action_discretizer().to_env(np.array([spec.default_action]))[0].tolist() == [0.0] * 4
-    assert resolve_output_format(TrainConfig(env_id="BipedalWalker-v3"), spec.n_states) == "edits"
+    assert TrainConfig(env_id="BipedalWalker-v3").output_format == "auto"
+    assert resolve_format_name("auto", spec.n_states) == "edits"
+    assert resolve_format_name("auto", AUTO_EDITS_ABOVE) == "table" and resolve_format_name("table", 10_000) == "table"
 
 
 def test_box_action_discretization_round_trip():
@@ -84,9 +87,15 @@ def test_parallel_evaluation_gives_the_serial_results(env_id):
     with Collector(spec, workers=1) as one, Collector(spec, workers=2) as two:
         assert one.evaluate(table, seeds).returns.tolist() == two.evaluate(table, seeds).returns.tolist()
         a, b = one.collect(table, seeds), two.collect(table, seeds)
+        other = np.full(spec.n_states, spec.default_action)
+        many_one, many_two = one.collect_many([table, other], seeds), two.collect_many([table, other], seeds)
     assert [e.seed for e in b] == seeds
     for x, y in zip(a, b, strict=True):
         assert np.array_equal(x.states, y.states) and np.array_equal(x.actions, y.actions)
+    for m1, m2, alone in zip(many_one, many_two, (a, None), strict=True):
+        assert [e.ret for e in m1] == [e.ret for e in m2] and [e.seed for e in m2] == seeds
+        if alone is not None:
+            assert [e.ret for e in m1] == [e.ret for e in alone]
 
 
 def test_big_tables_keep_sparse_transitions():

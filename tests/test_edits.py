@@ -1,28 +1,39 @@
+"""The edits answer format: boxes of bins applied in order to the current table; through replayed runs too."""
+
 import json
 
 import numpy as np
 import pytest
 
 from llm_policy_gen.config import TrainConfig
-from llm_policy_gen.discretize import BoxDiscretizer, DimSpec, DiscreteDiscretizer
-from llm_policy_gen.edits import (
-    apply_edits_answer,
-    describe_edit_dims,
-    edit_dims,
-    render_edits_answer,
-    table_as_edits,
-)
+from llm_policy_gen.discretize import BoxDiscretizer, DimSpec, DiscreteActions, DiscreteDiscretizer
+from llm_policy_gen.engine import train
 from llm_policy_gen.envs import get_spec
 from llm_policy_gen.errors import ProposalError
-from llm_policy_gen.loop import train
+from llm_policy_gen.formats import make_format
+from llm_policy_gen.formats.base import MAX_ERRORS, FormatContext, Target, table_dims
+from llm_policy_gen.formats.edits import EditsFormat, describe_edit_dims, table_as_edits
+from llm_policy_gen.formats.table import TableFormat
 from llm_policy_gen.policy import TablePolicy
 from llm_policy_gen.runlog import read_jsonl
-from llm_policy_gen.schema import MAX_ERRORS, json_schema_for, parse_proposal, render_table_answer
 
 CARTPOLE = BoxDiscretizer([DimSpec("x", -2.4, 2.4, 3), DimSpec("v", -3, 3, 3), DimSpec("angle", -0.2, 0.2, 6),
                            DimSpec("omega", -3, 3, 6)])
 GRID = DiscreteDiscretizer(16, (4, 4))
 NUMBERED = DiscreteDiscretizer(500)
+EDITS = EditsFormat()
+
+
+def ctx(table, n_actions=2, obs=CARTPOLE):
+    return FormatContext(obs, DiscreteActions(n_actions), np.asarray(table), Target("action", n_actions=n_actions))
+
+
+def apply(text, table, n_actions=2, obs=CARTPOLE):
+    return EDITS.parse(text, ctx(table, n_actions, obs))
+
+
+def render(cur, new, obs, rationale="why", n_actions=4):
+    return EDITS.render(new, ctx(cur, n_actions, obs), rationale)
 
 
 def answer(*edits, rationale="r"):
@@ -36,37 +47,45 @@ def edit(action, *conds):
 def errors_of(text, table=None, n_actions=2, obs=CARTPOLE):
     table = np.zeros(obs.n_states, dtype=np.int64) if table is None else table
     with pytest.raises(ProposalError) as info:
-        apply_edits_answer(text, table, n_actions, obs)
+        apply(text, table, n_actions, obs)
     return info.value.errors
 
 
 def test_dims_are_the_discretizers_dimensions():
-    assert edit_dims(CARTPOLE) == (3, 3, 6, 6)
-    assert edit_dims(GRID) == (4, 4)
-    assert edit_dims(NUMBERED) == (500,)
+    assert table_dims(CARTPOLE) == (3, 3, 6, 6)
+    assert table_dims(GRID) == (4, 4)
+    assert table_dims(NUMBERED) == (500,)
     assert describe_edit_dims(CARTPOLE)[2] == "dim 2 = angle: bins 0..5"
     assert describe_edit_dims(GRID) == ["dim 0 = row: bins 0..3", "dim 1 = col: bins 0..3"]
+    assert describe_edit_dims(NUMBERED) == ["dim 0 = state index: bins 0..499"]
 
 
 def test_conditions_wildcards_and_order():
     cur = np.zeros(324, dtype=np.int64)
     text = answer(edit(1), edit(0, (2, 0, 2)), edit(1, (2, 2, 2), (3, 4, 5)))
-    p = apply_edits_answer("Here you go:\n```json\n" + text + "\n```", cur, 2, CARTPOLE)
+    p = apply("Here you go:\n```json\n" + text + "\n```", cur, 2, CARTPOLE)
     expected = np.ones((3, 3, 6, 6), dtype=np.int64)
     expected[:, :, 0:3, :] = 0
     expected[:, :, 2, 4:6] = 1
-    assert np.array_equal(p.table, expected.reshape(-1))
-    assert p.format == "edits" and p.n_rows == 3 and p.n_missing == 0
-    assert p.n_duplicates == 162  # angle bins 0..2 are matched by the first two edits (or three)
+    assert np.array_equal(p.value, expected.reshape(-1))
+    # angle bins 0..2 are matched by the first two edits (or three)
+    assert p.notes == ["162 states matched by several edits: the last matching edit counts"]
     assert p.n_changed == int(expected.sum())
     assert np.all(cur == 0)  # applied on a copy
 
 
 def test_grid_and_numbered_states():
-    p = apply_edits_answer(answer(edit(2, (0, 3, 3), (1, 0, 1))), np.zeros(16, dtype=np.int64), 4, GRID)
-    assert np.flatnonzero(p.table).tolist() == [12, 13] and p.n_missing == 14
-    p = apply_edits_answer(answer(edit(5, (0, 100, 199))), np.zeros(500, dtype=np.int64), 6, NUMBERED)
-    assert np.flatnonzero(p.table).tolist() == list(range(100, 200))
+    p = apply(answer(edit(2, (0, 3, 3), (1, 0, 1))), np.zeros(16, dtype=np.int64), 4, GRID)
+    assert np.flatnonzero(p.value).tolist() == [12, 13] and p.n_changed == 2 and p.notes == []
+    p = apply(answer(edit(5, (0, 100, 199))), np.zeros(500, dtype=np.int64), 6, NUMBERED)
+    assert np.flatnonzero(p.value).tolist() == list(range(100, 200))
+
+
+def test_edits_that_change_nothing_are_noted():
+    cur = np.zeros(16, dtype=np.int64)
+    p = apply(answer(edit(0), edit(1, (0, 0, 0)), edit(0, (0, 3, 3), (1, 0, 0))), cur, 4, GRID)
+    assert p.value[:4].tolist() == [1, 1, 1, 1] and p.n_changed == 4
+    assert "2 of 3 edits changed no state" in p.notes
 
 
 @pytest.mark.parametrize("obs", [CARTPOLE, GRID, NUMBERED], ids=["box", "grid", "numbered"])
@@ -85,9 +104,10 @@ def test_render_then_apply_gives_exactly_the_new_table(obs):
             new = cur.copy()
         if trial % 15 == 0:
             new = np.full(n, 3)
-        text = render_edits_answer(cur, new, obs, "why")
-        parsed = apply_edits_answer(text, cur, 4, obs)
-        assert np.array_equal(parsed.table, new), trial
+        text = render(cur, new, obs)
+        parsed = apply(text, cur, 4, obs)
+        assert np.array_equal(parsed.value, new), trial
+        assert parsed.n_changed == int(np.sum(cur != new))
 
 
 def test_edits_are_compact_for_a_few_changes():
@@ -95,8 +115,8 @@ def test_edits_are_compact_for_a_few_changes():
     cur = rng.integers(0, 2, 324)
     new = cur.copy()
     new[[7, 8, 9, 100]] = 1 - new[[7, 8, 9, 100]]
-    full = render_table_answer(new, "why")
-    edits = render_edits_answer(cur, new, CARTPOLE, "why")
+    full = TableFormat().render(new, ctx(cur), "why")
+    edits = render(cur, new, CARTPOLE, n_actions=2)
     assert len(edits) < len(full) / 10
     assert len(json.loads(edits)["edits"]) <= 4
 
@@ -137,11 +157,13 @@ def test_errors_are_capped():
     assert len(errs) == MAX_ERRORS + 1 and errs[-1].startswith("... and")
 
 
-def test_parse_proposal_routes_edits_and_schema_is_strict():
+def test_registry_gives_the_edits_format_and_schema_is_strict():
     cur = np.zeros(16, dtype=np.int64)
-    p = parse_proposal(answer(edit(1, (0, 0, 0))), cur, 4, "edits", apply_edits=apply_edits_answer, observation=GRID)
-    assert p.table[:4].tolist() == [1, 1, 1, 1]
-    schema = json_schema_for("edits")
+    fmt = make_format("edits")
+    assert isinstance(fmt, EditsFormat) and fmt.name == "edits"
+    p = fmt.parse(answer(edit(1, (0, 0, 0))), ctx(cur, 4, GRID))
+    assert p.value[:4].tolist() == [1, 1, 1, 1]
+    schema = fmt.json_schema(ctx(cur, 4, GRID))
     objects = [schema, *schema["$defs"].values()]
     for obj in objects:  # what OpenAI's strict structured output requires
         assert obj["additionalProperties"] is False
@@ -172,14 +194,17 @@ def test_replayed_edits_give_the_same_tables_as_full_tables(tmp_path):
     t2[:, :, 2:4, 3:6] = 1
     t2[:, :, 2:4, 0:3] = 0
     e2 = answer(edit(1, (2, 2, 3), (3, 3, 5)), edit(0, (3, 0, 2), (2, 2, 3)), rationale="react to omega")
-    common = dict(env_id="CartPole-v1", iterations=2, progress=False, plots=False, heldout_episodes=5, seed=0)
+    # Hand-written replay lines answer candidate 1 of iterations 1, 2, ...: one candidate per iteration.
+    common = dict(env_id="CartPole-v1", iterations=2, progress=False, plots=False, heldout_episodes=5, seed=0,
+                  candidates=1)
     quiet = lambda _m: None  # noqa: E731
     edits_run = train(TrainConfig(**common, backend=_write(tmp_path / "e.jsonl", [e1, e2]), output_format="edits",
                                   logs_dir=str(tmp_path / "edits")), log=quiet)
+    table = TableFormat()
+    blank = ctx(spec.default_table(), obs=spec.observation_discretizer())
+    t_answers = [table.render(t.reshape(-1), blank, why) for t, why in ((t1, "a"), (t2, "b"))]
     table_run = train(TrainConfig(**common, output_format="table", logs_dir=str(tmp_path / "table"),
-                                  backend=_write(tmp_path / "t.jsonl", [render_table_answer(t1.reshape(-1), "a"),
-                                                                        render_table_answer(t2.reshape(-1), "b")])),
-                      log=quiet)
+                                  backend=_write(tmp_path / "t.jsonl", t_answers)), log=quiet)
     events = read_jsonl(edits_run.run_dir / "events.jsonl")
     assert events[0]["accepted"] is True
     for it, expected in ((1, t1), (2, t2)):
@@ -189,17 +214,19 @@ def test_replayed_edits_give_the_same_tables_as_full_tables(tmp_path):
     transcripts = read_jsonl(edits_run.run_dir / "transcripts.jsonl")
     assert all(t["valid"] for t in transcripts)
     assert '"edits"' in transcripts[0]["messages"][-1]["content"]  # the prompt explains the edits format
+    assert all(t["format"] == "edits" for t in transcripts)
     config = json.loads((edits_run.run_dir / "config.json").read_text())
     assert config["output_format"] == "edits"
+    assert json.loads((table_run.run_dir / "config.json").read_text())["output_format"] == "table"
 
 
 def test_malformed_replayed_edits_are_never_adopted(tmp_path):
     bad = answer(edit(1, (2, 3, 9)))  # bin 9 does not exist for the pole angle
     res = train(TrainConfig(env_id="CartPole-v1", iterations=1, progress=False, plots=False, heldout_episodes=5,
-                            output_format="edits", repair_attempts=0, logs_dir=str(tmp_path),
+                            output_format="edits", repair_attempts=0, logs_dir=str(tmp_path), candidates=1,
                             backend=_write(tmp_path / "bad.jsonl", [bad])), log=lambda _m: None)
     event = read_jsonl(res.run_dir / "events.jsonl")[0]
-    assert event["accepted"] is False and event["eval_mean"] is None
+    assert event["accepted"] is False and event["eval_mean"] is None and event["valid"] is False
     assert any("bins must be in 0..5" in e for e in event["validation_errors"])
     best = TablePolicy.load(res.run_dir / "best_policy.json").table
     assert np.array_equal(best, get_spec("CartPole-v1").default_table())
@@ -211,6 +238,13 @@ def test_table_as_edits_covers_the_table_once():
     obs, prior = spec.observation_discretizer(), spec.prior_table()
     boxes = table_as_edits(prior, obs)
     assert len(boxes) == 2  # the prior depends on the hull angle only
-    rebuilt = apply_edits_answer(json.dumps({"rationale": "", "edits": boxes}), np.zeros(10_000, dtype=np.int64), 81,
-                                 obs)
-    assert np.array_equal(rebuilt.table, prior) and rebuilt.n_duplicates == 0 and rebuilt.n_missing == 0
+    sizes = list(table_dims(obs))
+
+    def size(box):
+        spans = {c["dim"]: c["max_bin"] - c["min_bin"] + 1 for c in box["conditions"]}
+        return int(np.prod([spans.get(j, n) for j, n in enumerate(sizes)]))
+
+    assert sum(size(b) for b in boxes) == 10_000  # the boxes cover every state once
+    edits = [{"conditions": b["conditions"], "action": b["entry"]} for b in boxes]
+    rebuilt = apply(json.dumps({"rationale": "", "edits": edits}), np.zeros(10_000, dtype=np.int64), 81, obs)
+    assert np.array_equal(rebuilt.value, prior) and rebuilt.notes == []  # no state matched twice

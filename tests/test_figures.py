@@ -10,8 +10,8 @@ import pytest
 from llm_policy_gen.cli import main
 from llm_policy_gen.config import TrainConfig
 from llm_policy_gen.discretize import BoxDiscretizer, DimSpec, DiscreteActions, DiscreteDiscretizer
+from llm_policy_gen.engine import train
 from llm_policy_gen.figures import load_run_policy, plot_policy
-from llm_policy_gen.loop import train
 from llm_policy_gen.policy import TablePolicy
 
 PNG = b"\x89PNG\r\n\x1a\n"

@@ -168,9 +168,9 @@ class Run:
 
 def train(tmp_path: Path, capsys: pytest.CaptureFixture[str], *args: str, logs: str = "logs") -> Run:
     """``llm-policy-gen train --env CartPole-v1 --iterations 3 ...`` into ``tmp_path/logs``, kept short by a config file
-    (5 held-out episodes, 2 training episodes per iteration), without plots or progress bar."""
+    (5 held-out episodes, 2 training episodes and 1 candidate per iteration), without plots or progress bar."""
     config = tmp_path / "fast.toml"
-    config.write_text("heldout_episodes = 5\ntrain_episodes = 2\n", encoding="utf-8")
+    config.write_text("heldout_episodes = 5\ntrain_episodes = 2\ncandidates = 1\n", encoding="utf-8")
     logs_dir = tmp_path / logs
     code = main(["train", "--env", CARTPOLE, "--iterations", str(ITERATIONS), "--logs-dir", str(logs_dir),
                  "--config", str(config), "--no-progress", "--no-plots", *args])
@@ -306,19 +306,22 @@ def test_429_with_retry_after_then_success(fake: Fake, tmp_path: Path, capsys: p
     assert run.json("summary.json")["iterations"] == 2
 
 
-def _assert_iteration_lost_run_continued(run: Run, fragment: str) -> None:
+def _assert_iteration_lost_run_continued(run: Run, fragment: str, lost_iteration: int = 1) -> None:
     assert run.code == 0, run.err
     events = run.jsonl("events.jsonl")
     assert [e["iteration"] for e in events] == [1, 2, 3]
-    lost = events[0]
+    lost = events[lost_iteration - 1]
     assert lost["eval_mean"] is None and lost["accepted"] is False and lost["llm_calls"] == 0
     assert len(lost["validation_errors"]) == 1 and fragment in lost["validation_errors"][0]
-    assert all(e["eval_mean"] is not None and e["validation_errors"] == [] for e in events[1:])
-    # the lost iteration's policy file holds the kept best (the initial table), marked as no candidate
-    lost_policy = run.json("policies/iter_0001.json")
-    assert lost_policy["table"] == [0] * 324
-    (first, *_) = run.jsonl("transcripts.jsonl")
-    assert first["valid"] is False and first["errors"] == lost["validation_errors"]
+    others = [e for e in events if e is not lost]
+    assert all(e["eval_mean"] is not None and e["validation_errors"] == [] for e in others)
+    # the lost iteration's policy file holds the kept best, marked as no candidate
+    lost_policy = run.json(f"policies/iter_{lost_iteration:04d}.json")
+    assert lost_policy["meta"]["candidate"] is None
+    if lost_iteration == 1:
+        assert lost_policy["table"] == [0] * 324
+    failed = next(t for t in run.jsonl("transcripts.jsonl") if t["iteration"] == lost_iteration)
+    assert failed["valid"] is False and failed["failed"] is True and failed["errors"] == lost["validation_errors"]
     summary = run.json("summary.json")
     assert summary["iterations"] == 3 and summary["invalid_iterations"] == 1
     assert summary["stop_reason"] == "iterations done"
@@ -336,12 +339,13 @@ def test_500_until_retries_are_spent_loses_one_iteration(
 
 
 def test_timeout_loses_one_iteration_like_a_500(fake: Fake, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    fake.hang(10.0)  # the server holds the first request far longer than the client waits
+    fake.ok(fake.responder.answer(0), 10, 10)
+    fake.hang(10.0)  # the server holds the second request far longer than the client waits
     run = train(tmp_path, capsys, "--backend", fake.provider.spec, "--timeout", "0.3", "--max-retries", "0")
-    assert len(fake.bodies) == 1 + 2
-    _assert_iteration_lost_run_continued(run, "imeout")
-    lost_call = run.jsonl("transcripts.jsonl")[0]
-    assert 0.3 <= lost_call["latency_s"] < 2.0  # the client gave up after --timeout, not after the server's 10 s
+    assert len(fake.bodies) == 3
+    _assert_iteration_lost_run_continued(run, "imeout", lost_iteration=2)
+    lost_call = next(t for t in run.jsonl("transcripts.jsonl") if t["iteration"] == 2)
+    assert lost_call["unreachable"] is True  # no answer at all: a timeout counts as unreachable
 
 
 def test_refused_key_stops_the_run_with_exit_2(keyed: Fake, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -457,7 +461,7 @@ def test_without_backend_train_picks_the_configured_provider(
     assert f"backend: {keyed.name} ({keyed.provider.key_variable} is set)" in run.err
     summary = run.json("summary.json")
     assert summary["backend"] == keyed.name and len(keyed.bodies) == 1
-    assert summary["model"] == BACKENDS[keyed.name].default_model
+    assert summary["model"] == BACKENDS.entry(keyed.name).info["default_model"]
     assert summary["cost_complete"] is True and summary["cost_usd"] > 0  # the default model has a price
 
 

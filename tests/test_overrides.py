@@ -3,10 +3,11 @@ import pytest
 from llm_policy_gen.cli import main
 from llm_policy_gen.collect import Collector
 from llm_policy_gen.config import TrainConfig
+from llm_policy_gen.engine import resolve_spec, train
 from llm_policy_gen.envs import get_spec
 from llm_policy_gen.envs.overrides import MAX_BINS, apply_dims_bins, apply_env_kwargs
 from llm_policy_gen.errors import SpecError
-from llm_policy_gen.loop import resolve_spec
+from llm_policy_gen.policy import TablePolicy
 
 
 def test_bins_override_keeps_names_bounds_and_prior():
@@ -78,3 +79,16 @@ def test_env_kwargs_that_change_the_spaces_update_the_spec():
     car = apply_env_kwargs(get_spec("MountainCar-v0"), {"goal_velocity": 0.01})
     assert car.kwargs == {"goal_velocity": 0.01} and car.n_states == 100
     assert apply_env_kwargs(get_spec("CartPole-v1"), {}) == get_spec("CartPole-v1")
+
+
+def test_env_kwargs_reach_the_policy_file_and_a_mismatch_is_refused(tmp_path, capsys):
+    cfg = TrainConfig(env_id="FrozenLake-v1", backend="offline", iterations=1, candidates=1, logs_dir=str(tmp_path),
+                      progress=False, plots=False, heldout_episodes=3, env_kwargs={"is_slippery": True})
+    res = train(cfg, log=lambda _m: None)
+    policy = TablePolicy.load(res.run_dir / "best_policy.json")
+    assert policy.env_kwargs == {"is_slippery": True, "map_name": "4x4"}
+    assert main(["evaluate", str(res.run_dir), "--episodes", "2"]) == 0
+    capsys.readouterr()
+    code = main(["evaluate", str(res.run_dir), "--episodes", "2", "--env-kwargs", '{"is_slippery": false}'])
+    err = capsys.readouterr().err
+    assert code == 2 and "is_slippery=True in the policy, False here" in err and len(err.strip().splitlines()) == 1

@@ -46,6 +46,7 @@ __all__ = [
     "SAMPLE_STEPS",
     "QUANTILES",
     "generic_spec",
+    "make_checked",
     "env_spaces",
     "grid_of",
     "sample_observations",
@@ -78,9 +79,22 @@ def _key(kwargs: dict[str, Any] | None) -> str:
     return json.dumps(kwargs or {}, sort_keys=True, default=str)
 
 
+def make_checked(env_id: str, kwargs: dict[str, Any], **extra: Any) -> gym.Env[Any, Any]:
+    """``gymnasium.make``; keyword arguments the environment refuses are a one-line :class:`SpecError`."""
+    try:
+        return gym.make(env_id, **kwargs, **extra)
+    except (TypeError, KeyError, ValueError, AssertionError, gym.error.Error) as exc:
+        detail = str(exc).splitlines()[0] if str(exc) else ""
+        if isinstance(exc, TypeError) and " was raised from the environment creator" in detail:
+            detail = detail.split(" was raised from the environment creator")[0]
+        shown = json.dumps(kwargs, sort_keys=True, default=str)
+        raise SpecError(f"{env_id}: gymnasium cannot make it with keyword arguments {shown}: "
+                        f"{type(exc).__name__}: {detail}"[:300]) from None
+
+
 @lru_cache(maxsize=32)
 def _spaces(env_id: str, kwargs_key: str) -> tuple[gym.Space[Any], gym.Space[Any], str | None, tuple[int, int] | None]:
-    env = gym.make(env_id, disable_env_checker=True, **json.loads(kwargs_key))
+    env = make_checked(env_id, json.loads(kwargs_key), disable_env_checker=True)
     try:
         raw = env.unwrapped
         grid = None
@@ -108,7 +122,7 @@ def env_spaces(env_id: str, kwargs: dict[str, Any] | None = None) -> tuple[gym.S
 
 @lru_cache(maxsize=16)
 def _samples(env_id: str, kwargs_key: str, seed: int, episodes: int, max_steps: int) -> np.ndarray:
-    env = gym.make(env_id, disable_env_checker=True, **json.loads(kwargs_key))
+    env = make_checked(env_id, json.loads(kwargs_key), disable_env_checker=True)
     try:
         env.action_space.seed(seed)
         out: list[np.ndarray] = []

@@ -36,10 +36,9 @@ def make_env(spec: EnvSpec, render_mode: str | None = None) -> gym.Env:  # type:
         kwargs["render_mode"] = render_mode
     if spec.max_episode_steps is not None:
         kwargs.setdefault("max_episode_steps", spec.max_episode_steps)
-    try:
-        env = gym.make(spec.env_id, disable_env_checker=True, **kwargs)
-    except TypeError as exc:
-        raise SpecError(f"{spec.env_id}: bad environment kwargs {kwargs}: {exc}") from None
+    from .generic import make_checked
+
+    env = make_checked(spec.env_id, kwargs, disable_env_checker=True)
     for name in spec.reward_wrappers:
         if name not in REWARD_WRAPPERS:
             raise SpecError(f"unknown reward wrapper {name!r}; accepted: {', '.join(REWARD_WRAPPERS)}")

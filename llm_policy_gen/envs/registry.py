@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import importlib
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,15 @@ def shipped_env_ids() -> list[str]:
 
 
 def _gym_registered(env_id: str) -> bool:
+    """True for a registered id; ``module:EnvId`` imports ``module`` first (as ``gymnasium.make`` does)."""
+    if ":" in env_id:
+        module, _, name = env_id.partition(":")
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            raise UserError(f"environment {env_id!r}: cannot import module {module!r} ({exc}); it must be importable "
+                            "(on PYTHONPATH) and register its environments with gymnasium.register") from None
+        return name in gym.registry
     return env_id in gym.registry
 
 
@@ -54,7 +64,9 @@ def complete_spec(spec: EnvSpec) -> EnvSpec:
     need_states = not spec.dims and spec.n_discrete_states == 0 and not spec.refusal
     need_bounds = spec.action_kind == "box" and not (spec.action_low and spec.action_high)
     if need_actions or need_states or need_bounds:
-        env = gym.make(spec.env_id, **spec.kwargs)
+        from .generic import make_checked
+
+        env = make_checked(spec.env_id, spec.kwargs)
         try:
             if need_actions and isinstance(env.action_space, gym.spaces.Discrete):
                 changes["n_actions_discrete"] = int(env.action_space.n)

@@ -176,6 +176,8 @@ class EnvSpec:
         return {
             "env_id": self.env_id,
             "title": self.title,
+            "description": self.description,
+            "reward": self.reward,
             "kwargs": dict(self.kwargs),
             "dims": [d.to_dict() for d in self.dims],
             "n_discrete_states": self.n_discrete_states,

@@ -10,7 +10,12 @@ Wire format, as the ``anthropic`` SDK parses it (``anthropic/types/message.py``,
 * success: ``{"id", "type": "message", "role": "assistant", "model", "content": [{"type": "text", "text"}],
   "stop_reason", "stop_sequence", "usage": {"input_tokens", "output_tokens", "cache_creation_input_tokens",
   "cache_read_input_tokens"}}`` with a ``request-id`` header;
-* error: ``{"type": "error", "error": {"type", "message"}, "request_id"}``, plus ``retry-after`` when scripted.
+* a request that forces a tool (``tool_choice={"type": "tool", "name": N}``) gets the answer as that tool's call:
+  ``content=[{"type": "tool_use", "id", "name": N, "input": <the answer text parsed as JSON>}]``,
+  ``stop_reason="tool_use"``;
+* a refusal: ``stop_reason="refusal"`` with ``stop_details={"type": "refusal", "category", "explanation"}``;
+* error: ``{"type": "error", "error": {"type", "message"}, "request_id"}``, plus ``retry-after`` when scripted;
+* :func:`raw`: any body and content type (a proxy's HTML page, JSON without ``content``).
 
 Use :class:`FakeAnthropicServer` as a context manager, or the ``fake_anthropic`` pytest fixture, which also points
 ``ANTHROPIC_BASE_URL`` at the server and sets a fake ``ANTHROPIC_API_KEY`` (:data:`FAKE_KEY`).
@@ -18,6 +23,7 @@ Use :class:`FakeAnthropicServer` as a context manager, or the ``fake_anthropic``
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -35,6 +41,7 @@ __all__ = [
     "fake_anthropic",
     "hang",
     "ok",
+    "raw",
 ]
 
 FAKE_KEY = "sk-ant-fake-0123456789abcdef"
@@ -64,7 +71,9 @@ class Step(ScriptStep):
     cache_creation_input_tokens: int = 0
     cache_read_input_tokens: int = 0
     model: str | None = None
-    stop_reason: str = "end_turn"
+    stop_reason: str | None = None
+    """None: ``end_turn``, or ``tool_use`` when the request forced a tool."""
+    stop_details: dict[str, Any] | None = None
     error_type: str | None = None
 
 
@@ -76,9 +85,11 @@ def ok(
     cache_creation_input_tokens: int = 0,
     cache_read_input_tokens: int = 0,
     model: str | None = None,
-    stop_reason: str = "end_turn",
+    stop_reason: str | None = None,
+    stop_details: dict[str, Any] | None = None,
 ) -> Step:
-    """A 200 answer whose single text block is ``text``; ``model`` defaults to the requested model."""
+    """A 200 answer whose single text block is ``text`` (a tool call when the request forced one); ``model``
+    defaults to the requested model."""
     return Step.answer(
         text,
         input_tokens,
@@ -87,6 +98,7 @@ def ok(
         cache_read_input_tokens=cache_read_input_tokens,
         model=model,
         stop_reason=stop_reason,
+        stop_details=stop_details,
     )
 
 
@@ -109,6 +121,8 @@ def error(
 
 #: ``hang(seconds)``: say nothing for ``seconds`` (longer than the client's timeout), then drop the connection.
 hang = Step.hang
+#: ``raw(body, content_type="text/html", status=200)``: any body, whatever the wire format.
+raw = Step.raw
 
 
 class _Handler(LoopbackHandler):
@@ -134,14 +148,24 @@ class _Handler(LoopbackHandler):
             "cache_read_input_tokens": step.cache_read_input_tokens,
             "service_tier": "standard",
         }
-        model = step.model or (body.get("model") if isinstance(body, dict) else None) or "claude-fake"
+        request = body if isinstance(body, dict) else {}
+        model = step.model or request.get("model") or "claude-fake"
+        forced = request.get("tool_choice") or {}
+        if forced.get("type") == "tool":
+            call = {"type": "tool_use", "id": f"toolu_fake{self.request_id[8:]}", "name": forced.get("name")}
+            content: list[dict[str, Any]] = [{**call, "input": json.loads(step.text or "{}")}]
+            stop_reason = step.stop_reason or "tool_use"
+        else:
+            content = [{"type": "text", "text": step.text}]
+            stop_reason = step.stop_reason or "end_turn"
         message = {
             "id": f"msg_fake{self.request_id[8:]}",
             "type": "message",
             "role": "assistant",
             "model": model,
-            "content": [{"type": "text", "text": step.text}],
-            "stop_reason": step.stop_reason,
+            "content": content,
+            "stop_reason": stop_reason,
+            "stop_details": step.stop_details,
             "stop_sequence": None,
             "usage": usage,
         }

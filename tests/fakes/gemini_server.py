@@ -6,11 +6,12 @@
 ``google.rpc.RetryInfo`` detail (what the real API sends with a 429). A wrong key gets the real API's answer:
 HTTP 400 ``INVALID_ARGUMENT`` with ErrorInfo reason ``API_KEY_INVALID``.
 
-The server is scripted: :meth:`FakeGeminiServer.ok`, :meth:`~FakeGeminiServer.error` and
-:meth:`~FakeGeminiServer.hang` queue one step each; once the queue is empty a ``responder(request_json) -> text``
-answers (so a multi-iteration run can talk to it), and without one the server answers 400 ``INVALID_ARGUMENT``.
-Every request is recorded (:attr:`FakeGeminiServer.requests`). Only 127.0.0.1 is used. The server's lifecycle, script
-queue and request log are :mod:`fakes.loopback`'s.
+The server is scripted: :meth:`FakeGeminiServer.ok`, :meth:`~FakeGeminiServer.blocked` (a prompt refused by the
+safety filter: ``promptFeedback.blockReason`` and no candidates), :meth:`~FakeGeminiServer.error`,
+:meth:`~FakeGeminiServer.hang` and :meth:`~FakeGeminiServer.raw` (any body and content type) queue one step each;
+once the queue is empty a ``responder(request_json) -> text`` answers (so a multi-iteration run can talk to it), and
+without one the server answers 400 ``INVALID_ARGUMENT``. Every request is recorded (:attr:`FakeGeminiServer.requests`).
+Only 127.0.0.1 is used. The server's lifecycle, script queue and request log are :mod:`fakes.loopback`'s.
 """
 
 from __future__ import annotations
@@ -65,8 +66,11 @@ class Step(ScriptStep):
     """One scripted answer, with Gemini's own fields (``retry_delay`` is a ``google.rpc.RetryInfo`` detail)."""
 
     thoughts_tokens: int = 0
+    cached_tokens: int = 0
     model_version: str | None = None
     finish_reason: str = "STOP"
+    block_reason: str | None = None
+    """Set: the prompt was blocked (``promptFeedback.blockReason``; no candidates)."""
     retry_delay: str | None = None
     extra_details: tuple[dict[str, Any], ...] = field(default_factory=tuple)
 
@@ -89,6 +93,14 @@ def ok_body(step: Step, model: str, model_version: str | None) -> dict[str, Any]
     }
     if step.thoughts_tokens:
         usage["thoughtsTokenCount"] = step.thoughts_tokens
+    if step.cached_tokens:
+        usage["cachedContentTokenCount"] = step.cached_tokens
+    if step.block_reason is not None:
+        return {
+            "promptFeedback": {"blockReason": step.block_reason},
+            "usageMetadata": usage,
+            "modelVersion": step.model_version or model_version or model,
+        }
     return {
         "candidates": [
             {
@@ -166,20 +178,32 @@ class FakeGeminiServer(LoopbackServer[Step]):
         output_tokens: int = 5,
         *,
         thoughts_tokens: int = 0,
+        cached_tokens: int = 0,
         model_version: str | None = None,
         finish_reason: str = "STOP",
     ) -> FakeGeminiServer:
-        """Queue a 200 answer holding ``text`` and these token counts."""
+        """Queue a 200 answer holding ``text`` and these token counts (``cached_tokens`` are part of the input)."""
         return self.push(
             Step.answer(
                 text,
                 input_tokens,
                 output_tokens,
                 thoughts_tokens=thoughts_tokens,
+                cached_tokens=cached_tokens,
                 model_version=model_version,
                 finish_reason=finish_reason,
             )
         )
+
+    def blocked(self, reason: str = "SAFETY", input_tokens: int = 10) -> FakeGeminiServer:
+        """Queue a 200 answer that refuses the prompt: ``promptFeedback.blockReason`` and no candidates."""
+        return self.push(Step.answer(None, input_tokens, 0, block_reason=reason))
+
+    def raw(
+        self, body: str | dict[str, Any], content_type: str = "text/html", status: int = 200
+    ) -> FakeGeminiServer:
+        """Queue an answer of any body and content type (a proxy's HTML page, JSON without ``candidates``)."""
+        return self.push(Step.raw(body, content_type, status))
 
     def error(
         self,

@@ -3,15 +3,22 @@
 A fake provider server subclasses :class:`LoopbackServer` (the script, the default responder, the recorded requests
 and the server's lifecycle) and :class:`LoopbackHandler` (one ``POST``: read and record the JSON body, take the next
 step, and hang, fail or answer in the provider's wire format). Each request takes the next scripted step; when the
-queue is empty, ``responder(request_json) -> text`` answers if one is set, else the fake's "script ran out" error.
+queue is empty, ``responder(request_json) -> text`` answers if one is set, else the fake's "script ran out" error; a
+``gate(request_json) -> step | None`` may answer a request before the script does.
+A ``raw`` step answers with any body and content type (a proxy's HTML page, JSON of the wrong shape).
 
-Only 127.0.0.1 is used: the server binds port 0 (a free port) and serves from a daemon thread.
+:class:`SilentServer` accepts TCP connections and never says a word (a timeout on every attempt).
+:data:`ANSWER_SCHEMA` is the JSON schema the client tests ask for: the shape of a table proposal, as pydantic emits
+it (``$defs``/``$ref``, a ``$ref`` with a sibling ``description``).
+
+Only 127.0.0.1 is used: the servers bind port 0 (a free port) and serve from daemon threads.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+import socket
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -20,13 +27,46 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, ClassVar, Generic, Literal, Self, TypeVar
 
 import pytest
+from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["PROXY_VARIABLES", "LoopbackHandler", "LoopbackServer", "Recorded", "Responder", "ScriptStep", "clear_env"]
+__all__ = [
+    "ANSWER_SCHEMA",
+    "PROXY_VARIABLES",
+    "LoopbackHandler",
+    "LoopbackServer",
+    "Recorded",
+    "Responder",
+    "ScriptStep",
+    "SilentServer",
+    "clear_env",
+]
 
 #: Proxy settings an SDK's HTTP client would honour; the fixtures unset them so that loopback stays loopback.
 PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY")
 #: Answers a request (its JSON body) with the text of the reply, once the script is empty.
 Responder = Callable[[dict[str, Any]], str]
+
+
+class Row(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    state: int = Field(ge=0)
+    action: int = Field(ge=0)
+
+
+class Note(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    text: str
+
+
+class TableProposal(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    rationale: str
+    rows: list[Row]
+    note: Note = Field(description="a nested model: pydantic puts this description beside the $ref")
+
+
+#: The schema the client tests send (a table proposal's shape).
+ANSWER_SCHEMA: dict[str, Any] = TableProposal.model_json_schema()
 
 
 @dataclass(frozen=True)
@@ -36,7 +76,7 @@ class ScriptStep:
     The class methods build the three kinds; ``fields`` are the subclass's own fields.
     """
 
-    kind: Literal["ok", "error", "hang"]
+    kind: Literal["ok", "error", "hang", "raw"]
     text: str | None = ""
     input_tokens: int = 0
     output_tokens: int = 0
@@ -46,6 +86,10 @@ class ScriptStep:
     message: str = ""
     seconds: float = 0.0
     """How long a ``hang`` keeps silent."""
+    body: str = ""
+    """The body of a ``raw`` answer, sent as it is."""
+    content_type: str = "application/json"
+    """The content type of a ``raw`` answer."""
 
     @classmethod
     def answer(cls, text: str | None, input_tokens: int, output_tokens: int, **fields: Any) -> Self:
@@ -61,6 +105,12 @@ class ScriptStep:
     def hang(cls, seconds: float) -> Self:
         """Say nothing for ``seconds`` (longer than the client's timeout), then drop the connection."""
         return cls("hang", seconds=seconds)
+
+    @classmethod
+    def raw(cls, body: str | dict[str, Any], content_type: str = "text/html", status: int = 200) -> Self:
+        """Answer ``body`` (a dict is sent as JSON) with this content type and status, whatever the wire format."""
+        text = json.dumps(body) if isinstance(body, dict) else body
+        return cls("raw", status=status, body=text, content_type=content_type)
 
 
 StepT = TypeVar("StepT", bound=ScriptStep)
@@ -100,6 +150,9 @@ class LoopbackServer(Generic[StepT]):
     ) -> None:
         self.queue: deque[StepT] = deque(steps)
         self.responder = responder
+        self.gate: Callable[[Any], StepT | None] | None = None
+        """Sees each request body before the script; a step it returns answers that request (e.g. a 400 to every
+        request that asks for a JSON schema), None lets the script answer."""
         self.api_key = api_key
         self.requests: list[Recorded] = []
         self._lock = threading.Lock()
@@ -173,7 +226,11 @@ class LoopbackServer(Generic[StepT]):
         return request
 
     def next_step(self, body: Any) -> StepT:
-        """The next scripted step, else the responder's answer, else :meth:`_ran_out_step`."""
+        """The gate's step, else the next scripted step, else the responder's answer, else :meth:`_ran_out_step`."""
+        if self.gate is not None:
+            gated = self.gate(body)
+            if gated is not None:
+                return gated
         with self._lock:
             if self.queue:
                 return self.queue.popleft()
@@ -230,6 +287,8 @@ class LoopbackHandler(BaseHTTPRequestHandler):
         if step.kind == "hang":  # say nothing until the client gives up (or the server closes), then drop it
             self.fake._closing.wait(step.seconds)
             self.close_connection = True
+        elif step.kind == "raw":
+            self.send_bytes(step.status, step.body.encode(), step.content_type)
         elif step.kind == "error":
             self.send_step_error(step)
         else:
@@ -249,10 +308,15 @@ class LoopbackHandler(BaseHTTPRequestHandler):
 
     def send_json(self, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
         """Send ``payload`` as JSON; a client that already hung up (a timeout) is no error."""
-        data = json.dumps(payload).encode()
+        self.send_bytes(status, json.dumps(payload).encode(), self.content_type, headers)
+
+    def send_bytes(
+        self, status: int, data: bytes, content_type: str, headers: dict[str, str] | None = None
+    ) -> None:
+        """Send ``data`` as the body; a client that already hung up (a timeout) is no error."""
         try:
             self.send_response(status)
-            self.send_header("content-type", self.content_type)
+            self.send_header("content-type", content_type)
             self.send_header("content-length", str(len(data)))
             for name, value in (headers or {}).items():
                 self.send_header(name, value)
@@ -267,3 +331,49 @@ def clear_env(monkeypatch: pytest.MonkeyPatch, names: Iterable[str]) -> None:
     for name in names:
         monkeypatch.delenv(name, raising=False)
         monkeypatch.delenv(name.lower(), raising=False)
+
+
+class SilentServer:
+    """A TCP listener on 127.0.0.1 that accepts every connection and never answers (a context manager).
+
+    Requests to it time out in the read phase; the connections are closed when the server is.
+    """
+
+    def __init__(self) -> None:
+        self._sock = socket.create_server(("127.0.0.1", 0))
+        self._sock.settimeout(0.05)
+        self._port: int = self._sock.getsockname()[1]
+        self._held: list[socket.socket] = []
+        self._closing = threading.Event()
+        self._thread = threading.Thread(target=self._accept, name="fake-silent", daemon=True)
+
+    @property
+    def url(self) -> str:
+        """Root URL of the listener (``http://127.0.0.1:PORT``)."""
+        return f"http://127.0.0.1:{self._port}"
+
+    @property
+    def connections(self) -> int:
+        """Connections accepted so far."""
+        return len(self._held)
+
+    def _accept(self) -> None:
+        while not self._closing.is_set():
+            try:
+                conn, _ = self._sock.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            self._held.append(conn)
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._closing.set()
+        self._thread.join(timeout=5)
+        for conn in self._held:
+            conn.close()
+        self._sock.close()

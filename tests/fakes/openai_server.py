@@ -15,7 +15,9 @@ Wire format, as the ``openai`` SDK parses it (``openai/types/chat/chat_completio
   "completion_tokens", "total_tokens", "prompt_tokens_details", "completion_tokens_details"}, "service_tier",
   "system_fingerprint"}`` with an ``x-request-id`` header;
 * error: ``{"error": {"message", "type", "param", "code"}}`` with ``x-request-id``, plus ``retry-after`` (and
-  ``retry-after-ms``) when scripted.
+  ``retry-after-ms``) when scripted;
+* ``GET /v1/models``: ``{"object": "list", "data": [...]}`` (what Ollama and OpenAI list);
+* :func:`raw`: any body and content type (a proxy's HTML page, JSON without ``choices``).
 
 A wrong bearer token gets OpenAI's 401 ``invalid_api_key``. Unlike OpenAI, which masks the middle of the key,
 the fake echoes the whole token in the message, so a test can prove that the client redacts it.
@@ -46,10 +48,12 @@ __all__ = [
     "fake_openai",
     "hang",
     "ok",
+    "raw",
 ]
 
 FAKE_KEY = "sk-proj-fake-0123456789abcdef"
 CHAT_PATH = "/v1/chat/completions"
+MODELS_PATH = "/v1/models"
 
 #: HTTP status -> (OpenAI ``error.type``, ``error.code``).
 ERROR_KINDS: dict[int, tuple[str, str | None]] = {
@@ -83,6 +87,8 @@ class Step(ScriptStep):
     retry_after_ms: str | None = None
     error_type: str | None = None
     code: str | None = None
+    param: str | None = None
+    cached_tokens: int = 0
 
 
 def ok(
@@ -93,9 +99,21 @@ def ok(
     model: str | None = None,
     finish_reason: str = "stop",
     refusal: str | None = None,
+    cached_tokens: int = 0,
 ) -> Step:
-    """A 200 answer whose single choice says ``text``; ``model`` defaults to the requested model."""
-    return Step.answer(text, input_tokens, output_tokens, model=model, finish_reason=finish_reason, refusal=refusal)
+    """A 200 answer whose single choice says ``text``; ``model`` defaults to the requested model.
+
+    ``cached_tokens`` is ``usage.prompt_tokens_details.cached_tokens`` (part of ``input_tokens``).
+    """
+    return Step.answer(
+        text,
+        input_tokens,
+        output_tokens,
+        model=model,
+        finish_reason=finish_reason,
+        refusal=refusal,
+        cached_tokens=cached_tokens,
+    )
 
 
 def error(
@@ -105,6 +123,7 @@ def error(
     retry_after_ms: float | str | None = None,
     error_type: str | None = None,
     code: str | None = None,
+    param: str | None = None,
     message: str = "",
 ) -> Step:
     """An error answer in OpenAI's format; ``retry_after`` (seconds) becomes the ``retry-after`` header."""
@@ -117,12 +136,15 @@ def error(
         retry_after_ms=None if retry_after_ms is None else str(retry_after_ms),
         error_type=error_type or default_type,
         code=code if code is not None else default_code,
+        param=param,
         message=message or ERROR_MESSAGES.get(status, f"scripted {status}"),
     )
 
 
 #: ``hang(seconds)``: say nothing for ``seconds`` (longer than the client's timeout), then drop the connection.
 hang = Step.hang
+#: ``raw(body, content_type="text/html", status=200)``: any body, whatever the wire format.
+raw = Step.raw
 
 
 class _Handler(LoopbackHandler):
@@ -150,7 +172,7 @@ class _Handler(LoopbackHandler):
             "prompt_tokens": step.input_tokens,
             "completion_tokens": step.output_tokens,
             "total_tokens": step.input_tokens + step.output_tokens,
-            "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
+            "prompt_tokens_details": {"cached_tokens": step.cached_tokens, "audio_tokens": 0},
             "completion_tokens_details": {
                 "reasoning_tokens": 0,
                 "audio_tokens": 0,
@@ -184,11 +206,16 @@ class _Handler(LoopbackHandler):
 
     def do_GET(self) -> None:
         self.request_id = self.fake.request_id()
+        self.fake.record("GET", self.path, self.headers.items(), None)
+        if self.path.split("?")[0] == MODELS_PATH:
+            model = {"id": "llama3.1:8b", "object": "model", "created": 0, "owned_by": "library"}
+            self.send_json(200, {"object": "list", "data": [model]})
+            return
         self.send_step_error(error(404, code="unknown_url", message=f"Unknown request URL: GET {self.path}."))
 
     def send_step_error(self, step: Step) -> None:
         payload = {
-            "error": {"message": step.message, "type": step.error_type, "param": None, "code": step.code}
+            "error": {"message": step.message, "type": step.error_type, "param": step.param, "code": step.code}
         }
         headers = {"x-request-id": self.request_id}
         if step.retry_after is not None:

@@ -3,7 +3,8 @@
 A :class:`TableResponder` plugs into any fake server's ``responder`` hook (``request_json -> text``). Each call gets
 the next of a few linear tables over the 324 CartPole states (push toward the side the pole falls to, with
 different weights), written in the proposal format ``{"rationale": ..., "rows": [{"state", "action"}, ...]}`` by the
-package's own :func:`~llm_policy_gen.schema.render_table_answer`, so a run proposes a different valid candidate
+package's own ``table`` answer format (:class:`~llm_policy_gen.formats.table.TableFormat`), so a run proposes a
+different valid candidate
 every iteration.
 """
 
@@ -17,9 +18,11 @@ from typing import Any
 import numpy as np
 
 from llm_policy_gen.envs import get_spec
-from llm_policy_gen.schema import render_table_answer
+from llm_policy_gen.formats.base import FormatContext, Target
+from llm_policy_gen.formats.table import TableFormat
 
-__all__ = ["CARTPOLE", "CARTPOLE_STATES", "WEIGHTS", "TableResponder", "cartpole_table", "out_of_range_answer"]
+__all__ = ["CARTPOLE", "CARTPOLE_STATES", "WEIGHTS", "TableResponder", "cartpole_table", "out_of_range_answer",
+           "render_table_answer"]
 
 CARTPOLE = "CartPole-v1"
 CARTPOLE_STATES = 324
@@ -42,6 +45,14 @@ def _centers() -> np.ndarray:
 def cartpole_table(weights: Sequence[float]) -> np.ndarray:
     """Action 1 (push right) where ``weights . bin_centre > 0``, else 0, for every CartPole state."""
     return (_centers() @ np.asarray(weights, dtype=float) > 0).astype(np.int64)
+
+
+def render_table_answer(table: np.ndarray, rationale: str) -> str:
+    """``table`` as a full-table answer, written by the package's own renderer."""
+    spec = get_spec(CARTPOLE)
+    ctx = FormatContext(spec.observation_discretizer(), spec.action_discretizer(), np.zeros(CARTPOLE_STATES, np.int64),
+                        Target("action", n_actions=2), spec)
+    return TableFormat().render(np.asarray(table), ctx, rationale)
 
 
 def out_of_range_answer(state: int = CARTPOLE_STATES) -> str:

@@ -1,0 +1,424 @@
+"""What the SDK clients (OpenAI, Anthropic, Gemini) share, so that each of them only speaks its provider's wire format.
+
+:class:`SDKClient` is their base: it checks the sampling settings against the provider's profile, runs every call
+under the one retry policy (:func:`~.base.timed_call_with_retries`), and turns the faults every SDK shares into the
+contract's fault kinds:
+
+* **Unreachable server.** A refused connection, a host name that does not resolve, or a connect or read timeout
+  becomes :class:`Unreachable` (fault kind ``"unreachable"``), whose text names the underlying error; when no
+  attempt of a call reached the server, the retry loop raises :class:`~llm_policy_gen.errors.BackendUnreachable`
+  naming the URL (without userinfo).
+* **A 2xx body that is not the provider's JSON** (a proxy's HTML page, a JSON object without ``choices`` /
+  ``content`` / ``candidates``) becomes :class:`MalformedResponse` (fault kind ``"retry"``): never an
+  ``AttributeError`` from deep inside the answer's parsing.
+* **Structured output refused.** When the provider answers HTTP 400 to the structured-output request itself,
+  :class:`StructuredOutput` steps once to the next mode of :data:`~.base.STRUCTURED_MODES` the provider offers and
+  the same call is sent again at once. The mode sticks for the client's life (``SDKClient.structured_mode``, settable
+  so that a resumed run can restore it); the next successful completion carries
+  ``extra["structured_output_fallback"] = "<from> -> <to>: <reason>"`` so the session can say so once.
+
+A provider's client implements four hooks: ``_send`` (one SDK call in a given mode), ``_read`` (the SDK's answer as a
+:class:`~.base.Completion`), ``_classify_sdk`` (its SDK's status errors) and ``_bad_request_text`` (the text of a 400,
+for the structured-output check).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import importlib
+import json
+import os
+import re
+import socket
+import threading
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, ClassVar, TypeVar
+from urllib.parse import urlsplit, urlunsplit
+
+from ..errors import BackendConfigError
+from . import keys
+from .base import STRUCTURED_MODES, ClientOptions, Completion, FaultKind, Message, Request, timed_call_with_retries
+from .profiles import ClientProfile
+
+__all__ = [
+    "MalformedResponse",
+    "Unreachable",
+    "StructuredOutput",
+    "SDKClient",
+    "configured_base_url",
+    "key_source",
+    "public_url",
+    "schema_name",
+    "split_system",
+    "structured_refusal",
+    "unreachable_reason",
+]
+
+T = TypeVar("T")
+
+
+class MalformedResponse(Exception):
+    """A 2xx answer whose body is not the provider's JSON (retried under the policy)."""
+
+
+class Unreachable(Exception):
+    """No answer from the server: connection refused, DNS failure, or a connect or read timeout."""
+
+
+def _http_modules() -> list[Any]:
+    """The HTTP packages the SDKs may use (httpx2 by default; legacy httpx when google-genai is told to)."""
+    found = []
+    for name in ("httpx2", "httpx"):
+        try:
+            found.append(importlib.import_module(name))
+        except ImportError:
+            continue
+    return found
+
+
+_HTTP = _http_modules()
+#: Timeouts of any phase (connect, read, write, pool): the server never answered in time.
+_TIMEOUTS: tuple[type[BaseException], ...] = (TimeoutError, *(m.TimeoutException for m in _HTTP))
+#: Failures to open a connection: refused, unresolvable host name, unroutable address.
+_CONNECT_FAILURES: tuple[type[BaseException], ...] = (
+    ConnectionRefusedError,
+    socket.gaierror,
+    *(m.ConnectError for m in _HTTP),
+)
+#: Other transport faults (the server hung up, a broken read): retried like a 5xx.
+_TRANSPORT_FAULTS: tuple[type[BaseException], ...] = (ConnectionError, *(m.TransportError for m in _HTTP))
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and the exceptions it was raised from (SDKs wrap the HTTP package's error in their own)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__
+
+
+def unreachable_reason(exc: BaseException, timeout_s: float | None = None) -> str | None:
+    """A short text when ``exc`` means the server never answered (refused, DNS failure, timeout), else None."""
+    for e in _chain(exc):
+        if isinstance(e, _TIMEOUTS):
+            within = f" within {timeout_s:g} s" if timeout_s else ""
+            return f"no answer{within} ({type(e).__name__})"
+        if isinstance(e, _CONNECT_FAILURES):
+            return f"{type(e).__name__}: {e}"
+    return None
+
+
+def is_transport_fault(exc: BaseException) -> bool:
+    """True when ``exc`` (or what it was raised from) is a network fault other than an unreachable server."""
+    return any(isinstance(e, _TRANSPORT_FAULTS) for e in _chain(exc))
+
+
+#: Words of a 400 that refuses the structured-output request itself (a parameter or a schema feature).
+_STRUCTURED_WORDS = re.compile(
+    r"response_format|json_schema|json_object|output_config|output_format|response_?json_?schema|response_?schema"
+    r"|response_?mime_?type|input_schema|tool_choice|\btools?\b|\bschema\b",
+    re.IGNORECASE,
+)
+
+
+def structured_refusal(text: str | None, limit: int = 160) -> str | None:
+    """The short reason of a 400 whose ``text`` refuses structured output, else None (the 400 stays fatal)."""
+    if not text or _STRUCTURED_WORDS.search(text) is None:
+        return None
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 4].rstrip() + " ..."
+
+
+def _preview(text: str, limit: int = 80) -> str:
+    line = " ".join(text.split())
+    return repr(line if len(line) <= limit else line[:limit] + "...")
+
+
+def not_json(label: str, detail: str) -> MalformedResponse:
+    """The error of a 2xx body that is not ``label``'s JSON."""
+    return MalformedResponse(f"the body was not {label}'s JSON ({detail})")
+
+
+def require(value: T | None, what: str, label: str, kind: type | None = None) -> T:
+    """``value``, or :class:`MalformedResponse` when the answer lacks it (the SDKs fill missing fields with None) or
+    it is not a ``kind``."""
+    if value is None:
+        raise not_json(label, f"no {what}")
+    if kind is not None and not isinstance(value, kind):
+        raise not_json(label, f"{what} is a {type(value).__name__}, not a {kind.__name__}")
+    return value
+
+
+class StructuredOutput:
+    """The structured-output mode of one client and its one-way fallback; safe to share between threads.
+
+    Args:
+        modes: The modes the provider offers, strongest first (a subset of :data:`~.base.STRUCTURED_MODES`).
+    """
+
+    def __init__(self, modes: Sequence[str]) -> None:
+        self.modes = tuple(m for m in STRUCTURED_MODES if m in modes)
+        if not self.modes:
+            raise ValueError(f"no structured-output mode among {modes!r}")
+        self._mode = self.modes[0]
+        self._notes: list[str] = []
+        self._lock = threading.Lock()
+
+    @property
+    def mode(self) -> str:
+        """The mode the next structured call uses."""
+        return self._mode
+
+    @mode.setter
+    def mode(self, value: str) -> None:
+        if value not in self.modes:
+            raise BackendConfigError(f"structured-output mode {value!r} is not offered here; choose from {self.modes}")
+        with self._lock:
+            self._mode = value
+
+    def send(self, attempt: Callable[[str], T], refusal: Callable[[BaseException], str | None]) -> T:
+        """``attempt(mode)`` in the current mode; when ``refusal`` finds the provider refused that mode, step down and
+        send again at once (each mode is tried at most once per call)."""
+        tried: set[str] = set()
+        while True:
+            mode = self._mode
+            tried.add(mode)
+            try:
+                return attempt(mode)
+            except Exception as exc:
+                reason = refusal(exc) if mode != "prompt" else None
+                if reason is None or not self._step_past(mode, reason) or self._mode in tried:
+                    raise
+
+    def _step_past(self, refused: str, reason: str) -> bool:
+        """Leave ``refused`` for the next mode (once, whichever thread sees the refusal first); False if none is
+        left."""
+        with self._lock:
+            if self._mode != refused:  # another call already stepped down
+                return True
+            following = self.modes[self.modes.index(refused) + 1 :]
+            if not following:
+                return False
+            self._mode = following[0]
+            self._notes.append(f"{refused} -> {following[0]}: {reason}")
+            return True
+
+    def take_notes(self) -> str | None:
+        """The fallbacks not reported yet (``"<from> -> <to>: <reason>"``, joined by ``"; "``), once."""
+        with self._lock:
+            notes, self._notes = self._notes, []
+        return "; ".join(notes) or None
+
+
+def public_url(url: str) -> str:
+    """``url`` without ``user:password@`` and with any known key removed (for config.json and error messages)."""
+    parts = urlsplit(url)
+    if "@" in parts.netloc:
+        url = urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
+    return keys.redact(url)
+
+
+def configured_base_url(provider: str, explicit: str | None) -> str | None:
+    """``explicit`` (``--base-url``), else the SDK's own variable for ``provider``, else None."""
+    url = (explicit or "").strip() or os.environ.get(keys.BASE_URL_VARIABLES[provider], "").strip()
+    return url or None
+
+
+def key_source(provider: str) -> str:
+    """The variable ``provider``'s key is read from (the first one set), else the one to set."""
+    names = keys.KEY_VARIABLES.get(provider, ())
+    return next((v for v in names if os.environ.get(v, "").strip()), keys.key_variable(provider))
+
+
+_NAME = re.compile(r"[^A-Za-z0-9_-]")
+
+
+def schema_name(name: str) -> str:
+    """``name`` as a schema or tool name the APIs accept (``[A-Za-z0-9_-]{1,64}``)."""
+    return _NAME.sub("_", name)[:64] or "answer"
+
+
+def split_system(messages: Sequence[Message]) -> tuple[str | None, list[Message]]:
+    """System messages joined by a blank line (None if there are none), and the other turns.
+
+    Raises:
+        ValueError: No user or assistant turn is left.
+    """
+    system = [m.content for m in messages if m.role == "system"]
+    turns = [m for m in messages if m.role != "system"]
+    if not turns:
+        raise ValueError("a request needs at least one user message besides the system prompt")
+    return ("\n\n".join(system) if system else None), turns
+
+
+@dataclass
+class _Call:
+    """Bookkeeping of one ``complete`` call (local to it, so never shared between threads)."""
+
+    sends: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class SDKClient(ABC):
+    """The shared half of an SDK client (see the module doc); subclasses speak one provider's API.
+
+    Args:
+        provider: Provider name as in the backend spec.
+        model: Model name sent to the provider.
+        options: Base URL, retry policy and sampling.
+        profile: The provider's quirks; the sampling settings are checked against it.
+        base_url: The URL calls go to (named in errors and ``describe``).
+        key: The key sent (kept only to redact it from error texts); ``key_source`` says where it came from.
+        key_variable: The variable an auth error tells the user to set.
+        sleep: Called between retries (tests pass a recorder).
+
+    Raises:
+        BackendConfigError: Empty model, or a temperature outside the profile's range.
+    """
+
+    is_llm: ClassVar[bool] = True
+    api: ClassVar[str] = ""
+    """The provider API used, for ``describe``."""
+
+    def __init__(
+        self,
+        provider: str,
+        model: str,
+        options: ClientOptions,
+        profile: ClientProfile,
+        *,
+        base_url: str,
+        key: str | None,
+        key_source: str,
+        key_variable: str,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        if not model or not model.strip():
+            raise BackendConfigError(f"{provider} needs a model name: --backend {provider}:MODEL")
+        profile.check_sampling(options.sampling)
+        self.provider: str = provider
+        self.model: str = model.strip()
+        self.options = options
+        self.profile = profile
+        self.base_url = base_url
+        self.key_source = key_source
+        self.key_variable = key_variable
+        self._sleep = sleep
+        self._redact: Callable[[str], str] = functools.partial(keys.redact, extra=[key] if key else [])
+        self._structured = StructuredOutput(profile.structured_modes)
+
+    # --- the contract ----------------------------------------------------------------------------------------------
+    @property
+    def structured_mode(self) -> str:
+        """How structured calls ask for JSON now (one of :data:`~.base.STRUCTURED_MODES`); settable."""
+        return self._structured.mode
+
+    @structured_mode.setter
+    def structured_mode(self, mode: str) -> None:
+        self._structured.mode = mode
+
+    def complete(self, request: Request) -> Completion:
+        """Answer ``request`` under the retry policy; see the module doc for the faults and the fallback."""
+        call = _Call()
+
+        def attempt() -> Completion:
+            if request.output.json_schema is None:
+                return self._attempt(request, "none", call)
+            return self._structured.send(lambda mode: self._attempt(request, mode, call), self._refusal)
+
+        answer, _, latency = timed_call_with_retries(
+            attempt,
+            self.classify,
+            self.options.retry,
+            describe=f"{self.provider}:{self.model} at {public_url(self.base_url)}",
+            key_variable=self.key_variable,
+            sleep=self._sleep,
+            redact=self._redact,
+        )
+        extra = dict(answer.extra)
+        note = self._structured.take_notes()
+        if note:
+            extra["structured_output_fallback"] = self._redact(note)
+        return dataclasses.replace(answer, latency_s=latency, transport_attempts=call.sends, extra=extra)
+
+    def classify(self, exc: BaseException) -> tuple[FaultKind, float | None]:
+        """The fault kind of ``exc`` for :func:`~.base.call_with_retries`."""
+        if isinstance(exc, MalformedResponse):
+            return "retry", None
+        if isinstance(exc, Unreachable):
+            return "unreachable", None
+        fault = self._classify_sdk(exc)
+        if fault is not None:
+            return fault
+        return ("retry", None) if is_transport_fault(exc) else ("fatal", None)
+
+    def describe(self) -> dict[str, Any]:
+        """JSON-able description for config.json: never a key, the URL without userinfo."""
+        return {
+            "provider": self.provider,
+            "model": self.model,
+            "is_llm": self.is_llm,
+            "base_url": public_url(self.base_url),
+            "api": self.api,
+            "structured_output": self.structured_mode,
+            "key_source": self.key_source,
+            "token_parameter": self.profile.token_parameter,
+            "temperature_range": list(self.profile.temperature_range),
+            "sampling": asdict(self.options.sampling),
+            "retry": self.options.retry.to_dict(),
+            **self._describe_extra(),
+        }
+
+    # --- one attempt -----------------------------------------------------------------------------------------------
+    def _attempt(self, request: Request, mode: str, call: _Call) -> Completion:
+        """One HTTP request in ``mode``, with the shared faults turned into :class:`Unreachable` and
+        :class:`MalformedResponse`."""
+        call.sends += 1
+        label = self.profile.label
+        try:
+            response = self._send(request, mode)
+        except json.JSONDecodeError as exc:
+            raise not_json(label, f"{type(exc).__name__}: {exc}") from None
+        except Exception as exc:
+            reason = unreachable_reason(exc, self.options.retry.timeout_s)
+            if reason is None:
+                raise
+            raise Unreachable(reason) from exc
+        if isinstance(response, (str, bytes)):  # the SDKs hand back the text of a non-JSON body
+            text = response.decode("utf-8", "replace") if isinstance(response, bytes) else response
+            raise not_json(label, f"got {_preview(text)}")
+        try:
+            answer = self._read(response, mode)
+        except (AttributeError, TypeError, KeyError, IndexError) as exc:  # a field of the wrong type
+            raise not_json(label, f"{type(exc).__name__}: {exc}") from None
+        return dataclasses.replace(answer, structured_output=mode)
+
+    def _refusal(self, exc: BaseException) -> str | None:
+        return structured_refusal(self._bad_request_text(exc))
+
+    # --- the provider's part ---------------------------------------------------------------------------------------
+    @abstractmethod
+    def _send(self, request: Request, mode: str) -> Any:
+        """One SDK call asking for JSON in ``mode`` (``"none"``: plain text); returns the SDK's answer."""
+
+    @abstractmethod
+    def _read(self, response: Any, mode: str) -> Completion:
+        """The SDK's answer as a completion (text, usage, finish reason, refusal, model, extra)."""
+
+    @abstractmethod
+    def _classify_sdk(self, exc: BaseException) -> tuple[FaultKind, float | None] | None:
+        """The fault kind of the SDK's own errors (HTTP statuses), or None for the shared rules."""
+
+    @abstractmethod
+    def _bad_request_text(self, exc: BaseException) -> str | None:
+        """The text (message, parameter name) of an HTTP 400 that may refuse structured output, else None."""
+
+    def _describe_extra(self) -> dict[str, Any]:
+        """Provider-specific entries of :meth:`describe`."""
+        return {}

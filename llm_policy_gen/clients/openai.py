@@ -1,0 +1,220 @@
+"""OpenAI and OpenAI-compatible servers (Ollama, vLLM, llama.cpp server, LM Studio) via Chat Completions.
+
+The Chat Completions API (``client.chat.completions.create``, ``POST {base_url}/chat/completions``) is used rather
+than the Responses API because every local OpenAI-compatible server implements it.
+
+Providers:
+
+* ``openai``: key from ``OPENAI_API_KEY``; base URL from ``--base-url``, else ``OPENAI_BASE_URL``, else OpenAI's.
+  When the base URL points at another server (vLLM, llama.cpp, LM Studio) and no key is set, a placeholder key is
+  sent, because local servers do not check it. The output cap is sent as ``max_completion_tokens`` to OpenAI's own
+  API (newer models refuse ``max_tokens``) and as ``max_tokens`` to any other server (many ignore the newer name,
+  some refuse it): the ``openai`` and ``openai-compatible`` profiles.
+* ``ollama``: no key (a placeholder is sent); base URL from ``--base-url``, else ``OLLAMA_BASE_URL``, else
+  ``http://localhost:11434/v1`` (a bare ``http://host:11434`` gets ``/v1`` appended); ``max_tokens``.
+  :func:`server_answers` tells whether a server is listening there.
+
+Structured output, strongest first (see :mod:`.common` for the fallback): ``json_schema`` is
+``response_format={"type": "json_schema", "json_schema": {"name", "schema", "strict": True}}`` with the schema made
+strict by the SDK's own helper; ``json_mode`` is ``response_format={"type": "json_object"}``; ``prompt`` sends no
+``response_format``.
+
+Answer fields: ``finish_reason`` is the choice's (``length`` means truncated), ``refusal`` is ``message.refusal``
+(or "content filter" for ``finish_reason="content_filter"``), ``cached_input_tokens`` is
+``usage.prompt_tokens_details.cached_tokens`` (part of ``prompt_tokens``).
+
+The SDK's own retries are off (``max_retries=0``); ``options.retry.timeout_s`` is the SDK's timeout, which httpx2
+applies to each phase of an attempt (connect, write, and each read).
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx2
+import openai
+
+from ..errors import BackendConfigError
+from . import keys
+from .base import ClientOptions, Completion, FaultKind, Request, http_status_fault
+from .common import SDKClient, configured_base_url, key_source, not_json, require, schema_name
+from .profiles import get_profile
+
+__all__ = [
+    "OLLAMA_BASE_URL",
+    "OPENAI_BASE_URL",
+    "PLACEHOLDER_KEYS",
+    "OpenAIClient",
+    "ollama_base_url",
+    "server_answers",
+]
+
+#: OpenAI's own endpoint (the SDK's default).
+OPENAI_BASE_URL = "https://api.openai.com/v1"
+#: Ollama's OpenAI-compatible endpoint on the local machine.
+OLLAMA_BASE_URL = "http://localhost:11434/v1"
+#: Keys sent to servers that do not check one (never a secret; not redacted).
+PLACEHOLDER_KEYS: dict[str, str] = {"ollama": "ollama", "openai": "sk-no-key-required"}
+#: HTTP statuses with which a server may refuse ``response_format`` (OpenAI says 400; FastAPI-based servers 422).
+_BAD_REQUEST = frozenset({400, 422})
+
+
+def _is_openai_host(url: str) -> bool:
+    host = (urlsplit(url).hostname or "").lower()
+    return host == "api.openai.com" or host.endswith(".openai.azure.com")
+
+
+def _strict_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """A copy of ``schema`` made acceptable to strict structured output, by the SDK's own helper.
+
+    Every object gets ``additionalProperties: false`` and all its properties required; a ``$ref`` with siblings is
+    inlined. Falls back to the plain copy if a future SDK moves the (private) helper.
+    """
+    schema = copy.deepcopy(schema)
+    try:
+        from openai.lib._pydantic import _ensure_strict_json_schema
+    except ImportError:  # pragma: no cover - depends on the SDK version
+        return schema
+    return _ensure_strict_json_schema(schema, path=(), root=schema)
+
+
+def ollama_base_url(explicit: str | None) -> str:
+    """Ollama's OpenAI-compatible base URL: ``--base-url``, else ``OLLAMA_BASE_URL``, else the local default;
+    a URL without a path gets ``/v1``."""
+    url = configured_base_url("ollama", explicit) or OLLAMA_BASE_URL
+    if urlsplit(url).path in ("", "/"):
+        url = url.rstrip("/") + "/v1"
+    return url
+
+
+def server_answers(base_url: str, timeout_s: float = 1.0) -> bool:
+    """True when anything answers ``GET <base_url>/models`` within ``timeout_s`` (any HTTP status counts).
+
+    For ``llm-policy-gen backends``: Ollama needs no key, so "configured" means "a server is listening".
+    """
+    url = base_url.rstrip("/") + "/models"
+    try:
+        httpx2.get(url, timeout=timeout_s)
+    except (httpx2.HTTPError, OSError):
+        return False
+    return True
+
+
+class OpenAIClient(SDKClient):
+    """OpenAI, or any OpenAI-compatible server, through ``client.chat.completions.create``.
+
+    Args:
+        model: Model name sent as ``model`` (e.g. ``gpt-6.2-sol``, ``llama3.1:8b``).
+        options: Base URL, retry policy (its ``timeout_s`` bounds each attempt) and sampling.
+        provider: ``"openai"`` (OpenAI or a compatible server given by the base URL) or ``"ollama"``.
+        sleep: Called between retries (tests pass a recorder).
+
+    Raises:
+        BackendConfigError: Unknown provider, empty model, a temperature outside 0..2, or ``OPENAI_API_KEY``
+            missing for OpenAI's own API.
+    """
+
+    api = "chat.completions"
+
+    def __init__(
+        self,
+        model: str,
+        options: ClientOptions,
+        *,
+        provider: str = "openai",
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        if provider not in ("openai", "ollama"):
+            raise BackendConfigError(f"OpenAIClient serves 'openai' and 'ollama', got provider {provider!r}")
+        if provider == "ollama":
+            base_url, profile = ollama_base_url(options.base_url), get_profile("ollama")
+        else:
+            base_url = configured_base_url(provider, options.base_url) or OPENAI_BASE_URL
+            profile = get_profile("openai" if _is_openai_host(base_url) else "openai-compatible")
+        variable = keys.key_variable(provider)
+        key = keys.get_key(provider)
+        source = key_source(provider) if key is not None else "placeholder"
+        if key is None and provider == "openai" and _is_openai_host(base_url):
+            raise BackendConfigError(
+                f"{provider} needs an API key: set {variable} (in the environment or .env), "
+                f"or point --base-url / {keys.BASE_URL_VARIABLES[provider]} at an OpenAI-compatible server"
+            )
+        super().__init__(
+            provider, model, options, profile,
+            base_url=base_url, key=key, key_source=source, key_variable=variable, sleep=sleep,
+        )  # fmt: skip
+        self._client = openai.OpenAI(
+            api_key=key or PLACEHOLDER_KEYS[provider],
+            base_url=base_url,
+            max_retries=0,
+            timeout=options.retry.timeout_s,
+        )
+
+    def _arguments(self, request: Request, mode: str) -> dict[str, Any]:
+        """Keyword arguments of ``chat.completions.create`` (system messages stay in ``messages``)."""
+        sampling = self.options.sampling
+        kwargs: dict[str, Any] = {
+            "model": self.model,
+            "messages": [m.to_dict() for m in request.messages],
+            self.profile.token_parameter: sampling.max_output_tokens,
+        }
+        if sampling.temperature is not None:
+            kwargs["temperature"] = sampling.temperature
+        schema = request.output.json_schema
+        if mode == "json_schema" and schema is not None:
+            kwargs["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {
+                    "name": schema_name(request.output.name),
+                    "schema": _strict_schema(schema),
+                    "strict": True,
+                },
+            }
+        elif mode == "json_mode":
+            kwargs["response_format"] = {"type": "json_object"}
+        return kwargs
+
+    def _send(self, request: Request, mode: str) -> Any:
+        return self._client.chat.completions.create(**self._arguments(request, mode))
+
+    def _read(self, response: Any, mode: str) -> Completion:
+        label = self.profile.label
+        choices = require(getattr(response, "choices", None), "'choices'", label, list)
+        if not choices:
+            raise not_json(label, "an empty 'choices' list")
+        choice = choices[0]
+        message = require(choice.message, "'choices[0].message'", label)
+        finish = choice.finish_reason
+        refusal = message.refusal or ("content filter" if finish == "content_filter" else None)
+        usage = response.usage
+        details = usage.prompt_tokens_details if usage is not None else None
+        return Completion(
+            text=message.content or "",
+            input_tokens=int(usage.prompt_tokens or 0) if usage is not None else 0,
+            output_tokens=int(usage.completion_tokens or 0) if usage is not None else 0,
+            cached_input_tokens=int(details.cached_tokens or 0) if details is not None else 0,
+            model=response.model or self.model,
+            finish_reason=finish,
+            truncated=finish == "length",
+            refusal=refusal,
+        )
+
+    def _classify_sdk(self, exc: BaseException) -> tuple[FaultKind, float | None] | None:
+        """An HTTP status by :func:`~.base.http_status_fault`; other connection errors retry."""
+        if isinstance(exc, openai.APIStatusError):
+            return http_status_fault(exc.status_code, exc.response.headers)
+        if isinstance(exc, openai.APIConnectionError):
+            return "retry", None
+        return None
+
+    def _bad_request_text(self, exc: BaseException) -> str | None:
+        if not isinstance(exc, openai.APIStatusError) or exc.status_code not in _BAD_REQUEST:
+            return None
+        text = exc.message + (f" (param: {exc.param})" if exc.param else "")
+        if exc.status_code == 422:  # a validation error list, with the offending field in its "loc"
+            text += f" {exc.body}"
+        return text

@@ -1,0 +1,104 @@
+"""``replay:PATH``: answers each call with the recorded answer of the same (iteration, candidate, attempt[, state]).
+
+Any run's ``transcripts.jsonl`` replays that run. Answers are found by their :class:`~.base.CallKey`, never by line
+order, so K concurrent candidates, repairs and failed calls replay exactly: a call recorded as failed (``failed:
+true``) fails again with its recorded error, rather than being parsed as an empty answer. A key with no recorded
+answer raises :class:`~llm_policy_gen.errors.ReplayExhausted`, which ends the run cleanly.
+
+An empty file, a file that is not JSONL, or a line without a string ``response_text`` is refused at once
+(:class:`~llm_policy_gen.errors.BackendConfigError`, exit 2). Lines may be hand-written: ``{"response_text": "..."}``
+is enough (such lines count as iteration 1, 2, ... in order, candidate 1, attempt 1). :attr:`ReplayClient.source`
+holds what the recorded run was made for (environment, table size, mode, format), which the engine compares with
+the replaying run.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from ..errors import BackendConfigError, BackendError, ReplayExhausted
+from .base import CallKey, Completion, Request
+
+__all__ = ["ReplayClient", "SOURCE_FIELDS"]
+
+#: Transcript fields that say what a recorded run was made for.
+SOURCE_FIELDS = ("env_id", "n_states", "n_actions", "mode", "format")
+
+
+class ReplayClient:
+    """Replays recorded answers by call key."""
+
+    provider = "replay"
+    is_llm = False
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        if self.path.is_dir():
+            self.path = self.path / "transcripts.jsonl"
+        self.model = str(self.path)
+        try:
+            raw = self.path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise BackendConfigError(f"replay file {self.path} does not exist") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise BackendConfigError(f"cannot read replay file {self.path}: {exc}") from None
+        self.answers: dict[CallKey, dict[str, Any]] = {}
+        hand_written = 0
+        for k, line in enumerate(raw.splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise BackendConfigError(f"replay file {self.path} line {k} is not JSON ({exc.msg})") from None
+            if not isinstance(obj, dict) or not isinstance(obj.get("response_text"), str):
+                raise BackendConfigError(
+                    f"replay file {self.path} line {k} has no string 'response_text' (use a transcripts.jsonl)"
+                )
+            if "iteration" not in obj:
+                hand_written += 1
+                obj = {**obj, "iteration": hand_written}
+            self.answers[CallKey.of(obj)] = obj
+        if not self.answers:
+            raise BackendConfigError(f"replay file {self.path} is empty: give a run's transcripts.jsonl")
+        first = next(iter(self.answers.values()))
+        self.source: dict[str, Any] = {f: first[f] for f in SOURCE_FIELDS if f in first}
+        self.source_backend = str(first.get("backend", ""))
+        self.source_model = str(first.get("model", ""))
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "provider": "replay",
+            "model": str(self.path),
+            "is_llm": False,
+            "answers": len(self.answers),
+            "source_backend": self.source_backend,
+            "source_model": self.source_model,
+            "source": self.source,
+        }
+
+    def complete(self, request: Request) -> Completion:
+        line = self.answers.get(request.key)
+        if line is None:
+            k = request.key
+            raise ReplayExhausted(
+                f"replay file {self.path} has no answer for iteration {k.iteration}, candidate {k.candidate}, "
+                f"attempt {k.attempt}" + (f", state {k.state}" if k.state is not None else "")
+            )
+        if line.get("failed"):
+            raise BackendError(str(line.get("error") or "recorded call failed"))
+        t0 = time.perf_counter()
+        return Completion(
+            text=line["response_text"],
+            latency_s=time.perf_counter() - t0,
+            model=f"replay of {self.source_backend or 'unknown'}:{line.get('model', '')}",
+            finish_reason=line.get("finish_reason"),
+            truncated=bool(line.get("truncated", False)),
+            refusal=line.get("refusal"),
+            structured_output=str(line.get("structured_output")
+                                  or ("json_schema" if request.output.json_schema is not None else "none")),
+            extra={"replayed": request.key.to_dict()},
+        )

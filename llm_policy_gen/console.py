@@ -1,0 +1,86 @@
+"""What a run prints while it runs, on stderr.
+
+On a terminal, a progress bar whose postfix names its numbers ("best test": the kept table's mean on this
+iteration's test episodes; "held-out": its mean on the held-out episodes). Without a terminal (nohup, Slurm, CI),
+one plain line per iteration instead: iteration, best test mean, held-out mean, the candidates' test means, calls,
+tokens, cost and elapsed time. ``--quiet`` prints neither (the final summary line still comes).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from typing import Any, TextIO
+
+__all__ = ["Console"]
+
+
+def _num(x: Any, digits: int = 1) -> str:
+    if x is None:
+        return "-"
+    try:
+        return f"{float(x):.{digits}f}"
+    except (TypeError, ValueError):
+        return "-"
+
+
+class Console:
+    """A :class:`~llm_policy_gen.runlog.KVWriter` for the terminal, and the run's notice printer."""
+
+    def __init__(self, total: int, desc: str, enabled: bool = True, quiet: bool = False,
+                 stream: TextIO | None = None, sink: Callable[[str], None] | None = None) -> None:
+        self.stream = stream or sys.stderr
+        self.sink = sink
+        """Where notices go instead of the stream (a caller that collects them, as ``compare`` does)."""
+        self.total = total
+        self.quiet = quiet
+        self.t0 = time.perf_counter()
+        self.bar: Any = None
+        self.lines = enabled and not quiet and not self._tty()
+        if enabled and not quiet and self._tty():
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, desc=desc, unit="it", file=self.stream, dynamic_ncols=True, leave=True)
+
+    def _tty(self) -> bool:
+        try:
+            return bool(self.stream.isatty())
+        except (AttributeError, ValueError):
+            return False
+
+    def notice(self, text: str) -> None:
+        """One line that is not an iteration (a backend choice, a fallback, why the run ends)."""
+        if self.sink is not None:
+            self.sink(text)
+            return
+        if self.quiet:
+            return
+        if self.bar is not None:
+            self.bar.write(text, file=self.stream)
+        else:
+            print(text, file=self.stream, flush=True)
+
+    def write(self, record: dict[str, Any]) -> None:
+        if self.bar is not None:
+            self.bar.set_postfix_str(f"best test {_num(record.get('best_test_mean'))} | held-out "
+                                     f"{_num(record.get('best_eval_mean'))}")
+            self.bar.update(1)
+            return
+        if not self.lines:
+            return
+        means = record.get("candidate_means") or []
+        cands = "/".join(_num(m) for m in means) if means else "-"
+        kept = " KEPT" if record.get("accepted") else ""
+        print(
+            f"iter {record.get('iteration')}/{self.total}: best test {_num(record.get('best_test_mean'))}, "
+            f"held-out {_num(record.get('best_eval_mean'))}, candidates {cands}{kept}; "
+            f"{record.get('llm_calls', 0)} calls, {record.get('input_tokens', 0)}+{record.get('output_tokens', 0)} "
+            f"tokens, ${float(record.get('cost_usd_total') or 0):.4f}; {time.perf_counter() - self.t0:.1f} s",
+            file=self.stream, flush=True,
+        )
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None

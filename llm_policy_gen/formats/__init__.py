@@ -1,0 +1,45 @@
+"""Answer formats: how a model's answer is shaped, validated and rendered. A registry of entry points.
+
+* ``table`` -- every row of the table (:mod:`.table`);
+* ``edits`` -- changes to the current table as boxes of bins (:mod:`.edits`);
+* ``action`` -- one ``Action: N`` line, the direct mode's answer (:mod:`.action`).
+
+A new format is one file implementing :class:`~llm_policy_gen.formats.base.AnswerFormat` plus one
+``FORMATS.register(name, entry_point="module:Class")`` line.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..registry import Registry
+from .base import AnswerFormat
+
+__all__ = ["FORMATS", "make_format", "AUTO_EDITS_ABOVE", "resolve_format_name", "table_format_names"]
+
+FORMATS: Registry[type[AnswerFormat[Any]]] = Registry("answer format", "--output-format")
+FORMATS.register("table", "llm_policy_gen.formats.table:TableFormat", description="every row of the table")
+FORMATS.register("edits", "llm_policy_gen.formats.edits:EditsFormat",
+                 description="changes to the current table as boxes of bins")
+FORMATS.register("action", "llm_policy_gen.formats.action:ActionFormat",
+                 description="one 'Action: N' line (direct mode)", table=False)
+
+AUTO_EDITS_ABOVE = 1000
+"""``--output-format auto`` answers with ``edits`` above this many states, else ``table``."""
+
+
+def resolve_format_name(name: str, n_states: int) -> str:
+    """``auto`` -> ``table`` or ``edits`` by the table's size; any other name as it is."""
+    if name == "auto":
+        return "edits" if n_states > AUTO_EDITS_ABOVE else "table"
+    return name
+
+
+def table_format_names() -> list[str]:
+    """The formats that answer a whole table (``--output-format`` accepts these and ``auto``)."""
+    return [n for n in FORMATS.names() if FORMATS.entry(n).info.get("table", True)]
+
+
+def make_format(name: str) -> AnswerFormat[Any]:
+    """An instance of the format registered as ``name``."""
+    return FORMATS.load(name)()

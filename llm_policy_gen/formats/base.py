@@ -1,0 +1,222 @@
+"""What every answer format shares: the target of an answer, the context it is parsed in, and JSON helpers.
+
+An :class:`AnswerFormat` turns a model's text into a value the run can use, and back: its JSON schema goes to the
+provider's native structured output, its prompt section tells the model the exact shape, :meth:`AnswerFormat.parse`
+validates (refusing with repair-ready messages through :class:`~llm_policy_gen.errors.ProposalError`) and
+:meth:`AnswerFormat.render` writes a value as answer text (what the non-LLM proposers send, so that their answers go
+through the same parser and validator as a model's).
+
+The **target** says what a table holds: one action index per state (:class:`Target` ``kind="action"``, the policy
+modes and the advisor) or one number per state (``kind="value"``, a shaping potential). Table and edits answers work
+for both.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar, runtime_checkable
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError
+
+from ..discretize import ActionDiscretizer, BoxDiscretizer, DiscreteDiscretizer, ObservationDiscretizer
+from ..errors import ProposalError
+
+if TYPE_CHECKING:
+    from ..envs.spec import EnvSpec
+
+__all__ = [
+    "Target",
+    "FormatContext",
+    "Parsed",
+    "AnswerFormat",
+    "AnswerModel",
+    "MAX_ERRORS",
+    "extract_json_object",
+    "pydantic_errors",
+    "cap_errors",
+    "table_dims",
+    "dim_names",
+]
+
+MAX_ERRORS = 8
+V = TypeVar("V")
+
+
+@dataclass(frozen=True)
+class Target:
+    """What one entry of the table is: an action index in ``0..n_actions-1``, or a number in ``[low, high]``."""
+
+    kind: Literal["action", "value"] = "action"
+    n_actions: int = 0
+    low: float = -1e6
+    high: float = 1e6
+    meaning: str = ""
+    """What a value means, for prompts (e.g. "shaping potential of the state")."""
+
+    @property
+    def field(self) -> str:
+        """The JSON field that carries an entry (``action`` or ``value``)."""
+        return self.kind
+
+    def check(self, x: float | int) -> str | None:
+        """Why ``x`` is not a valid entry, or None."""
+        if self.kind == "action":
+            if not 0 <= int(x) < self.n_actions:
+                return f"action {x} out of range 0..{self.n_actions - 1}"
+            return None
+        if not (np.isfinite(x) and self.low <= x <= self.high):
+            return f"value {x} out of range [{self.low:g}, {self.high:g}]"
+        return None
+
+    def describe(self) -> str:
+        if self.kind == "action":
+            return f"an integer action in 0..{self.n_actions - 1}"
+        return f"a number in [{self.low:g}, {self.high:g}]"
+
+    def array(self, values: Any) -> np.ndarray:
+        """``values`` as the table's dtype (int64 actions, float64 values)."""
+        return np.asarray(values, dtype=np.int64 if self.kind == "action" else np.float64)
+
+
+@dataclass
+class FormatContext:
+    """What parsing and rendering need: the discretizers, the current table and the target."""
+
+    observation: ObservationDiscretizer
+    actions: ActionDiscretizer
+    current: np.ndarray
+    """The table an answer edits (the incumbent): actions or values per state."""
+    target: Target
+    spec: EnvSpec | None = None
+
+    @property
+    def n_states(self) -> int:
+        return int(self.observation.n_states)
+
+
+@dataclass
+class Parsed(Generic[V]):
+    """A validated answer."""
+
+    value: V
+    """A complete table (for table, edits and rules answers) or whatever the format yields (an action)."""
+    rationale: str = ""
+    n_changed: int = 0
+    notes: list[str] = field(default_factory=list)
+    source: dict[str, Any] | None = None
+    """What the value compiles from, kept in policy files (rules answers)."""
+
+
+@runtime_checkable
+class AnswerFormat(Protocol[V]):
+    """A way of answering: schema, prompt section, parser and renderer."""
+
+    name: str
+
+    def json_schema(self, ctx: FormatContext) -> dict[str, Any] | None:
+        """The JSON schema for native structured output (None: plain text)."""
+        ...
+
+    def prompt_section(self, ctx: FormatContext) -> str:
+        """The "Output format" section of the prompt."""
+        ...
+
+    def parse(self, text: str, ctx: FormatContext) -> Parsed[V]:
+        """Validate ``text``; raise :class:`ProposalError` with repair-ready messages when it is refused."""
+        ...
+
+    def render(self, value: V, ctx: FormatContext, rationale: str) -> str:
+        """``value`` as answer text that :meth:`parse` turns back into exactly ``value``."""
+        ...
+
+
+class AnswerModel(BaseModel):
+    """The base of every JSON answer's pydantic model: no unknown fields, and a short rationale first."""
+
+    model_config = ConfigDict(extra="forbid")
+    rationale: StrictStr = Field(description="one or two sentences on what changed and why")
+
+
+_FENCE = re.compile(r"```(?:json|JSON)?\s*(.*?)```", re.DOTALL)
+
+
+def extract_json_object(text: str, required_key: str) -> dict[str, Any]:
+    """The first JSON object in ``text`` that holds ``required_key`` (code fences and prose are skipped)."""
+    if not isinstance(text, str) or not text.strip():
+        raise ProposalError(["empty answer: reply with one JSON object"], text if isinstance(text, str) else "")
+    candidates = [m.group(1) for m in _FENCE.finditer(text)] + [text]
+    decoder = json.JSONDecoder()
+    saw_object = False
+    last_error = ""
+    for chunk in candidates:
+        stripped = chunk.strip()
+        try:
+            obj = json.loads(stripped)
+            if isinstance(obj, dict):
+                saw_object = True
+                if required_key in obj:
+                    return obj
+        except json.JSONDecodeError as exc:
+            last_error = f"{exc.msg} at line {exc.lineno} column {exc.colno}"
+        for m in re.finditer(r"\{", chunk):
+            try:
+                obj, _ = decoder.raw_decode(chunk, m.start())
+            except json.JSONDecodeError:
+                continue
+            if isinstance(obj, dict):
+                saw_object = True
+                if required_key in obj:
+                    return obj
+    detail = f" ({last_error})" if last_error else ""
+    if f'"{required_key}"' in text:
+        raise ProposalError([f"invalid or truncated JSON{detail}: reply with one complete JSON object"], text)
+    if saw_object:
+        raise ProposalError([f"no JSON object with a {required_key!r} field found"], text)
+    if "{" in text:
+        raise ProposalError([f"invalid or truncated JSON{detail}: reply with one complete JSON object"], text)
+    raise ProposalError(["no JSON object found: reply with one JSON object, no prose"], text)
+
+
+def pydantic_errors(exc: ValidationError) -> list[str]:
+    """Short repair-ready messages for a pydantic validation error (at most ``MAX_ERRORS`` of them)."""
+    msgs = []
+    for err in exc.errors()[:MAX_ERRORS]:
+        loc = ".".join(str(p) if not isinstance(p, int) else f"[{p}]" for p in err["loc"]).replace(".[", "[")
+        got = err.get("input")
+        got_s = json.dumps(got)[:40] if not isinstance(got, (dict, list)) else type(got).__name__
+        msgs.append(f"{loc or 'answer'}: {err['msg']} (got {got_s})")
+    if len(exc.errors()) > MAX_ERRORS:
+        msgs.append(f"... and {len(exc.errors()) - MAX_ERRORS} more type errors")
+    return msgs
+
+
+def cap_errors(errors: list[str]) -> list[str]:
+    """At most ``MAX_ERRORS`` messages, then one saying how many more there were."""
+    if len(errors) > MAX_ERRORS:
+        return errors[:MAX_ERRORS] + [f"... and {len(errors) - MAX_ERRORS} more errors"]
+    return errors
+
+
+def table_dims(observation: ObservationDiscretizer) -> tuple[int, ...]:
+    """Sizes of the dimensions a state is made of (their product is the number of states).
+
+    A ``Box`` observation: its binned dimensions; a grid world: rows and columns; any other ``Discrete``
+    observation: the single state index.
+    """
+    if isinstance(observation, BoxDiscretizer):
+        return tuple(int(b) for b in observation.bins)
+    if isinstance(observation, DiscreteDiscretizer) and observation.grid is not None:
+        return (int(observation.grid[0]), int(observation.grid[1]))
+    return (int(observation.n_states),)
+
+
+def dim_names(observation: ObservationDiscretizer) -> list[str]:
+    """Readable names of :func:`table_dims`."""
+    if isinstance(observation, BoxDiscretizer):
+        return [d.name for d in observation.dims]
+    if len(table_dims(observation)) == 2:
+        return ["row", "col"]
+    return ["state index"]

@@ -1,0 +1,23 @@
+"""Modes: what the model writes and how it is judged. A registry of entry points.
+
+* ``table`` -- the model writes the policy table (:mod:`.table`);
+* ``direct`` -- the model picks each action, asked once per discretized state (:mod:`.direct`).
+
+A new mode is one file implementing :class:`~llm_policy_gen.modes.base.Mode` plus one
+``MODES.register(name, entry_point="module:Class")`` line.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..registry import Registry
+
+__all__ = ["MODES"]
+
+MODES: Registry[Any] = Registry("mode", "--mode")
+MODES.register("table", "llm_policy_gen.modes.table:TableMode", description="the model writes the table",
+               calls_per_iteration="K (candidates) + repairs")
+MODES.register("direct", "llm_policy_gen.modes.direct:DirectMode",
+               description="the model picks each action, once per discretized state",
+               calls_per_iteration="K per newly visited state")

@@ -1,0 +1,458 @@
+"""The LLM session: every model call of a run goes through here, in every mode.
+
+One place holds the call, the repair, the budget, the cost, the answer cache and the transcript:
+
+* :meth:`LLMSession.sample` asks for K candidates of one prompt **at once** (a thread per candidate, at most
+  ``max_concurrent`` calls in flight through the :class:`CallLimiter`). Each candidate is its own conversation: an
+  answer the :class:`~llm_policy_gen.formats.base.AnswerFormat` refuses goes back to the model with the errors, up to
+  ``repair_attempts`` more times. Each attempt is one call with its :class:`~llm_policy_gen.clients.base.CallKey`
+  ``(iteration, candidate, attempt[, state])`` and one line of ``transcripts.jsonl``.
+* Where an answer comes from, in order: a call recorded before a resume (same key and messages: never sent again,
+  its tokens counted once), the on-disk answer cache, then the client.
+* The budget counts calls in flight: each call reserves its estimated cost before it starts and settles at its
+  real cost, so K concurrent calls cannot together pass ``--budget-usd``.
+* Every configured key is scrubbed from answer texts before anything is written (transcript and cache).
+* A call that fails after the retry policy is written as a failure (``failed: true`` and its ``error``), which is
+  what replay reproduces.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Generic, Protocol, TypeVar
+
+from .clients.base import CallKey, Completion, LLMClient, Message, OutputSpec, Request
+from .clients.cache import ResponseCache
+from .clients.keys import redact
+from .errors import BackendAuthError, BackendError, BackendUnreachable, ProposalError, ReplayExhausted
+from .formats.base import AnswerFormat, FormatContext, Parsed
+from .pricing import cost_usd
+from .runlog import append_jsonl, read_jsonl
+
+__all__ = [
+    "Usage",
+    "Budget",
+    "CallLimiter",
+    "LocalLimiter",
+    "Transcript",
+    "RecordedCalls",
+    "Answer",
+    "LLMSession",
+    "messages_digest",
+]
+
+V = TypeVar("V")
+
+
+@dataclass
+class Usage:
+    """Calls, tokens and cost, summed."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_input_tokens: int = 0
+    cost_usd: float = 0.0
+    calls: int = 0
+    """Answers received (from the client, the cache or a recorded call)."""
+    cached_calls: int = 0
+    """Answers from the on-disk cache (free)."""
+    failed_calls: int = 0
+    """Calls that failed after the retry policy."""
+    unpriced_calls: int = 0
+    """Paid calls of a model with no price (their cost is unknown)."""
+
+    def add(self, other: Usage) -> None:
+        for f in fields(self):
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+
+    def minus(self, other: Usage) -> Usage:
+        return Usage(**{f.name: getattr(self, f.name) - getattr(other, f.name) for f in fields(self)})
+
+    def copy(self) -> Usage:
+        return Usage(**{f.name: getattr(self, f.name) for f in fields(self)})
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Usage:
+        return cls(**{f.name: d.get(f.name, 0) for f in fields(cls)})
+
+
+class Budget:
+    """A spending ceiling that counts calls in flight (thread-safe)."""
+
+    def __init__(self, limit_usd: float | None, spent_usd: float = 0.0) -> None:
+        self.limit = limit_usd
+        self.spent = float(spent_usd)
+        self.reserved = 0.0
+        self._lock = threading.Lock()
+
+    def reserve(self, estimate: float) -> bool:
+        """Hold ``estimate`` for a call about to start; False when it would pass the limit."""
+        with self._lock:
+            if self.limit is not None and self.spent + self.reserved + estimate > self.limit:
+                return False
+            self.reserved += estimate
+            return True
+
+    def settle(self, estimate: float, actual: float) -> None:
+        """Release a reservation and count what the call really cost."""
+        with self._lock:
+            self.reserved = max(0.0, self.reserved - estimate)
+            self.spent += actual
+
+
+class CallLimiter(Protocol):
+    """Bounds the calls in flight (and, optionally, their rate)."""
+
+    def slot(self) -> Any:
+        """A context manager held for the duration of one call."""
+        ...
+
+
+class LocalLimiter:
+    """At most ``max_concurrent`` calls at once in this process, and at most ``rpm`` starts per minute."""
+
+    def __init__(self, max_concurrent: int = 8, rpm: float | None = None) -> None:
+        self._sem = threading.BoundedSemaphore(max(1, int(max_concurrent)))
+        self.interval = 60.0 / rpm if rpm else 0.0
+        self._next = 0.0
+        self._lock = threading.Lock()
+
+    @contextmanager
+    def slot(self) -> Iterator[None]:
+        with self._sem:
+            if self.interval:
+                with self._lock:
+                    now = time.monotonic()
+                    start = max(now, self._next)
+                    self._next = start + self.interval
+                if start > now:
+                    time.sleep(start - now)
+            yield
+
+
+def messages_digest(messages: Sequence[Message] | Sequence[dict[str, str]]) -> str:
+    """A short hash of a conversation (to tell that a recorded call is the same call)."""
+    rows = [m.to_dict() if isinstance(m, Message) else {"role": m["role"], "content": m["content"]} for m in messages]
+    return hashlib.sha256(json.dumps(rows, sort_keys=True).encode("utf-8")).hexdigest()[:16]
+
+
+class Transcript:
+    """Appends one line per call to ``transcripts.jsonl`` (thread-safe), with the run's common fields."""
+
+    def __init__(self, path: Path | None, common: dict[str, Any]) -> None:
+        self.path = path
+        self.common = dict(common)
+        self._lock = threading.Lock()
+        self.lines_written = 0
+
+    def write(self, record: dict[str, Any]) -> None:
+        line = {**record, **{k: v for k, v in self.common.items() if k not in record}}
+        with self._lock:
+            if self.path is not None:
+                append_jsonl(self.path, line)
+            self.lines_written += 1
+
+
+class RecordedCalls:
+    """Answers of calls made before a resume, found by key and checked against the messages sent."""
+
+    def __init__(self, records: Sequence[dict[str, Any]] = ()) -> None:
+        self._by_key: dict[CallKey, dict[str, Any]] = {}
+        for r in records:
+            self._by_key[CallKey.of(r)] = r
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_transcript(cls, path: Path, after_iteration: int) -> tuple[RecordedCalls, list[dict[str, Any]]]:
+        """Split a transcript: lines of iterations up to ``after_iteration`` are kept, later ones become records."""
+        if not path.is_file():
+            return cls(), []
+        keep: list[dict[str, Any]] = []
+        later: list[dict[str, Any]] = []
+        for r in read_jsonl(path):
+            (keep if int(r.get("iteration", 0)) <= after_iteration else later).append(r)
+        return cls(later), keep
+
+    def __len__(self) -> int:
+        return len(self._by_key)
+
+    def take(self, key: CallKey, messages: Sequence[Message]) -> dict[str, Any] | None:
+        """The recorded line of ``key`` if it was made with the same messages (used once)."""
+        with self._lock:
+            rec = self._by_key.get(key)
+            if rec is None or messages_digest(rec.get("messages", [])) != messages_digest(messages):
+                return None
+            del self._by_key[key]
+            return rec
+
+
+@dataclass
+class Answer(Generic[V]):
+    """One candidate's outcome: the validated answer or why there is none."""
+
+    candidate: int
+    parsed: Parsed[V] | None = None
+    errors: list[str] = field(default_factory=list)
+    usage: Usage = field(default_factory=Usage)
+    failed: bool = False
+    """The last call failed in transport (after the retry policy)."""
+    unreachable: bool = False
+    """... and no attempt reached the server."""
+    stop: str | None = None
+    """Why no more calls may be made in this run ('budget reached', 'replay exhausted ...')."""
+    text: str = ""
+    """The last answer text (refused or not)."""
+
+    @property
+    def ok(self) -> bool:
+        return self.parsed is not None
+
+
+EstimateFn = Callable[[Sequence[Message]], tuple[int, int]]
+
+
+class LLMSession:
+    """Calls one client for a run: candidates, repairs, budget, cost, cache, recorded calls and the transcript.
+
+    Args:
+        client: The transport.
+        transcript: Where call lines go.
+        repair_attempts: Follow-up calls with the validation errors after a refused answer.
+        budget: The spending ceiling shared by every call of the run.
+        prices_file: Price table (None: the shipped one).
+        cache: The answer cache, or None.
+        recorded: Calls recorded before a resume, answered from the record.
+        limiter: Bounds calls in flight.
+        log: One-line notices for the console.
+    """
+
+    def __init__(
+        self,
+        client: LLMClient,
+        transcript: Transcript,
+        *,
+        repair_attempts: int = 2,
+        budget: Budget | None = None,
+        prices_file: str | None = None,
+        cache: ResponseCache | None = None,
+        recorded: RecordedCalls | None = None,
+        limiter: CallLimiter | None = None,
+        max_concurrent: int = 8,
+        log: Callable[[str], None] = lambda s: None,
+    ) -> None:
+        self.client = client
+        self.transcript = transcript
+        self.repair_attempts = int(repair_attempts)
+        self.budget = budget or Budget(None)
+        self.prices_file = prices_file
+        self.cache = cache
+        self.recorded = recorded or RecordedCalls()
+        self.limiter: CallLimiter = limiter or LocalLimiter(max_concurrent)
+        self.max_concurrent = max(1, int(max_concurrent))
+        self.log = log
+        self.usage = Usage()
+        self.calls_ok = 0
+        """Calls that got an answer from the server, the cache or a record (for the unreachable check)."""
+        self.calls_tried = 0
+        self._lock = threading.Lock()
+        self._notices: set[str] = set()
+
+    @property
+    def provider(self) -> str:
+        return self.client.provider
+
+    @property
+    def model(self) -> str:
+        return self.client.model
+
+    # ------------------------------------------------------------------ public
+    def sample(
+        self,
+        messages: Sequence[Message],
+        fmt: AnswerFormat[V],
+        ctx: FormatContext,
+        *,
+        iteration: int,
+        k: int,
+        repair: Callable[[list[str]], str],
+        state: int | None = None,
+        first: int = 1,
+        repairs: int | None = None,
+        record: dict[str, Any] | None = None,
+    ) -> list[Answer[V]]:
+        """Ask for candidates ``first .. first+k-1`` of ``messages`` concurrently; answers in candidate order.
+
+        ``repairs`` overrides the session's number of repair attempts (the direct mode asks without repairs).
+        """
+        output = OutputSpec(f"{fmt.name}_answer", fmt.json_schema(ctx))
+        cands = list(range(first, first + k))
+        n_rep = self.repair_attempts if repairs is None else int(repairs)
+        def one(candidate: int) -> Answer[V]:
+            return self._conversation(candidate, messages, output, fmt, ctx, iteration, repair, state, record, n_rep)
+
+        if len(cands) == 1:
+            return [one(cands[0])]
+        with ThreadPoolExecutor(max_workers=min(len(cands), self.max_concurrent),
+                                thread_name_prefix="llm-call") as pool:
+            return list(pool.map(one, cands))
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"usage": self.usage.to_dict(), "spent_usd": self.budget.spent, "calls_ok": self.calls_ok,
+                "calls_tried": self.calls_tried}
+
+    def load_state_dict(self, state: dict[str, Any], restore_budget: bool = True) -> None:
+        """Restore counters; ``restore_budget`` False leaves a budget shared with other runs as it is."""
+        self.usage = Usage.from_dict(state.get("usage", {}))
+        if restore_budget:
+            self.budget.spent = float(state.get("spent_usd", 0.0))
+        self.calls_ok = int(state.get("calls_ok", 0))
+        self.calls_tried = int(state.get("calls_tried", 0))
+
+    # ------------------------------------------------------------------ one candidate
+    def _conversation(
+        self,
+        candidate: int,
+        messages: Sequence[Message],
+        output: OutputSpec,
+        fmt: AnswerFormat[V],
+        ctx: FormatContext,
+        iteration: int,
+        repair: Callable[[list[str]], str],
+        state: int | None,
+        record: dict[str, Any] | None,
+        repairs: int,
+    ) -> Answer[V]:
+        answer: Answer[V] = Answer(candidate)
+        convo = list(messages)
+        for attempt in range(1, repairs + 2):
+            request = Request(tuple(convo), output, CallKey(iteration, candidate, attempt, state))
+            rec: dict[str, Any] = {**request.key.to_dict(), **(record or {}), "backend": self.provider,
+                                   "model": self.model, "messages": [m.to_dict() for m in convo],
+                                   "prompt_chars": sum(len(m.content) for m in convo)}
+            t_call = time.perf_counter()
+            comp, usage, source, error = self._call(request)
+            answer.usage.add(usage)
+            if isinstance(error, (ReplayExhausted, _BudgetStop)):
+                answer.stop = str(error)
+                return answer
+            if error is not None:
+                msg = redact(str(error))
+                rec.update(response_text="", valid=False, errors=[msg], failed=True, error=msg,
+                           unreachable=isinstance(error, BackendUnreachable), input_tokens=0, output_tokens=0,
+                           cost_usd=0.0, cached=False, reused=source == "recorded",
+                           latency_s=round(time.perf_counter() - t_call, 4))
+                self.transcript.write(rec)
+                answer.errors, answer.failed = [msg], True
+                answer.unreachable = isinstance(error, BackendUnreachable)
+                return answer
+            assert comp is not None
+            answer.text = comp.text
+            try:
+                parsed = fmt.parse(comp.text, ctx)
+                errors: list[str] = []
+            except ProposalError as exc:
+                parsed, errors = None, exc.errors
+            if comp.truncated and parsed is None:
+                errors = [*errors, "the answer was cut at the output-token limit: answer more compactly"]
+            rec.update(comp.transcript_fields(), valid=parsed is not None, errors=errors,
+                       notes=parsed.notes if parsed else [], failed=False, cost_usd=round(usage.cost_usd, 8),
+                       cached=source == "cache", reused=source == "recorded")
+            notice = comp.extra.get("structured_output_fallback")
+            if notice:
+                rec["notice"] = notice
+                self._notice(f"{self.provider}: {notice}")
+            self.transcript.write(rec)
+            if parsed is not None:
+                answer.parsed, answer.errors = parsed, []
+                return answer
+            answer.errors = errors
+            convo = convo + [Message("assistant", comp.text), Message("user", repair(errors))]
+        return answer
+
+    def _notice(self, text: str) -> None:
+        with self._lock:
+            if text in self._notices:
+                return
+            self._notices.add(text)
+        self.log(text)
+
+    def _estimate(self, request: Request) -> float:
+        chars = sum(len(m.content) for m in request.messages)
+        guess = cost_usd(self.provider, self.model, chars // 3, 2000, self.prices_file)
+        return guess or 0.0
+
+    def _call(self, request: Request) -> tuple[Completion | None, Usage, str, BaseException | None]:
+        """One call: from a record, the cache or the client. Returns (completion, usage, source, error)."""
+        with self._lock:
+            self.calls_tried += 1
+        rec = self.recorded.take(request.key, request.messages)
+        if rec is not None:
+            usage = Usage(int(rec.get("input_tokens") or 0), int(rec.get("output_tokens") or 0),
+                          int(rec.get("cached_input_tokens") or 0), float(rec.get("cost_usd") or 0.0),
+                          calls=0 if rec.get("failed") else 1, cached_calls=int(bool(rec.get("cached"))),
+                          failed_calls=int(bool(rec.get("failed"))))
+            self._count(usage, ok=not rec.get("failed"))
+            self.budget.settle(0.0, usage.cost_usd)
+            if rec.get("failed"):
+                err_cls = BackendUnreachable if rec.get("unreachable") else BackendError
+                return None, usage, "recorded", err_cls(str(rec.get("error") or "recorded call failed"))
+            comp = Completion(text=str(rec.get("response_text", "")), input_tokens=usage.input_tokens,
+                              output_tokens=usage.output_tokens, cached_input_tokens=usage.cached_input_tokens,
+                              latency_s=float(rec.get("latency_s") or 0.0), model=str(rec.get("response_model", "")),
+                              finish_reason=rec.get("finish_reason"), truncated=bool(rec.get("truncated", False)),
+                              refusal=rec.get("refusal"),
+                              structured_output=str(rec.get("structured_output") or "json_schema"))
+            return comp, usage, "recorded", None
+        if self.cache is not None:
+            hit = self.cache.get(request)
+            if hit is not None:
+                usage = Usage(calls=1, cached_calls=1)
+                self._count(usage, ok=True)
+                return hit, usage, "cache", None
+        estimate = self._estimate(request) if self.client.is_llm else 0.0
+        if self.client.is_llm and not self.budget.reserve(estimate):
+            return None, Usage(), "", _BudgetStop("budget reached")
+        try:
+            with self.limiter.slot():
+                comp = self.client.complete(request)
+        except BackendAuthError:
+            self.budget.settle(estimate, 0.0)
+            raise
+        except (ReplayExhausted, BackendError) as exc:
+            self.budget.settle(estimate, 0.0)
+            usage = Usage(failed_calls=int(isinstance(exc, BackendError)))
+            self._count(usage, ok=False)
+            return None, usage, "client", exc
+        comp.text = redact(comp.text)
+        if comp.refusal:
+            comp.refusal = redact(comp.refusal)
+        price = cost_usd(self.provider, self.model, comp.input_tokens, comp.output_tokens, self.prices_file,
+                         comp.cached_input_tokens, comp.cache_write_tokens)
+        cost = price or 0.0
+        self.budget.settle(estimate, cost)
+        usage = Usage(comp.input_tokens, comp.output_tokens, comp.cached_input_tokens, cost, calls=1,
+                      unpriced_calls=int(price is None and self.client.is_llm))
+        self._count(usage, ok=True)
+        if self.cache is not None and not comp.refusal:
+            self.cache.put(request, comp)
+        return comp, usage, "client", None
+
+    def _count(self, usage: Usage, ok: bool) -> None:
+        with self._lock:
+            self.usage.add(usage)
+            self.calls_ok += int(ok)
+
+
+class _BudgetStop(Exception):
+    """The next call would pass the budget."""
