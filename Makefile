@@ -6,7 +6,7 @@ STAMP_RUN := $(VENV)/.installed-run
 STAMP_DEV := $(VENV)/.installed-dev
 ARGS ?=
 
-.PHONY: run test test-fast lint typecheck check bench paper clean help
+.PHONY: run test test-fast lint typecheck check bench paper clean help browser system-deps
 
 help:
 	@echo "make run    - create $(VENV), install, train CartPole-v1 with the default backend (ARGS='...' adds options)"
@@ -14,6 +14,7 @@ help:
 	@echo "make test-fast - the tests without the slow marker"
 	@echo "make check  - lint, typecheck and test"
 	@echo "make lint / typecheck / bench / paper / clean"
+	@echo "make system-deps - install the Debian packages some tests use when missing (chromium, EGL for MuJoCo)"
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +33,21 @@ run: $(STAMP_RUN)
 
 test: $(STAMP_DEV)
 	$(BIN)/python -m pytest -q
+
+# Debian packages some tests use: chromium renders the HTML report (tests/test_report.py); EGL lets MuJoCo render
+# without a display (evaluate --gif, tests/test_figures.py). Installed when missing and apt-get can be used (as
+# root); otherwise nothing is installed and those tests skip or check the one-line refusal instead, saying why.
+SYSTEM_PACKAGES := chromium libegl1 libegl-mesa0 libgl1-mesa-dri
+system-deps:
+	@missing=$$(for p in $(SYSTEM_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -z "$$missing" ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "installing Debian packages for the tests:" $$missing; \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing) >/dev/null \
+			|| echo "note: could not install $$missing; the tests that need them will be skipped"; \
+	else echo "note: $$missing missing and no apt-get as root; the tests that need them will be skipped"; fi
+
+browser: system-deps
 
 test-fast: $(STAMP_DEV)
 	$(BIN)/python -m pytest -q -m "not slow"

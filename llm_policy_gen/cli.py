@@ -52,6 +52,7 @@ def _add_train(sub: Any) -> None:
                        description="Run the loop: collect -> prompt -> K candidates -> validate -> keep -> log.")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue an interrupted or killed run from its directory")
     p.add_argument("--env", dest="env_id", help="gymnasium id (see `envs`), or module:EnvId; default CartPole-v1")
+    p.add_argument("--spec", help="a spec variant of the environment (see `envs`), e.g. rich: as --env ENV.rich")
     p.add_argument("--backend", help=f"one of {', '.join(BACKENDS.names())} (NAME or NAME:MODEL; replay:PATH); "
                    "default: the first configured provider, else offline")
     p.add_argument("--mode", help=f"what the model writes: {', '.join(MODES.names())} (default table)")
@@ -80,8 +81,19 @@ def _add_train(sub: Any) -> None:
     p.add_argument("--confirm-batches", type=int, help="batches of fresh episodes an undecided confirmation may run "
                    "(default 4)")
     p.add_argument("--heldout-episodes", type=int, help="held-out episodes measured per new best (default 100)")
+    p.add_argument("--test-seeds", choices=("fixed", "fresh"),
+                   help="candidates' test seeds: the same every iteration (fixed, default) or new each iteration")
     p.add_argument("--patience", type=int, help="stop after N iterations without a new best (0 = never)")
     p.add_argument("--train-episodes", type=int, help="training episodes per iteration (default 4)")
+    p.add_argument("--advice-prob", type=float, help="advisor mode: probability of taking the advised action at "
+                   "iteration 1 (default 0.5)")
+    p.add_argument("--advice-decay", type=float, help="advisor mode: the advice probability is multiplied by this "
+                   "every iteration (default 0.9)")
+    p.add_argument("--learner-alpha", type=float, help="reward and advisor modes: the learner's Q-learning step "
+                   "size (default 0.2)")
+    p.add_argument("--learner-gamma", type=float, help="reward and advisor modes: the learner's discount (default "
+                   "0.99)")
+    p.add_argument("--potential-bound", type=float, help="reward mode: potentials must lie in [-B, B] (default 100)")
     p.add_argument("--bins", type=_int_list, help="comma-separated bins per observation dimension")
     p.add_argument("--dims", type=_int_list, help="comma-separated observation indices to tabulate")
     p.add_argument("--env-kwargs", type=_json_object, help="JSON object of gymnasium.make keyword arguments")
@@ -97,8 +109,9 @@ _TRAIN_OPTIONS = ("env_id", "backend", "mode", "candidates", "iterations", "max_
                   "run_id", "output_format", "base_url", "budget_usd", "repair_attempts", "max_retries", "timeout_s",
                   "temperature", "max_concurrent_calls", "unreachable_after", "confirm_episodes", "confirm_z",
                   "confirm_batches",
-                  "heldout_episodes", "patience",
-                  "train_episodes", "bins", "dims", "env_kwargs", "prices_file", "log")
+                  "heldout_episodes", "patience", "test_seeds",
+                  "train_episodes", "bins", "dims", "env_kwargs", "prices_file", "log",
+                  "advice_prob", "advice_decay", "learner_alpha", "learner_gamma", "potential_bound")
 
 
 def _name_list(text: str) -> list[str]:
@@ -123,9 +136,16 @@ def _cmd_train(args: argparse.Namespace) -> int:
     if args.resume:
         if args.config:
             raise UserError("--resume takes the run's own config.json; do not give --config with it")
+        if args.spec:
+            raise UserError("--resume takes the run's own env spec; do not give --spec with it")
         result = resume(Path(args.resume), cli)
     else:
         file_settings = load_config_file(args.config) if args.config else {}
+        if args.spec:
+            from .envs.registry import variant_id
+
+            env = cli.get("env_id") or file_settings.get("env_id") or TrainConfig.model_fields["env_id"].default
+            cli["env_id"] = variant_id(str(env), args.spec)
         cfg = TrainConfig.build((file_settings, f"config file {args.config}"), (cli, "command line"))
         result = train(cfg)
     s = result.summary
@@ -239,9 +259,10 @@ def _add_envs(sub: Any) -> None:
 
 def _cmd_envs(args: argparse.Namespace) -> int:
     from .envs import get_spec, shipped_env_ids
+    from .envs.registry import spec_variants
 
     rows: list[dict[str, Any]] = []
-    for env_id in shipped_env_ids():
+    for env_id in sorted([*shipped_env_ids(), *spec_variants()]):
         try:
             spec = get_spec(env_id)
         except Exception as exc:  # an env whose extra (mujoco, box2d) is missing still gets listed
@@ -255,13 +276,13 @@ def _cmd_envs(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
-    print(f"{'environment':<20} {'states':>7} {'bins':<12} {'actions':>7} {'solved at':>9}")
+    print(f"{'environment':<24} {'states':>7} {'bins':<24} {'actions':>7} {'solved at':>9}")
     for r in rows:
         if "error" in r:
-            print(f"{r['env_id']:<20} unavailable: {r['error']}")
+            print(f"{r['env_id']:<24} unavailable: {r['error']}")
         else:
             thr = "-" if r["threshold"] is None else f"{r['threshold']:g}"
-            print(f"{r['env_id']:<20} {r['states']:>7} {r['bins']:<12} {r['actions']:>7} {thr:>9}")
+            print(f"{r['env_id']:<24} {r['states']:>7} {r['bins']:<24} {r['actions']:>7} {thr:>9}")
     print("Any other registered gymnasium id works too (generic spec from its spaces).")
     return 0
 
@@ -301,7 +322,7 @@ def _add_optional(sub: Any) -> None:
     """Commands whose modules register themselves (compare, plot)."""
     import importlib
 
-    for module in ("llm_policy_gen.compare", "llm_policy_gen.figures"):
+    for module in ("llm_policy_gen.compare", "llm_policy_gen.figures", "llm_policy_gen.report"):
         try:
             mod = importlib.import_module(module)
         except ModuleNotFoundError as exc:

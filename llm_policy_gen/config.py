@@ -58,9 +58,22 @@ class TrainConfig(BaseModel):
                                  "plus exploration.", ge=1)
     explore_epsilon: float = _field(0.1, "a number in [0, 1]", "Probability of a random action in training "
                                     "episodes.", ge=0.0, le=1.0)
+    learner_alpha: float = _field(0.2, "a number in (0, 1]", "Reward and advisor modes: step size of the learner's "
+                                  "Q-learning.", gt=0.0, le=1.0)
+    learner_gamma: float = _field(0.99, "a number in [0, 1)", "Reward and advisor modes: discount of the learner's "
+                                  "Q-learning and of the shaping term.", ge=0.0, lt=1.0)
+    potential_bound: float = _field(100.0, "a number > 0", "Reward mode: a shaping potential must lie in [-B, B].",
+                                    gt=0.0)
+    advice_prob: float = _field(0.5, "a number in [0, 1]", "Advisor mode: probability that a training step takes "
+                                "the advised action at iteration 1.", ge=0.0, le=1.0)
+    advice_decay: float = _field(0.9, "a number in [0, 1]", "Advisor mode: the advice probability is multiplied by "
+                                 "this every iteration (p_t = advice_prob * advice_decay^(t-1)).", ge=0.0, le=1.0)
     eval_start: int = _field(3, "an integer >= 1", "Test episodes per candidate at iteration 1.", ge=1)
     eval_max: int = _field(10, "an integer >= eval_start", "Test episodes per candidate at the end of the rise.",
                            ge=1)
+    test_seeds: Literal["fixed", "fresh"] = _field("fixed", "fixed or fresh", "Test seeds of the candidates: the "
+                                                   "same first ones every iteration (fixed), or new ones every "
+                                                   "iteration, the kept table scored on them too (fresh).")
     eval_rise_every: int = _field(1, "an integer >= 1", "Add one test episode every this many iterations (the "
                                   "best is re-scored on the added seeds).", ge=1)
     confirm_episodes: int = _field(10, "an integer >= 0", "Fresh episodes per batch of the paired confirmation a "

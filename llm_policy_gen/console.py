@@ -38,6 +38,8 @@ class Console:
         self.t0 = time.perf_counter()
         self.bar: Any = None
         self.lines = enabled and not quiet and not self._tty()
+        self.accepted_any = False
+        """Whether any iteration so far adopted a candidate (until then the "best" is the initial table)."""
         if enabled and not quiet and self._tty():
             from tqdm import tqdm
 
@@ -71,7 +73,10 @@ class Console:
             return
         means = record.get("candidate_means") or []
         cands = "/".join(_num(m) for m in means) if means else "-"
+        self.accepted_any = self.accepted_any or bool(record.get("accepted")) or bool(record.get("accepted_total"))
         kept = " KEPT" if record.get("accepted") else ""
+        if not self.accepted_any:
+            kept = " (none accepted yet: the best is the initial table)"
         print(
             f"iter {record.get('iteration')}/{self.total}: best test {_num(record.get('best_test_mean'))}, "
             f"held-out {_num(record.get('best_eval_mean'))}, candidates {cands}{kept}; "

@@ -154,7 +154,9 @@ class Run:
         """Calls of a non-LLM proposer (free; counted so that runs compare call for call)."""
         self._shared_budget = budget is not None
         self._make_backend(recorded, limiter, budget)
-        self.logger = Logger([JsonlWriter(self.dir.events), console])
+        from .loggers import make_writers  # --log csv,tensorboard
+
+        self.logger = Logger([JsonlWriter(self.dir.events), console, *make_writers(cfg.log, self.dir.path)])
         self.committed: dict[str, Any] | None = None
 
     # ------------------------------------------------------------------ backend
@@ -235,12 +237,15 @@ class Run:
 
     def train_episodes(self, policy: Policy | np.ndarray, iteration: int, epsilon: float = 0.0,
                        n: int | None = None) -> list[Episode]:
+        episodes = self.collector.collect(policy, self.train_seeds(n), epsilon, self.rng, iteration)
+        self.count(episodes)
+        return episodes
+
+    def train_seeds(self, n: int | None = None) -> list[int]:
         n = self.cfg.train_episodes if n is None else n
         seeds = [self.plan.train(self.train_counter + j) for j in range(n)]
         self.train_counter += n
-        episodes = self.collector.collect(policy, seeds, epsilon, self.rng, iteration)
-        self.count(episodes)
-        return episodes
+        return seeds
 
     def context(self, iteration: int, fmt: AnswerFormat[Any], target: Target, current: np.ndarray,
                 best_mean: float | None, **kw: Any) -> PromptContext:
@@ -411,6 +416,7 @@ class Run:
             "best_eval_mean": self.heldout_mean,
             "heldout_mean": self.heldout_mean,
             "accepted": bool(step.accepted),
+            "accepted_total": self.accepted_count,
             "valid": any(a.ok for a in answers) if answers else True,
             "n_changed": next((a.parsed.n_changed for k, a in enumerate(answers)
                                if a.parsed is not None and v is not None and v.chosen == k), 0),
@@ -619,28 +625,36 @@ def _execute(run: Run, first: int) -> RunResult:
     except OSError as exc:
         stop_reason, interrupted = f"failed: {exc.strerror or exc}", True
         if exc.errno == errno.ENOSPC:
-            kept = run.iteration
-            raise OSError(exc.errno, f"disk full while writing {exc.filename or 'the run directory'}; the run "
-                          f"directory {run.dir.path} keeps iterations 1..{kept} (resume with `train --resume "
-                          f"{run.dir.path}` once there is room)") from None
+            raise _disk_full(run, exc) from None
         raise
     except Exception as exc:
         stop_reason = f"failed: {type(exc).__name__}: {redact(str(exc))[:200]}"
         interrupted = True
         raise
     finally:
-        run.console.close()
+        run.logger.close()
         run.collector.close()
         summary = None
         try:
             summary = _finish(run, stop_reason, interrupted)
-        except OSError:
+        except OSError as exc:
             if not interrupted:
+                if exc.errno == errno.ENOSPC:
+                    raise _disk_full(run, exc) from None
                 raise
     assert summary is not None
     if summary["never_accepted"] and run.mode.name != "direct":
         run.log("note: no candidate was ever accepted; the best policy is the initial table")
     return RunResult(run.dir.path, summary)
+
+
+def _disk_full(run: Run, exc: OSError) -> OSError:
+    """ENOSPC as one line: where the run is, what it keeps (the iterations up to its last checkpoint) and how to go
+    on. JSONL lines that did not fit were cut back and JSON files are replaced whole, so nothing kept is torn."""
+    done = int(run.committed["iteration"]) if run.committed is not None else 0
+    kept = f"keeps iterations 1..{done}" if done else "keeps its configuration but no finished iteration"
+    return OSError(exc.errno, f"disk full while writing {exc.filename or 'the run directory'}; the run directory "
+                   f"{run.dir.path} {kept} (resume with `train --resume {run.dir.path}` once there is room)")
 
 
 def train(cfg: TrainConfig, log: Callable[[str], None] | None = None, *, limiter: CallLimiter | None = None,

@@ -20,6 +20,11 @@ episodes on clear cases and more on close ones. ``confirm_episodes = 0`` turns c
 higher test mean, the seed project's rule). Every confirmation episode is counted and joins the memory, like every
 test episode.
 
+**Fresh test seeds** (``test_seeds = "fresh"``): every iteration draws its own test seeds instead of reusing the
+first ones, and the incumbent is scored on them too (so both are still compared on equal samples). A search that
+reads the test means (the offline population search) then cannot fit a few fixed starting states, and a table that
+is perfect on the fixed test seeds can still be beaten where it is not (Taxi's other passengers).
+
 The held-out seeds are for reporting only; the keeper never sees them.
 
 Seeds are disjoint ranges per run seed (``base = seed * 1,000,000``): test ``base + 10,000 + j``, held-out
@@ -37,7 +42,10 @@ import numpy as np
 
 from .collect import Collector, Episode
 
-__all__ = ["SeedPlan", "seed_ranges", "Confirmation", "Verdict", "Keeper"]
+__all__ = ["SeedPlan", "seed_ranges", "Confirmation", "Verdict", "Keeper", "FRESH_TEST_SEEDS"]
+
+FRESH_TEST_SEEDS = 40_000
+"""Size of the test seed range (``base + 10,000`` up to the held-out range); fresh test seeds wrap around in it."""
 
 
 @dataclass(frozen=True)
@@ -140,12 +148,15 @@ class Keeper:
         self.best_iteration = 0
         self.confirm_next = 0
         """How many confirmation seeds were used (the next one's offset)."""
+        self.fresh_test_seeds = False
+        """Draw new test seeds every iteration (see the module docstring)."""
 
     def n_eval(self, iteration: int) -> int:
         return min(self.eval_max, self.eval_start + max(0, iteration - 1) // self.rise_every)
 
     def seeds(self, iteration: int) -> list[int]:
-        return [self.plan.test(j) for j in range(self.n_eval(iteration))]
+        first = (max(0, iteration - 1) * self.eval_max) % FRESH_TEST_SEEDS if self.fresh_test_seeds else 0
+        return [self.plan.test((first + j) % FRESH_TEST_SEEDS) for j in range(self.n_eval(iteration))]
 
     def _incumbent_on(self, seeds: Sequence[int], iteration: int) -> list[Episode]:
         """Run the incumbent on the seeds it has no return for yet; remember the returns."""

@@ -5,10 +5,16 @@ earlier proposals (deduplicated, rounded to the precision shown, best last, as O
 episodes (their last steps only), per-state evidence, the current table and the exact output format. Its size is
 bounded: episode excerpts have a fixed length, and evidence rows are added only while the prompt stays under
 ``max_chars``.
+
+With the ``rules`` answer format the table may be far too big to print (Hopper over all eleven observations), so the
+prompt never shows it: the current table appears as the rules it was compiled from, the evidence is summarised per
+dimension (for each bin: its share of the steps, their mean discounted return-to-go, how often episodes ended there)
+and episode steps name their bins instead of a flat state index.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from string import Template
@@ -20,8 +26,9 @@ from .clients.base import Message
 from .collect import Episode
 from .discretize import ActionDiscretizer, BoxDiscretizer, DiscreteDiscretizer, ObservationDiscretizer
 from .envs.spec import EnvSpec
-from .formats.base import AnswerFormat, FormatContext, Target
+from .formats.base import AnswerFormat, FormatContext, Target, dim_names, table_dims
 from .formats.edits import table_as_edits
+from .formats.rules import RuleSet, table_as_rules
 from .memory import ExperienceMemory, StateEvidence
 from .templates import prompts_dir, template
 
@@ -83,6 +90,8 @@ class PromptContext:
     """Extra template fields a mode supplies (its own sections of the prompt)."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Extra data a mode gives the non-LLM proposers (e.g. the learner's Q-table)."""
+    current_source: dict[str, Any] | None = None
+    """What the current table was compiled from (the kept rules), when it was."""
 
     @property
     def output_format(self) -> str:
@@ -171,15 +180,24 @@ class PromptBuilder:
                        f"{h.n_changed} states changed")
         return "\n".join(out)
 
-    def episode_text(self, ep: Episode, label: str) -> str:
+    def episode_text(self, ep: Episode, label: str, sizes: tuple[int, ...] | None = None) -> str:
+        """One episode's last steps; with ``sizes`` (the table's dimensions) each state is shown as its bins."""
         end = "terminated" if ep.terminated else ("time limit" if ep.truncated else "cut")
         k = self.steps_per_episode
         start = max(0, ep.length - k)
+
+        def state(s: int) -> str:
+            if sizes is None:
+                return str(int(s))
+            bins = np.unravel_index(int(s), sizes)
+            return "".join(str(int(b)) for b in bins) if max(sizes) <= 10 else "-".join(str(int(b)) for b in bins)
+
         steps = " ".join(
-            f"{t}:{int(ep.states[t])}:{int(ep.actions[t])}:{ep.rewards[t]:.3g}" for t in range(start, ep.length)
+            f"{t}:{state(ep.states[t])}:{int(ep.actions[t])}:{ep.rewards[t]:.3g}" for t in range(start, ep.length)
         )
+        what = "bins" if sizes is not None else "state"
         return (
-            f"- {label}: return {_num(ep.ret)}, {ep.length} steps, {end}. Last steps (t:state:action:reward): {steps}"
+            f"- {label}: return {_num(ep.ret)}, {ep.length} steps, {end}. Last steps (t:{what}:action:reward): {steps}"
         )
 
     def episodes(self, ctx: PromptContext) -> str:
@@ -187,15 +205,20 @@ class PromptBuilder:
         if not len(mem):
             return "(no episodes yet)"
         lines = [f"{len(mem)} episodes in memory."]
+        sizes = table_dims(ctx.observation) if _by_rules(ctx) and len(table_dims(ctx.observation)) > 1 else None
+        if sizes is not None:
+            lines[0] += " States are shown as their bins, one digit (or number) per dimension in order."
         best = mem.best(ctx.best_k)
         worst = [e for e in mem.worst(ctx.worst_k) if all(e is not b for b in best)]
         for i, ep in enumerate(best):
-            lines.append(self.episode_text(ep, f"best {i + 1} (iteration {ep.iteration})"))
+            lines.append(self.episode_text(ep, f"best {i + 1} (iteration {ep.iteration})", sizes))
         for i, ep in enumerate(worst):
-            lines.append(self.episode_text(ep, f"worst {i + 1} (iteration {ep.iteration})"))
+            lines.append(self.episode_text(ep, f"worst {i + 1} (iteration {ep.iteration})", sizes))
         return "\n".join(lines)
 
     def evidence_rows(self, ctx: PromptContext) -> list[str]:
+        if _by_rules(ctx):
+            return self.evidence_by_dimension(ctx)
         ev = ctx.evidence
         order = np.argsort(-ev.visits, kind="stable")
         rows = []
@@ -211,8 +234,36 @@ class PromptBuilder:
             rows.append(f"s{int(s)} | {int(ev.visits[s])} | " + ", ".join(parts) + f" | now {now}")
         return rows
 
+    def evidence_by_dimension(self, ctx: PromptContext) -> list[str]:
+        """The evidence summed over every dimension but one: per bin, the share of visits, the mean discounted
+        return-to-go of the steps there (G) and the share of episode ends there (rules answers: the table is not
+        shown, so the evidence cannot be by state either)."""
+        ev = ctx.evidence
+        sizes = table_dims(ctx.observation)
+        total = int(ev.visits.sum())
+        if not total:
+            return []
+        visits = ev.visits.reshape(sizes)
+        g_sum = np.nansum(np.where(ev.counts > 0, ev.q_mean * ev.counts, 0.0), axis=1).reshape(sizes)
+        g_n = ev.counts.sum(axis=1).reshape(sizes)
+        ends = _terminal_counts(ev).reshape(sizes)
+        n_ends = max(1, int(ends.sum()))
+        names = dim_names(ctx.observation)
+        rows = [f"Summed over the other dimensions ({ctx.observation.n_states} states, {total} steps, "
+                f"{int(ends.sum())} episode ends); per bin: share of steps, mean G, share of ends:"]
+        for j, name in enumerate(names):
+            axes = tuple(i for i in range(len(sizes)) if i != j)
+            v, gs, gn, e = (a.sum(axis=axes) if axes else a for a in (visits, g_sum, g_n, ends))
+            parts = [f"b{b} {100 * v[b] / total:.0f}% G {_num(gs[b] / gn[b] if gn[b] else None, 3)} "
+                     f"end {100 * e[b] / n_ends:.0f}%" for b in range(sizes[j]) if v[b]]
+            rows.append(f"dim {j} {name}: " + " | ".join(parts))
+        return rows
+
     def table(self, ctx: PromptContext) -> str:
-        """The current table, as rows when it fits a third of the budget, else as regions of equal action."""
+        """The current table, as rows when it fits a third of the budget, else as regions of equal action; with
+        rules answers, the rules it was compiled from (or, for a table that was not, a decision list equal to it)."""
+        if _by_rules(ctx):
+            return self._rules_text(ctx)
         text = self._table_rows(ctx)
         budget = self.max_chars // 3
         if len(text) <= budget:
@@ -231,6 +282,28 @@ class PromptBuilder:
             lines.append(line)
             used += len(line) + 1
         return "\n".join(lines)
+
+    def _rules_text(self, ctx: PromptContext) -> str:
+        budget = self.max_chars // 3
+        if ctx.current_source is not None and ctx.current_source.get("format") == "rules":
+            rules = RuleSet.from_dict(ctx.current_source)
+            head = "The current rules (the table is compiled from them):"
+        else:
+            rules = table_as_rules(np.asarray(ctx.current_table), ctx.observation, ctx.target)
+            head = "The current table, written as rules (it was not compiled from rules):"
+        body = {"cases": rules.cases, "linear": rules.linear, "otherwise": rules.otherwise}
+        text = json.dumps(body, separators=(",", ":"))
+        if len(text) > budget:
+            shown = {**body, "cases": []}
+            kept: list[dict[str, Any]] = []
+            for case in rules.cases:
+                if len(json.dumps({**shown, "cases": [*kept, case]}, separators=(",", ":"))) > budget:
+                    break
+                kept.append(case)
+            text = json.dumps({**shown, "cases": kept}, separators=(",", ":")) + (
+                f"\n({len(rules.cases) - len(kept)} more cases not shown: the first {len(kept)} of "
+                f"{len(rules.cases)})")
+        return f"{head}\n{text}"
 
     def _table_rows(self, ctx: PromptContext) -> str:
         t = np.asarray(ctx.current_table)
@@ -290,7 +363,8 @@ class PromptBuilder:
         system_text = self.template(system)
         rows = self.evidence_rows(ctx)
         base = tmpl.safe_substitute(fields, evidence="")
-        budget = self.max_chars - len(base) - len(system_text) - 40
+        # Per-dimension summaries (rules answers) are one line per dimension: always kept whole.
+        budget = 10**9 if _by_rules(ctx) else self.max_chars - len(base) - len(system_text) - 40
         kept: list[str] = []
         used = 0
         for r in rows:
@@ -305,6 +379,21 @@ class PromptBuilder:
 
     def repair(self, errors: list[str]) -> str:
         return Template(self.template("repair.md")).safe_substitute(errors="\n".join(f"- {e}" for e in errors))
+
+
+def _by_rules(ctx: PromptContext) -> bool:
+    """True when answers are rules: the prompt shows rules and summaries, never the table."""
+    return ctx.fmt.name == "rules"
+
+
+def _terminal_counts(ev: StateEvidence) -> np.ndarray:
+    """(n_states,) transitions that ended an episode (terminated) from each state."""
+    t = ev.transitions
+    n = ev.visits.size
+    if isinstance(t, np.ndarray):
+        return t[:, :, n].sum(axis=1) if t.size else np.zeros(n, dtype=np.int64)
+    end = t.next_states == n
+    return np.bincount(t.pairs[end] // t.n_actions, weights=t.counts[end], minlength=n)
 
 
 def _entry(x: Any) -> str:

@@ -26,12 +26,25 @@ import numpy as np
 from .errors import UserError
 
 __all__ = ["write_json_atomic", "write_bytes_atomic", "append_jsonl", "read_jsonl", "rewrite_jsonl", "RunDir",
-           "to_jsonable", "slug", "KVWriter", "JsonlWriter", "Logger"]
+           "to_jsonable", "slug", "KVWriter", "JsonlWriter", "Logger", "current_umask"]
 
 _UMASK = os.umask(0o022)
 os.umask(_UMASK)
 FILE_MODE = 0o666 & ~_UMASK
 """Permissions of a new file under the process's umask (what ``open`` would give)."""
+
+
+def current_umask() -> int:
+    """The process's umask now, read without changing it (``/proc/self/status`` on Linux; elsewhere the umask at
+    import, since setting it to read it would race with threads creating files)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    return _UMASK
 
 
 def to_jsonable(x: Any) -> Any:
@@ -61,7 +74,7 @@ def write_bytes_atomic(path: Path, data: bytes) -> None:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
-        os.chmod(tmp, FILE_MODE)
+        os.chmod(tmp, 0o666 & ~current_umask())  # what ``open`` would give a new file, not mkstemp's 0600
         os.replace(tmp, path)
     except BaseException:
         try:

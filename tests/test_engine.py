@@ -1,15 +1,12 @@
 """The run engine through its public interface: contract files, K candidates, replay, resume, stops."""
 
 import json
-import os
 import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+from run_helpers import kill_and_resume
 
 from llm_policy_gen.config import TrainConfig
 from llm_policy_gen.engine import resume, train
@@ -214,39 +211,12 @@ def test_k_candidates_are_distinct_and_scored_on_the_same_seeds(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------------- resume
-def _cli(*argv: str) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-m", "llm_policy_gen", *argv], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, env={**os.environ, "LLM_POLICY_GEN_WORKERS": "1"})
-
-
-def _comparable(run_dir: Path) -> tuple[dict, list[int]]:
-    s = json.loads((run_dir / "summary.json").read_text())
-    s.pop("wall_s")
-    return s, json.loads((run_dir / "best_policy.json").read_text())["table"]
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("env_id, after, sig", [("CartPole-v1", 2, signal.SIGKILL), ("CartPole-v1", 5, signal.SIGINT),
                                                 ("FrozenLake-v1", 3, signal.SIGKILL)])
 def test_killed_run_resumes_to_the_uninterrupted_result(tmp_path, env_id, after, sig):
-    args = ["train", "--env", env_id, "--backend", "offline", "--iterations", "8", "--logs-dir", str(tmp_path),
-            "--no-plots", "--quiet"]
-    ref = _cli(*args, "--run-id", "ref")
-    assert ref.wait(timeout=120) == 0
-    p = _cli(*args, "--run-id", "cut")
-    events = tmp_path / env_id / "cut" / "events.jsonl"
-    deadline = time.time() + 120
-    while time.time() < deadline and (not events.exists() or len(events.read_text().splitlines()) < after):
-        time.sleep(0.005)
-    p.send_signal(sig)
-    p.wait(timeout=60)
-    assert len(read_jsonl(events)) < 8
-    q = _cli("train", "--resume", str(tmp_path / env_id / "cut"), "--quiet")
-    out, err = q.communicate(timeout=120)
-    assert q.returncode == 0, err
-    assert _comparable(tmp_path / env_id / "cut") == _comparable(tmp_path / env_id / "ref")
-    ev = read_jsonl(events)
-    assert [e["iteration"] for e in ev] == list(range(1, 9))
+    resumed, uninterrupted = kill_and_resume(tmp_path, ["--backend", "offline"], env_id, 8, after, sig)
+    assert resumed == uninterrupted
 
 
 def test_interrupted_summary_agrees_with_its_files(tmp_path, monkeypatch):

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import re
 from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
@@ -52,6 +54,8 @@ __all__ = [
     "sample_observations",
     "box_dims",
     "default_bins",
+    "tuple_part_names",
+    "registered_id",
 ]
 
 DEFAULT_BINS = 6
@@ -79,6 +83,12 @@ def _key(kwargs: dict[str, Any] | None) -> str:
     return json.dumps(kwargs or {}, sort_keys=True, default=str)
 
 
+def registered_id(env_id: str) -> str:
+    """The id under which gymnasium's registry holds ``env_id``: ``module:EnvId`` (whose module ``gymnasium.make``
+    imports first) is registered as ``EnvId``; ``gymnasium.spec`` takes only that form."""
+    return env_id.partition(":")[2] if ":" in env_id else env_id
+
+
 def make_checked(env_id: str, kwargs: dict[str, Any], **extra: Any) -> gym.Env[Any, Any]:
     """``gymnasium.make``; keyword arguments the environment refuses are a one-line :class:`SpecError`."""
     try:
@@ -90,6 +100,15 @@ def make_checked(env_id: str, kwargs: dict[str, Any], **extra: Any) -> gym.Env[A
         shown = json.dumps(kwargs, sort_keys=True, default=str)
         raise SpecError(f"{env_id}: gymnasium cannot make it with keyword arguments {shown}: "
                         f"{type(exc).__name__}: {detail}"[:300]) from None
+    except (ImportError, AttributeError, RuntimeError) as exc:
+        gl = os.environ.get("MUJOCO_GL", "").strip()
+        if not gl:
+            raise
+        # MuJoCo loads the OpenGL backend MUJOCO_GL names when it is imported; a missing one fails right there.
+        detail = (str(exc).splitlines() or [""])[0][:120]
+        raise SpecError(f"{env_id}: cannot be loaded with MUJOCO_GL={gl} ({type(exc).__name__}: {detail}); set "
+                        "MUJOCO_GL to a backend installed here (egl: apt-get install libegl1; osmesa: apt-get "
+                        "install libosmesa6) or unset it") from None
 
 
 @lru_cache(maxsize=32)
@@ -158,6 +177,23 @@ def _finite(x: float) -> bool:
 
 def _doc(env_id: str, kwargs: dict[str, Any] | None) -> GymDoc:
     return parse_gym_doc(_spaces(env_id, _key(kwargs))[2])
+
+
+_TUPLE_SENTENCE = re.compile(r"(\d+)-tuple containing:?\s*(.+?)\.(?:\s|$)", re.DOTALL)
+
+
+def tuple_part_names(doc: str | None, n: int) -> dict[int, str]:
+    """Names of a tuple observation's ``n`` parts from a sentence such as Blackjack's "The observation consists of
+    a 3-tuple containing: the player's current sum, the value of the dealer's one showing card (1-10 where 1 is
+    ace), and whether the player holds a usable ace (0 or 1)." (best effort: no names when it does not parse)."""
+    m = _TUPLE_SENTENCE.search(doc or "")
+    if m is None or int(m.group(1)) != n:
+        return {}
+    text = re.sub(r"\([^)]*\)", "", " ".join(m.group(2).split()))
+    parts = [p.strip() for p in re.split(r",\s*(?:and\s+)?|\s+and\s+", text) if p.strip()]
+    if len(parts) != n:
+        return {}
+    return {i: re.sub(r"^(?:whether\s+)?(?:the|a|an)\s+", "", p) for i, p in enumerate(parts)}
 
 
 def box_dims(env_id: str, kwargs: dict[str, Any] | None, indices: Sequence[int], bins: Sequence[int]) -> list[DimSpec]:
@@ -237,7 +273,8 @@ def _observation_fields(env_id: str, kwargs: dict[str, Any] | None) -> dict[str,
         return fields
     parts = _discrete_parts(obs)
     if parts is not None:
-        names = _doc(env_id, kwargs).observation_names
+        names = _doc(env_id, kwargs).observation_names or tuple_part_names(_spaces(env_id, _key(kwargs))[2],
+                                                                            len(parts))
         dims = tuple(DimSpec(names.get(i) or f"obs[{i}]", s, s + n, n, index=i) for i, (s, n) in enumerate(parts))
         return {"dims": dims}
     if isinstance(obs, gym.spaces.Box) and len(obs.shape) == 1:
@@ -320,7 +357,7 @@ def generic_spec(env_id: str, kwargs: dict[str, Any] | None = None) -> EnvSpec:
               **_action_fields(env_id, act, doc.action_names)}
     notes = tuple(fields.pop("notes", ())) + ("generic spec built from the gymnasium spaces (no shipped spec)",)
     reward = doc.reward
-    if gym.spec(env_id).max_episode_steps is None:
+    if gym.spec(registered_id(env_id)).max_episode_steps is None:
         fields["max_episode_steps"] = DEFAULT_MAX_STEPS
         notes += (f"gymnasium sets no step limit: episodes are cut after {DEFAULT_MAX_STEPS} steps",)
         reward = f"{reward} Episodes are cut after {DEFAULT_MAX_STEPS} steps here.".strip()

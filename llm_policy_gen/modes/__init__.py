@@ -1,7 +1,9 @@
 """Modes: what the model writes and how it is judged. A registry of entry points.
 
 * ``table`` -- the model writes the policy table (:mod:`.table`);
-* ``direct`` -- the model picks each action, asked once per discretized state (:mod:`.direct`).
+* ``direct`` -- the model picks each action, asked once per discretized state (:mod:`.direct`);
+* ``reward`` -- the model writes a shaping potential for a Q-learner (:mod:`.reward`);
+* ``advisor`` -- the model advises a Q-learner which action to take (:mod:`.advisor`).
 
 A new mode is one file implementing :class:`~llm_policy_gen.modes.base.Mode` plus one
 ``MODES.register(name, entry_point="module:Class")`` line.
@@ -21,3 +23,9 @@ MODES.register("table", "llm_policy_gen.modes.table:TableMode", description="the
 MODES.register("direct", "llm_policy_gen.modes.direct:DirectMode",
                description="the model picks each action, once per discretized state",
                calls_per_iteration="K per newly visited state")
+MODES.register("reward", "llm_policy_gen.modes.reward:RewardMode",
+               description="the model writes a shaping potential; Q-learning learns with it",
+               calls_per_iteration="K (candidates) + repairs")
+MODES.register("advisor", "llm_policy_gen.modes.advisor:AdvisorMode",
+               description="the model advises a Q-learner, which follows the advice with a decaying probability",
+               calls_per_iteration="K (candidates) + repairs")

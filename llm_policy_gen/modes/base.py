@@ -76,6 +76,11 @@ class RunServices(Protocol):
         """``n`` (default ``train_episodes``) counted episodes on the next training seeds."""
         ...
 
+    def train_seeds(self, n: int | None = None) -> list[int]:
+        """Reserve the next ``n`` (default ``train_episodes``) training seeds, for a mode that runs its own training
+        episodes on them (several candidates on the same seeds) and counts them with :meth:`count`."""
+        ...
+
     def context(self, iteration: int, fmt: AnswerFormat[Any], target: Target, current: np.ndarray,
                 best_mean: float | None, **kw: Any) -> PromptContext:
         """The prompt context of an iteration (memory, evidence, history and the pending episodes included)."""

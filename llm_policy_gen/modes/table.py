@@ -32,6 +32,7 @@ class TableMode:
         name = resolve_format_name(run.cfg.output_format, run.observation.n_states)
         self.fmt = make_format(name)
         self.target = Target("action", n_actions=run.actions.n_actions)
+        run.keeper.fresh_test_seeds = run.cfg.test_seeds == "fresh"
         return {"output_format": name}
 
     def start(self, run: RunServices) -> None:
@@ -48,7 +49,8 @@ class TableMode:
         train = run.train_episodes(run.keeper.best_table, iteration, epsilon)
         best_mean, extra = run.keeper.score_best(iteration)
         run.count(extra)
-        ctx = run.context(iteration, self.fmt, self.target, run.keeper.best_table, best_mean)
+        ctx = run.context(iteration, self.fmt, self.target, run.keeper.best_table, best_mean,
+                          current_source=run.keeper.best_source)
         answers = run.propose(ctx, run.cfg.candidates)
         stops = [a.stop for a in answers if a.stop]
         if stops and not any(a.ok or a.failed or a.errors for a in answers):

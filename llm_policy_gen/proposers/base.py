@@ -16,8 +16,6 @@ import time
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
-import numpy as np
-
 from ..clients.base import CallKey, Message
 from ..errors import ProposalError
 from ..prompt import PromptContext
@@ -64,8 +62,9 @@ class TableSearch:
         self.seed = int(seed)
         self.transcript = transcript or Transcript(None, {})
 
-    def tables(self, ctx: PromptContext, k: int) -> list[tuple[np.ndarray, str]]:
-        """``k`` tables (entries of ``ctx.target``) and a one-line rationale each."""
+    def tables(self, ctx: PromptContext, k: int) -> list[tuple[Any, str]]:
+        """``k`` tables (entries of ``ctx.target``), or values the run's answer format renders (rules), and a
+        one-line rationale each."""
         raise NotImplementedError
 
     def propose(self, ctx: PromptContext, messages: Sequence[Message], k: int) -> list[Answer[Any]]:
