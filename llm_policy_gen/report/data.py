@@ -1,0 +1,230 @@
+"""What a report reads: a run directory or a comparison directory, from any version of the files, as plain views.
+
+A run directory written before K candidates existed (version 1) has no ``candidate_means``, ``chosen``,
+``best_test_mean``, confirmation or checkpoint, and its ``events.jsonl`` used ``best_eval_mean`` for the kept
+table's *test* mean (the held-out mean was ``heldout_mean``). :func:`load_run` reads both into one
+:class:`IterationView` per iteration, so the page always says which number is which; whatever a directory lacks is
+listed in :attr:`RunData.missing` and its part of the page says so.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import UserError
+from ..runlog import read_jsonl
+
+__all__ = ["IterationView", "RunData", "CompareData", "load_run", "load_compare", "is_run_dir", "is_compare_dir",
+           "REPORT_NAME"]
+
+REPORT_NAME = "report.html"
+"""The page's file name inside the directory it reports on (the default ``--out``)."""
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise UserError(f"{path} cannot be read as JSON: {exc}") from None
+    return data if isinstance(data, dict) else None
+
+
+def _read_lines(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        return []
+    try:
+        return [r for r in read_jsonl(path) if isinstance(r, dict)]
+    except (OSError, ValueError) as exc:
+        raise UserError(f"{path} cannot be read as JSON lines: {exc}") from None
+
+
+def is_run_dir(path: Path) -> bool:
+    return any((Path(path) / n).is_file() for n in ("events.jsonl", "summary.json")) or (
+        (Path(path) / "config.json").is_file() and (Path(path) / "policies").is_dir())
+
+
+def is_compare_dir(path: Path) -> bool:
+    return (Path(path) / "results.csv").is_file() or (Path(path) / "compare.json").is_file()
+
+
+@dataclass
+class IterationView:
+    """One iteration of a run, the same for every file version."""
+
+    iteration: int
+    best_test: float | None
+    """The kept table's mean on this iteration's test seeds (what the keeper compares)."""
+    heldout: float | None
+    """The kept table's mean on the held-out episodes (reported only)."""
+    candidate_means: list[float | None]
+    chosen: int | None
+    """1-based index of the candidate that challenged the kept table."""
+    accepted: bool
+    confirmation: dict[str, Any] | None
+    eval_mean: float | None
+    train_return: float | None
+    episodes_total: int | None
+    steps_total: int | None
+    calls: int
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float
+    cost_total: float | None
+    errors: list[str]
+    wall_s: float | None
+    eval_episodes: int | None
+    heldout_measured: bool
+    """The held-out episodes were run at this iteration (a new best)."""
+
+    @classmethod
+    def from_event(cls, e: dict[str, Any], v1: bool) -> IterationView:
+        means = list(e.get("candidate_means") or [])
+        chosen = e.get("chosen")
+        if v1 and not means:  # one candidate per iteration: its test mean, when its answer was valid
+            means = [e.get("eval_mean")]
+            chosen = 1 if e.get("valid", e.get("eval_mean") is not None) else None
+        return cls(
+            iteration=int(e.get("iteration", 0)),
+            best_test=e.get("best_eval_mean") if v1 else e.get("best_test_mean"),
+            heldout=e.get("heldout_mean") if v1 else e.get("best_eval_mean", e.get("heldout_mean")),
+            candidate_means=means,
+            chosen=chosen,
+            accepted=bool(e.get("accepted")),
+            confirmation=e.get("confirmation") if isinstance(e.get("confirmation"), dict) else None,
+            eval_mean=e.get("eval_mean"),
+            train_return=e.get("train_return"),
+            episodes_total=e.get("episodes_total"),
+            steps_total=e.get("env_steps_total"),
+            calls=int(e.get("llm_calls") or 0),
+            input_tokens=int(e.get("input_tokens") or 0),
+            output_tokens=int(e.get("output_tokens") or 0),
+            cost_usd=float(e.get("cost_usd") or 0.0),
+            cost_total=e.get("cost_usd_total"),
+            errors=[str(x) for x in e.get("validation_errors") or []],
+            wall_s=e.get("wall_s"),
+            eval_episodes=e.get("eval_episodes"),
+            heldout_measured="heldout_episodes" in e or (v1 and bool(e.get("accepted"))),
+        )
+
+
+@dataclass
+class RunData:
+    """Everything a run report shows, read from one run directory."""
+
+    path: Path
+    config: dict[str, Any]
+    summary: dict[str, Any] | None
+    events: list[dict[str, Any]]
+    iterations: list[IterationView]
+    transcripts: list[dict[str, Any]]
+    version: int
+    """1: written before K candidates (see the module docstring); 2: the current files."""
+    missing: list[str] = field(default_factory=list)
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        return dict(self.config.get("config") or {})
+
+    def fact(self, key: str, default: Any = None) -> Any:
+        """A run-level fact from summary.json, else config.json, else its settings."""
+        for source in (self.summary or {}, self.config, self.settings):
+            if source.get(key) not in (None, ""):
+                return source[key]
+        return default
+
+    @property
+    def env_id(self) -> str:
+        spec = self.config.get("env_spec") or {}
+        return str(self.fact("env_id") or spec.get("env_id") or self.settings.get("env_id") or "unknown environment")
+
+    @property
+    def backend(self) -> str:
+        b = self.summary.get("backend") if self.summary else None
+        if not b:
+            desc = self.config.get("backend")
+            b = (desc.get("name") or desc.get("provider")) if isinstance(desc, dict) else None
+            b = b or self.settings.get("backend")
+        return str(b or "unknown backend")
+
+    @property
+    def is_llm(self) -> bool | None:
+        for v in ((self.summary or {}).get("is_llm"), self.config.get("backend_is_llm")):
+            if isinstance(v, bool):
+                return v
+        return None
+
+    @property
+    def finished(self) -> bool:
+        return self.summary is not None
+
+
+def load_run(path: Path) -> RunData:
+    """Read a run directory (see the module docstring); a folder that is not one is a :class:`UserError`."""
+    p = Path(path)
+    if not is_run_dir(p):
+        raise UserError(f"{p} is not a run directory (no events.jsonl or summary.json); give the folder `train` "
+                        "printed")
+    config = _read_json(p / "config.json") or {}
+    summary = _read_json(p / "summary.json")
+    events = sorted(_read_lines(p / "events.jsonl"), key=lambda e: int(e.get("iteration", 0)))
+    v1 = bool(events) and not any("best_test_mean" in e or "candidate_means" in e for e in events)
+    transcripts = _read_lines(p / "transcripts.jsonl")
+    missing = [f"{name} ({why})" for name, why in (
+        ("config.json", "settings"), ("events.jsonl", "iterations and curves"), ("summary.json", "the run did not "
+         "finish: figures come from the last logged iteration"), ("transcripts.jsonl", "model calls"),
+        ("best_policy.json", "the policy figure")) if not (p / name).is_file()]
+    return RunData(p, config, summary, events, [IterationView.from_event(e, v1) for e in events], transcripts,
+                   1 if v1 else 2, missing)
+
+
+@dataclass
+class CompareData:
+    """A comparison directory: its parameters, result rows, curve points and run directories."""
+
+    path: Path
+    meta: dict[str, Any]
+    rows: list[dict[str, Any]]
+    curves: list[dict[str, Any]]
+    missing: list[str] = field(default_factory=list)
+
+    @property
+    def env_id(self) -> str:
+        return str(self.meta.get("env_id") or "unknown environment")
+
+    @property
+    def backends(self) -> list[str]:
+        order = list(self.meta.get("backends") or [])
+        return order + [b for b in dict.fromkeys(r["backend"] for r in self.rows) if b not in order]
+
+    def run_dir(self, row: dict[str, Any]) -> Path | None:
+        rel = row.get("run_dir")
+        if not rel:
+            return None
+        d = self.path / str(rel)
+        return d if is_run_dir(d) else None
+
+
+def load_compare(path: Path) -> CompareData:
+    """Read a comparison directory written by ``llm-policy-gen compare``."""
+    from ..compare import read_results
+
+    p = Path(path)
+    if not is_compare_dir(p):
+        raise UserError(f"{p} is not a comparison directory (no results.csv); give the folder `compare` printed")
+    meta = _read_json(p / "compare.json") or {}
+    if not (p / "results.csv").is_file():
+        raise UserError(f"{p} holds no results.csv yet (the sweep has not finished); run `llm-policy-gen compare` "
+                        "again to finish it")
+    try:
+        rows = read_results(p / "results.csv")
+    except (ValueError, KeyError) as exc:
+        raise UserError(f"{p / 'results.csv'} cannot be read: {exc}") from None
+    curves_file = _read_json(p / "curves.json") or {}
+    curves = [c for c in curves_file.get("runs", []) if isinstance(c, dict)]
+    missing = [n for n in ("compare.json", "curves.json", "curves.png") if not (p / n).is_file()]
+    return CompareData(p, meta, rows, curves, missing)
