@@ -1,64 +1,100 @@
-"""``llm-policy-gen compare``: every (backend, seed) pair through the same loop, then the table and the curves.
+"""``llm-policy-gen compare``: every (backend, seed) pair through the same engine, then the table and the curves.
 
 ::
 
     llm-policy-gen compare --env CartPole-v1 --backends offline,q-learning,random --seeds 0-4 \\
-        [--iterations N] [--workers N] [--executor local|ray] [--config FILE.toml] [--out DIR]
+        [--iterations N] [--workers N] [--executor local|ray] [--config FILE.toml] [--out DIR] \\
+        [--max-concurrent-calls N] [--rpm N] [--budget-usd X]
 
-Each pair is one :func:`llm_policy_gen.loop.train` run in its own run directory ``OUT/runs/<env>/<backend>_s<seed>``
+Each pair is one run of :mod:`llm_policy_gen.engine` in its own run directory ``OUT/runs/<env>/<backend>_s<seed>``
 (the usual files of a run). The comparison directory gets:
 
-* ``results.csv`` -- one row per run: its summary numbers, or ``status=failed`` and the error (a failed run never
-  stops the sweep);
-* ``results.md`` -- per backend: final eval mean (the best table's mean on the held-out episodes) with a 95 %
-  percentile-bootstrap interval over seeds (:func:`llm_policy_gen.stats.bootstrap_ci`: 10,000 resamples, seed 0),
-  median episodes to solve (unsolved runs count as never solving), solve rate, calls, tokens, cost and wall time;
+* ``results.csv`` -- one row per run: its summary numbers with ``status=ok``, or ``status=failed`` (or
+  ``interrupted``) with the error and no numbers (a failed run never stops the sweep);
+* ``results.md`` -- the settings every run shared, then per backend: final eval mean (the best table's mean on the
+  held-out episodes) with a 95 % percentile-bootstrap interval over seeds (:func:`llm_policy_gen.stats.bootstrap_ci`:
+  10,000 resamples, seed 0), median episodes to solve (unsolved runs count as never solving), solve rate, calls,
+  tokens, cost and wall time; the budget and the runs it stopped;
 * ``curves.png`` -- the best table's held-out mean against environment episodes, median and interquartile band per
   backend over seeds; ``curves.json`` holds the points it was drawn from;
-* ``compare.json`` -- the sweep's parameters.
+* ``compare.json`` -- the sweep's parameters, the settings that decide its results, and its limits' report;
+* ``sweep.jsonl`` -- one line per attempt of a run: started (and on which node), lost, resumed, done.
 
-Re-running the command skips runs whose ``summary.json`` exists (and that did not fail); an unfinished or failed
-run directory is removed and run again. ``--executor local`` uses a process pool of ``--workers`` processes
-(default 1: runs one after the other in this process); ``--executor ray`` submits each run as a Ray task, joining the
-cluster named by ``RAY_ADDRESS`` or starting a local instance with ``--workers`` CPUs (default: all). On a
-multi-node cluster every node needs llm-policy-gen installed and ``--out`` must be a path every node shares.
-Runs are seeded, so both executors give the same numbers (wall times excepted).
+**Before the first run** every argument is checked -- each entry's settings, environment, mode and backend, its key
+included (each entry's run is built, not started) -- so a bad input ends the command at once with exit 2.
 
-Exit codes: 0 when every run finished, 1 when some failed (the files are written all the same), 2 for bad input.
+**Re-running the same command** keeps what is done: a run that finished (all its iterations, or a legitimate stop:
+patience, ``--max-episodes``, the budget, a replay that ran out) is skipped; an interrupted or failed run resumes from
+its checkpoint (:func:`llm_policy_gen.engine.resume`), never from scratch; a directory without a run's
+``config.json`` (killed before it started) is replaced. Settings that decide results cannot change under the same
+``--out``: another environment, ``--iterations`` or training setting is refused with exit 2 naming the settings that
+differ. How a sweep runs may change: ``--workers``, ``--executor``, the provider limits, timeouts and retries.
+
+**Provider limits and the budget** are the sweep's, shared by all its runs (:mod:`llm_policy_gen.sweep_limits`): at
+most ``--max-concurrent-calls`` calls in flight per provider (default 8), at most ``--rpm`` call starts a minute per
+provider (default: no limit), and ``--budget-usd`` for the sweep's total cost: once the next call could pass it, no
+call starts and every LLM run ends cleanly with ``stop_reason`` "budget reached". Costs of earlier invocations count.
+
+``--executor local`` runs one run after another in this process (``--workers`` 1, the default) or in a pool of
+``--workers`` spawned processes; ``--executor ray`` submits each run as a Ray task (:mod:`llm_policy_gen.ray_executor`:
+joins ``RAY_ADDRESS`` or starts a local instance; no shared disk needed; a run whose node dies resumes on another
+node from the last checkpoint the driver received). Runs are seeded, so both executors give the same numbers (wall
+times excepted).
+
+Exit codes: 0 when every run finished, 1 when some failed (the files are written all the same), 2 for bad input, 130
+when interrupted (the files then say which runs a re-run will resume).
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import importlib.util
 import io
 import json
-import os
-import re
 import shutil
 import sys
+import tempfile
 import time
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from . import __version__
 from .errors import UserError
-from .runlog import read_jsonl, slug, write_bytes_atomic, write_json_atomic
+from .runlog import append_jsonl, slug, to_jsonable, write_bytes_atomic, write_json_atomic
 from .stats import DEFAULT_RESAMPLES, DEFAULT_SEED, bootstrap_ci, median_censored, quartile_band, step_curves
+from .sweep_limits import DEFAULT_MAX_CONCURRENT_CALLS
+from .sweep_task import (
+    CSV_COLUMNS,
+    TIME_COLUMNS,
+    RunTask,
+    error_text,
+    failed_result,
+    finished,
+    result_from_summary,
+    run_one,
+    split_entry,
+)
+
+if TYPE_CHECKING:
+    from .config import TrainConfig
+    from .envs.spec import EnvSpec
 
 __all__ = [
     "RunTask",
     "CSV_COLUMNS",
+    "TIME_COLUMNS",
     "split_entry",
     "parse_seeds",
     "parse_backends",
     "plan",
     "run_one",
+    "finished",
     "run_compare",
     "backend_stats",
     "results_markdown",
@@ -67,51 +103,16 @@ __all__ = [
     "add_parser",
 ]
 
-#: Columns of ``results.csv``, in order.
-CSV_COLUMNS = (
-    "backend", "mode", "seed", "status", "error", "is_llm", "model", "best_eval_mean", "best_eval_std", "solved",
-    "episodes_to_solve", "iterations", "episodes_total", "env_steps_total", "llm_calls", "cached_calls",
-    "input_tokens", "output_tokens", "cost_usd", "stop_reason", "wall_s", "run_dir",
-)
-#: Columns that measure time, not results (they differ between two runs of the same sweep).
-TIME_COLUMNS = ("wall_s",)
-ERROR_MARKER = "compare_error.json"
-
-
-@dataclass(frozen=True)
-class RunTask:
-    """One (backend, seed) run of a sweep; picklable, so it can go to a process pool or a Ray task."""
-
-    env_id: str
-    backend: str
-    seed: int
-    out: str
-    """The comparison directory (absolute)."""
-    settings: dict[str, Any] = field(default_factory=dict)
-    """Other TrainConfig settings (from --config and --iterations)."""
-
-    @property
-    def run_id(self) -> str:
-        return f"{slug(self.backend)}_s{self.seed}"
-
-    @property
-    def backend_spec(self) -> str:
-        """The backend spec without its ``@MODE``."""
-        return split_entry(self.backend)[0]
-
-    @property
-    def mode(self) -> str:
-        """The entry's mode (``BACKEND@MODE``), else the sweep's (table by default)."""
-        return split_entry(self.backend)[1] or str(self.settings.get("mode", "table"))
-
-    @property
-    def run_dir(self) -> Path:
-        return Path(self.out) / "runs" / slug(self.env_id) / self.run_id
+#: Settings that change how a run goes, not what it finds: they may differ between invocations of one sweep.
+OPERATIONAL_SETTINGS = ("logs_dir", "run_id", "explicit", "progress", "quiet", "plots", "log", "timeout_s",
+                        "max_retries", "max_concurrent_calls", "unreachable_after", "cache", "cache_dir")
 
 
 # ---------------------------------------------------------------------------------------------------- parsing
 def parse_seeds(text: str) -> list[int]:
     """``"0-4"`` -> [0, 1, 2, 3, 4]; ``"0,2,7"`` and mixes (``"0-2,9"``) too. Bad input is a UserError."""
+    import re
+
     accepted = "A-B with 0 <= A <= B, or comma-separated integers >= 0 (e.g. 0-4 or 0,2,7)"
     seeds: list[int] = []
     for part in str(text).replace(" ", "").split(","):
@@ -124,12 +125,6 @@ def parse_seeds(text: str) -> list[int]:
             raise UserError(f"bad --seeds {text!r}: range {lo}-{hi} is empty; accepted {accepted}")
         seeds.extend(s for s in range(lo, hi + 1) if s not in seeds)
     return seeds
-
-
-def split_entry(entry: str) -> tuple[str, str | None]:
-    """``"offline@reward"`` -> ``("offline", "reward")``; ``"gemini"`` -> ``("gemini", None)``."""
-    spec, sep, mode = entry.rpartition("@")
-    return (spec, mode) if sep and spec else (entry, None)
 
 
 def parse_backends(text: str) -> list[str]:
@@ -154,82 +149,6 @@ def parse_backends(text: str) -> list[str]:
 
 
 # ---------------------------------------------------------------------------------------------------- runs
-def _row_from_summary(task: RunTask, summary: dict[str, Any]) -> dict[str, Any]:
-    row: dict[str, Any] = {c: summary.get(c) for c in CSV_COLUMNS}
-    row.update(backend=task.backend, mode=task.mode, seed=task.seed, status="ok", error="",
-               run_dir=str(task.run_dir.relative_to(task.out)))
-    return row
-
-
-def _curve_from_events(events: Iterable[dict[str, Any]]) -> tuple[list[float], list[float]]:
-    """(episodes_total, best table's held-out mean -- or best_eval_mean where no held-out mean was logged)."""
-    xs, ys = [], []
-    for e in events:
-        y = e.get("heldout_mean", e.get("best_eval_mean"))
-        if y is None or e.get("episodes_total") is None:
-            continue
-        xs.append(float(e["episodes_total"]))
-        ys.append(float(y))
-    return xs, ys
-
-
-def _error_text(exc: BaseException) -> str:
-    from .clients.keys import redact
-
-    lines = redact(str(exc)).strip().splitlines()
-    return f"{type(exc).__name__}: {lines[0] if lines else ''}"[:300]
-
-
-def failed_result(task: RunTask, error: str) -> dict[str, Any]:
-    row: dict[str, Any] = {c: None for c in CSV_COLUMNS}
-    row.update(backend=task.backend, mode=task.mode, seed=task.seed, status="failed", error=error,
-               run_dir=str(task.run_dir.relative_to(task.out)) if task.run_dir.exists() else "")
-    return {"row": row, "curve": ([], []), "log": []}
-
-
-def run_one(task: RunTask) -> dict[str, Any]:
-    """Run one task; never raises for a failed run. Returns ``{"row", "curve", "log"}``."""
-    from .config import TrainConfig
-    from .engine import train
-
-    logs: list[str] = []
-    try:
-        cfg = TrainConfig.build((task.settings, "compare settings"), (
-            {"env_id": task.env_id, "backend": task.backend_spec, "mode": task.mode, "seed": task.seed,
-             "logs_dir": str(Path(task.out) / "runs"), "run_id": task.run_id, "progress": False},
-            "compare",
-        ))
-        result = train(cfg, log=logs.append)
-        if Path(result.run_dir) != task.run_dir:  # pragma: no cover - plan() removes stale directories first
-            raise RuntimeError(f"run went to {result.run_dir}, expected {task.run_dir}")
-        out: dict[str, Any] = {"row": _row_from_summary(task, result.summary),
-               "curve": _curve_from_events(read_jsonl(task.run_dir / "events.jsonl")), "log": logs}
-    except Exception as exc:  # a failed run is a row of the table, never the end of the sweep
-        out = failed_result(task, _error_text(exc))
-        out["log"] = logs
-        if task.run_dir.is_dir():
-            write_json_atomic(task.run_dir / ERROR_MARKER, {"error": out["row"]["error"]})
-    if task.run_dir.is_dir() and logs:
-        write_bytes_atomic(task.run_dir / "compare.log", ("\n".join(logs) + "\n").encode("utf-8"))
-    return out
-
-
-def finished_result(task: RunTask) -> dict[str, Any] | None:
-    """The result of a run finished by an earlier invocation, or None (then any stale directory is removed)."""
-    d = task.run_dir
-    summary = d / "summary.json"
-    if summary.is_file() and not (d / ERROR_MARKER).exists():
-        try:
-            data = json.loads(summary.read_text(encoding="utf-8"))
-            events = read_jsonl(d / "events.jsonl") if (d / "events.jsonl").is_file() else []
-            return {"row": _row_from_summary(task, data), "curve": _curve_from_events(events), "log": []}
-        except (OSError, ValueError):
-            pass
-    if d.exists():
-        shutil.rmtree(d)
-    return None
-
-
 def plan(env_id: str, backends: Sequence[str], seeds: Sequence[int], out: Path,
          settings: dict[str, Any]) -> list[RunTask]:
     """Every (backend, seed) task of the sweep, backend-major."""
@@ -237,67 +156,169 @@ def plan(env_id: str, backends: Sequence[str], seeds: Sequence[int], out: Path,
     return [RunTask(env_id, b, s, str(out), dict(settings)) for b in backends for s in seeds]
 
 
+@dataclass
+class _Found:
+    """What an earlier invocation left of one run."""
+
+    state: str
+    """``new`` (nothing), ``finished``, ``started`` (resumable) or ``stale`` (a directory without config.json)."""
+    summary: dict[str, Any] | None = None
+    config: dict[str, Any] | None = None
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _found(task: RunTask) -> _Found:
+    d = task.run_dir
+    if not d.exists():
+        return _Found("new")
+    record = _read_json(d / "config.json")
+    if record is None or not isinstance(record.get("config"), dict):
+        return _Found("stale")
+    summary = _read_json(d / "summary.json")
+    done = summary is not None and finished(summary)
+    return _Found("finished" if done else "started", summary, record["config"])
+
+
+def _committed_cost(task: RunTask, found: _Found) -> float:
+    """What a run already spent, as far as its checkpoint (or its final summary) records it."""
+    if found.state == "finished" and found.summary is not None:
+        return float(found.summary.get("cost_usd") or 0.0)
+    ckpt = task.run_dir / "checkpoint.npz"
+    if found.state != "started" or not ckpt.is_file():
+        return 0.0
+    from .checkpoint import load_checkpoint
+
+    try:
+        return float(load_checkpoint(ckpt).get("usage", {}).get("cost_usd") or 0.0)
+    except UserError:
+        return 0.0
+
+
+# ---------------------------------------------------------------------------------------------------- settings
+def experiment(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The settings of a resolved config that decide a run's results (JSON values, as config.json holds them)."""
+    return {k: v for k, v in to_jsonable(dict(config)).items() if k not in OPERATIONAL_SETTINGS}
+
+
+def _resolve(cfg: TrainConfig) -> tuple[EnvSpec, TrainConfig]:
+    """The run's env spec, and ``cfg`` with the spec's train defaults applied (as ``train`` does)."""
+    from .engine import resolve_spec
+
+    spec = resolve_spec(cfg)
+    return spec, (cfg.with_env_defaults(spec.train_defaults) if spec.train_defaults else cfg)
+
+
+def _resolved(cfg: TrainConfig) -> dict[str, Any]:
+    """``cfg`` as the engine records it in config.json."""
+    return _resolve(cfg)[1].to_dict()
+
+
+def differences(before: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
+    """``"iterations 5 (this command: 8)"`` for every key of both whose value differs (a setting only one side
+    knows came with another version of the package; its default keeps the old behaviour)."""
+    out = []
+    for k in sorted(set(before) & set(now)):
+        if json.dumps(before.get(k), sort_keys=True) != json.dumps(now.get(k), sort_keys=True):
+            out.append(f"{k} {json.dumps(before.get(k))} (this command: {json.dumps(now.get(k))})")
+    return out
+
+
+def _refuse_other_settings(out: Path, what: str, diffs: Sequence[str]) -> UserError:
+    return UserError(f"--out {out} holds {what} with other settings: {'; '.join(diffs)}; re-run with those settings "
+                     "to continue it, or give another --out")
+
+
+def check_same_sweep(out: Path, sweep: Mapping[str, Any], tasks: Sequence[RunTask],
+                     found: Mapping[str, _Found]) -> None:
+    """Refuse (UserError) when ``out`` holds a sweep or runs made with settings that decide results differently."""
+    before = _read_json(out / "compare.json")
+    if before is not None:
+        recorded = before.get("experiment")
+        if not isinstance(recorded, dict):  # a comparison written before the record existed
+            recorded = {"env_id": before.get("env_id"), "iterations": before.get("iterations")}
+            now = {k: sweep.get(k) for k in recorded}
+        else:
+            now = dict(sweep)
+        diffs = differences(recorded, now)
+        if diffs:
+            raise _refuse_other_settings(out, "a comparison", diffs)
+    for task in tasks:
+        f = found[task.run_id]
+        if f.config is not None:
+            diffs = differences(experiment(f.config), experiment(_resolved(task.config())))
+            if diffs:
+                raise _refuse_other_settings(out, f"the run {task.run_dir.relative_to(out)}", diffs)
+
+
+def preflight(tasks: Sequence[RunTask]) -> None:
+    """Everything a run would refuse before its first iteration, for every task, before any run starts: the
+    settings of every (entry, seed), and each entry's environment, mode and backend (its key included) by building
+    its run in a scratch folder without starting it."""
+    from .console import Console
+    from .engine import Run
+    from .modes import MODES
+    from .runlog import RunDir
+
+    built: set[str] = set()
+    for task in tasks:
+        cfg = task.config()
+        if task.backend in built:
+            continue
+        built.add(task.backend)
+        spec, cfg = _resolve(cfg)
+        if cfg.mode not in MODES:
+            raise MODES.unknown(cfg.mode)
+        with tempfile.TemporaryDirectory(prefix="llm-policy-gen-check-") as tmp:
+            console = Console(cfg.iterations, task.backend, enabled=False, sink=lambda s: None)
+            run = Run(cfg, spec, MODES.load(cfg.mode)(), RunDir(Path(tmp)), console)
+            run.logger.close()
+            run.collector.close()
+
+
 # ---------------------------------------------------------------------------------------------------- executors
 Done = Callable[[RunTask, dict[str, Any]], None]
+Note = Callable[[dict[str, Any]], None]
 
 
-def execute_local(tasks: Sequence[RunTask], workers: int, on_done: Done) -> None:
-    """Run tasks in this process (``workers`` 1) or in a pool of ``workers`` spawned processes."""
+def execute_local(tasks: Sequence[RunTask], workers: int, on_done: Done, limits: Mapping[str, Any],
+                  note: Note) -> dict[str, Any]:
+    """Run tasks in this process (``workers`` 1) or in a pool of ``workers`` spawned processes, all under one
+    :class:`~llm_policy_gen.sweep_limits.SweepLimits` (a manager process serves it to a pool); returns its report."""
+    from .sweep_limits import SweepLimits, managed_limits
+
     if workers <= 1:
+        shared = SweepLimits(**limits)
         for t in tasks:
-            on_done(t, run_one(t))
-        return
+            note({"event": "started", "run": t.run_id, "attempt": 1, "node": "local"})
+            res = run_one(t, shared, t.run_id)
+            note({"event": "done", "run": t.run_id, "attempt": 1, "status": res["row"]["status"]})
+            on_done(t, res)
+        return shared.report()
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
-    with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn")) as pool:
-        futures = {pool.submit(run_one, t): t for t in tasks}
+    with managed_limits(**limits) as proxy, \
+            ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn")) as pool:
+        futures = {pool.submit(run_one, t, proxy, t.run_id): t for t in tasks}
+        for t in tasks:
+            note({"event": "submitted", "run": t.run_id, "attempt": 1, "node": "local"})
         for fut in as_completed(futures):
             t = futures[fut]
             try:
                 res = fut.result()
             except Exception as exc:  # the worker process died
-                res = failed_result(t, _error_text(exc))
+                proxy.forget(t.run_id)
+                res = failed_result(t, error_text(exc))
+            note({"event": "done", "run": t.run_id, "attempt": 1, "status": res["row"]["status"]})
             on_done(t, res)
-
-
-def execute_ray(tasks: Sequence[RunTask], workers: int | None, on_done: Done) -> None:
-    """Run tasks as Ray tasks; join ``RAY_ADDRESS`` or start a local instance (shut down at the end)."""
-    address = os.environ.get("RAY_ADDRESS") or None
-    if address is None:
-        # A local instance stays on the loopback interface: Ray would otherwise bind the machine's routable
-        # address (found by "connecting" to a public one). The switch is read when ray is first imported.
-        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-    try:
-        import ray
-    except ImportError:
-        raise UserError("--executor ray needs ray: pip install 'llm-policy-gen[ray]'") from None
-    import logging
-
-    started = False
-    if not ray.is_initialized():
-        kwargs: dict[str, Any] = {"logging_level": logging.ERROR, "log_to_driver": False}
-        if address is None:
-            kwargs.update(num_cpus=workers or os.cpu_count() or 1, include_dashboard=False,
-                          _node_ip_address="127.0.0.1")
-        ray.init(address=address, **kwargs)
-        started = True
-    try:
-        remote = ray.remote(num_cpus=1, max_retries=0)(run_one)
-        refs = {remote.remote(t): t for t in tasks}
-        pending = list(refs)
-        while pending:
-            done, pending = ray.wait(pending, num_returns=1)
-            for ref in done:
-                t = refs[ref]
-                try:
-                    res = ray.get(ref)
-                except Exception as exc:  # the task or its worker died
-                    res = failed_result(t, _error_text(exc))
-                on_done(t, res)
-    finally:
-        if started:
-            ray.shutdown()
+        return proxy.report()
 
 
 # ---------------------------------------------------------------------------------------------------- outputs
@@ -402,6 +423,7 @@ def results_markdown(meta: dict[str, Any], rows: Sequence[dict[str, Any]]) -> st
         f"Seeds {meta['seeds_text']} ({len(meta['seeds'])} runs per backend), {meta['iterations']} iterations per "
         f"run. Command: `{meta['command']}`",
         "",
+        *_settings_lines(meta, rows),
         "| backend | LLM | runs ok | final eval mean [95% CI] | median episodes to solve | solve rate | "
         "calls / run | tokens / run | cost USD (total) | wall s / run |",
         "|---|---|---|---|---|---|---|---|---|---|",
@@ -428,9 +450,39 @@ def results_markdown(meta: dict[str, Any], rows: Sequence[dict[str, Any]]) -> st
     ]
     failed = [r for r in rows if r["status"] != "ok"]
     if failed:
-        lines += ["", "## Failed runs", ""]
-        lines += [f"- {r['backend']} seed {r['seed']}: {r['error']}" for r in failed]
+        lines += ["", "## Failed runs", "",
+                  "Runs without a result: their numbers are in no line above. Running the same command again resumes "
+                  "them from their checkpoints.", ""]
+        lines += [f"- {r['backend']} seed {r['seed']} ({r['status']}): {r['error']}" for r in failed]
     return "\n".join(lines) + "\n"
+
+
+def _settings_lines(meta: Mapping[str, Any], rows: Sequence[dict[str, Any]]) -> list[str]:
+    """What every run shared: the settings given, the provider limits and the budget (and what it stopped)."""
+    given = {k: v for k, v in meta.get("settings", {}).items() if k not in ("iterations", "budget_usd")}
+    lines = []
+    if given:
+        lines.append("Settings of every run: " + ", ".join(f"`{k}` = {json.dumps(v)}" for k, v in sorted(given.items()))
+                     + " (the rest are the defaults; `compare.json` holds them all).")
+    limits = meta.get("limits") or {}
+    if limits:
+        rpm = f"at most {limits['rpm']:g} call starts a minute" if limits.get("rpm") else "no rate limit"
+        lines.append(f"Provider limits shared by all runs: at most {limits['max_concurrent_calls']} calls in flight "
+                     f"per provider, {rpm}.")
+    if limits.get("budget_usd") is not None:
+        stopped = [r for r in rows if r["status"] == "ok" and str(r.get("stop_reason") or "").startswith("budget")]
+        cost = sum(float(r.get("cost_usd") or 0) for r in rows)
+        text = (f"Budget: USD {limits['budget_usd']:.4f} for the whole sweep (`--budget-usd`); its runs cost USD "
+                f"{cost:.4f} in all (USD {limits.get('spent_usd', cost):.4f} counted by the budget).")
+        if stopped:
+            names = ", ".join(f"{r['backend']} seed {r['seed']} after {r['iterations']}" for r in stopped)
+            text += (f" {len(stopped)} runs ended when the next call could have passed it (stop reason "
+                     f"\"{stopped[0]['stop_reason']}\"): {names} iterations; their numbers come from fewer "
+                     "iterations than asked for.")
+        else:
+            text += " No run was stopped by it."
+        lines.append(text)
+    return [*lines, ""] if lines else []
 
 
 def plot_curves(curves: Sequence[dict[str, Any]], out: Path, title: str, backends: Sequence[str] | None = None,
@@ -485,9 +537,10 @@ class _Display:
     def done(self, task: RunTask, row: dict[str, Any], note: str = "") -> None:
         self.count += 1
         if row["status"] == "ok":
-            what = f"best {row['best_eval_mean']:.2f}, {'solved' if row['solved'] else 'not solved'}"
+            best = "n/a" if row["best_eval_mean"] is None else f"{row['best_eval_mean']:.2f}"
+            what = f"best {best}, {'solved' if row['solved'] else 'not solved'}"
         else:
-            what = f"FAILED: {row['error']}"
+            what = f"{row['status'].upper()}: {row['error']}"
         msg = f"[{self.count}/{self.total}] {task.backend} seed {task.seed}: {what}{note}"
         if self.bar is not None:
             self.bar.set_postfix_str(f"{task.backend} s{task.seed}")
@@ -501,6 +554,11 @@ class _Display:
             self.bar.close()
 
 
+def _check_number(name: str, value: float | None, accepted: str, ok: Callable[[float], bool]) -> None:
+    if value is not None and not ok(value):
+        raise UserError(f"bad {name} {value:g}: accepted {accepted}")
+
+
 def run_compare(
     env_id: str,
     backends: Sequence[str],
@@ -512,66 +570,104 @@ def run_compare(
     progress: bool = True,
     command: str = "",
     seeds_text: str = "",
+    *,
+    max_concurrent_calls: int = DEFAULT_MAX_CONCURRENT_CALLS,
+    rpm: float | None = None,
+    budget_usd: float | None = None,
 ) -> list[dict[str, Any]]:
-    """Run the sweep (skipping finished runs) and write the comparison files; return the result rows."""
+    """Check everything, run the sweep (skipping finished runs, resuming started ones) and write the comparison
+    files; return the result rows. A Ctrl-C still writes the files (unfinished runs as ``interrupted``), then
+    re-raises."""
     from .config import TrainConfig
     from .envs import get_spec
 
     settings = dict(settings or {})
     if executor not in ("local", "ray"):
         raise UserError(f"bad --executor {executor!r}: accepted local or ray")
-    if workers is not None and workers < 1:
-        raise UserError(f"bad --workers {workers}: accepted an integer >= 1")
+    if executor == "ray" and importlib.util.find_spec("ray") is None:
+        raise UserError("--executor ray needs ray: pip install 'llm-policy-gen[ray]'")
+    _check_number("--workers", workers, "an integer >= 1", lambda v: v >= 1)
+    _check_number("--max-concurrent-calls", max_concurrent_calls, "an integer >= 1", lambda v: v >= 1)
+    _check_number("--rpm", rpm, "a number > 0", lambda v: v > 0)
+    _check_number("--budget-usd", budget_usd, "a number >= 0", lambda v: v >= 0)
+    if budget_usd is not None:
+        settings["budget_usd"] = float(budget_usd)
     spec = get_spec(env_id)
     cfg = TrainConfig.build((settings, "compare settings"), ({"env_id": env_id}, "compare"))
+    sweep = {k: v for k, v in experiment(_resolved(cfg)).items() if k not in ("backend", "seed")}
     out = Path(out).resolve()
-    out.mkdir(parents=True, exist_ok=True)
     tasks = plan(env_id, backends, seeds, out, settings)
-    meta = {
+    found = {t.run_id: _found(t) for t in tasks}
+    check_same_sweep(out, sweep, tasks, found)
+    preflight(tasks)
+
+    # Everything is checked: from here on, files are written.
+    out.mkdir(parents=True, exist_ok=True)
+    limits: dict[str, Any] = {"max_concurrent": max_concurrent_calls, "rpm": rpm, "budget_usd": budget_usd,
+                              "spent_usd": sum(_committed_cost(t, found[t.run_id]) for t in tasks)}
+    meta: dict[str, Any] = {
         "package": "llm-policy-gen", "version": __version__, "env_id": env_id, "backends": list(backends),
         "seeds": list(seeds), "seeds_text": seeds_text or ",".join(map(str, seeds)), "iterations": cfg.iterations,
-        "settings": {**settings, "heldout_episodes": cfg.heldout_episodes}, "executor": executor,
-        "workers": workers, "command": command, "reward_threshold": spec.reward_threshold,
+        "settings": {**settings, "heldout_episodes": cfg.heldout_episodes}, "experiment": sweep,
+        "executor": executor, "workers": workers, "command": command, "reward_threshold": spec.reward_threshold,
+        "limits": {"max_concurrent_calls": max_concurrent_calls, "rpm": rpm, "budget_usd": budget_usd},
         "started": datetime.now(UTC).isoformat(timespec="seconds"),
     }
     write_json_atomic(out / "compare.json", meta)
     results: dict[tuple[str, int], dict[str, Any]] = {}
     display = _Display(len(tasks), f"compare {env_id}", progress)
-    todo = []
+    todo: list[RunTask] = []
     for t in tasks:
-        prev = finished_result(t)
-        if prev is None:
-            todo.append(t)
-        else:
-            results[(t.backend, t.seed)] = prev
-            display.done(t, prev["row"], " (finished earlier, skipped)")
+        f = found[t.run_id]
+        if f.state == "finished" and f.summary is not None:
+            results[(t.backend, t.seed)] = result_from_summary(t, f.summary)
+            display.done(t, results[(t.backend, t.seed)]["row"], " (finished earlier, skipped)")
+            continue
+        if f.state == "stale":
+            shutil.rmtree(t.run_dir)
+        todo.append(t)
+    resumed = {t.run_id for t in todo if found[t.run_id].state == "started"}
+    if len(todo) < len(tasks) or resumed:
+        print(f"{len(tasks) - len(todo)} of {len(tasks)} runs finished earlier: skipped"
+              + (f"; {len(resumed)} started earlier: resumed from their checkpoints" if resumed else ""),
+              file=sys.stderr)
 
-    if len(todo) < len(tasks):
-        print(f"{len(tasks) - len(todo)} of {len(tasks)} runs finished earlier: skipped", file=sys.stderr)
+    def note(event: dict[str, Any]) -> None:
+        append_jsonl(out / "sweep.jsonl", {"time": datetime.now(UTC).isoformat(timespec="milliseconds"), **event})
 
     def on_done(t: RunTask, res: dict[str, Any]) -> None:
         results[(t.backend, t.seed)] = res
-        display.done(t, res["row"])
+        display.done(t, res["row"], " (resumed)" if t.run_id in resumed else "")
 
     t0 = time.perf_counter()
+    interrupted = False
     try:
         if executor == "ray":
-            execute_ray(todo, workers, on_done)
+            from .ray_executor import execute_ray
+
+            meta["limits"] = execute_ray(todo, workers, on_done, limits, note)
         else:
-            execute_local(todo, workers or 1, on_done)
+            meta["limits"] = execute_local(todo, workers or 1, on_done, limits, note)
+    except KeyboardInterrupt:
+        interrupted = True
     finally:
         display.close()
-    ordered = [results[(t.backend, t.seed)] for t in tasks if (t.backend, t.seed) in results]
+    ordered = [results.get((t.backend, t.seed)) or failed_result(
+        t, "interrupted before it finished; run the same command again to resume it", "interrupted")
+        for t in tasks]
     rows = [r["row"] for r in ordered]
     curves = [{"backend": r["row"]["backend"], "seed": r["row"]["seed"], "x": list(r["curve"][0]),
-               "y": list(r["curve"][1])} for r in ordered]
+               "y": list(r["curve"][1])} for r in ordered if r["row"]["status"] == "ok"]
     meta["finished"] = datetime.now(UTC).isoformat(timespec="seconds")
     meta["sweep_wall_s"] = round(time.perf_counter() - t0, 3)
+    meta["interrupted"] = interrupted
     write_json_atomic(out / "compare.json", meta)
     write_results_csv(out / "results.csv", rows)
     write_json_atomic(out / "curves.json", {"env_id": env_id, "metric": "heldout_mean", "runs": curves})
     write_bytes_atomic(out / "results.md", results_markdown(meta, rows).encode("utf-8"))
     plot_curves(curves, out / "curves.png", f"{env_id}: kept table over seeds", backends, spec.reward_threshold)
+    if interrupted:
+        raise KeyboardInterrupt
     return rows
 
 
@@ -581,16 +677,26 @@ def add_parser(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "compare", help="run backends x seeds through the loop; results table and curves",
         description="Run every (backend, seed) pair, each in its own run directory, and write results.csv, "
-        "results.md and curves.png. Re-running skips finished runs. Exit 1 when some run failed.")
+        "results.md and curves.png. Every argument (keys included) is checked before the first run. Re-running "
+        "the same command skips finished runs and resumes interrupted ones; other settings under the same --out "
+        "are refused. Exit 1 when some run failed.")
     p.add_argument("--env", dest="env_id", required=True, help="gymnasium id (see `envs`)")
     p.add_argument("--backends", required=True,
-                   help="comma-separated backend specs, e.g. offline,q-learning,random,openai:gpt-4.1-mini")
+                   help="comma-separated BACKEND or BACKEND@MODE entries, e.g. offline,q-learning,random,"
+                   "openai:gpt-4.1-mini")
     p.add_argument("--seeds", default="0-4", help="seed range A-B or list 0,1,2 (default 0-4)")
     p.add_argument("--iterations", type=int, help="proposal rounds per run (default 30)")
-    p.add_argument("--workers", type=int, help="parallel runs (local default 1; ray default: all CPUs)")
-    p.add_argument("--executor", choices=["local", "ray"], default="local", help="local (default) or ray")
+    p.add_argument("--workers", type=int,
+                   help="parallel runs (local default 1; a local Ray instance: its CPUs, default all)")
+    p.add_argument("--executor", choices=["local", "ray"], default="local",
+                   help="local (default) or ray (joins RAY_ADDRESS, else starts a local instance)")
     p.add_argument("--config", help="TOML file with train settings applied to every run")
     p.add_argument("--out", help="comparison directory (default logs/compare/<env-id>)")
+    p.add_argument("--max-concurrent-calls", type=int, default=DEFAULT_MAX_CONCURRENT_CALLS,
+                   help=f"calls in flight at once per provider, over all runs (default {DEFAULT_MAX_CONCURRENT_CALLS})")
+    p.add_argument("--rpm", type=float, help="call starts per minute per provider, over all runs (default: no limit)")
+    p.add_argument("--budget-usd", type=float,
+                   help="the sweep's spending ceiling: no call starts once it could pass it; runs end cleanly")
     p.add_argument("--no-progress", action="store_true", help="no progress display")
     p.set_defaults(func=_cmd_compare)
 
@@ -611,13 +717,17 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else Path("logs") / "compare" / slug(args.env_id)
     command = f"llm-policy-gen compare --env {args.env_id} --backends {','.join(backends)} --seeds {args.seeds}"
     for flag, value in (("--iterations", args.iterations), ("--workers", args.workers),
-                        ("--config", args.config), ("--out", args.out)):
+                        ("--config", args.config), ("--out", args.out), ("--rpm", args.rpm),
+                        ("--budget-usd", args.budget_usd)):
         if value is not None:
             command += f" {flag} {redact(str(value))}"
+    if args.max_concurrent_calls != DEFAULT_MAX_CONCURRENT_CALLS:
+        command += f" --max-concurrent-calls {args.max_concurrent_calls}"
     if args.executor != "local":
         command += f" --executor {args.executor}"
     rows = run_compare(args.env_id, backends, seeds, out, settings, args.executor, args.workers,
-                       progress=not args.no_progress, command=command, seeds_text=args.seeds)
+                       progress=not args.no_progress, command=command, seeds_text=args.seeds,
+                       max_concurrent_calls=args.max_concurrent_calls, rpm=args.rpm, budget_usd=args.budget_usd)
     print((out / "results.md").read_text(encoding="utf-8"))
     print(f"comparison directory: {out}")
     failed = [r for r in rows if r["status"] != "ok"]

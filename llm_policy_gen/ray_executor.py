@@ -1,0 +1,462 @@
+"""``compare --executor ray``: every run a Ray task, on a local instance or on a cluster with no shared disk.
+
+Where things live:
+
+* **Code.** The job's ``runtime_env`` ships this package and its prompt templates to every node (a ``working_dir``
+  staged from the driver's copy), so a node needs Python, Ray and the package's dependencies, not the package, and
+  every node runs the driver's code and prompts. The provider variables a run needs (key and base URL, as the
+  driver has them) travel in its task's arguments, not through ``runtime_env``, which Ray's dashboard shows; so does
+  the price table ``LLM_POLICY_GEN_PRICES`` names.
+* **Files.** A task runs in a scratch folder on its node and never touches ``--out``. It is a streaming generator:
+  at most every :data:`POLL_S` seconds it yields what changed in its run directory -- the checkpoint first, then new
+  lines of the JSONL files, new, rewritten and deleted files -- and the driver writes that under ``--out`` at once.
+  The driver's copy is at most one poll behind and always resumable: the engine's resume drops whatever is newer
+  than the checkpoint and answers the recorded calls of the unfinished iteration from their record.
+* **Node failures.** Tasks run with ``max_retries=0``. Ray's own retry would run a generator again from its first
+  arguments (the run directory as it was when the task was submitted), and refuses a replay that yields a different
+  number of objects. Instead, when the node or worker of a task dies, the driver gives back the call slots and
+  budget reservations the attempt held and submits the run again with its run directory as the driver holds it, up
+  to :data:`NODE_RETRIES` times; the new attempt, on a live node, resumes from that checkpoint (or starts afresh when
+  there is none). A run's result is taken once, from the attempt that finished it.
+* **Provider limits and the budget.** One :class:`~llm_policy_gen.sweep_limits.SweepLimits` actor, pinned to the
+  driver's node, serves every task.
+
+``sweep.jsonl`` in ``--out`` records each attempt: the node it started on, a lost node, the iteration a new attempt
+resumes after, the end.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import socket
+import tempfile
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING, Any
+
+from .errors import UserError
+from .runlog import read_jsonl, write_bytes_atomic
+
+if TYPE_CHECKING:
+    from .sweep_task import RunTask
+
+__all__ = ["NODE_RETRIES", "POLL_S", "Change", "DirSync", "pack_dir", "unpack_dir", "apply_changes", "Job",
+           "RayLimits", "run_job", "execute_ray"]
+
+NODE_RETRIES = 3
+"""Times a run is submitted again after its node or worker died."""
+POLL_S = 0.25
+"""How often a task looks for changed files to hand back."""
+CHECKPOINT = "checkpoint.npz"
+
+Change = tuple[str, str, int, bytes]
+"""``(kind, path relative to the run directory, offset, data)``; kind is ``write``, ``append`` or ``delete``."""
+Done = Callable[["RunTask", dict[str, Any]], None]
+Note = Callable[[dict[str, Any]], None]
+
+
+# ---------------------------------------------------------------------------------------------------- files
+def _files(root: Path) -> dict[str, os.stat_result]:
+    """Files under ``root`` by relative path, without the temporary files of atomic writes (dot names)."""
+    out: dict[str, os.stat_result] = {}
+    if not root.is_dir():
+        return out
+    for p in root.rglob("*"):
+        if p.name.startswith("."):
+            continue
+        try:
+            st = p.stat()
+        except OSError:  # replaced or removed while we looked
+            continue
+        if p.is_file():
+            out[p.relative_to(root).as_posix()] = st
+    return out
+
+
+def _checkpoint_first(rel: str) -> tuple[bool, str]:
+    return rel != CHECKPOINT, rel
+
+
+class DirSync:
+    """What changed in a directory since the last look, as :data:`Change` s the driver applies in order.
+
+    The checkpoint comes first, so a copy that applies the changes in order never holds a checkpoint newer than its
+    events, transcripts and policies (the engine's resume handles the other way round). A JSONL file that grew in
+    place travels as its new bytes only.
+    """
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+        self._seen: dict[str, tuple[int, int, int]] = {}
+
+    def mark(self) -> None:
+        """Take the directory as it is now as already handed over."""
+        self._seen = {rel: (st.st_ino, st.st_size, st.st_mtime_ns) for rel, st in _files(self.root).items()}
+
+    def changes(self) -> list[Change]:
+        now = _files(self.root)
+        out: list[Change] = []
+        for rel in sorted(now, key=_checkpoint_first):
+            st = now[rel]
+            old = self._seen.get(rel)
+            if old == (st.st_ino, st.st_size, st.st_mtime_ns):
+                continue
+            path = self.root / rel
+            grown = old is not None and rel.endswith(".jsonl") and old[0] == st.st_ino and st.st_size >= old[1]
+            try:
+                if grown:
+                    assert old is not None
+                    with open(path, "rb") as fh:
+                        fh.seek(old[1])
+                        data = fh.read()
+                    change: Change = ("append", rel, old[1], data)
+                    size = old[1] + len(data)
+                else:
+                    data = path.read_bytes()
+                    change, size = ("write", rel, 0, data), len(data)
+            except FileNotFoundError:
+                continue
+            self._seen[rel] = (st.st_ino, size, st.st_mtime_ns)
+            out.append(change)
+        for rel in sorted(set(self._seen) - set(now)):
+            del self._seen[rel]
+            out.append(("delete", rel, 0, b""))
+        return out
+
+
+def _inside(root: Path, rel: str) -> Path:
+    parts = PurePosixPath(rel).parts
+    if not parts or PurePosixPath(rel).is_absolute() or ".." in parts:
+        raise ValueError(f"refusing a path outside the run directory: {rel!r}")
+    return root.joinpath(*parts)
+
+
+def pack_dir(root: Path) -> dict[str, bytes]:
+    """Every file of ``root`` (a run directory) by relative path."""
+    return {rel: (Path(root) / rel).read_bytes() for rel in sorted(_files(Path(root)))}
+
+
+def unpack_dir(root: Path, files: Mapping[str, bytes]) -> None:
+    for rel, data in files.items():
+        write_bytes_atomic(_inside(Path(root), rel), data)
+
+
+def apply_changes(root: Path, changes: Sequence[Change]) -> None:
+    """Apply a task's changes to the driver's copy of its run directory."""
+    for kind, rel, offset, data in changes:
+        path = _inside(Path(root), rel)
+        if kind == "delete":
+            path.unlink(missing_ok=True)
+        elif kind == "write":
+            write_bytes_atomic(path, data)
+        elif kind == "append":
+            size = path.stat().st_size if path.exists() else 0
+            if size < offset:
+                raise RuntimeError(f"{path} has {size} bytes here but the task appended at byte {offset}")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(path, "r+b" if path.exists() else "wb") as fh:
+                fh.truncate(offset)
+                fh.seek(offset)
+                fh.write(data)
+        else:
+            raise ValueError(f"unknown change {kind!r} for {rel}")
+
+
+def resume_point(run_dir: Path) -> tuple[int, float]:
+    """(iteration of the run's checkpoint, cost of the recorded calls after it, which a resume counts again)."""
+    from .checkpoint import load_checkpoint
+
+    done = 0
+    if (run_dir / CHECKPOINT).is_file():
+        try:
+            done = int(load_checkpoint(run_dir / CHECKPOINT)["iteration"])
+        except UserError:
+            done = 0
+    transcripts = run_dir / "transcripts.jsonl"
+    later = read_jsonl(transcripts) if transcripts.is_file() else []
+    return done, sum(float(r.get("cost_usd") or 0.0) for r in later if int(r.get("iteration", 0)) > done)
+
+
+# ---------------------------------------------------------------------------------------------------- the task
+class RayLimits:
+    """The sweep's :class:`~llm_policy_gen.sweep_limits.Limits` through its Ray actor (pickles into tasks)."""
+
+    def __init__(self, handle: Any) -> None:
+        self.handle = handle
+
+    @staticmethod
+    def _get(ref: Any) -> Any:
+        import ray
+
+        return ray.get(ref)
+
+    def try_acquire(self, key: str, holder: str) -> bool:
+        return bool(self._get(self.handle.try_acquire.remote(key, holder)))
+
+    def release(self, key: str, holder: str) -> None:
+        self._get(self.handle.release.remote(key, holder))
+
+    def start_delay(self, key: str) -> float:
+        return float(self._get(self.handle.start_delay.remote(key)))
+
+    def reserve(self, holder: str, estimate: float) -> bool:
+        return bool(self._get(self.handle.reserve.remote(holder, estimate)))
+
+    def settle(self, holder: str, estimate: float, actual: float) -> float:
+        return float(self._get(self.handle.settle.remote(holder, estimate, actual)))
+
+    def forget(self, holder: str) -> None:
+        self._get(self.handle.forget.remote(holder))
+
+    def refund(self, amount: float) -> None:
+        self._get(self.handle.refund.remote(amount))
+
+    def report(self) -> dict[str, Any]:
+        return dict(self._get(self.handle.report.remote()))
+
+
+@dataclass
+class Job:
+    """What one attempt of one run takes to a node."""
+
+    task: RunTask
+    holder: str
+    """The attempt's name for the sweep's limits (``run_id#attempt``)."""
+    limits: RayLimits
+    files: dict[str, bytes] = field(default_factory=dict)
+    """The run directory as the driver holds it (empty for a new run)."""
+    prices: bytes | None = None
+    env: dict[str, str | None] = field(default_factory=dict, repr=False)
+    """Provider variables as the driver has them (None: unset)."""
+
+
+def _set_environment(values: Mapping[str, str | None]) -> None:
+    for k, v in values.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+@contextmanager
+def _environment(values: Mapping[str, str | None]) -> Iterator[None]:
+    """``values`` in this process's environment (None: unset) for the duration, then the old values again."""
+    old = {k: os.environ.get(k) for k in values}
+    try:
+        _set_environment(values)
+        yield
+    finally:
+        _set_environment(old)
+
+
+def run_job(job: Job) -> Iterator[dict[str, Any]]:
+    """The Ray task (a generator): run or resume one run in a scratch folder, yielding what changed on disk, then
+    ``{"kind": "done", "result": ...}``."""
+    import ray
+
+    from .sweep_task import failed_result, run_one
+
+    scratch = Path(tempfile.mkdtemp(prefix="llm-policy-gen-run-"))
+    try:
+        env = dict(job.env)
+        if job.prices is not None:
+            write_bytes_atomic(scratch / "prices.toml", job.prices)
+            env["LLM_POLICY_GEN_PRICES"] = str(scratch / "prices.toml")
+        task = replace(job.task, out=str(scratch))
+        if job.files:
+            unpack_dir(task.run_dir, job.files)
+        sync = DirSync(task.run_dir)
+        sync.mark()
+        import llm_policy_gen
+
+        yield {"kind": "started", "node": ray.get_runtime_context().get_node_id(), "host": socket.gethostname(),
+               "pid": os.getpid(), "package": str(Path(llm_policy_gen.__file__).parent)}
+        box: dict[str, Any] = {}
+
+        def work() -> None:
+            try:
+                box["result"] = run_one(task, job.limits, job.holder)
+            except BaseException as exc:  # run_one keeps failures in its row; this is a last resort
+                box["error"] = f"{type(exc).__name__}: {exc}"
+
+        with _environment(env):
+            thread = threading.Thread(target=work, name="llm-policy-gen-run", daemon=True)
+            thread.start()
+            while thread.is_alive():
+                thread.join(POLL_S)
+                changes = sync.changes()
+                if changes:
+                    yield {"kind": "files", "changes": changes}
+        changes = sync.changes()
+        if changes:
+            yield {"kind": "files", "changes": changes}
+        yield {"kind": "done", "result": box.get("result") or failed_result(task, box.get("error", "no result"))}
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------------------------------------- the driver
+def _on_loopback(address: str) -> bool:
+    host = address.removeprefix("ray://").rsplit(":", 1)[0].strip("[]")
+    return host in ("localhost", "::1") or host.startswith("127.")
+
+
+def _import_ray() -> Any:
+    address = os.environ.get("RAY_ADDRESS", "")
+    if not address or _on_loopback(address):
+        # A local instance, or a cluster on this machine's loopback interface, stays there: Ray would otherwise
+        # bind, and translate 127.0.0.1 into, the machine's routable address (found by "connecting" to a public
+        # one). The switch is read when ray is first imported.
+        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    try:
+        import ray
+    except ImportError:
+        raise UserError("--executor ray needs ray: pip install 'llm-policy-gen[ray]'") from None
+    return ray
+
+
+def _connect(ray: Any, workers: int | None, stage: Path) -> bool:
+    """Join ``RAY_ADDRESS``, else start a local instance, with the package staged in ``stage`` as the job's
+    ``working_dir``; True when this call connected (and must disconnect). A caller that initialised Ray itself
+    brings its own runtime_env."""
+    if ray.is_initialized():
+        return False
+    address = os.environ.get("RAY_ADDRESS") or None
+    kwargs: dict[str, Any] = {"logging_level": logging.ERROR, "log_to_driver": False,
+                              "runtime_env": {"working_dir": str(stage_package(stage))}}
+    if address is None:
+        # "local": a new instance even when /tmp/ray/ray_current_cluster names another one.
+        kwargs.update(num_cpus=workers or os.cpu_count() or 1, include_dashboard=False,
+                      _node_ip_address="127.0.0.1")
+    ray.init(address=address or "local", **kwargs)
+    return True
+
+
+def stage_package(folder: Path) -> Path:
+    """``folder`` with a copy of this package and of the prompt templates it reads, laid out as in a source tree
+    (``llm_policy_gen/`` beside ``prompts/``): the job's ``working_dir``. Ray uploads local folders only for
+    ``ray.init``; a ``working_dir`` also keeps Ray from putting the driver's current folder, and whatever copy of the
+    package it holds, first on the workers' path."""
+    import llm_policy_gen
+
+    from .templates import prompts_dir
+
+    skip = shutil.ignore_patterns("__pycache__", "*.pyc", ".*")
+    shutil.copytree(Path(llm_policy_gen.__file__).resolve().parent, folder / "llm_policy_gen", ignore=skip)
+    shutil.copytree(prompts_dir(), folder / "prompts", ignore=skip)
+    return folder
+
+
+def _provider_env(task: RunTask) -> dict[str, str | None]:
+    """The run's provider variables as the driver has them; the prompts are the shipped ones."""
+    from .backends import parse_backend_spec
+    from .clients.keys import BASE_URL_VARIABLES, KEY_VARIABLES
+
+    name, _ = parse_backend_spec(task.backend_spec)
+    names = [*KEY_VARIABLES.get(name, ()), *([BASE_URL_VARIABLES[name]] if name in BASE_URL_VARIABLES else [])]
+    return {"LLM_POLICY_GEN_PROMPTS": None, **{n: os.environ.get(n) for n in names}}
+
+
+def _price_file() -> bytes | None:
+    path = os.environ.get("LLM_POLICY_GEN_PRICES")
+    if not path:
+        return None
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise UserError(f"cannot read price file {path} (LLM_POLICY_GEN_PRICES): {exc.strerror}") from None
+
+
+@dataclass
+class _Attempt:
+    task: RunTask
+    number: int
+    holder: str
+    done: bool = False
+
+
+def execute_ray(tasks: Sequence[RunTask], workers: int | None, on_done: Done, limits: Mapping[str, Any],
+                note: Note) -> dict[str, Any]:
+    """Run ``tasks`` as Ray tasks (see the module docstring); returns the limits' report."""
+    ray = _import_ray()
+    from ray.exceptions import RayError, RayTaskError
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from .sweep_limits import SweepLimits
+    from .sweep_task import failed_result
+
+    prices = _price_file()
+    stage = Path(tempfile.mkdtemp(prefix="llm-policy-gen-ship-"))
+    attempts: dict[Any, _Attempt] = {}
+    started = False
+    try:
+        started = _connect(ray, workers, stage)
+        actor = ray.remote(SweepLimits).options(
+            num_cpus=0, max_restarts=0,
+            scheduling_strategy=NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False),
+        ).remote(**limits)
+        shared = RayLimits(actor)
+        remote = ray.remote(run_job).options(num_cpus=1, max_retries=0)
+
+        def submit(task: RunTask, number: int) -> None:
+            holder = f"{task.run_id}#{number}"
+            files = pack_dir(task.run_dir) if task.run_dir.is_dir() else {}
+            job = Job(task, holder, shared, files, prices, _provider_env(task))
+            attempts[remote.remote(job)] = _Attempt(task, number, holder)
+
+        def lost(att: _Attempt, exc: BaseException) -> None:
+            shared.forget(att.holder)
+            why = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
+            if isinstance(exc, RayTaskError) or att.number > NODE_RETRIES:
+                note({"event": "failed", "run": att.task.run_id, "attempt": att.number, "error": why})
+                on_done(att.task, failed_result(att.task, f"attempt {att.number} lost: {why}"))
+                return
+            after, recorded_cost = resume_point(att.task.run_dir)
+            shared.refund(recorded_cost)
+            note({"event": "lost", "run": att.task.run_id, "attempt": att.number, "error": why,
+                  "resume_after_iteration": after})
+            submit(att.task, att.number + 1)
+
+        for t in tasks:
+            submit(t, 1)
+        while attempts:
+            ready, _ = ray.wait(list(attempts), num_returns=1, timeout=5.0)
+            for gen in ready:
+                att = attempts[gen]
+                try:
+                    msg = ray.get(next(gen))
+                except StopIteration:
+                    del attempts[gen]
+                    if not att.done:
+                        lost(att, RuntimeError("the task ended without a result"))
+                    continue
+                except RayError as exc:  # the node or the worker died, or an object went with it
+                    del attempts[gen]
+                    if not att.done:
+                        lost(att, exc)
+                    continue
+                if msg["kind"] == "files":
+                    apply_changes(att.task.run_dir, msg["changes"])
+                elif msg["kind"] == "started":
+                    note({"event": "started", "run": att.task.run_id, "attempt": att.number,
+                          **{k: msg[k] for k in ("node", "host", "pid", "package")}})
+                elif msg["kind"] == "done":
+                    att.done = True
+                    note({"event": "done", "run": att.task.run_id, "attempt": att.number,
+                          "status": msg["result"]["row"]["status"]})
+                    on_done(att.task, msg["result"])
+        return shared.report()
+    finally:
+        for gen in attempts:
+            try:
+                ray.cancel(gen, force=True)
+            except Exception:  # noqa: BLE001 - best effort on the way out
+                pass
+        if started:
+            ray.shutdown()
+        shutil.rmtree(stage, ignore_errors=True)
