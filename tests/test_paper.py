@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent
 @pytest.fixture(scope="module")
 def comparison(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("cmp")
-    run_compare("FrozenLake-v1", ["offline", "random"], [0, 1], out,
+    run_compare("FrozenLake-v1", ["offline", "random", "offline@advisor"], [0, 1], out,
                 {"iterations": 2, "heldout_episodes": 10, "train_episodes": 2}, progress=False)
     return out
 
@@ -44,8 +44,12 @@ def test_generated_files_hold_the_comparison_numbers(comparison: Path, tmp_path:
     with open(comparison / "results.csv", newline="") as fh:
         rows = list(csv.DictReader(fh))
     offline = [float(r["best_eval_mean"]) for r in rows if r["backend"] == "offline"]
-    assert f"offline & no & 2/2 & {sum(offline) / 2:,.1f} [" in table
-    assert "random & no & 2/2" in table
+    assert f"offline & table & no & 2/2 & {sum(offline) / 2:,.1f} [" in table
+    assert "random & table & no & 2/2" in table
+    advised = [float(r["best_eval_mean"]) for r in rows if r["backend"] == "offline@advisor"]
+    assert all(r["mode"] == "advisor" for r in rows if r["backend"] == "offline@advisor")
+    assert f"offline & advisor & no & 2/2 & {sum(advised) / 2:,.1f} [" in table
+    assert r"\newcommand{\Modes}{table, advisor}" in numbers and r"\newcommand{\AdviceProb}{0.5}" in numbers
     assert "No language-model backend is reported" in (gen / "llm_status.tex").read_text()
     assert "Ordered by mean final held-out score" in (gen / "ranking.tex").read_text()
     assert (gen / "policy.png").read_bytes()[:4] == b"\x89PNG"
@@ -77,7 +81,7 @@ def test_llm_rows_need_real_non_cached_calls(comparison: Path, tmp_path: Path) -
     out = paper_dir(tmp_path)
     paper.generate(cmp, out)
     table = (out / "generated" / "results_table.tex").read_text()
-    assert "openai:openai-real & yes" in table and "openai-cached" not in table
+    assert "openai:openai-real & table & yes" in table and "openai-cached" not in table
     status = (out / "generated" / "llm_status.tex").read_text()
     assert "openai:openai-real" in status and "Left out" in status and "openai:openai-cached seed 0" in status
 

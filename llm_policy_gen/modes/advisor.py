@@ -1,0 +1,69 @@
+"""``--mode advisor``: the model advises a Q-learner which action to take in each state.
+
+The model answers an action table (the run's answer format: full table or edits). In the training episodes the
+learner (:class:`~llm_policy_gen.learner.QLearner`, same discretisation) takes the advised action with probability
+``p_t = advice_prob * advice_decay ** (t - 1)`` at iteration ``t``, and otherwise acts epsilon-greedily on its own Q
+(``explore_epsilon``); it learns from the environment's own reward. Every iteration the model revises its advice from
+the evidence and the learner's current greedy table; K candidates are K advice tables, each trained into its own copy
+of the learner from the same state on the same seeds, and the keeper judges each copy's **greedy table** -- never the
+advice itself (:class:`~llm_policy_gen.learner.LearnerMode`).
+
+Prompts: ``prompts/advisor_system.md``, ``prompts/advisor_user.md``. With the ``offline`` backend (not an LLM) the
+advice is the offline optimiser's table.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..formats.base import Target
+from ..learner import LearnerMode, LearnerPolicy, QLearner
+
+if TYPE_CHECKING:
+    from ..prompt import PromptContext
+    from .base import RunServices
+
+__all__ = ["AdvisorMode", "advice_probability"]
+
+
+def advice_probability(p0: float, decay: float, iteration: int) -> float:
+    """``p0 * decay ** (iteration - 1)``: how often the learner follows the advice at ``iteration``."""
+    return float(p0) * float(decay) ** max(0, int(iteration) - 1)
+
+
+class AdvisorMode(LearnerMode):
+    """The model advises the learner."""
+
+    name = "advisor"
+    templates = ("advisor_system.md", "advisor_user.md")
+    what = "advice"
+
+    def make_target(self, run: RunServices) -> Target:
+        return Target("action", n_actions=run.actions.n_actions)
+
+    def initial(self, run: RunServices) -> np.ndarray:
+        return np.asarray(run.keeper.best_table, dtype=np.int64).copy()
+
+    def _p(self, run: RunServices, iteration: int) -> float:
+        return advice_probability(run.cfg.advice_prob, run.cfg.advice_decay, iteration)
+
+    def behaviour(self, run: RunServices, learner: QLearner, value: np.ndarray, rng: np.random.Generator,
+                  iteration: int) -> LearnerPolicy:
+        return LearnerPolicy(learner, run.observation, rng, run.cfg.explore_epsilon, value, self._p(run, iteration))
+
+    def describe(self, value: np.ndarray, run: RunServices) -> str:
+        differs = int(np.sum(np.asarray(value) != self._learner().greedy()))
+        return f"advice differing from the learner's greedy table in {differs} states"
+
+    def sections(self, run: RunServices, ctx: PromptContext) -> dict[str, str]:
+        return {"reflection": self.reflection(), "greedy": self.greedy_section(run, ctx),
+                "advice_prob": f"{self._p(run, ctx.iteration):.3g}"}
+
+    def step_fields(self, run: RunServices, iteration: int, chosen: Any) -> dict[str, Any]:
+        out: dict[str, Any] = {"advice_prob": self._p(run, iteration)}
+        if chosen is not None and chosen.policy is not None and chosen.policy.steps:
+            out["advised_steps"] = chosen.policy.advised
+            out["advised_share"] = round(chosen.policy.advised / chosen.policy.steps, 4)
+        return out

@@ -1,0 +1,101 @@
+"""``--mode advisor``: how the learner follows advice, the decay of its probability, that the learner (never the
+advice) is judged, the offline stand-in, and resume."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from run_helpers import LAKE8, answer, cfg, kill_and_resume, path_advice, quiet, write_replay
+
+from llm_policy_gen.cli import main
+from llm_policy_gen.discretize import DiscreteDiscretizer
+from llm_policy_gen.engine import train
+from llm_policy_gen.learner import LearnerPolicy, QLearner
+from llm_policy_gen.runlog import read_jsonl
+
+
+def policy(p: float, epsilon: float, advice: np.ndarray, q: np.ndarray, seed: int = 0) -> LearnerPolicy:
+    learner = QLearner(*q.shape)
+    learner.load_state_dict({**learner.state_dict(), "q": q})
+    return LearnerPolicy(learner, DiscreteDiscretizer(q.shape[0]), np.random.default_rng(seed), epsilon, advice, p)
+
+
+def test_the_learner_takes_the_advice_with_probability_p() -> None:
+    states = np.arange(20).repeat(50)
+    q = np.tile(np.array([0.0, 1.0, 0.0]), (20, 1))  # greedy: action 1 everywhere
+    advice = np.full(20, 2)
+    assert np.all(policy(1.0, 0.0, advice, q).act(states) == 2)
+    assert np.all(policy(0.0, 0.0, advice, q).act(states) == 1)
+    half = policy(0.5, 0.0, advice, q)
+    acts = half.act(states)
+    assert set(acts.tolist()) == {1, 2} and half.advised == int(np.sum(acts == 2)) and half.steps == states.size
+    assert 0.4 < half.advised / half.steps < 0.6
+    explore = policy(0.0, 1.0, advice, q).act(states)
+    assert set(explore.tolist()) == {0, 1, 2}
+
+
+def test_greedy_ties_are_broken_at_random_in_training_and_by_the_lowest_action_when_judged() -> None:
+    q = np.zeros((4, 3))
+    acts = policy(0.0, 0.0, np.zeros(4, dtype=np.int64), q).act(np.arange(4).repeat(100))
+    assert set(acts.tolist()) == {0, 1, 2}
+    learner = QLearner(4, 3)
+    assert learner.greedy().tolist() == [0, 0, 0, 0]
+
+
+def test_the_advice_probability_decays_every_iteration(tmp_path: Path) -> None:
+    res = train(cfg(tmp_path, mode="advisor", iterations=4, candidates=1, advice_prob=0.8, advice_decay=0.5),
+                log=quiet)
+    events = read_jsonl(res.run_dir / "events.jsonl")
+    probs = [e["advice_prob"] for e in events]
+    assert probs[0] == 0.8 and all(b == pytest.approx(a * 0.5) for a, b in zip(probs, probs[1:], strict=False))
+    assert all(0.0 <= e["advised_share"] <= 1.0 for e in events)
+    config = json.loads((res.run_dir / "config.json").read_text())
+    assert config["mode"] == res.summary["mode"] == "advisor" and config["target"] == "action"
+    calls = read_jsonl(res.run_dir / "transcripts.jsonl")
+    assert calls and all("not an LLM" in c["model"] and c["mode"] == "advisor" for c in calls)
+    assert "probability 0.8 per step" in calls[0]["messages"][1]["content"]
+
+
+def test_good_advice_makes_the_learner_solve_the_big_lake_and_only_the_learner_is_judged(tmp_path: Path) -> None:
+    advice = path_advice("8x8")
+    results = {}
+    for name, p in (("followed", 0.9), ("ignored", 0.0)):
+        backend = write_replay(tmp_path / f"{name}.jsonl", lambda _i, _c: answer(advice, "action", LAKE8), 3)
+        results[name] = train(cfg(tmp_path / name, mode="advisor", backend=backend, iterations=3, candidates=1,
+                                  env_kwargs=LAKE8, advice_prob=p), log=quiet)
+    assert results["followed"].summary["best_eval_mean"] == 1.0
+    # Advice the learner never follows teaches it nothing: the same perfect advice, judged as the learner's table.
+    assert results["ignored"].summary["best_eval_mean"] == 0.0
+    kept = json.loads((results["followed"].run_dir / "best_policy.json").read_text())["table"]
+    assert kept != advice.tolist()  # the learner's greedy table, not the advice
+
+
+def test_an_advised_run_through_the_cli_prints_its_mode(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["train", "--env", "FrozenLake-v1", "--mode", "advisor", "--backend", "random", "--iterations", "2",
+                 "--advice-prob", "0.7", "--advice-decay", "1", "--logs-dir", str(tmp_path), "--no-plots",
+                 "--no-progress", "--heldout-episodes", "5"])
+    out = capsys.readouterr().out
+    assert code == 0 and "advisor mode" in out
+    (run,) = (tmp_path / "FrozenLake-v1").iterdir()
+    assert [e["advice_prob"] for e in read_jsonl(run / "events.jsonl")] == [0.7, 0.7]
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--advice-prob", "1.5"], "bad --advice-prob 1.5: accepted a number in [0, 1]"),
+    (["--advice-decay", "-0.1"], "bad --advice-decay -0.1: accepted a number in [0, 1]"),
+])
+def test_bad_advice_options_are_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                   args: list[str], words: str) -> None:
+    code = main(["train", "--mode", "advisor", "--logs-dir", str(tmp_path), *args])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and words in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_a_killed_advisor_run_resumes_to_the_uninterrupted_result(tmp_path: Path) -> None:
+    cut, ref = kill_and_resume(tmp_path, ["--backend", "offline", "--mode", "advisor", "--train-episodes", "3"],
+                               "CartPole-v1", iterations=6, after=3)
+    assert cut == ref
