@@ -120,3 +120,127 @@ def test_answers_use_the_runs_format():
     ctx = ctx_for(spec, fmt="edits")
     (a,) = OfflineProposer().propose(ctx, [], 1)
     assert a.ok and "edits" in json.loads(a.text) and np.array_equal(a.parsed.value, spec.prior_table())
+
+
+# ---------------------------------------------------------------------------------------------------- population search
+def rules_ctx(spec, iteration=1, history=(), k=5, table=None, fresh=()):
+    ctx = ctx_for(spec, iteration, table, history, fmt="rules", k=k)
+    ctx.fresh = list(fresh)
+    return ctx
+
+
+def centres(proposer, ctx, k):
+    """The rule parameters of K proposals, as arrays (one row per output: weights then bias)."""
+    answers = proposer.propose(ctx, [], k)
+    assert all(a.ok for a in answers)
+    return [np.array([r["weights"] + [r["bias"]] for r in a.parsed.source["linear"]]) for a in answers]
+
+
+def test_population_search_proposes_the_centre_and_opposite_pairs():
+    spec = get_spec("Pendulum-v1")
+    first = centres(OfflineProposer(seed=4), rules_ctx(spec, k=5), 5)
+    assert np.allclose(first[0], 0.0)  # no prior rule: the search starts from zero weights (zero torque)
+    assert np.allclose(first[1], -first[2]) and np.allclose(first[3], -first[4])
+    assert not np.allclose(first[1], first[3])
+    again = centres(OfflineProposer(seed=4), rules_ctx(spec, k=5), 5)
+    assert all(np.array_equal(x, y) for x, y in zip(first, again, strict=True))
+
+
+def test_population_search_starts_from_the_spec_prior():
+    spec = get_spec("CartPole-v1")
+    answers = OfflineProposer().propose(ctx_for(spec, fmt="rules", k=3), [], 3)
+    assert np.array_equal(answers[0].parsed.value, spec.prior_table())
+
+
+def test_population_search_moves_toward_the_better_side_of_each_pair():
+    spec = get_spec("Hopper-v5")
+    b = OfflineProposer(seed=1)
+    c1 = centres(b, rules_ctx(spec, 1, k=3), 3)
+    hist = [HistoryEntry(1, 5.0, 1, False, 0, candidate=1), HistoryEntry(1, 50.0, 1, True, 0, candidate=2),
+            HistoryEntry(1, 10.0, 1, False, 0, candidate=3)]
+    c2 = centres(b, rules_ctx(spec, 2, hist, k=3), 3)
+    step = c2[0] - c1[0]
+    assert float(np.sum(step * (c1[1] - c1[0]))) > 0  # toward candidate 2, which scored higher than its mirror
+
+
+def test_population_search_widens_its_noise_on_a_flat_landscape_and_saves_its_state():
+    spec = get_spec("MountainCar-v0")
+    a = OfflineProposer(seed=2)
+    c1 = centres(a, rules_ctx(spec, 1, k=3), 3)
+    flat = [HistoryEntry(1, -200.0, 2, False, 0, candidate=c) for c in (1, 2, 3)]
+    b = OfflineProposer(seed=2)
+    b.load_state_dict(a.state_dict())
+    from_a = centres(a, rules_ctx(spec, 2, flat, k=3), 3)
+    from_b = centres(b, rules_ctx(spec, 2, flat, k=3), 3)
+    assert all(np.array_equal(x, y) for x, y in zip(from_a, from_b, strict=True))
+    assert np.array_equal(from_a[0], c1[0])  # nothing to learn: the centre stays
+    assert a.rules_search.noise > a.rules_search.noise0  # and the next candidates spread wider
+
+
+def test_searches_never_step_an_environment(monkeypatch):
+    import gymnasium
+
+    def refuse(*_a, **_k):
+        raise AssertionError("a proposer stepped an environment")
+
+    contexts = [ctx_for(get_spec("Hopper-v5"), fmt="rules", k=3), ctx_for(get_spec("FrozenLake-v1"), k=3)]
+    monkeypatch.setattr(gymnasium, "make", refuse)
+    for ctx in contexts:
+        assert all(a.ok for a in OfflineProposer().propose(ctx, [], 3))
+
+
+# ---------------------------------------------------------------------------------------------------- model search
+def chain_episode(states, actions, rewards, terminated=True):
+    from llm_policy_gen.collect import Episode
+
+    return Episode(0, np.array(states), np.array(actions), np.array(rewards, dtype=float), terminated, False)
+
+
+def test_model_search_exploits_what_it_learned_and_explores_what_it_did_not():
+    spec = get_spec("FrozenLake-v1")  # not slippery: right along row 0, then down column 3 is not safe; any path
+    path = chain_episode([0, 1, 2, 6, 10, 14], [2, 2, 1, 1, 1, 2], [0, 0, 0, 0, 0, 1.0])
+    b = OfflineProposer()
+    ctx = ctx_for(spec, k=2)
+    ctx.fresh = [path]
+    explore, exploit = tables(b, ctx, 2)
+    assert [exploit[s] for s in (0, 1, 2, 6, 10, 14)] == [2, 2, 1, 1, 1, 2]  # the path that reached the goal
+    assert explore[3] != 0 or explore[4] != 0 or not np.array_equal(explore, exploit)
+    # the model is kept: a later call without new episodes still knows the path
+    again = OfflineProposer()
+    again.load_state_dict(b.state_dict())
+    ctx2 = ctx_for(spec, 2, exploit, k=2)
+    assert np.array_equal(tables(again, ctx2, 2)[1], tables(b, ctx_for(spec, 2, exploit, k=2), 2)[1])
+    assert b.empirical.steps == 6
+
+
+def test_a_resumed_population_search_gives_the_uninterrupted_run(tmp_path):
+    from llm_policy_gen.config import TrainConfig
+    from llm_policy_gen.engine import resume, train
+
+    def cfg(run_id, iterations):
+        return TrainConfig(env_id="CartPole-v1", backend="offline", output_format="rules", candidates=5,
+                           iterations=iterations, test_seeds="fresh", logs_dir=str(tmp_path), run_id=run_id,
+                           progress=False, plots=False, heldout_episodes=5)
+
+    quiet = lambda _m: None  # noqa: E731
+    whole = train(cfg("whole", 4), log=quiet)
+    train(cfg("cut", 2), log=quiet)
+    resumed = resume(tmp_path / "CartPole-v1" / "cut", {"iterations": 4}, log=quiet)
+
+    def kept(run_dir):
+        best = json.loads((run_dir / "best_policy.json").read_text())
+        lines = (run_dir / "transcripts.jsonl").read_text().splitlines()
+        return best["table"], best["source"], [json.loads(x)["response_text"] for x in lines]
+
+    assert kept(whole.run_dir) == kept(resumed.run_dir)
+    for key in ("best_eval_mean", "episodes_total", "env_steps_total", "best_iteration"):
+        assert whole.summary[key] == resumed.summary[key]
+
+
+def test_a_spec_sets_the_population_search_step():
+    spec = get_spec("Pendulum-v1").with_overrides(search={"noise": 2.0, "step": 1.5})
+    b = OfflineProposer()
+    first = centres(b, rules_ctx(spec, k=3), 3)
+    assert (b.rules_search.noise, b.rules_search.step) == (2.0, 1.5)
+    default = centres(OfflineProposer(), rules_ctx(get_spec("Pendulum-v1"), k=3), 3)
+    assert np.allclose(first[1], 4 * default[1], atol=0.01)  # the same direction, four times the default noise

@@ -1,5 +1,6 @@
 """The prompt: every section from its context, bounded size, the answer format's own section, and mode templates."""
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -120,3 +121,38 @@ def test_a_mode_brings_its_own_templates_and_sections(tmp_path: Path):
     system, user = PromptBuilder(templates=tmp_path).build(ctx)
     assert system.content == "You advise."
     assert user.content.startswith("Task FrozenLake-v1\nGo right.\n# Evidence\ns") and '"rows"' in user.content
+
+
+def test_rules_prompts_show_the_rules_and_summaries_never_the_table():
+    spec = get_spec("BipedalWalker-v3")  # 10,000 states
+    rules = {"format": "rules", "version": 1, "cases": [],
+             "linear": [{"output": d, "weights": [0.5, 0.0, -0.25, 0.1], "bias": 0.0, "thresholds": [-0.3, 0.3]}
+                        for d in range(4)], "otherwise": None}
+    body = {k: v for k, v in rules.items() if k in ("cases", "linear", "otherwise")}
+    table = make_format("rules").parse(json.dumps({"rationale": "r", **body}),
+                                       context(spec, fmt="rules").format_context()).value
+    ctx = context(spec, 40, 6, fmt="rules", table=table, current_source=rules, history=[])
+    _, user = PromptBuilder().build(ctx)
+    text = user.content
+    assert "The current rules (the table is compiled from them):" in text
+    assert '"weights":[0.5,0.0,-0.25,0.1]' in text
+    assert "The table as regions" not in text and "s0-9 " not in text  # never the table itself
+    assert "Summed over the other dimensions (10000 states" in text
+    assert "dim 0 hull angle: b" in text and "G " in text and "end " in text
+    assert "(t:bins:action:reward)" in text and len(text) < 14000  # 81 action lines take 3,000
+    assert '"linear": [{"output": <int>' in text  # the format section
+    # without rules behind it, the kept table is shown as an equal decision list
+    plain = context(spec, 10, 2, fmt="rules", table=spec.prior_table(), history=[])
+    shown = PromptBuilder().build(plain)[1].content
+    assert "The current table, written as rules (it was not compiled from rules):" in shown
+    assert '"otherwise":' in shown
+
+
+def test_per_dimension_evidence_adds_up():
+    spec = get_spec("CartPole-v1")
+    ctx = context(spec, 30, 4, fmt="rules")
+    rows = PromptBuilder().evidence_by_dimension(ctx)
+    steps = int(ctx.evidence.visits.sum())
+    assert f"{steps} steps" in rows[0] and len(rows) == 1 + 4
+    shares = [float(part.split()[1].rstrip("%")) for part in rows[3].split(": ", 1)[1].split(" | ")]
+    assert abs(sum(shares) - 100) <= len(shares)  # rounded shares of the steps

@@ -1,4 +1,9 @@
-"""The registry of environment specs: shipped TOML specs, and a generic spec for any other gymnasium id."""
+"""The registry of environment specs: shipped TOML specs, and a generic spec for any other gymnasium id.
+
+``specs/ENV_ID.toml`` is the default spec of ``ENV_ID``; ``specs/ENV_ID.VARIANT.toml`` is a variant of it (for
+example ``Hopper-v5.rich``: a table over all eleven observations next to the seed project's four), selected by the
+id ``ENV_ID.VARIANT`` (``--env Hopper-v5.rich``, or ``--env Hopper-v5 --spec rich``).
+"""
 
 from __future__ import annotations
 
@@ -15,7 +20,8 @@ from ..config import read_toml
 from ..errors import SpecError, UserError
 from .spec import EnvSpec
 
-__all__ = ["SPEC_DIR", "shipped_env_ids", "get_spec", "load_spec_file", "complete_spec"]
+__all__ = ["SPEC_DIR", "shipped_env_ids", "spec_variants", "variant_id", "get_spec", "load_spec_file",
+           "complete_spec"]
 
 SPEC_DIR = Path(__file__).with_name("specs")
 
@@ -27,16 +33,39 @@ def load_spec_file(path: str | Path) -> EnvSpec:
 
 
 @cache
+def _spec_files() -> tuple[dict[str, Path], dict[str, Path]]:
+    """(default specs by env id, variants by ``ENV_ID.VARIANT``): a variant's name is its file name's last part."""
+    stems = {p.stem: p for p in sorted(SPEC_DIR.glob("*.toml"))}
+    defaults = {k: v for k, v in stems.items() if not any(k.startswith(d + ".") for d in stems if d != k)}
+    variants = {k: v for k, v in stems.items() if k not in defaults}
+    return defaults, variants
+
+
 def _shipped() -> dict[str, Path]:
-    out = {}
-    for p in sorted(SPEC_DIR.glob("*.toml")):
-        out[p.stem] = p
-    return out
+    return _spec_files()[0]
 
 
 def shipped_env_ids() -> list[str]:
-    """Ids of the environments with a shipped spec."""
+    """Ids of the environments with a shipped spec (their default specs)."""
     return list(_shipped())
+
+
+def spec_variants(env_id: str | None = None) -> list[str]:
+    """Ids ``ENV_ID.VARIANT`` of the shipped spec variants (of ``env_id`` only, when given)."""
+    return [k for k in _spec_files()[1] if env_id is None or k.startswith(env_id + ".")]
+
+
+def variant_id(env_id: str, variant: str | None) -> str:
+    """The id that selects spec ``variant`` of ``env_id`` (``env_id`` itself for None or ''); a :class:`UserError`
+    naming the shipped variants when there is no such variant."""
+    if not variant:
+        return env_id
+    name = f"{env_id}.{variant}"
+    if name not in _spec_files()[1]:
+        known = [v.removeprefix(env_id + ".") for v in spec_variants(env_id)]
+        raise UserError(f"unknown spec variant {variant!r} of {env_id}; accepted: "
+                        f"{', '.join(known) if known else 'none (this environment has only its default spec)'}")
+    return name
 
 
 def _gym_registered(env_id: str) -> bool:
@@ -54,8 +83,10 @@ def _gym_registered(env_id: str) -> bool:
 
 def complete_spec(spec: EnvSpec) -> EnvSpec:
     """Fill what gymnasium knows (threshold, episode limit, action count, Box action bounds) into a spec."""
+    from .generic import registered_id
+
     changes: dict[str, Any] = {}
-    gspec = gym.spec(spec.env_id)
+    gspec = gym.spec(registered_id(spec.env_id))
     if spec.reward_threshold is None and gspec.reward_threshold is not None:
         changes["reward_threshold"] = float(gspec.reward_threshold)
     if spec.max_episode_steps is None and gspec.max_episode_steps is not None:
@@ -84,9 +115,18 @@ def get_spec(env_id: str) -> EnvSpec:
     """The spec for ``env_id``: the shipped one, else a generic spec built from the gymnasium space."""
     if not isinstance(env_id, str) or not env_id:
         raise UserError("no environment given; run `llm-policy-gen envs` for the ready ones")
-    shipped = _shipped()
+    shipped, variants = _spec_files()
     if env_id in shipped:
         return complete_spec(load_spec_file(shipped[env_id])).validate()
+    if env_id in variants:
+        spec = load_spec_file(variants[env_id])
+        base, _, name = env_id.rpartition(".")
+        if spec.env_id != base:
+            raise SpecError(f"spec file {variants[env_id].name} is for {spec.env_id}, not {base}")
+        return complete_spec(spec.with_overrides(variant=name)).validate()
+    base, dot, name = env_id.rpartition(".")
+    if dot and base in shipped:
+        variant_id(base, name)  # raises, naming the variants there are
     if not _gym_registered(env_id):
         names = list(dict.fromkeys([*shipped, *(k for k in gym.registry if "/" not in k)]))
         close = difflib.get_close_matches(env_id, names, n=3)

@@ -3,7 +3,9 @@
 A spec names the gymnasium id and keyword arguments, the observation dimensions the table uses (name, bounds, bins),
 the action discretization, reward wrappers, the physics-hint file under ``prompts/hints/`` and an optional *prior*:
 simple physics rules (a linear score over named dimensions) that give a starting table and that the offline
-optimiser searches around. Shipped specs live as TOML files in ``llm_policy_gen/envs/specs/``.
+optimiser searches around. Shipped specs live as TOML files in ``llm_policy_gen/envs/specs/``: ``ENV_ID.toml`` is an
+environment's default spec and ``ENV_ID.VARIANT.toml`` a variant of it (another table over the same environment,
+chosen with ``--env ENV_ID.VARIANT`` or ``--spec VARIANT``).
 """
 
 from __future__ import annotations
@@ -26,7 +28,10 @@ from ..discretize import (
 )
 from ..errors import SpecError
 
-__all__ = ["LinearPrior", "EnvSpec"]
+__all__ = ["LinearPrior", "EnvSpec", "SEARCH_SETTINGS"]
+
+SEARCH_SETTINGS = frozenset({"noise", "step", "top"})
+"""The settings a spec's ``[search]`` table may give the offline population search."""
 
 
 @dataclass(frozen=True)
@@ -99,6 +104,21 @@ class EnvSpec:
     refusal: str = ""
     """Why the spec cannot be tabulated as it stands and which options help ('' when it can). :meth:`validate`
     raises it; choosing dimensions or bins (``--dims``, ``--bins``) builds new dims and clears it."""
+    variant: str = ""
+    """The name of this spec variant ('' for an environment's default spec)."""
+    rules_form: str = ""
+    """How linear rules of the ``rules`` answer format choose a ``Discrete`` action, for the offline search:
+    ``levels`` (the actions are ordered, e.g. push left / none / right), ``scores`` (one score per action) or ''
+    (``levels`` up to 2 actions, else ``scores``). Box and MultiDiscrete actions always use levels."""
+
+    search: dict[str, float] = field(default_factory=dict)
+    """Settings of the offline population search over rules for this task (``noise``, ``step``, ``top``; see
+    :mod:`llm_policy_gen.proposers.population`); the search's own defaults where absent."""
+
+    @property
+    def name(self) -> str:
+        """The id that selects this spec: ``ENV_ID`` or ``ENV_ID.VARIANT``."""
+        return f"{self.env_id}.{self.variant}" if self.variant else self.env_id
 
     # ------------------------------------------------------------------ builders
     def observation_discretizer(self) -> ObservationDiscretizer:
@@ -169,6 +189,12 @@ class EnvSpec:
             )
         if self.reward_threshold is not None and not math.isfinite(self.reward_threshold):
             raise SpecError(f"{self.env_id}: reward_threshold must be finite")
+        if self.rules_form not in ("", "levels", "scores"):
+            raise SpecError(f"{self.env_id}: rules_form {self.rules_form!r} unknown; accepted: levels, scores")
+        bad = sorted(set(self.search) - SEARCH_SETTINGS)
+        if bad or not all(isinstance(v, (int, float)) and v > 0 for v in self.search.values()):
+            raise SpecError(f"{self.env_id}: search settings {dict(self.search)} invalid; accepted: positive numbers "
+                            f"for {', '.join(sorted(SEARCH_SETTINGS))}")
         return self
 
     # ------------------------------------------------------------------ (de)serialisation
@@ -200,6 +226,9 @@ class EnvSpec:
             "notes": list(self.notes),
             "train_defaults": dict(self.train_defaults),
             "refusal": self.refusal,
+            "variant": self.variant,
+            "rules_form": self.rules_form,
+            "search": dict(self.search),
         }
 
     @classmethod

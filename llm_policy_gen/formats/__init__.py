@@ -2,6 +2,7 @@
 
 * ``table`` -- every row of the table (:mod:`.table`);
 * ``edits`` -- changes to the current table as boxes of bins (:mod:`.edits`);
+* ``rules`` -- a decision list and linear rules compiled into the table (:mod:`.rules`);
 * ``action`` -- one ``Action: N`` line, the direct mode's answer (:mod:`.action`).
 
 A new format is one file implementing :class:`~llm_policy_gen.formats.base.AnswerFormat` plus one
@@ -21,6 +22,8 @@ FORMATS: Registry[type[AnswerFormat[Any]]] = Registry("answer format", "--output
 FORMATS.register("table", "llm_policy_gen.formats.table:TableFormat", description="every row of the table")
 FORMATS.register("edits", "llm_policy_gen.formats.edits:EditsFormat",
                  description="changes to the current table as boxes of bins")
+FORMATS.register("rules", "llm_policy_gen.formats.rules:RulesFormat",
+                 description="a decision list and linear rules that compile into the table")
 FORMATS.register("action", "llm_policy_gen.formats.action:ActionFormat",
                  description="one 'Action: N' line (direct mode)", table=False)
 

@@ -7,17 +7,19 @@ environment spec with its prior rules. It never steps an environment, so every e
 engine. Its proposals are rendered as text in the same answer format an LLM must use and go through the same parser
 and validator.
 
-Two kinds of move, each giving K different candidates per iteration:
+Three kinds of move, each giving K different candidates per iteration:
 
+* **Population search over rules** (``--output-format rules``): augmented random search over the weights of linear
+  rules, using the K candidates of each iteration as pairs of opposite steps from the search centre and moving the
+  centre with their test means (:mod:`llm_policy_gen.proposers.population`).
 * **Rule search** (specs with a linear prior, e.g. CartPole): a (1+K) evolution strategy over the weights of the
   linear rule ``action = positive if w . normalised_bin_centre + b > 0``. The first candidate ever is the prior
   itself. Each later candidate perturbs the weights of the best accepted rule with Gaussian noise of scale
   ``sigma``; the history tells whether one of the last iteration's candidates was kept (sigma x1.5) or all were
   reverted (sigma x0.85, floor 0.12; after 6 such iterations in a row sigma restarts at 0.6).
-* **Model-based improvement** (any other table): value iteration on the empirical model built from the evidence's
-  transition counts and mean rewards, with unvisited (state, action) pairs valued optimistically (R-max style) so
-  that proposals explore; a candidate is the greedy table, changing only states whose best action differs.
-  Candidates differ in which untried action each state tries first.
+* **Model-based improvement** (any other table): value iteration on an empirical model of every counted episode
+  (:mod:`llm_policy_gen.proposers.model`); odd candidates value untried (state, action) pairs optimistically (R-max
+  style) so that their test episodes explore, even candidates exploit what the model knows.
 
 Randomness comes from ``numpy.random.default_rng([seed, iteration, candidate])``: the same prompt context gives the
 same answers.
@@ -31,10 +33,11 @@ from typing import Any
 import numpy as np
 
 from ..discretize import BoxDiscretizer
-from ..memory import expected_next, transition_totals
 from ..prompt import PromptContext
 from ..session import Transcript
 from .base import TableSearch
+from .model import EmpiricalModel, model_tables
+from .population import LinearRuleSearch
 
 __all__ = ["OfflineProposer", "NOT_AN_LLM"]
 
@@ -62,17 +65,17 @@ class OfflineProposer(TableSearch):
         sigma_min: float = 0.12,
         sigma_restart: float = 0.6,
         restart_after: int = 6,
-        gamma: float = 0.95,
     ) -> None:
         super().__init__(seed, transcript)
         self.sigma0 = sigma0
         self.sigma_min = sigma_min
         self.sigma_restart = sigma_restart
         self.restart_after = restart_after
-        self.gamma = gamma
         self._rule: _RuleState | None = None
         self._proposed: dict[tuple[int, int], np.ndarray] = {}  # (iteration, candidate) -> weights of a rule
         self._seen_history = 0
+        self.rules_search = LinearRuleSearch(seed)
+        self.empirical = EmpiricalModel()
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -82,7 +85,8 @@ class OfflineProposer(TableSearch):
             "note": "not an LLM: a deterministic optimiser and the baseline every LLM must beat",
             "seed": self.seed,
             "sigma0": self.sigma0,
-            "gamma": self.gamma,
+            "tables": "value iteration on the counted episodes, gamma 1 - 1/episode limit",
+            "rules": self.rules_search.describe(),
         }
 
     def state_dict(self) -> dict[str, Any]:
@@ -95,6 +99,8 @@ class OfflineProposer(TableSearch):
             "proposed_keys": np.asarray(keys, dtype=np.int64).reshape(-1, 2),
             "proposed_w": np.asarray([self._proposed[k] for k in keys], dtype=np.float64),
             "seen_history": self._seen_history,
+            "rules_search": self.rules_search.state_dict(),
+            "model": self.empirical.state_dict(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -105,13 +111,23 @@ class OfflineProposer(TableSearch):
         ws = np.asarray(state["proposed_w"])
         self._proposed = {(int(i), int(c)): np.asarray(ws[j]) for j, (i, c) in enumerate(keys)}
         self._seen_history = int(state["seen_history"])
+        if "rules_search" in state:
+            self.rules_search.load_state_dict(state["rules_search"])
+        if "model" in state:
+            self.empirical.load_state_dict(state["model"])
 
     # ------------------------------------------------------------------ moves
-    def tables(self, ctx: PromptContext, k: int) -> list[tuple[np.ndarray, str]]:
+    def tables(self, ctx: PromptContext, k: int) -> list[tuple[Any, str]]:
+        if ctx.target.kind == "value":  # shaping potentials (--mode reward)
+            from .potential import potential_tables
+
+            return potential_tables(ctx, k, self.seed)
+        if ctx.fmt.name == "rules":  # rule sets, rendered by the rules format
+            return list(self.rules_search.propose(ctx, k))
         obs = ctx.observation
         if ctx.spec.prior is not None and isinstance(obs, BoxDiscretizer):
             return self._rule_moves(ctx, obs, k)
-        return [self._model_move(ctx, c, k) for c in range(1, k + 1)]
+        return list(model_tables(self.empirical, ctx, k))
 
     def _normalised(self, ctx: PromptContext, obs: BoxDiscretizer) -> tuple[np.ndarray, np.ndarray, float]:
         centres = obs.centers()
@@ -185,41 +201,3 @@ class OfflineProposer(TableSearch):
     def _rule_text(obs: BoxDiscretizer, w: np.ndarray, bias: float) -> str:
         terms = " ".join(f"{wi:+.2f}*{d.name}" for wi, d in zip(w, obs.dims, strict=True))
         return f"positive action when {terms} {bias:+.2f} > 0 (dimensions scaled to [-1, 1])"
-
-    def _model_move(self, ctx: PromptContext, candidate: int = 1, k: int = 1) -> tuple[np.ndarray, str]:
-        ev = ctx.evidence
-        ns, na = ev.counts.shape
-        n = transition_totals(ev.transitions)
-        visited = n > 0
-        with np.errstate(invalid="ignore", divide="ignore"):
-            r = np.where(visited, ev.reward_sum / np.maximum(n, 1), 0.0)
-        r_max = float(max(1.0, np.max(r[visited]) if visited.any() else 1.0))
-        # Explore (unvisited pairs worth r_max forever) until some episode in memory scored above the best table;
-        # then exploit (unvisited pairs worth nothing) so that the proposal follows the better episode's path.
-        best = ctx.best_eval_mean if ctx.best_eval_mean is not None else -np.inf
-        exploit = any(ep.ret > best + 1e-9 for ep in ctx.memory.episodes)
-        v_opt = 0.0 if exploit else r_max / (1.0 - self.gamma)
-        # Among untried actions, prefer a different one per state and iteration, so that successive greedy
-        # episodes leave a new state in different directions (ties would otherwise all pick action 0).
-        rot = (np.arange(na)[None, :] - np.arange(ns)[:, None] - (ctx.iteration - 1) * k - candidate) % na
-        untried = v_opt + 1e-6 * (rot == 0)
-        v = np.zeros(ns + 1)
-        q = np.zeros((ns, na))
-        for _ in range(1000):
-            q = np.where(visited, r + self.gamma * expected_next(ev.transitions, v), untried)
-            new_v = np.append(q.max(axis=1), 0.0)
-            if np.max(np.abs(new_v - v)) < 1e-6:
-                v = new_v
-                break
-            v = new_v
-        table = np.array(ctx.current_table, dtype=np.int64, copy=True)
-        cur_q = q[np.arange(ns), table]
-        best_a = np.argmax(q, axis=1)
-        change = q[np.arange(ns), best_a] > cur_q + 1e-9
-        table[change] = best_a[change]
-        n_unvisited = int((~visited).sum())
-        mode = "exploit: an episode beat the best table" if exploit else "explore: untried pairs valued optimistically"
-        return table, (
-            f"greedy table of the empirical model (value iteration, gamma {self.gamma}, {mode}); "
-            f"{int(change.sum())} states changed; {n_unvisited} state-action pairs never tried"
-        )

@@ -1,0 +1,471 @@
+"""``rules``: compact rules that compile into the table, for tables too big to write (or to show) row by row.
+
+A rules answer is JSON with up to three parts::
+
+    {"rationale": "short reason",
+     "cases": [{"conditions": [{"dim": 1, "min_bin": 0, "max_bin": 0}], "action": 2}],
+     "linear": [{"output": 0, "weights": [0.0, 1.2, -0.4], "bias": 0.1, "thresholds": [-0.3, 0.3]}],
+     "otherwise": null}
+
+* **cases** -- an ordered decision list over bin ranges: the first case whose conditions all hold decides the state
+  (a condition is a range of bins on one dimension, as in the ``edits`` format; an unlisted dimension matches any
+  bin, so ``"conditions": []`` matches every state).
+* **linear** -- decides the states no case matches. Each rule scores a state as
+  ``score = bias + sum_j weights[j] * x_j``, where ``x_j`` is the centre of the state's bin on dimension ``j``
+  scaled so that the dimension's low bound is -1 and its high bound +1 (:func:`feature_values`). Then:
+
+  - *levels* (``Box``/``MultiDiscrete`` actions, or ``Discrete`` actions in index order): one rule per action
+    dimension (``output`` = the dimension; ``output`` 0 for a ``Discrete`` action); the dimension takes level
+    ``k`` = how many of the rule's ascending ``thresholds`` are ``<= score`` (so ``levels - 1`` thresholds);
+  - *scores* (``Discrete`` actions only): one rule per action (``output`` = the action, ``thresholds`` empty); the
+    action with the highest score is taken (the lowest index among equal scores); actions without a rule are never
+    taken;
+  - *value* targets (a shaping potential): one rule, ``output`` 0, no thresholds; the value is the score, clipped
+    to the target's range.
+
+* **otherwise** -- the action (or value) of the states no case matches, when ``linear`` is empty.
+
+The table is compiled from the rules alone (the current table plays no part), and the rules travel with it as the
+policy's ``source``. :class:`RulesPolicy` evaluates the same rules on raw observations through the same code path as
+:meth:`RuleSet.compile`, so acting with the rules and looking the compiled table up give exactly the same actions.
+
+Any table can be written as rules: :meth:`RulesFormat.render` turns a plain table into a decision list of boxes of
+equal entries (the most common entry as ``otherwise``), which is how the non-LLM proposers that produce tables answer
+in this format.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, ValidationError
+
+from ..discretize import (
+    ActionDiscretizer,
+    BoxActions,
+    BoxDiscretizer,
+    DiscreteActions,
+    MultiDiscreteActions,
+    ObservationDiscretizer,
+)
+from ..errors import ProposalError
+from ..templates import fill
+from .base import (
+    AnswerModel,
+    FormatContext,
+    Parsed,
+    Target,
+    cap_errors,
+    dim_names,
+    extract_json_object,
+    pydantic_errors,
+    table_dims,
+)
+from .edits import Edit, ValueEdit, _check, describe_edit_dims, table_as_edits
+from .table import entry_fields
+
+__all__ = [
+    "LinearRule",
+    "Case",
+    "ValueCase",
+    "RulesAnswer",
+    "ValueRulesAnswer",
+    "RuleSet",
+    "RulesPolicy",
+    "RulesFormat",
+    "feature_values",
+    "output_levels",
+    "linear_form",
+    "RULES_VERSION",
+]
+
+RULES_VERSION = 1
+"""Version of the ``source`` a rules policy file carries."""
+_CHUNK = 65536
+"""States compiled at once (bounds the memory of a million-state table)."""
+
+
+class LinearRule(BaseModel):
+    """A linear score over the scaled state dimensions."""
+
+    model_config = ConfigDict(extra="forbid")
+    output: StrictInt = Field(description="the action dimension this rule sets (levels form), or the action it scores "
+                              "(scores form); 0 for a single rule")
+    weights: list[StrictFloat] = Field(description="one weight per state dimension, in the order of the States section")
+    bias: StrictFloat = Field(description="added to the weighted sum")
+    thresholds: list[StrictFloat] = Field(description="ascending cut points between consecutive levels (levels - 1 "
+                                          "of them); [] in the scores form and for values")
+
+
+class Case(Edit):
+    """A case of the decision list: ``action`` for the states matching all conditions (the first match decides)."""
+
+
+class ValueCase(ValueEdit):
+    """A case of the decision list: ``value`` for the states matching all conditions (the first match decides)."""
+
+
+class RulesAnswer(AnswerModel):
+    """Rules that compile into the whole table."""
+
+    cases: list[Case] = Field(default_factory=list, description="ordered decision list: the first case whose "
+                              "conditions all hold decides the state")
+    linear: list[LinearRule] = Field(default_factory=list, description="linear rules for the states no case matches")
+    otherwise: StrictInt | None = Field(default=None, description="the action of the states no case matches, when "
+                                        "linear is empty (else null)")
+
+
+class ValueRulesAnswer(AnswerModel):
+    """Rules that compile into the whole table of values."""
+
+    cases: list[ValueCase] = Field(default_factory=list, description="ordered decision list: the first case whose "
+                                   "conditions all hold decides the state")
+    linear: list[LinearRule] = Field(default_factory=list, description="one linear rule for the states no case "
+                                     "matches (value = score, clipped to the range)")
+    otherwise: StrictFloat | None = Field(default=None, description="the value of the states no case matches, when "
+                                          "linear is empty (else null)")
+
+
+# ---------------------------------------------------------------------------------------------------- features
+def feature_values(observation: ObservationDiscretizer) -> list[np.ndarray]:
+    """Per table dimension, the scaled value ``x`` of each bin: its centre with the low bound at -1, the high at +1.
+
+    For a ``Box`` observation the centre is the middle of the bin's edges (so ``seed`` binning's narrower edge bins
+    are honoured); for a grid world the rows and columns, and for any other ``Discrete`` observation the state index,
+    are spread evenly (bin ``b`` of ``n``: ``(2b + 1) / n - 1``).
+    """
+    if isinstance(observation, BoxDiscretizer):
+        out = []
+        for j, bounds in enumerate(observation.boundaries):
+            lo, hi = float(observation.low[j]), float(observation.high[j])
+            centre = (bounds[:-1] + bounds[1:]) / 2
+            out.append((centre - (lo + hi) / 2) / ((hi - lo) / 2))
+        return out
+    return [(2 * np.arange(n) + 1) / n - 1 for n in table_dims(observation)]
+
+
+def output_levels(actions: ActionDiscretizer) -> tuple[int, ...]:
+    """Levels of each action dimension a linear rule can set (a ``Discrete`` action is one dimension)."""
+    if isinstance(actions, BoxActions):
+        return tuple(int(v) for v in actions.levels)
+    if isinstance(actions, MultiDiscreteActions):
+        return tuple(int(v) for v in actions.nvec)
+    return (int(actions.n_actions),)
+
+
+def linear_form(actions: ActionDiscretizer, target: Target, rules: Sequence[Mapping[str, Any]]) -> str:
+    """``levels``, ``scores`` or ``value``: how ``rules`` turn scores into entries (see the module docstring)."""
+    if target.kind == "value":
+        return "value"
+    if isinstance(actions, DiscreteActions) and rules and all(not r["thresholds"] for r in rules):
+        return "scores"
+    return "levels"
+
+
+def _state_bins(observation: ObservationDiscretizer, states: np.ndarray) -> np.ndarray:
+    """(N, n_dims) bins of flat state indices."""
+    return np.stack(np.unravel_index(np.asarray(states, dtype=np.int64), table_dims(observation)), axis=1)
+
+
+@dataclass(frozen=True)
+class _Grid:
+    """Every state's bins and scaled features, dimension-major (computed once per discretization)."""
+
+    bins: np.ndarray
+    """(n_dims, n_states) bin of each state on each dimension."""
+    x: np.ndarray
+    """(n_dims, n_states) scaled feature of each state on each dimension."""
+
+
+_GRIDS: dict[str, _Grid] = {}
+"""The last few grids, by discretizer spec."""
+
+
+def _grid(observation: ObservationDiscretizer) -> _Grid:
+    key = json.dumps(observation.to_spec(), sort_keys=True)
+    grid = _GRIDS.get(key)
+    if grid is None:
+        features = feature_values(observation)
+        bins = np.unravel_index(np.arange(observation.n_states, dtype=np.int64), table_dims(observation))
+        small = np.int16 if max(table_dims(observation)) < 2**15 else np.int64
+        grid = _Grid(np.stack([b.astype(small) for b in bins]), np.stack([features[j][b] for j, b in enumerate(bins)]))
+        while len(_GRIDS) >= 4:
+            del _GRIDS[next(iter(_GRIDS))]
+        _GRIDS[key] = grid
+    return grid
+
+
+def _observation_bins(observation: ObservationDiscretizer, obs: np.ndarray) -> np.ndarray:
+    """(N, n_dims) bins of raw observations."""
+    if isinstance(observation, BoxDiscretizer):
+        return observation.encode_bins(obs)
+    return _state_bins(observation, observation.encode(obs))
+
+
+# ---------------------------------------------------------------------------------------------------- rule sets
+@dataclass(frozen=True)
+class RuleSet:
+    """Validated rules (plain JSON-shaped data), and how they decide a state.
+
+    ``cases`` items are ``{"conditions": [{"dim", "min_bin", "max_bin"}, ...], field: entry}`` (``field`` is
+    ``action`` or ``value``); ``linear`` items ``{"output", "weights", "bias", "thresholds"}``.
+    """
+
+    cases: list[dict[str, Any]] = field(default_factory=list)
+    linear: list[dict[str, Any]] = field(default_factory=list)
+    otherwise: int | float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The rules as a policy file's ``source`` (an answer carries the same three parts and a rationale)."""
+        return {"format": "rules", "version": RULES_VERSION, "cases": self.cases, "linear": self.linear,
+                "otherwise": self.otherwise}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RuleSet:
+        return cls([dict(c) for c in data.get("cases", [])], [dict(r) for r in data.get("linear", [])],
+                   data.get("otherwise"))
+
+    def to_json(self, rationale: str) -> str:
+        """The answer text (shortest float representations, no spaces)."""
+        body = {"rationale": rationale, "cases": self.cases, "linear": self.linear, "otherwise": self.otherwise}
+        return json.dumps(body, separators=(",", ":"))
+
+    def decide(self, bins: np.ndarray, x: np.ndarray, actions: ActionDiscretizer,
+               target: Target) -> tuple[np.ndarray, int]:
+        """Entries for (n_dims, N) bins and their (n_dims, N) scaled features, and how many linear values were
+        clipped to the target's range.
+
+        The only place rules are evaluated: compiling a table and acting on observations both come here.
+        """
+        n = bins.shape[1]
+        clipped = 0
+        if self.linear:
+            scores = []
+            for rule in self.linear:
+                s = np.full(n, float(rule["bias"]))
+                for j, w in enumerate(rule["weights"]):  # a fixed order of additions: the same floats every time
+                    s = s + float(w) * x[j]
+                scores.append(s)
+            form = linear_form(actions, target, self.linear)
+            if form == "value":
+                lo, hi = target.low, target.high
+                clipped = int(np.sum((scores[0] < lo) | (scores[0] > hi)))
+                out = np.clip(scores[0], lo, hi)
+            elif form == "scores":
+                stacked = np.full((n, actions.n_actions), -np.inf)
+                for rule, s in zip(self.linear, scores, strict=True):
+                    stacked[:, int(rule["output"])] = s
+                out = np.argmax(stacked, axis=1).astype(np.int64)
+            else:
+                sizes = output_levels(actions)
+                levels = [np.zeros(n, dtype=np.int64) for _ in sizes]
+                for rule, s in zip(self.linear, scores, strict=True):
+                    levels[int(rule["output"])] = np.searchsorted(np.asarray(rule["thresholds"], dtype=np.float64),
+                                                                  s, side="right").astype(np.int64)
+                out = np.ravel_multi_index(tuple(levels), sizes).astype(np.int64)
+        else:
+            assert self.otherwise is not None
+            out = np.full(n, self.otherwise, dtype=np.int64 if target.kind == "action" else np.float64)
+        out = target.array(out)
+        decided = np.zeros(n, dtype=bool)
+        for case in self.cases:
+            hit = ~decided
+            for c in case["conditions"]:
+                col = bins[int(c["dim"])]
+                hit &= (col >= int(c["min_bin"])) & (col <= int(c["max_bin"]))
+            out[hit] = case[target.field]
+            decided |= hit
+        return out, clipped
+
+    def compile(self, observation: ObservationDiscretizer, actions: ActionDiscretizer,
+                target: Target) -> np.ndarray:
+        """The whole table the rules give."""
+        return self.compile_with_notes(observation, actions, target)[0]
+
+    def compile_with_notes(self, observation: ObservationDiscretizer, actions: ActionDiscretizer,
+                           target: Target) -> tuple[np.ndarray, int]:
+        grid = _grid(observation)
+        n_states = int(observation.n_states)
+        parts, clipped = [], 0
+        for start in range(0, n_states, _CHUNK):
+            part, c = self.decide(grid.bins[:, start:start + _CHUNK], grid.x[:, start:start + _CHUNK], actions,
+                                  target)
+            parts.append(part)
+            clipped += c
+        return target.array(np.concatenate(parts)), clipped
+
+
+class RulesPolicy:
+    """Rules acting on raw observations (a :class:`~llm_policy_gen.policy.Policy`); equal to the compiled table."""
+
+    def __init__(self, rules: RuleSet, observation: ObservationDiscretizer, actions: ActionDiscretizer) -> None:
+        self.rules, self.observation, self.actions = rules, observation, actions
+        self.target = Target("action", n_actions=actions.n_actions)
+        self._features = feature_values(observation)
+
+    def act(self, obs: np.ndarray) -> np.ndarray:
+        bins = _observation_bins(self.observation, obs).T
+        x = np.stack([f[b] for f, b in zip(self._features, bins, strict=True)])
+        return self.rules.decide(bins, x, self.actions, self.target)[0]
+
+
+# ---------------------------------------------------------------------------------------------------- checks
+def _check_linear(rules: list[LinearRule], n_dims: int, actions: ActionDiscretizer, target: Target) -> list[str]:
+    errors: list[str] = []
+    if not rules:
+        return errors
+    for i, r in enumerate(rules):
+        where = f"linear[{i}]"
+        if len(r.weights) != n_dims:
+            errors.append(f"{where}: give {n_dims} weights (one per state dimension), got {len(r.weights)}")
+        if not all(np.isfinite(x) for x in [*r.weights, r.bias, *r.thresholds]):
+            errors.append(f"{where}: weights, bias and thresholds must be finite numbers")
+        if any(b < a for a, b in zip(r.thresholds, r.thresholds[1:], strict=False)):
+            errors.append(f"{where}: thresholds must be ascending, got {r.thresholds}")
+    if errors:
+        return errors
+    outputs = [r.output for r in rules]
+    if len(set(outputs)) != len(outputs):
+        errors.append(f"linear: each output at most once, got outputs {outputs}")
+    form = linear_form(actions, target, [r.model_dump() for r in rules])
+    if form == "value":
+        if len(rules) != 1 or rules[0].output != 0 or rules[0].thresholds:
+            errors.append("linear: for values give one rule with output 0 and thresholds []")
+        return errors
+    if form == "scores":
+        for i, r in enumerate(rules):
+            if not 0 <= r.output < actions.n_actions:
+                errors.append(f"linear[{i}]: output {r.output} out of range 0..{actions.n_actions - 1} (scores form: "
+                              "output is the action scored)")
+        return errors
+    sizes = output_levels(actions)
+    names = _output_names(actions)
+    for i, r in enumerate(rules):
+        if not 0 <= r.output < len(sizes):
+            errors.append(f"linear[{i}]: output {r.output} out of range 0..{len(sizes) - 1} (the action dimensions)")
+            continue
+        need = sizes[r.output] - 1
+        if len(r.thresholds) != need:
+            errors.append(f"linear[{i}]: output {r.output} ({names[r.output]}) has {sizes[r.output]} levels: give "
+                          f"{need} ascending thresholds, got {len(r.thresholds)}"
+                          + ("; or thresholds [] in every rule (scores form)" if len(sizes) == 1 else ""))
+    missing = sorted(set(range(len(sizes))) - set(outputs))
+    if missing and not errors:
+        errors.append(f"linear: no rule for output {', '.join(str(m) for m in missing)} "
+                      f"({', '.join(names[m] for m in missing)}); give one rule per action dimension")
+    return errors
+
+
+def _output_names(actions: ActionDiscretizer) -> list[str]:
+    if isinstance(actions, (BoxActions, MultiDiscreteActions)):
+        return list(actions.names)
+    return ["action"]
+
+
+# ---------------------------------------------------------------------------------------------------- format
+class RulesFormat:
+    """``rules``: a decision list and linear rules that compile into the table."""
+
+    name = "rules"
+
+    def _model(self, target: Target) -> type[BaseModel]:
+        return RulesAnswer if target.kind == "action" else ValueRulesAnswer
+
+    def json_schema(self, ctx: FormatContext) -> dict[str, Any]:
+        return self._model(ctx.target).model_json_schema()
+
+    def prompt_section(self, ctx: FormatContext) -> str:
+        return fill("format_rules.md", n_dims=len(table_dims(ctx.observation)),
+                    dims="\n".join(describe_rule_dims(ctx.observation)),
+                    outputs="\n".join(describe_outputs(ctx.actions, ctx.target)), max_state=ctx.n_states - 1,
+                    **entry_fields(ctx.target))
+
+    def parse(self, text: str, ctx: FormatContext) -> Parsed[np.ndarray]:
+        """Validate a rules answer and compile it into the whole table (``source``: the rules)."""
+        target = ctx.target
+        obj = _rules_object(text)
+        try:
+            answer: Any = self._model(target).model_validate(obj)
+        except ValidationError as exc:
+            raise ProposalError(pydantic_errors(exc), text) from None
+        sizes = table_dims(ctx.observation)
+        errors = [e.replace("edits[", "cases[") for e in _check(answer.cases, sizes, dim_names(ctx.observation),
+                                                                   target)]
+        errors += _check_linear(answer.linear, len(sizes), ctx.actions, target)
+        if answer.otherwise is not None and (why := target.check(answer.otherwise)):
+            errors.append(f"otherwise: {why}")
+        if not answer.linear and answer.otherwise is None:
+            errors.append(f"give linear rules or an \"otherwise\" {target.field} for the states no case matches")
+        if errors:
+            raise ProposalError(cap_errors(errors), text)
+        rules = RuleSet([c.model_dump() for c in answer.cases], [r.model_dump() for r in answer.linear],
+                        answer.otherwise)
+        table, clipped = rules.compile_with_notes(ctx.observation, ctx.actions, target)
+        current = target.array(ctx.current).reshape(-1)
+        notes = []
+        if answer.linear and answer.otherwise is not None:
+            notes.append("otherwise ignored: the linear rules decide the states no case matches")
+        if clipped:
+            notes.append(f"{clipped} linear values clipped to [{target.low:g}, {target.high:g}]")
+        return Parsed(table, answer.rationale, int(np.sum(table != current)), notes, rules.to_dict())
+
+    def render(self, value: np.ndarray | RuleSet, ctx: FormatContext, rationale: str) -> str:
+        """A :class:`RuleSet` as answer text, or a table as a decision list that compiles back to exactly it."""
+        if isinstance(value, RuleSet):
+            return value.to_json(rationale)
+        return table_as_rules(np.asarray(value), ctx.observation, ctx.target).to_json(rationale)
+
+
+def table_as_rules(table: np.ndarray, observation: ObservationDiscretizer, target: Target) -> RuleSet:
+    """A decision list equal to ``table``: the most common entry as ``otherwise``, boxes of the others as cases."""
+    t = target.array(table).reshape(-1)
+    values, counts = np.unique(t, return_counts=True)
+    common = values[int(np.argmax(counts))].item()
+    boxes = [b for b in table_as_edits(t, observation) if b["entry"] != common]
+    cases = [{"conditions": b["conditions"], target.field: b["entry"]} for b in boxes]
+    return RuleSet(cases, [], common)
+
+
+def _rules_object(text: str) -> dict[str, Any]:
+    """The first JSON object of the answer holding any of the rules' keys."""
+    last: ProposalError | None = None
+    for key in ("linear", "cases", "otherwise"):
+        try:
+            return extract_json_object(text, key)
+        except ProposalError as exc:
+            last = exc
+    assert last is not None
+    if "no JSON object with" in last.errors[0]:
+        raise ProposalError(['no JSON object with "cases", "linear" or "otherwise" found'], text) from None
+    raise last
+
+
+def describe_rule_dims(observation: ObservationDiscretizer) -> list[str]:
+    """One line per dimension: its bins and the scaled value ``x`` of each bin's centre."""
+    lines = []
+    for line, xs in zip(describe_edit_dims(observation), feature_values(observation), strict=True):
+        shown = " ".join(f"{x:+.2f}" for x in xs) if len(xs) <= 12 else \
+            f"{xs[0]:+.3f} .. {xs[-1]:+.3f} in even steps"
+        lines.append(f"{line}; x = {shown}")
+    return lines
+
+
+def describe_outputs(actions: ActionDiscretizer, target: Target) -> list[str]:
+    """One line per output a linear rule can set."""
+    if target.kind == "value":
+        return [f"output 0 = the value ({target.describe()}): one rule, thresholds [], value = score (clipped)"]
+    names = _output_names(actions)
+    if isinstance(actions, BoxActions):
+        return [f"output {d} = {names[d]}: {len(v)} levels "
+                + " ".join(f"{k}={x:.3g}" for k, x in enumerate(v)) + f" -> {len(v) - 1} thresholds"
+                for d, v in enumerate(actions.values)]
+    if isinstance(actions, MultiDiscreteActions):
+        return [f"output {d} = {names[d]}: levels 0..{int(n) - 1} -> {int(n) - 1} thresholds"
+                for d, n in enumerate(actions.nvec)]
+    n = actions.n_actions
+    return [f"output 0 = the action in index order 0..{n - 1} -> {n - 1} thresholds (levels form); or one rule per "
+            f"action, output = the action, thresholds [] (scores form: the highest score acts)"]
