@@ -37,7 +37,7 @@ test: $(STAMP_DEV)
 # Debian packages some tests use: chromium renders the HTML report (tests/test_report.py); EGL lets MuJoCo render
 # without a display (evaluate --gif, tests/test_figures.py). Installed when missing and apt-get can be used (as
 # root); otherwise nothing is installed and those tests skip or check the one-line refusal instead, saying why.
-SYSTEM_PACKAGES := chromium libegl1 libegl-mesa0 libgl1-mesa-dri
+SYSTEM_PACKAGES := chromium libegl1 libegl-mesa0 libgl1-mesa-dri libosmesa6
 system-deps:
 	@missing=$$(for p in $(SYSTEM_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
 	if [ -z "$$missing" ]; then :; \

@@ -154,12 +154,14 @@ def _cmd_train(args: argparse.Namespace) -> int:
     best = "n/a" if s["best_eval_mean"] is None else f"{s['best_eval_mean']:.2f}"
     model = f":{s['model']}" if s["model"] and s["is_llm"] else ""
     mode = "" if s["mode"] == "table" else f", {s['mode']} mode"
+    calls = (f"{s['llm_calls']} calls, {s['input_tokens']}+{s['output_tokens']} tokens{cost}"
+             if s["is_llm"] or s["backend"].startswith("replay") else f"{s['llm_calls']} proposals (no model called)")
     never = " (no candidate was ever accepted: this is the initial table)" if s.get("never_accepted") \
         and s["mode"] != "direct" else ""
     print(
         f"{s['env_id']} [{s['backend']}{model}{mode}] held-out mean {best} over {s['best_eval_episodes']} episodes"
-        f"{never}, {solved}; {s['iterations']} iterations, {s['episodes_total']} episodes, {s['llm_calls']} calls, "
-        f"{s['input_tokens']}+{s['output_tokens']} tokens{cost}, {s['wall_s']:.1f} s; stop: {s['stop_reason']}"
+        f"{never}, {solved}; {s['iterations']} iterations, {s['episodes_total']} episodes, {calls}, "
+        f"{s['wall_s']:.1f} s; stop: {s['stop_reason']}"
     )
     print(f"run directory: {result.run_dir}")
     if s["stop_reason"] == "backend unreachable":
@@ -204,7 +206,10 @@ def _run_heldout(target: str) -> tuple[int, int] | None:
     from .keeper import SeedPlan
 
     d = Path(target)
-    cfg_file = (d if d.is_dir() else d.parent) / "config.json"
+    folder = d if d.is_dir() else d.parent
+    if not d.is_dir() and folder.name == "policies":  # RUN/policies/iter_NNNN.json
+        folder = folder.parent
+    cfg_file = folder / "config.json"
     if not cfg_file.is_file():
         return None
     try:

@@ -440,9 +440,9 @@ def results_markdown(meta: dict[str, Any], rows: Sequence[dict[str, Any]]) -> st
         f"- Final eval mean: the kept table's mean return on {heldout} held-out episodes (`best_eval_mean` of each "
         f"run's summary), averaged over seeds; the interval is a percentile bootstrap over seeds "
         f"({DEFAULT_RESAMPLES:,} resamples, seed {DEFAULT_SEED}). With few seeds it is optimistic (narrow).",
-        "- Median episodes to solve: environment episodes (training + test, held-out excluded) until the kept "
-        "table's held-out mean first reached the reward threshold; runs that never solved count as never "
-        "solving, so the median is \"not reached\" when half the runs or more did not solve.",
+        "- Median episodes to solve: environment episodes (training + test + confirmation, held-out excluded) "
+        "until the kept table's held-out mean first reached the reward threshold; runs that never solved count as "
+        "never solving, so the median is \"not reached\" when half the runs or more did not solve.",
         "- Calls: calls to the backend. Backends with LLM = no (offline optimiser, q-learning, random) are not "
         "language models; their calls cost nothing.",
         "- Curves: `curves.png` (median and interquartile band over seeds of the kept table's held-out mean "
@@ -489,8 +489,10 @@ def plot_curves(curves: Sequence[dict[str, Any]], out: Path, title: str, backend
                 threshold: float | None = None, points: int = 300) -> Path:
     """Median and interquartile band per backend of step curves ``{"backend", "x", "y"}``; returns ``out``."""
     from .figures import plt, save_figure
+    from .plots import group_colours
 
     order = list(backends) if backends else list(dict.fromkeys(c["backend"] for c in curves))
+    colours = dict(zip(order, group_colours(len(order)), strict=True))
     xmax = max((max(c["x"]) for c in curves if c["x"]), default=1.0)
     grid = np.linspace(0.0, xmax, points)
     fig, ax = plt.subplots(figsize=(7, 4.2), dpi=120)
@@ -499,11 +501,11 @@ def plot_curves(curves: Sequence[dict[str, Any]], out: Path, title: str, backend
         if not mine:
             continue
         med, q1, q3 = quartile_band(step_curves(mine, grid))
-        line = ax.plot(grid, med, linewidth=2, label=f"{b} (median of {len(mine)})")[0]
-        ax.fill_between(grid, q1, q3, color=line.get_color(), alpha=0.2, linewidth=0)
+        ax.plot(grid, med, linewidth=2, color=colours[b], label=f"{b} (median of {len(mine)})")
+        ax.fill_between(grid, q1, q3, color=colours[b], alpha=0.2, linewidth=0)
     if threshold is not None:
         ax.axhline(threshold, color="gray", linestyle="--", linewidth=1, label=f"solved ({threshold:g})")
-    ax.set_xlabel("environment episodes (training + test)")
+    ax.set_xlabel("environment episodes (training + test + confirmation)")
     ax.set_ylabel("kept table: held-out mean return")
     ax.set_title(title)
     ax.grid(alpha=0.3)

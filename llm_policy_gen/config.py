@@ -99,8 +99,9 @@ class TrainConfig(BaseModel):
     repair_attempts: int = _field(2, "an integer >= 0", "Follow-up calls with the validation errors when an "
                                   "answer is refused.", ge=0)
     base_url: str | None = _field(None, "a URL", "Provider base URL (else the SDK's own variable).")
-    timeout_s: float = _field(120.0, "a number of seconds > 0", "Bound on each request attempt, connect "
-                              "included.", gt=0.0)
+    timeout_s: float = _field(120.0, "a number of seconds > 0", "Timeout of a request attempt, which "
+                              "the SDKs apply to each phase (connect, write, each read): an answer that trickles in "
+                              "can take longer in all.", gt=0.0)
     max_retries: int = _field(4, "an integer >= 0", "Retries of timeouts, connection errors, 429 and 5xx "
                               "(exponential backoff with jitter, honouring Retry-After).", ge=0)
     temperature: float | None = _field(None, "a number >= 0 within the provider's range",

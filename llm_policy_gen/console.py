@@ -29,8 +29,10 @@ class Console:
     """A :class:`~llm_policy_gen.runlog.KVWriter` for the terminal, and the run's notice printer."""
 
     def __init__(self, total: int, desc: str, enabled: bool = True, quiet: bool = False,
-                 stream: TextIO | None = None, sink: Callable[[str], None] | None = None) -> None:
+                 stream: TextIO | None = None, sink: Callable[[str], None] | None = None, is_llm: bool = True) -> None:
         self.stream = stream or sys.stderr
+        self.is_llm = is_llm
+        """False for the non-LLM proposers: their answers are counted as proposals, with no tokens or cost."""
         self.sink = sink
         """Where notices go instead of the stream (a caller that collects them, as ``compare`` does)."""
         self.total = total
@@ -77,11 +79,13 @@ class Console:
         kept = " KEPT" if record.get("accepted") else ""
         if not self.accepted_any:
             kept = " (none accepted yet: the best is the initial table)"
+        calls = (f"{record.get('llm_calls', 0)} calls, {record.get('input_tokens', 0)}+"
+                 f"{record.get('output_tokens', 0)} tokens, ${float(record.get('cost_usd_total') or 0):.4f}"
+                 if self.is_llm else f"{record.get('llm_calls', 0)} proposals")
         print(
             f"iter {record.get('iteration')}/{self.total}: best test {_num(record.get('best_test_mean'))}, "
             f"held-out {_num(record.get('best_eval_mean'))}, candidates {cands}{kept}; "
-            f"{record.get('llm_calls', 0)} calls, {record.get('input_tokens', 0)}+{record.get('output_tokens', 0)} "
-            f"tokens, ${float(record.get('cost_usd_total') or 0):.4f}; {time.perf_counter() - self.t0:.1f} s",
+            f"{calls}; {time.perf_counter() - self.t0:.1f} s",
             file=self.stream, flush=True,
         )
 

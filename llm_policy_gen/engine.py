@@ -501,6 +501,9 @@ class Run:
             "unreachable_after": self.cfg.unreachable_after,
             "wall_s": round(float(s["wall_s"]), 3),
         }
+        if state is not None:  # calls of the iteration that did not finish are in the transcript, not the totals
+            out["unfinished_iteration_calls"] = self.usage.calls - usage.calls
+            out["unfinished_iteration_failed_calls"] = self.usage.failed_calls - usage.failed_calls
         out.update(extra or {})
         return out
 
@@ -677,7 +680,7 @@ def train(cfg: TrainConfig, log: Callable[[str], None] | None = None, *, limiter
         raise MODES.unknown(cfg.mode)
     if cfg.output_format != "auto":
         if cfg.output_format not in FORMATS:
-            raise FORMATS.unknown(cfg.output_format)
+            raise FORMATS.unknown(cfg.output_format, accepted=["auto", *table_format_names()])
         if FORMATS.entry(cfg.output_format).info.get("table") is False:
             raise UserError(f"bad --output-format {cfg.output_format!r}: it answers one action, not a table; accepted: "
                             f"auto, {', '.join(table_format_names())}")
@@ -719,8 +722,10 @@ def _remove_unstarted(run_dir: RunDir) -> None:
 
 
 def _console(cfg: TrainConfig, env_id: str, backend: str, mode: str, log: Callable[[str], None] | None) -> Console:
+    # A replay answers with a model's recorded calls (tokens and cost included); the other non-LLM backends propose.
+    model_calls = backend == "replay" or bool(BACKENDS.entry(backend).info["is_llm"])
     return Console(cfg.iterations, f"{env_id} [{backend}{'' if mode == 'table' else ', ' + mode}]",
-                   enabled=cfg.progress and log is None, quiet=cfg.quiet, sink=log)
+                   enabled=cfg.progress and log is None, quiet=cfg.quiet, sink=log, is_llm=model_calls)
 
 
 def resume(run_dir: Path, overrides: dict[str, Any] | None = None, log: Callable[[str], None] | None = None, *,

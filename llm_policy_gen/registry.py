@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -69,10 +69,12 @@ class Registry(Generic[T]):
         except KeyError:
             raise self.unknown(name) from None
 
-    def unknown(self, name: str) -> UserError:
-        close = difflib.get_close_matches(str(name), self.names(), n=3)
+    def unknown(self, name: str, accepted: Sequence[str] | None = None) -> UserError:
+        """The one-line error for ``name``; ``accepted`` narrows the names offered (default: every entry)."""
+        names = list(self.names() if accepted is None else accepted)
+        close = difflib.get_close_matches(str(name), names, n=3)
         hint = f"; did you mean {', '.join(close)}?" if close else ""
-        return UserError(f"unknown {self.kind} {name!r} for {self.option}{hint} (accepted: {', '.join(self.names())})")
+        return UserError(f"unknown {self.kind} {name!r} for {self.option}{hint} (accepted: {', '.join(names)})")
 
     def load(self, name: str) -> T:
         """The registered attribute (a class or factory), imported on first use."""

@@ -308,8 +308,12 @@ class LLMSession:
             return list(pool.map(one, cands))
 
     def state_dict(self) -> dict[str, Any]:
-        return {"usage": self.usage.to_dict(), "spent_usd": self.budget.spent, "calls_ok": self.calls_ok,
-                "calls_tried": self.calls_tried}
+        state = {"usage": self.usage.to_dict(), "spent_usd": self.budget.spent, "calls_ok": self.calls_ok,
+                 "calls_tried": self.calls_tried}
+        mode = getattr(self.client, "structured_mode", None)
+        if isinstance(mode, str):  # a structured-output fallback the client made holds on resume
+            state["structured_mode"] = mode
+        return state
 
     def load_state_dict(self, state: dict[str, Any], restore_budget: bool = True) -> None:
         """Restore counters; ``restore_budget`` False leaves a budget shared with other runs as it is."""
@@ -318,6 +322,9 @@ class LLMSession:
             self.budget.spent = float(state.get("spent_usd", 0.0))
         self.calls_ok = int(state.get("calls_ok", 0))
         self.calls_tried = int(state.get("calls_tried", 0))
+        mode = state.get("structured_mode")
+        if isinstance(mode, str) and isinstance(getattr(self.client, "structured_mode", None), str):
+            self.client.structured_mode = mode  # type: ignore[attr-defined]
 
     # ------------------------------------------------------------------ one candidate
     def _conversation(

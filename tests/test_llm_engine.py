@@ -135,6 +135,8 @@ def test_an_unreachable_endpoint_stops_the_run_at_once(tmp_path, capsys, monkeyp
     assert run is not None
     summary = json.loads((run / "summary.json").read_text())
     assert summary["stop_reason"] == "backend unreachable" and summary["iterations"] == 0
+    failed = [t for t in read_jsonl(run / "transcripts.jsonl") if t.get("failed")]
+    assert failed and summary["unfinished_iteration_failed_calls"] == len(failed)
 
 
 def test_a_backend_that_stops_answering_ends_the_run_after_n_iterations(fake_openai, tmp_path, capsys):
@@ -172,8 +174,26 @@ def test_structured_output_refused_falls_back_once_and_says_so(fake_openai, tmp_
     assert run is not None
     tr = read_jsonl(run / "transcripts.jsonl")
     assert sum(1 for t in tr if t.get("notice")) == 1
-    assert all(t["valid"] for t in tr)
-    later = [b for b in fake_openai.bodies[2:]]
+    assert all(t["valid"] for t in tr), [(t.get("errors"), t.get("error"), t["response_text"][:200]) for t in tr
+                                         if not t["valid"]]
+    # iteration 1: the refused call, its resend, and the other candidate's call (sent at the same time, so it may
+    # have left in either mode); every later call asks in JSON mode
+    later = fake_openai.bodies[3:]
+    assert later and all(b["response_format"] == {"type": "json_object"} for b in later)
+
+
+def test_a_structured_output_fallback_holds_on_resume(fake_openai, tmp_path, capsys):
+    """The fallback is part of the run's state: a resumed run does not ask in the refused mode again."""
+    fake_openai.responder = TableResponder()
+    fake_openai.push(openai_server.error(
+        400, param="response_format",
+        message="Invalid parameter: 'response_format' of type 'json_schema' is not supported with this model."))
+    code, _, err, run = _train(tmp_path, capsys, "--iterations", "1", "--candidates", "1")
+    assert code == 0, err
+    assert run is not None
+    sent = len(fake_openai.bodies)
+    assert main(["train", "--resume", str(run), "--iterations", "2", "--no-progress"]) == 0, capsys.readouterr().err
+    later = fake_openai.bodies[sent:]
     assert later and all(b["response_format"] == {"type": "json_object"} for b in later)
 
 

@@ -128,12 +128,12 @@ def get_spec(env_id: str) -> EnvSpec:
     if dot and base in shipped:
         variant_id(base, name)  # raises, naming the variants there are
     if not _gym_registered(env_id):
-        names = list(dict.fromkeys([*shipped, *(k for k in gym.registry if "/" not in k)]))
+        names = list(dict.fromkeys([*shipped, *variants, *(k for k in gym.registry if "/" not in k)]))
         close = difflib.get_close_matches(env_id, names, n=3)
         hint = f"; did you mean {', '.join(close)}?" if close else ""
         raise UserError(
-            f"unknown environment {env_id!r}{hint} (shipped specs: {', '.join(shipped)}; any registered "
-            "gymnasium id also works)"
+            f"unknown environment {env_id!r}{hint} (shipped specs: {', '.join(shipped)}; variants: "
+            f"{', '.join(variants)}; any registered gymnasium id also works)"
         )
     from .generic import generic_spec
 
