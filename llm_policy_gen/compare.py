@@ -52,6 +52,7 @@ import csv
 import importlib.util
 import io
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -602,6 +603,10 @@ def run_compare(
     found = {t.run_id: _found(t) for t in tasks}
     check_same_sweep(out, sweep, tasks, found)
     preflight(tasks)
+    if executor == "ray" and os.environ.get("RAY_ADDRESS"):
+        from .ray_executor import check_address
+
+        check_address(os.environ["RAY_ADDRESS"])
 
     # Everything is checked: from here on, files are written.
     out.mkdir(parents=True, exist_ok=True)

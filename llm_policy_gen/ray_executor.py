@@ -320,6 +320,28 @@ def _import_ray() -> Any:
     return ray
 
 
+def check_address(address: str, timeout_s: float = 5.0) -> None:
+    """Refuse a ``RAY_ADDRESS`` where nothing accepts a connection (``ray.init`` would wait there for minutes,
+    repeating a warning); ``auto`` and ``local`` are Ray's own words and are left to it."""
+    if address in ("auto", "local"):
+        return
+    client = address.startswith("ray://")
+    hostport = address.removeprefix("ray://").split("/", 1)[0]
+    host, sep, port_text = hostport.rpartition(":")
+    if not sep:
+        host, port_text = hostport, "10001" if client else "6379"
+    try:
+        port = int(port_text)
+    except ValueError:
+        raise UserError(f"RAY_ADDRESS {address!r}: the port {port_text!r} is not a number") from None
+    try:
+        with socket.create_connection((host.strip("[]"), port), timeout=timeout_s):
+            pass
+    except OSError as exc:
+        raise UserError(f"RAY_ADDRESS {address!r}: nothing answers at {host}:{port} ({exc.strerror or exc}); start "
+                        "the cluster there (ray start --head) or unset RAY_ADDRESS for a local instance") from None
+
+
 def _connect(ray: Any, workers: int | None, stage: Path) -> bool:
     """Join ``RAY_ADDRESS``, else start a local instance, with the package staged in ``stage`` as the job's
     ``working_dir``; True when this call connected (and must disconnect). A caller that initialised Ray itself
@@ -327,6 +349,8 @@ def _connect(ray: Any, workers: int | None, stage: Path) -> bool:
     if ray.is_initialized():
         return False
     address = os.environ.get("RAY_ADDRESS") or None
+    if address is not None:
+        check_address(address)
     kwargs: dict[str, Any] = {"logging_level": logging.ERROR, "log_to_driver": False,
                               "runtime_env": {"working_dir": str(stage_package(stage))}}
     if address is None:

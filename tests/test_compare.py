@@ -116,6 +116,24 @@ def test_a_missing_replay_file_or_an_unpriced_budget_is_refused_first(tmp_path: 
     assert not (tmp_path / "cmp").exists()
 
 
+def test_a_ray_address_where_nothing_answers_is_refused_before_any_run(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import socket
+    import time
+
+    with socket.socket() as s:  # a port that was free a moment ago: nothing listens there
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{port}")
+    t0 = time.perf_counter()
+    assert main(["compare", "--env", "FrozenLake-v1", "--backends", "random", "--seeds", "0", "--executor", "ray",
+                 "--out", str(tmp_path / "cmp")]) == 2
+    assert time.perf_counter() - t0 < 10
+    err = capsys.readouterr().err
+    assert f"RAY_ADDRESS '127.0.0.1:{port}': nothing answers" in err and err.count("\n") == 1
+    assert not (tmp_path / "cmp").exists()
+
+
 def test_sweep_writes_the_comparison_and_resumes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "cmp"
     argv = frozen_lake(tmp_path, out)
