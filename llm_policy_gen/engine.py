@@ -688,6 +688,8 @@ def train(cfg: TrainConfig, log: Callable[[str], None] | None = None, *, limiter
     name, _ = parse_backend_spec(cfg.backend or "offline")
     if name == "offline":
         notes.append("backend: offline -- a deterministic optimiser, NOT an LLM (the baseline every LLM must beat)")
+    if cfg.temperature is not None and not BACKENDS.entry(name).info["is_llm"]:
+        notes.append(f"note: --temperature has no effect on {name} (no language model is sampled)")
     run_dir = RunDir.create(Path(cfg.logs_dir), spec.env_id, cfg.backend or name, cfg.seed, cfg.run_id)
     # What a resume needs, at once: a run killed from here on can be resumed (the full record follows below).
     write_json_atomic(run_dir.config, {"package": "llm-policy-gen", "version": __version__, "seed": cfg.seed,

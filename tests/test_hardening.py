@@ -244,6 +244,14 @@ def test_a_temperature_outside_the_providers_range_is_refused_before_any_call(
     assert not [p for p in tmp_path.rglob("*") if p.is_file()]  # nothing was started
 
 
+def test_a_temperature_for_a_backend_that_samples_no_model_is_said_to_do_nothing(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["train", "--env", "FrozenLake-v1", "--backend", "offline", "--temperature", "0.3", "--iterations",
+                 "1", "--logs-dir", str(tmp_path), "--no-progress", "--no-plots"])
+    assert code == 0
+    assert "note: --temperature has no effect on offline (no language model is sampled)" in capsys.readouterr().err
+
+
 # ----------------------------------------------------------------------------------------------- item 14
 @pytest.mark.parametrize(("env_id", "kwargs", "fragment"), [
     ("CartPole-v1", '{"foo": 1}', "TypeError: CartPoleEnv.__init__() got an unexpected keyword argument 'foo'"),
