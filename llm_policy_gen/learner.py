@@ -59,6 +59,28 @@ def optimistic_init(episodes: Sequence[Episode], gamma: float) -> float:
     return max(0.0, r_max) / (1.0 - gamma)
 
 
+def q_sweep(q: np.ndarray, episodes: Sequence[Episode], alpha: float, gamma: float,
+            potential: np.ndarray | None = None) -> int:
+    """Q-learning updates of ``q`` in place, one sweep over each episode's steps in order, shaped by ``potential``
+    (none: plain Q-learning, the ``q-learning`` baseline's update); returns the number of updates."""
+    phi = np.zeros(q.shape[0]) if potential is None else np.asarray(potential, dtype=np.float64)
+    n = 0
+    for ep in episodes:
+        states, actions, rewards = ep.states.tolist(), ep.actions.tolist(), ep.rewards.tolist()
+        last = ep.length - 1
+        for t, (s, a, r) in enumerate(zip(states, actions, rewards, strict=True)):
+            if t < last:
+                s2 = states[t + 1]
+                target = r + gamma * phi[s2] - phi[s] + gamma * float(q[s2].max())
+            elif ep.terminated:
+                target = r - phi[s]
+            else:  # cut by the time limit (or the record ends): the next state is unknown
+                continue
+            q[s, a] += alpha * (target - q[s, a])
+            n += 1
+    return n
+
+
 class QLearner:
     """Tabular Q-learning with an optional shaping potential (see the module docstring)."""
 
@@ -78,22 +100,7 @@ class QLearner:
 
     def learn(self, episodes: Sequence[Episode], potential: np.ndarray | None = None) -> int:
         """One sweep over each episode's steps in order; returns the number of updates."""
-        q, alpha, gamma = self.q, self.alpha, self.gamma
-        phi = np.zeros(q.shape[0]) if potential is None else np.asarray(potential, dtype=np.float64)
-        n = 0
-        for ep in episodes:
-            states, actions, rewards = ep.states.tolist(), ep.actions.tolist(), ep.rewards.tolist()
-            last = ep.length - 1
-            for t, (s, a, r) in enumerate(zip(states, actions, rewards, strict=True)):
-                if t < last:
-                    s2 = states[t + 1]
-                    target = r + gamma * phi[s2] - phi[s] + gamma * float(q[s2].max())
-                elif ep.terminated:
-                    target = r - phi[s]
-                else:  # cut by the time limit: the next state is unknown
-                    continue
-                q[s, a] += alpha * (target - q[s, a])
-                n += 1
+        n = q_sweep(self.q, episodes, self.alpha, self.gamma, potential)
         self.updates += n
         self.episodes += len(episodes)
         return n

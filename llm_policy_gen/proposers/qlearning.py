@@ -33,6 +33,7 @@ import numpy as np
 
 from ..collect import Episode
 from ..errors import UserError
+from ..learner import optimistic_init, q_sweep
 from ..prompt import PromptContext
 from ..session import Transcript
 from .base import TableSearch
@@ -74,31 +75,14 @@ class QLearningProposer(TableSearch):
         }
 
     def _init_q(self, n_states: int, n_actions: int, episodes: Sequence[Episode]) -> np.ndarray:
-        q0 = self.q_init
-        if q0 is None:
-            r_max = max((float(e.rewards.max()) for e in episodes if e.length), default=0.0)
-            q0 = max(0.0, r_max) / (1.0 - self.gamma)
+        q0 = optimistic_init(episodes, self.gamma) if self.q_init is None else self.q_init
         self.q_init = float(q0)
         return np.full((n_states, n_actions), float(q0))
 
     def learn(self, episodes: Sequence[Episode]) -> int:
         """One sweep of Q-learning updates over ``episodes``; returns the number of updates."""
         assert self.q is not None
-        q, alpha, gamma = self.q, self.alpha, self.gamma
-        n = 0
-        for ep in episodes:
-            states, actions, rewards = ep.states.tolist(), ep.actions.tolist(), ep.rewards.tolist()
-            last = ep.length - 1
-            for t in range(ep.length):
-                s, a = states[t], actions[t]
-                if t < last:
-                    target = rewards[t] + gamma * float(q[states[t + 1]].max())
-                elif ep.terminated:
-                    target = rewards[t]
-                else:  # cut by the time limit (or the record ends): the next state is unknown
-                    continue
-                q[s, a] += alpha * (target - q[s, a])
-                n += 1
+        n = q_sweep(self.q, episodes, self.alpha, self.gamma)
         self.updates += n
         return n
 
