@@ -136,6 +136,7 @@ class Keeper:
         confirm_episodes: int = 10,
         confirm_z: float = 2.0,
         confirm_batches: int = 4,
+        fresh_test_seeds: bool = False,
     ) -> None:
         self.collector = collector
         self.best_table = np.asarray(initial_table, dtype=np.int64).copy()
@@ -148,7 +149,7 @@ class Keeper:
         self.best_iteration = 0
         self.confirm_next = 0
         """How many confirmation seeds were used (the next one's offset)."""
-        self.fresh_test_seeds = False
+        self.fresh_test_seeds = bool(fresh_test_seeds)
         """Draw new test seeds every iteration (see the module docstring)."""
 
     def n_eval(self, iteration: int) -> int:

@@ -32,7 +32,6 @@ class TableMode:
         name = resolve_format_name(run.cfg.output_format, run.observation.n_states)
         self.fmt = make_format(name)
         self.target = Target("action", n_actions=run.actions.n_actions)
-        run.keeper.fresh_test_seeds = run.cfg.test_seeds == "fresh"
         return {"output_format": name}
 
     def start(self, run: RunServices) -> None:
