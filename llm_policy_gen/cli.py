@@ -119,6 +119,7 @@ def _name_list(text: str) -> list[str]:
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
+    from .backends import is_client
     from .clients.keys import load_env
     from .config import TrainConfig, load_config_file
     from .engine import resume, train
@@ -155,7 +156,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     model = f":{s['model']}" if s["model"] and s["is_llm"] else ""
     mode = "" if s["mode"] == "table" else f", {s['mode']} mode"
     calls = (f"{s['llm_calls']} calls, {s['input_tokens']}+{s['output_tokens']} tokens{cost}"
-             if s["is_llm"] or s["backend"].startswith("replay") else f"{s['llm_calls']} proposals (no model called)")
+             if is_client(s["backend"]) else f"{s['llm_calls']} proposals (no model called)")
     never = " (no candidate was ever accepted: this is the initial table)" if s.get("never_accepted") \
         and s["mode"] != "direct" else ""
     print(

@@ -40,8 +40,6 @@ class Console:
         self.t0 = time.perf_counter()
         self.bar: Any = None
         self.lines = enabled and not quiet and not self._tty()
-        self.accepted_any = False
-        """Whether any iteration so far adopted a candidate (until then the "best" is the initial table)."""
         if enabled and not quiet and self._tty():
             from tqdm import tqdm
 
@@ -75,9 +73,8 @@ class Console:
             return
         means = record.get("candidate_means") or []
         cands = "/".join(_num(m) for m in means) if means else "-"
-        self.accepted_any = self.accepted_any or bool(record.get("accepted")) or bool(record.get("accepted_total"))
         kept = " KEPT" if record.get("accepted") else ""
-        if not self.accepted_any:
+        if not record.get("accepted_total"):  # the run's adoptions so far, this one included
             kept = " (none accepted yet: the best is the initial table)"
         calls = (f"{record.get('llm_calls', 0)} calls, {record.get('input_tokens', 0)}+"
                  f"{record.get('output_tokens', 0)} tokens, ${float(record.get('cost_usd_total') or 0):.4f}"

@@ -724,10 +724,9 @@ def _remove_unstarted(run_dir: RunDir) -> None:
 
 
 def _console(cfg: TrainConfig, env_id: str, backend: str, mode: str, log: Callable[[str], None] | None) -> Console:
-    # A replay answers with a model's recorded calls (tokens and cost included); the other non-LLM backends propose.
-    model_calls = backend == "replay" or bool(BACKENDS.entry(backend).info["is_llm"])
+    # LLM clients and replay (a model's recorded calls) count calls, tokens and cost; the other backends propose.
     return Console(cfg.iterations, f"{env_id} [{backend}{'' if mode == 'table' else ', ' + mode}]",
-                   enabled=cfg.progress and log is None, quiet=cfg.quiet, sink=log, is_llm=model_calls)
+                   enabled=cfg.progress and log is None, quiet=cfg.quiet, sink=log, is_llm=is_client(backend))
 
 
 def resume(run_dir: Path, overrides: dict[str, Any] | None = None, log: Callable[[str], None] | None = None, *,
