@@ -163,11 +163,16 @@ def test_html_from_a_proxy_is_a_failed_attempt_not_a_crash(fake_openai, tmp_path
     assert tr[1]["valid"] is True
 
 
-def test_structured_output_refused_falls_back_once_and_says_so(fake_openai, tmp_path, capsys):
-    fake_openai.responder = TableResponder()
-    fake_openai.push(openai_server.error(
+def _refuse_json_schema_once(server: Any) -> None:
+    """The next call gets OpenAI's 400 for a model without JSON-schema output."""
+    server.push(openai_server.error(
         400, param="response_format",
         message="Invalid parameter: 'response_format' of type 'json_schema' is not supported with this model."))
+
+
+def test_structured_output_refused_falls_back_once_and_says_so(fake_openai, tmp_path, capsys):
+    fake_openai.responder = TableResponder()
+    _refuse_json_schema_once(fake_openai)
     code, _, err, run = _train(tmp_path, capsys, "--iterations", "3", "--candidates", "2")
     assert code == 0, err
     assert err.count("json_schema -> json_mode") == 1
@@ -185,9 +190,7 @@ def test_structured_output_refused_falls_back_once_and_says_so(fake_openai, tmp_
 def test_a_structured_output_fallback_holds_on_resume(fake_openai, tmp_path, capsys):
     """The fallback is part of the run's state: a resumed run does not ask in the refused mode again."""
     fake_openai.responder = TableResponder()
-    fake_openai.push(openai_server.error(
-        400, param="response_format",
-        message="Invalid parameter: 'response_format' of type 'json_schema' is not supported with this model."))
+    _refuse_json_schema_once(fake_openai)
     code, _, err, run = _train(tmp_path, capsys, "--iterations", "1", "--candidates", "1")
     assert code == 0, err
     assert run is not None
