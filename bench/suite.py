@@ -80,17 +80,6 @@ BY_KEY = {g.key: g for g in GOALS}
 BACKENDS = ("offline", "q-learning", "random")
 
 
-def _seeds(text: str) -> list[int]:
-    out: list[int] = []
-    for part in text.split(","):
-        if "-" in part:
-            a, b = part.split("-")
-            out += list(range(int(a), int(b) + 1))
-        elif part:
-            out.append(int(part))
-    return out
-
-
 PRUNE_ABOVE = 100_000
 """Tables with more states than this lose their per-iteration policy files after the run (several MB each, one
 per iteration); ``best_policy.json`` stays, so ``evaluate`` and the summary are unchanged."""
@@ -233,6 +222,14 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         print(f"suite: unknown task {unknown[0]!r}; accepted: {', '.join(BY_KEY)}", file=sys.stderr)
         return 2
+    from llm_policy_gen.compare import parse_seeds
+    from llm_policy_gen.errors import UserError
+
+    try:
+        seeds = parse_seeds(args.seeds)
+    except UserError as exc:
+        print(f"suite: {exc}", file=sys.stderr)
+        return 2
     from llm_policy_gen.envs import get_spec
 
     out = Path(args.out)
@@ -247,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
         goal = BY_KEY[key]
         n_states = get_spec(goal.env_id).n_states
         for backend in args.backends.split(","):
-            for seed in _seeds(args.seeds):
+            for seed in seeds:
                 if backend != "offline" and n_states > args.baseline_max_states:
                     records[(key, backend, seed)] = {"task": key, "env_id": goal.env_id, "backend": backend,
                                                      "seed": seed, "skipped": f"{n_states:,} states (text answers "
