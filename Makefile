@@ -6,11 +6,12 @@ STAMP_RUN := $(VENV)/.installed-run
 STAMP_DEV := $(VENV)/.installed-dev
 ARGS ?=
 
-.PHONY: run test test-fast lint typecheck check bench paper clean help browser system-deps
+.PHONY: run test test-fast lint typecheck check bench paper clean help browser system-deps docs
 
 help:
 	@echo "make run    - create $(VENV), install, train CartPole-v1 with the default backend (ARGS='...' adds options)"
-	@echo "make test   - create $(VENV), install with dev extras, run every test (slow end-to-end ones included)"
+	@echo "make test   - create $(VENV), install with dev extras, run every test (slow end-to-end ones included), build the docs"
+	@echo "make docs   - build the documentation site into site/ (mkdocs build --strict)"
 	@echo "make test-fast - the tests without the slow marker"
 	@echo "make check  - lint, typecheck and test"
 	@echo "make lint / typecheck / bench / paper / clean"
@@ -33,6 +34,11 @@ run: $(STAMP_RUN)
 
 test: $(STAMP_DEV)
 	$(BIN)/python -m pytest -q
+	$(MAKE) docs
+
+# The reference pages (options, commands) are generated from the code by docs/gen_reference.py, a hook.
+docs: $(STAMP_DEV)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
 # Debian packages some tests use: chromium renders the HTML report (tests/test_report.py); EGL lets MuJoCo render
 # without a display (evaluate --gif, tests/test_figures.py). Installed when missing and apt-get can be used (as
@@ -69,4 +75,4 @@ paper: $(STAMP_DEV)
 	$(BIN)/python -m llm_policy_gen.paper --compare-dir $(COMPARE_DIR) --out paper
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) build dist site *.egg-info .pytest_cache .mypy_cache .ruff_cache

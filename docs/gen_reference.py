@@ -1,0 +1,110 @@
+"""Reference pages generated from the code at build time (an MkDocs hook, named in ``mkdocs.yml``).
+
+A page that holds a marker line gets it replaced when the site is built:
+
+* ``<!-- generated: train-options -->``: one row per field of :class:`llm_policy_gen.config.TrainConfig` (the
+  setting's name in a TOML file, its ``train`` flag read from the real argument parser, its default, the values it
+  accepts and its docstring), then the ``train`` flags that are not settings;
+* ``<!-- generated: commands -->``: every command's ``--help`` text, as the parser prints it.
+
+Nothing generated is committed: the pages in ``docs/reference/`` hold the markers and the prose around them, so the
+tables always say what the code does. ``tests/test_docs.py`` checks the tables against the fields and flags.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+__all__ = ["train_options", "commands", "on_page_markdown", "MARKERS"]
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    for action in parser._actions:  # argparse keeps its sub-commands here, with no public accessor
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
+def _command(name: str) -> argparse.ArgumentParser:
+    from llm_policy_gen.cli import build_parser
+
+    return _subparsers(build_parser())[name]
+
+
+def _cell(text: str) -> str:
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
+def _default(field: Any) -> str:
+    value = field.get_default(call_default_factory=True)
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return f"`{str(value).lower()}`"
+    return f"`{json.dumps(value)}`" if isinstance(value, str | list | dict) else f"`{value}`"
+
+
+def _flags_by_setting(parser: argparse.ArgumentParser, names: set[str]) -> tuple[dict[str, str], list[Any]]:
+    """The flag of each setting (``--no-cache`` sets ``cache``), and the flags that are not settings."""
+    by_setting: dict[str, str] = {}
+    others: list[Any] = []
+    for action in parser._actions:
+        flags = [s for s in action.option_strings if s.startswith("--")]
+        if not flags or isinstance(action, argparse._HelpAction):
+            continue
+        dest = action.dest
+        name = dest if dest in names else dest[3:] if dest.startswith("no_") and dest[3:] in names else None
+        if name is None:
+            others.append(action)
+        else:
+            by_setting[name] = ", ".join(f"`{f}`" for f in flags)
+    return by_setting, others
+
+
+def train_options() -> str:
+    """The table of ``train`` settings and flags, as Markdown."""
+    from llm_policy_gen.config import TrainConfig
+
+    fields = TrainConfig.model_fields
+    flags, others = _flags_by_setting(_command("train"), set(fields))
+    rows = ["| setting | flag | default | accepted | what it does |", "| --- | --- | --- | --- | --- |"]
+    for name, field in fields.items():
+        extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+        flag = flags.get(name, "(config file only)")
+        rows.append(f"| `{name}` | {flag} | {_default(field)} | {_cell(str(extra.get('accepted', '')))} | "
+                    f"{_cell(field.description or '')} |")
+    rows += ["", "Flags of `train` that are not settings:", "", "| flag | what it does |", "| --- | --- |"]
+    for action in others:
+        flag = ", ".join(f"`{f}`" for f in action.option_strings)
+        rows.append(f"| {flag} | {_cell(action.help or '')} |")
+    return "\n".join(rows) + "\n"
+
+
+def commands() -> str:
+    """Every command's ``--help``, as Markdown sections."""
+    from llm_policy_gen.cli import build_parser
+
+    parser = build_parser()
+    parts: list[str] = []
+
+    def text(p: argparse.ArgumentParser) -> str:
+        p.formatter_class = lambda prog: argparse.HelpFormatter(prog, width=100, max_help_position=32)
+        return p.format_help().rstrip()
+
+    parts += ["```text", text(parser), "```", ""]
+    for name, sub in _subparsers(parser).items():
+        parts += [f"## `{name}`", "", "```text", text(sub), "```", ""]
+    return "\n".join(parts)
+
+
+MARKERS = {"<!-- generated: train-options -->": train_options, "<!-- generated: commands -->": commands}
+
+
+def on_page_markdown(markdown: str, **_: Any) -> str:
+    """MkDocs hook: replace each marker line with what it names."""
+    for marker, make in MARKERS.items():
+        if marker in markdown:
+            markdown = markdown.replace(marker, make())
+    return markdown
