@@ -98,7 +98,7 @@ def _add_train(sub: Any) -> None:
     p.add_argument("--dims", type=_int_list, help="comma-separated observation indices to tabulate")
     p.add_argument("--env-kwargs", type=_json_object, help="JSON object of gymnasium.make keyword arguments")
     p.add_argument("--prices", dest="prices_file", help="TOML price table (default: the shipped one)")
-    p.add_argument("--log", type=_name_list, help="extra loggers: csv, tensorboard (comma-separated)")
+    p.add_argument("--log", type=_name_list, help="extra loggers: csv, tensorboard, wandb (comma-separated)")
     p.add_argument("--no-plots", action="store_true", help="skip training.png and testing.png")
     p.add_argument("--no-progress", action="store_true", help="no progress bar or per-iteration lines")
     p.add_argument("--quiet", action="store_true", help="print only the final summary line")

@@ -131,7 +131,7 @@ class TrainConfig(BaseModel):
     progress: bool = _field(True, "true or false", "Show a progress bar (or, without a terminal, one line per "
                             "iteration) on stderr.")
     quiet: bool = _field(False, "true or false", "Print nothing but the final summary line.")
-    log: list[str] = _field([], "a list of: csv, tensorboard", "Extra loggers of per-iteration scalars.")
+    log: list[str] = _field([], "a list of: csv, tensorboard, wandb", "Extra loggers of per-iteration scalars.")
     explicit: list[str] = _field([], "a list of setting names", "Settings given by the user (file or command "
                                  "line); an env spec's train defaults never replace them.")
 

@@ -30,6 +30,9 @@ plus the other numbers of the record (confirmation test, prompt size, wall time,
   restart marker at the first redone iteration: TensorBoard then hides the earlier file's events from that step on,
   so no step is shown twice.
 
+A writer that needs more than a few lines lives in its own file, registered here by one line: ``wandb``
+(:mod:`llm_policy_gen.log_wandb`, an offline Weights & Biases run with the same scalars).
+
 Writers are found by name in :data:`LOGGERS` (``register`` adds one); a missing optional library is a
 :class:`~llm_policy_gen.errors.UserError` naming the extra to install.
 """
@@ -58,6 +61,8 @@ LOGGERS: Registry[Any] = Registry("logger", "--log")
 LOGGERS.register("csv", "llm_policy_gen.loggers:CSVWriter", description="progress.csv, one row per iteration")
 LOGGERS.register("tensorboard", "llm_policy_gen.loggers:TensorBoardWriter",
                  description="TensorBoard event files (needs the tensorboard extra)", extra="tensorboard")
+LOGGERS.register("wandb", "llm_policy_gen.log_wandb:WandbWriter",
+                 description="an offline Weights & Biases run in RUN_DIR/wandb (needs the wandb extra)", extra="wandb")
 
 #: Record key -> scalar name, in the order columns appear.
 _NAMES = (

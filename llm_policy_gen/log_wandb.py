@@ -1,0 +1,86 @@
+"""``--log wandb``: the per-iteration scalars as an offline Weights & Biases run, as CleanRL's ``--track`` does.
+
+The run lives in ``RUN_DIR/wandb/offline-run-*/`` and never talks to a server
+(``wandb sync RUN_DIR/wandb/offline-run-*`` uploads it later, with your own W&B login). It gets the same scalars
+as ``progress.csv`` and TensorBoard (:func:`~llm_policy_gen.loggers.scalars`, step = iteration) and, as its
+configuration, the ``config`` object of the run's ``config.json`` (base URLs without ``user:password@``), with
+every configured key scrubbed once more.
+
+W&B captures much more by default; all of it is turned off, so that no key or URL password can reach its files:
+
+=============================  ===================================================================================
+``x_disable_meta``             no ``wandb-metadata.json`` facts: command line (``args``), program, host, user, ...
+``disable_code``, ``save_code`` no copy of the code
+``disable_git``                no git remote (a URL that may hold a token), commit or diff
+``x_disable_stats``            no system metrics sampling
+``x_disable_machine_info``     no machine description
+``x_save_requirements``        no ``requirements.txt`` of the environment
+``console="off"``              no copy of stdout / stderr
+``disable_job_creation``       no W&B Launch job artifact
+=============================  ===================================================================================
+
+W&B's own library is the extra ``wandb``; without it ``--log wandb`` is one line, exit 2. A resumed run adds a new
+offline run in the same folder, starting at the first redone iteration.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from .errors import UserError
+from .loggers import scalars
+
+__all__ = ["WandbWriter", "WANDB_SETTINGS"]
+
+#: What W&B may capture besides what we log: nothing (see the module docstring).
+WANDB_SETTINGS: dict[str, Any] = {
+    "mode": "offline",
+    "x_disable_meta": True,
+    "disable_code": True,
+    "save_code": False,
+    "disable_git": True,
+    "x_disable_stats": True,
+    "x_disable_machine_info": True,
+    "x_save_requirements": False,
+    "console": "off",
+    "disable_job_creation": True,
+    "silent": True,
+}
+
+
+def _run_config(run_dir: Path) -> dict[str, Any]:
+    """The redacted settings of the run, from its config.json (which the engine writes before any logger starts)."""
+    from .clients.keys import redact_all
+
+    path = run_dir / "config.json"
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    config = record.get("config") if isinstance(record, dict) else None
+    return dict(redact_all(config)) if isinstance(config, dict) else {}
+
+
+class WandbWriter:
+    """One offline W&B run per process of a run directory; one ``log`` call per iteration (step = iteration)."""
+
+    def __init__(self, run_dir: Path) -> None:
+        try:
+            import wandb
+        except ImportError:
+            raise UserError("--log wandb needs wandb: pip install 'llm-policy-gen[wandb]'") from None
+        self.dir = Path(run_dir)
+        config = _run_config(self.dir)
+        self._run = wandb.init(
+            dir=str(self.dir), project="llm-policy-gen", group=str(config.get("env_id") or "") or None,
+            name=self.dir.name, config=config, settings=wandb.Settings(**WANDB_SETTINGS), reinit="create_new",
+        )
+
+    def write(self, record: dict[str, Any]) -> None:
+        values = {k: v for k, v in scalars(record).items() if k != "time/iterations"}
+        self._run.log(values, step=int(record.get("iteration", 0)))
+
+    def close(self) -> None:
+        self._run.finish()
