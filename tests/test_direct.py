@@ -10,6 +10,7 @@ import json
 import re
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -17,11 +18,12 @@ import numpy as np
 import pytest
 from fakes import openai_server
 from fakes.openai_server import FakeOpenAIServer
+from run_helpers import cfg as run_cfg
+from run_helpers import quiet
 
 from llm_policy_gen.backends import BACKENDS
 from llm_policy_gen.cli import main
 from llm_policy_gen.clients.base import ClientOptions, Completion, Request
-from llm_policy_gen.config import TrainConfig
 from llm_policy_gen.engine import train
 from llm_policy_gen.envs import get_spec
 from llm_policy_gen.errors import BackendError, ProposalError
@@ -34,15 +36,7 @@ fake_openai = openai_server.fake_openai
 N_STATES = 324
 
 
-def quiet(_msg: str) -> None:
-    pass
-
-
-def cfg(tmp_path: Path, **kw: Any) -> TrainConfig:
-    base: dict[str, Any] = dict(env_id="CartPole-v1", mode="direct", iterations=2, logs_dir=str(tmp_path),
-                                progress=False, plots=False, heldout_episodes=10, cache=False, candidates=1)
-    base.update(kw)
-    return TrainConfig(**base)
+cfg = partial(run_cfg, env_id="CartPole-v1", mode="direct", iterations=2, candidates=1)
 
 
 def write_replay(path: Path, answer: Callable[[int, int, int], str], iterations: Sequence[int] = (1, 2),

@@ -2,13 +2,14 @@
 
 import json
 import signal
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 import pytest
-from run_helpers import kill_and_resume
+from run_helpers import cfg as run_cfg
+from run_helpers import kill_and_resume, quiet
 
-from llm_policy_gen.config import TrainConfig
 from llm_policy_gen.engine import resume, train
 from llm_policy_gen.errors import UserError
 from llm_policy_gen.runlog import read_jsonl
@@ -23,15 +24,7 @@ SUMMARY_KEYS = {"best_eval_mean", "solved", "episodes_to_solve", "iterations", "
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def cfg(tmp_path, **kw):
-    base = dict(env_id="CartPole-v1", backend="offline", iterations=3, logs_dir=str(tmp_path), progress=False,
-                heldout_episodes=20)
-    base.update(kw)
-    return TrainConfig(**base)
-
-
-def quiet(_msg: str) -> None:
-    pass
+cfg = partial(run_cfg, env_id="CartPole-v1", heldout_episodes=20, plots=True, cache=True)
 
 
 def tables(run_dir: Path) -> dict[str, list[int]]:

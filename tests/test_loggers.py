@@ -4,27 +4,20 @@ from __future__ import annotations
 
 import csv
 import sys
+from functools import partial
 from pathlib import Path
 
 import pytest
+from run_helpers import cfg as run_cfg
+from run_helpers import quiet
 
 from llm_policy_gen.cli import main
-from llm_policy_gen.config import TrainConfig
 from llm_policy_gen.engine import Run, resume, train
 from llm_policy_gen.errors import UserError
 from llm_policy_gen.loggers import CSVWriter, TensorBoardWriter, make_writers, scalars
 from llm_policy_gen.runlog import read_jsonl
 
-
-def quiet(_msg: str) -> None:
-    pass
-
-
-def cfg(tmp_path: Path, **kw: object) -> TrainConfig:
-    base: dict[str, object] = dict(env_id="CartPole-v1", backend="offline", iterations=3, logs_dir=str(tmp_path),
-                                   progress=False, heldout_episodes=20, plots=False, log=["csv", "tensorboard"])
-    base.update(kw)
-    return TrainConfig(**base)
+cfg = partial(run_cfg, env_id="CartPole-v1", heldout_episodes=20, cache=True, log=["csv", "tensorboard"])
 
 
 def read_csv(path: Path) -> list[dict[str, str]]:

@@ -6,16 +6,17 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from run_helpers import cfg, quiet
 
 from llm_policy_gen.backends import BACKENDS, parse_backend_spec
 from llm_policy_gen.checkpoint import load_checkpoint
 from llm_policy_gen.cli import main
-from llm_policy_gen.config import TrainConfig
 from llm_policy_gen.engine import resume, train
 from llm_policy_gen.errors import BackendConfigError, ProposalError, UserError
 from llm_policy_gen.formats import FORMATS, make_format, resolve_format_name
@@ -26,15 +27,7 @@ from llm_policy_gen.policy import TablePolicy
 from llm_policy_gen.registry import Registry
 from llm_policy_gen.runlog import read_jsonl
 
-
-def quiet(_msg: str) -> None:
-    pass
-
-
-def run_cfg(tmp_path: Path, **kw: Any) -> TrainConfig:
-    base: dict[str, Any] = dict(env_id="CartPole-v1", backend="offline", iterations=2, logs_dir=str(tmp_path),
-                                progress=False, plots=False, heldout_episodes=5, candidates=2)
-    return TrainConfig(**{**base, **kw})
+run_cfg = partial(cfg, env_id="CartPole-v1", iterations=2, heldout_episodes=5, candidates=2, cache=True)
 
 
 # ----------------------------------------------------------------------------------------------- the registry

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 from fakes import openai_server
 from fakes.tables import TableResponder, out_of_range_answer
+from run_helpers import cfg, quiet
 
 from llm_policy_gen.cli import main
 from llm_policy_gen.compare import backend_stats, read_results, run_compare
-from llm_policy_gen.config import TrainConfig
 from llm_policy_gen.engine import train
 from llm_policy_gen.envs import get_spec
 from llm_policy_gen.report import write_report
@@ -31,15 +31,9 @@ CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic
 
 
 # ---------------------------------------------------------------------------------------------------- helpers
-def quiet(_msg: str) -> None:
-    pass
-
-
 def offline_run(tmp_path: Path, **kw: Any) -> Path:
-    base: dict[str, Any] = dict(env_id="CartPole-v1", backend="offline", iterations=3, candidates=3,
-                                logs_dir=str(tmp_path / "logs"), progress=False, heldout_episodes=20, plots=False)
-    base.update(kw)
-    return train(TrainConfig(**base), log=quiet).run_dir
+    base: dict[str, Any] = dict(env_id="CartPole-v1", candidates=3, heldout_episodes=20, cache=True)
+    return train(cfg(tmp_path / "logs", **{**base, **kw}), log=quiet).run_dir
 
 
 def chromium() -> str:
