@@ -557,6 +557,16 @@ class _Display:
             self.bar.close()
 
 
+def _public(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """``settings`` as compare.json, results.md and the console show them: a base URL without its password."""
+    from .clients.keys import without_userinfo
+
+    out = dict(settings)
+    if isinstance(out.get("base_url"), str):
+        out["base_url"] = without_userinfo(out["base_url"])
+    return out
+
+
 def _check_number(name: str, value: float | None, accepted: str, ok: Callable[[float], bool]) -> None:
     if value is not None and not ok(value):
         raise UserError(f"bad {name} {value:g}: accepted {accepted}")
@@ -615,7 +625,7 @@ def run_compare(
     meta: dict[str, Any] = {
         "package": "llm-policy-gen", "version": __version__, "env_id": env_id, "backends": list(backends),
         "seeds": list(seeds), "seeds_text": seeds_text or ",".join(map(str, seeds)), "iterations": cfg.iterations,
-        "settings": {**settings, "heldout_episodes": cfg.heldout_episodes}, "experiment": sweep,
+        "settings": {**_public(settings), "heldout_episodes": cfg.heldout_episodes}, "experiment": sweep,
         "executor": executor, "workers": workers, "command": command, "reward_threshold": spec.reward_threshold,
         "limits": {"max_concurrent_calls": max_concurrent_calls, "rpm": rpm, "budget_usd": budget_usd},
         "started": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -709,7 +719,7 @@ def add_parser(subparsers: Any) -> None:
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
-    from .clients.keys import load_env, redact
+    from .clients.keys import load_env, redact, remember_url
     from .config import TrainConfig, load_config_file
 
     load_env()
@@ -718,6 +728,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     settings: dict[str, Any] = load_config_file(args.config) if args.config else {}
     for fixed in ("env_id", "backend", "seed", "logs_dir", "run_id"):
         settings.pop(fixed, None)
+    remember_url(settings.get("base_url") if isinstance(settings.get("base_url"), str) else None)
     cli: dict[str, Any] = {} if args.iterations is None else {"iterations": args.iterations}
     TrainConfig.build((settings, f"config file {args.config}"), (cli, "command line"))  # every setting, checked now
     settings.update(cli)

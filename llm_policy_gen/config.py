@@ -208,7 +208,13 @@ class TrainConfig(BaseModel):
             raise config_error(exc, "env spec train_defaults", data) from None
 
     def to_dict(self) -> dict[str, Any]:
-        return self.model_dump()
+        """The settings as config.json records them: ``base_url`` without its ``user:password@`` (never written)."""
+        from .clients.keys import without_userinfo
+
+        data = self.model_dump()
+        if data.get("base_url"):
+            data["base_url"] = without_userinfo(data["base_url"])
+        return data
 
 
 def config_error(exc: ValidationError, source: str, values: dict[str, Any]) -> UserError:

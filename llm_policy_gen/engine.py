@@ -33,7 +33,7 @@ from .backends import BACKENDS, default_backend_spec, is_client, parse_backend_s
 from .checkpoint import load_checkpoint, save_checkpoint
 from .clients.base import ClientOptions, LLMClient, Message, RetryPolicy, Sampling
 from .clients.cache import ResponseCache
-from .clients.keys import BASE_URL_VARIABLES, redact
+from .clients.keys import BASE_URL_VARIABLES, endpoint_notice, is_loopback_url, redact, remember_url, without_userinfo
 from .clients.replay import SOURCE_FIELDS
 from .collect import Collector, Episode, Rollouts
 from .config import TrainConfig
@@ -87,6 +87,7 @@ def default_cache_dir() -> Path:
 
 
 def _client_options(cfg: TrainConfig) -> ClientOptions:
+    remember_url(cfg.base_url)  # its password is redacted from everything this process writes
     return ClientOptions(
         base_url=cfg.base_url,
         retry=RetryPolicy(max_retries=cfg.max_retries, timeout_s=cfg.timeout_s),
@@ -180,6 +181,11 @@ class Run:
         else:
             client = factory(model, _client_options(cfg))
         _check_budget_is_priced(cfg, client.provider, client.model, client.is_llm)
+        described = client.describe()
+        if "base_url" in described:  # a client that calls a server: say where, and where URL and key came from
+            self.log(endpoint_notice(f"{client.provider}:{client.model}", str(described["base_url"] or ""),
+                                     bool(cfg.base_url), BASE_URL_VARIABLES.get(client.provider, ""),
+                                     str(described.get("key_source") or "")))
         cache = None
         if cfg.cache and client.is_llm:
             folder = Path(cfg.cache_dir) if cfg.cache_dir else default_cache_dir()
@@ -729,6 +735,25 @@ def _console(cfg: TrainConfig, env_id: str, backend: str, mode: str, log: Callab
                    enabled=cfg.progress and log is None, quiet=cfg.quiet, sink=log, is_llm=is_client(backend))
 
 
+def _check_resume_endpoint(rd: RunDir, record: dict[str, Any], given: str | None) -> None:
+    """A run directory may come from someone else: its recorded ``--base-url`` is where a resume would send the
+    user's key. One that is not on this machine must be named again (``--base-url``, the same URL); a
+    ``--base-url`` other than the recorded one is refused."""
+    config = record.get("config")
+    recorded = config.get("base_url") if isinstance(config, dict) else None
+    recorded = without_userinfo(recorded) if isinstance(recorded, str) and recorded.strip() else None
+    if given is not None:
+        if recorded is None or without_userinfo(given) != recorded:
+            was = f"was made with --base-url {redact(recorded)}" if recorded else "was made without --base-url"
+            raise UserError(f"--base-url {redact(without_userinfo(given))} differs from the run's endpoint: {rd.path} "
+                            f"{was}; resume it with the same --base-url, or start a new run")
+        return
+    if recorded is not None and not is_loopback_url(recorded):
+        raise UserError(f"{rd.path} sends its calls to {redact(recorded)} (recorded in its config.json), not this "
+                        f"machine; resuming would send your key there: if you trust it, add --base-url "
+                        f"{redact(recorded)} (with user:password@ if it needs one)")
+
+
 def resume(run_dir: Path, overrides: dict[str, Any] | None = None, log: Callable[[str], None] | None = None, *,
            limiter: CallLimiter | None = None, budget: Budget | None = None) -> RunResult:
     """Continue the run in ``run_dir`` from its last checkpoint (see the module docstring)."""
@@ -746,11 +771,16 @@ def resume(run_dir: Path, overrides: dict[str, Any] | None = None, log: Callable
         spec = EnvSpec.from_dict(record["env_spec"])
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise UserError(f"{rd.config} cannot be read as a run's config.json: {exc}") from None
-    bad = sorted(set(overrides or {}) - set(RESUME_OPTIONS))
+    overrides = dict(overrides or {})
+    given_url = overrides.pop("base_url", None)
+    _check_resume_endpoint(rd, record, given_url)
+    bad = sorted(set(overrides) - set(RESUME_OPTIONS))
     if bad:
         raise UserError(f"--resume takes the run's own settings; {bad[0]!r} cannot change (accepted with --resume: "
                         f"{', '.join(RESUME_OPTIONS)})")
     settings = load_config_file(rd.config)
+    if given_url:  # the same endpoint, with the password config.json never holds
+        settings["base_url"] = given_url
     settings["run_id"] = rd.path.name
     settings["logs_dir"] = str(rd.path.parent.parent)
     cfg = TrainConfig.build((settings, f"{rd.config}"), (dict(overrides or {}), "command line"))

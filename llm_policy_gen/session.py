@@ -11,13 +11,15 @@ One place holds the call, the repair, the budget, the cost, the answer cache and
   its tokens counted once), the on-disk answer cache, then the client.
 * The budget counts calls in flight: each call reserves its estimated cost before it starts and settles at its
   real cost, so K concurrent calls cannot together pass ``--budget-usd``.
-* Every configured key is scrubbed from answer texts before anything is written (transcript and cache).
+* Every known secret (keys, URL passwords and their ``Basic`` form) is scrubbed from every string of an answer
+  before anything is written, and again from every transcript line as it is written.
 * A call that fails after the retry policy is written as a failure (``failed: true`` and its ``error``), which is
   what replay reproduces.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import threading
@@ -31,7 +33,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from .clients.base import CallKey, Completion, LLMClient, Message, OutputSpec, Request
 from .clients.cache import ResponseCache
-from .clients.keys import redact
+from .clients.keys import redact, redact_all
 from .errors import BackendAuthError, BackendError, BackendUnreachable, ProposalError, ReplayExhausted
 from .formats.base import AnswerFormat, FormatContext, Parsed
 from .pricing import cost_usd
@@ -157,7 +159,7 @@ class Transcript:
         self.lines_written = 0
 
     def write(self, record: dict[str, Any]) -> None:
-        line = {**record, **{k: v for k, v in self.common.items() if k not in record}}
+        line = redact_all({**record, **{k: v for k, v in self.common.items() if k not in record}})
         with self._lock:
             if self.path is not None:
                 append_jsonl(self.path, line)
@@ -441,9 +443,7 @@ class LLMSession:
             usage = Usage(failed_calls=int(isinstance(exc, BackendError)))
             self._count(usage, ok=False)
             return None, usage, "client", exc
-        comp.text = redact(comp.text)
-        if comp.refusal:
-            comp.refusal = redact(comp.refusal)
+        comp = _redacted(comp)
         price = cost_usd(self.provider, self.model, comp.input_tokens, comp.output_tokens, self.prices_file,
                          comp.cached_input_tokens, comp.cache_write_tokens)
         cost = price or 0.0
@@ -459,6 +459,15 @@ class LLMSession:
         with self._lock:
             self.usage.add(usage)
             self.calls_ok += int(ok)
+
+
+def _redacted(comp: Completion) -> Completion:
+    """``comp`` with every known secret scrubbed from each of its strings (a server may echo a key or an
+    ``Authorization`` header in any field: the text, the model name, the finish reason, the extras)."""
+    return dataclasses.replace(
+        comp, text=redact(comp.text), model=redact(comp.model), refusal=redact(comp.refusal) if comp.refusal else None,
+        finish_reason=redact(comp.finish_reason) if comp.finish_reason else comp.finish_reason,
+        structured_output=redact(comp.structured_output), extra=redact_all(comp.extra))
 
 
 class _BudgetStop(Exception):

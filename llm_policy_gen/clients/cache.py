@@ -3,8 +3,9 @@
 The key is a SHA-256 of provider, model, base URL, messages, output schema, sampling settings and the **sample
 index** (the candidate number), so the K candidates of an iteration are K distinct samples and a re-run with the same
 inputs costs nothing. A hit returns the stored text with zero tokens (the transcript marks it ``cached: true``).
-Entries are JSON files written atomically; an unreadable entry is a miss. Texts are stored as the session wrote them,
-after every configured key was scrubbed from them.
+Entries are JSON files written atomically; an unreadable entry is a miss. Every string of an entry has every known
+secret scrubbed from it when it is written (a key or URL password a server echoed, in any field), and again when it is
+read (an entry written by an older version).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 
 from ..runlog import write_json_atomic
 from .base import Completion, Request, Sampling
+from .keys import redact_all
 
 __all__ = ["ResponseCache", "cache_key"]
 
@@ -54,7 +56,7 @@ class ResponseCache:
         key, path = self._path(request)
         t0 = time.perf_counter()
         try:
-            entry: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+            entry: dict[str, Any] = redact_all(json.loads(path.read_text(encoding="utf-8")))
             text = entry["text"]
         except (OSError, ValueError, KeyError, TypeError):
             return None
@@ -74,7 +76,7 @@ class ResponseCache:
 
     def put(self, request: Request, completion: Completion) -> None:
         _, path = self._path(request)
-        write_json_atomic(path, {
+        write_json_atomic(path, redact_all({
             "text": completion.text,
             "model": completion.model,
             "input_tokens": completion.input_tokens,
@@ -84,4 +86,4 @@ class ResponseCache:
             "refusal": completion.refusal,
             "structured_output": completion.structured_output,
             "created": time.time(),
-        })
+        }))

@@ -37,7 +37,6 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar, TypeVar
-from urllib.parse import urlsplit, urlunsplit
 
 from ..errors import BackendConfigError
 from . import keys
@@ -218,10 +217,7 @@ class StructuredOutput:
 
 def public_url(url: str) -> str:
     """``url`` without ``user:password@`` and with any known key removed (for config.json and error messages)."""
-    parts = urlsplit(url)
-    if "@" in parts.netloc:
-        url = urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
-    return keys.redact(url)
+    return keys.redact(keys.without_userinfo(url))
 
 
 def configured_base_url(provider: str, explicit: str | None) -> str | None:

@@ -8,9 +8,12 @@ transcripts or error messages: :func:`redact` removes every known key value from
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
+from typing import Any
 
-__all__ = ["KEY_VARIABLES", "BASE_URL_VARIABLES", "load_env", "get_key", "key_variable", "redact", "known_keys"]
+__all__ = ["KEY_VARIABLES", "BASE_URL_VARIABLES", "load_env", "get_key", "key_variable", "redact", "known_keys",
+           "redact_all", "remember_url", "url_secrets", "variable_source", "without_userinfo", "is_loopback_url"]
 
 #: Provider -> environment variables holding its key, in order of preference.
 KEY_VARIABLES: dict[str, tuple[str, ...]] = {
@@ -41,7 +44,40 @@ def load_env(path: str | os.PathLike[str] | None = None) -> bool:
     target = str(path) if path is not None else find_dotenv(usecwd=True)
     if not target or not Path(target).is_file():
         return False
-    return bool(load_dotenv(target, override=False))
+    before = set(os.environ)
+    loaded = bool(load_dotenv(target, override=False))
+    where = str(Path(target).resolve())
+    for name in set(os.environ) - before:
+        _DOTENV_SOURCES[name] = where
+    return loaded
+
+
+#: Variable -> the ``.env`` file :func:`load_env` took it from (variables not listed came from the shell).
+_DOTENV_SOURCES: dict[str, str] = {}
+
+
+def variable_source(name: str) -> str:
+    """Where the variable ``name`` came from: ``"the .env file PATH"`` or ``"the shell environment"``."""
+    where = _DOTENV_SOURCES.get(name)
+    if where is not None and name in os.environ:
+        return f"the .env file {where}"
+    return "the shell environment"
+
+
+def endpoint_notice(label: str, base_url: str, from_option: bool, url_variable: str, key_name: str) -> str:
+    """The console line a run prints before its first call: where the calls go, and where that base URL and the key
+    came from (``--base-url``, or the variable and whether the shell or which ``.env`` file set it)."""
+    if from_option:
+        url_from = "--base-url"
+    elif url_variable and os.environ.get(url_variable, "").strip():
+        url_from = f"{url_variable} from {variable_source(url_variable)}"
+    else:
+        url_from = "the provider's default"
+    if key_name and os.environ.get(key_name, "").strip():
+        key = f"key {key_name} from {variable_source(key_name)}"
+    else:
+        key = "no key sent"
+    return f"{label}: calls go to {redact(without_userinfo(base_url))} (base URL: {url_from}; {key})"
 
 
 def key_variable(provider: str) -> str:
@@ -60,19 +96,142 @@ def get_key(provider: str) -> str | None:
 
 
 def known_keys() -> list[str]:
-    """Every key value currently set in the environment (for redaction)."""
-    values = []
-    for names in KEY_VARIABLES.values():
-        for name in names:
-            v = os.environ.get(name, "").strip()
+    """Every secret known now (for redaction): the key values set in the environment (the providers' variables and
+    any other ``*_API_KEY``), the passwords of base URLs set in the environment (``*_BASE_URL``) and of URLs given
+    on the command line (:func:`remember_url`), each also in the forms a server may echo (see :func:`url_secrets`)."""
+    values: list[str] = []
+    names = {n for group in KEY_VARIABLES.values() for n in group}
+    for name, value in os.environ.items():
+        v = value.strip()
+        if name in names or name.endswith("_API_KEY"):
             if len(v) >= 4:
                 values.append(v)
+        elif name.endswith("_BASE_URL"):
+            values.extend(url_secrets(v))
+    values.extend(_REMEMBERED)
     return values
 
 
-def redact(text: str, extra: list[str] | None = None) -> str:
-    """Replace every known key value in ``text`` with ``[REDACTED]``."""
-    for value in sorted(set(known_keys() + (extra or [])), key=len, reverse=True):
+#: Secrets of URLs given on the command line (:func:`remember_url`), in every form :func:`url_secrets` gives.
+_REMEMBERED: set[str] = set()
+_MIN_SECRET = 4
+"""Shorter passwords are not replaced inside texts (they would cut ordinary words); URLs lose them all the same."""
+
+
+def url_secrets(url: str) -> list[str]:
+    """The secret forms of ``url``'s ``user:password@``: the password as written and percent-decoded, ``user:password``
+    and its base64 (what ``Authorization: Basic`` carries). Empty when the URL holds no password."""
+    import base64
+    from urllib.parse import unquote, urlsplit
+
+    try:
+        parts = urlsplit(url.strip())
+    except ValueError:
+        return []
+    if "@" not in parts.netloc:
+        return []
+    userinfo = parts.netloc.rsplit("@", 1)[0]
+    user, sep, password = userinfo.partition(":")
+    forms: set[str] = set()
+    for u, p in {(user, password), (unquote(user), unquote(password))}:
+        secret = p if sep else u  # ``https://TOKEN@host`` carries the token as the user name
+        if len(secret) >= _MIN_SECRET:
+            forms.add(secret)
+        pair = f"{u}:{p}"
+        forms.add(base64.b64encode(pair.encode("utf-8")).decode("ascii"))
+        if len(p) >= _MIN_SECRET:
+            forms.add(pair)
+    return sorted(forms)
+
+
+def without_userinfo(url: str) -> str:
+    """``url`` without its ``user:password@`` part (what config.json, the console and the pages show)."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return _URL_USERINFO.sub(r"\1", url)
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
+
+
+def is_loopback_url(url: str) -> bool:
+    """True when ``url``'s host is this machine (``localhost``, 127.0.0.0/8, ``::1``)."""
+    import ipaddress
+    from urllib.parse import urlsplit
+
+    try:
+        host = urlsplit(url.strip()).hostname or ""
+    except ValueError:
+        return False
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def remember_url(url: str | None) -> None:
+    """Redact the password of ``url`` (a ``--base-url``) from everything written from now on in this process."""
+    if url:
+        _REMEMBERED.update(url_secrets(url))
+
+
+#: ``scheme://user:password@`` in any text: the userinfo goes, whatever the password.
+_URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^\s/@]+@")
+#: ``Basic <base64>`` and ``Bearer <token>`` credentials, as an echoed ``Authorization`` header carries them.
+_AUTH_HEADER = re.compile(r"(?i)\b(Basic|Bearer)(\s+)([A-Za-z0-9+/._~-]{8,}=*)")
+
+
+def _credential(match: re.Match[str]) -> str:
+    """An ``Authorization`` credential redacted; ordinary words after "basic" or "bearer" are left alone."""
+    import base64
+    import binascii
+
+    scheme, space, token = match.groups()
+    if scheme.lower() == "basic":
+        try:
+            secret = ":" in base64.b64decode(token, validate=True).decode("utf-8")
+        except (binascii.Error, ValueError):
+            secret = False
+    else:
+        secret = len(token) >= 12 and any(c.isdigit() for c in token)
+    return f"{scheme}{space}[REDACTED]" if secret else match.group(0)
+
+
+def _redact_with(text: str, secrets: list[str]) -> str:
+    for value in secrets:
         if value:
             text = text.replace(value, "[REDACTED]")
-    return text
+    text = _URL_USERINFO.sub(r"\1[REDACTED]@", text)
+    return _AUTH_HEADER.sub(_credential, text)
+
+
+def _secrets(extra: list[str] | None) -> list[str]:
+    return sorted(set(known_keys() + (extra or [])), key=len, reverse=True)
+
+
+def redact(text: str, extra: list[str] | None = None) -> str:
+    """Replace every known secret in ``text`` with ``[REDACTED]`` (see :func:`known_keys`), and any URL password and
+    ``Basic``/``Bearer`` credential, known or not."""
+    return _redact_with(text, _secrets(extra))
+
+
+def redact_all(value: Any, extra: list[str] | None = None) -> Any:
+    """``value`` (JSON-like: dicts, lists, strings, numbers) with :func:`redact` applied to every string in it, keys
+    of dicts included; for records that are written (transcript lines, cache entries)."""
+    secrets = _secrets(extra)
+
+    def walk(v: Any) -> Any:
+        if isinstance(v, str):
+            return _redact_with(v, secrets)
+        if isinstance(v, dict):
+            return {walk(k): walk(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [walk(x) for x in v]
+        return v
+
+    return walk(value)

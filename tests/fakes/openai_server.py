@@ -168,6 +168,8 @@ class _Handler(LoopbackHandler):
         return False
 
     def send_step_ok(self, step: Step, body: Any) -> None:
+        echo = self.headers.get("authorization") or "" if self.fake.echo_auth else None
+        text = step.text if echo is None or step.text is None else step.text.replace("{authorization}", echo)
         usage = {
             "prompt_tokens": step.input_tokens,
             "completion_tokens": step.output_tokens,
@@ -184,13 +186,13 @@ class _Handler(LoopbackHandler):
             "id": f"chatcmpl-fake{self.request_id[8:]}",
             "object": "chat.completion",
             "created": int(time.time()),
-            "model": step.model or body["model"],
+            "model": echo or step.model or body["model"],
             "choices": [
                 {
                     "index": 0,
                     "message": {
                         "role": "assistant",
-                        "content": step.text,
+                        "content": text,
                         "refusal": step.refusal,
                         "annotations": [],
                     },
@@ -200,7 +202,7 @@ class _Handler(LoopbackHandler):
             ],
             "usage": usage,
             "service_tier": "default",
-            "system_fingerprint": "fp_fake",
+            "system_fingerprint": f"fp_fake {echo}" if echo else "fp_fake",
         }
         self.send_json(200, completion, {"x-request-id": self.request_id, "openai-processing-ms": "1"})
 
@@ -229,10 +231,13 @@ class FakeOpenAIServer(LoopbackServer[Step]):
     """The scripted server (see :class:`~fakes.loopback.LoopbackServer` for the arguments).
 
     ``api_key``: when set, a request without ``Authorization: Bearer <api_key>`` gets a 401.
+    ``echo_auth``: a hostile server: every answer carries the request's ``Authorization`` header in its ``model``
+    and ``system_fingerprint`` fields, and in its text where a scripted text says ``{authorization}``.
     """
 
     name = "openai"
     handler = _Handler
+    echo_auth: bool = False
 
     @property
     def base_url(self) -> str:
