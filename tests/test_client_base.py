@@ -538,4 +538,7 @@ def test_silent_server_costs_at_most_timeout_per_attempt(
     message = str(info.value)
     assert message.startswith(f"{client.provider}:{model} at {silent.url} could not be reached after 2 attempts")
     assert "Unreachable: no answer within 0.5 s" in message
-    assert 0.9 < elapsed < 1.6  # two attempts of 0.5 s each (connect included), not the SDKs' default of minutes
+    # Two attempts, each waiting out its 0.5 s (a lower bound a busy machine cannot break); the upper bound only
+    # tells our per-attempt timeout from the SDKs' default of minutes, so it is far from any real duration.
+    assert elapsed >= 0.9
+    assert elapsed < 60
