@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import importlib.util
 import json
+import sys
 import threading
 import time
 from pathlib import Path
@@ -94,12 +95,11 @@ def test_bad_input_exits_2_before_any_run(tmp_path: Path, capsys: pytest.Capture
     argv = ["compare", "--out", str(tmp_path / "cmp"), *args]
     if "--env" not in args:
         argv += ["--env", "CartPole-v1"]
-    t0 = time.perf_counter()
     assert main(argv) == 2
-    assert time.perf_counter() - t0 < 20
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1 and "Traceback" not in err
     assert not (tmp_path / "cmp").exists()
+    assert not list(tmp_path.rglob("events.jsonl"))  # refused before any run: no iteration of any run was written
 
 
 def test_a_missing_replay_file_or_an_unpriced_budget_is_refused_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
@@ -119,16 +119,15 @@ def test_a_missing_replay_file_or_an_unpriced_budget_is_refused_first(tmp_path: 
 def test_a_ray_address_where_nothing_answers_is_refused_before_any_run(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     import socket
-    import time
 
     with socket.socket() as s:  # a port that was free a moment ago: nothing listens there
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{port}")
-    t0 = time.perf_counter()
     assert main(["compare", "--env", "FrozenLake-v1", "--backends", "random", "--seeds", "0", "--executor", "ray",
                  "--out", str(tmp_path / "cmp")]) == 2
-    assert time.perf_counter() - t0 < 10
+    ray = sys.modules.get("ray")  # refused before Ray was started (ray.init would spend ~20 s retrying the address)
+    assert ray is None or not ray.is_initialized()
     err = capsys.readouterr().err
     assert f"RAY_ADDRESS '127.0.0.1:{port}': nothing answers" in err and err.count("\n") == 1
     assert not (tmp_path / "cmp").exists()

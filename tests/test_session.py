@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
-import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,8 @@ CTX = FormatContext(SPEC.observation_discretizer(), SPEC.action_discretizer(), n
 GOOD = json.dumps({"rationale": "r", "rows": [{"state": s, "action": s % 4} for s in range(16)]})
 BAD = json.dumps({"rationale": "r", "rows": [{"state": 99, "action": 0}]})
 MESSAGES = [Message("system", "sys"), Message("user", "make a table")]
+#: How long a test waits for an event that should come at once; only a broken session ever waits this long.
+PATIENCE_S = 60.0
 
 
 class Scripted:
@@ -35,21 +37,36 @@ class Scripted:
     model = "claude-haiku-4-5"
     is_llm = True
 
-    def __init__(self, answer: Any, delay: float = 0.0) -> None:
+    def __init__(self, answer: Any, together: int = 1, hold: threading.Event | None = None) -> None:
+        """``together=N``: each call answers only once N calls are in flight at once (a barrier: overlap is shown
+        by events, not by wall time; calls that never overlap break it). ``hold``: calls wait until it is set."""
         self.answer = answer
-        self.delay = delay
         self.requests: list[Request] = []
-        self.lock = threading.Lock()
+        self.lock = threading.Condition()
         self.in_flight = 0
         self.max_in_flight = 0
+        self.barrier = threading.Barrier(together, timeout=PATIENCE_S)
+        self.broken = False
+        self.hold = hold
+
+    def wait_in_flight(self, n: int) -> bool:
+        """Wait until ``n`` calls are in flight at once."""
+        with self.lock:
+            return self.lock.wait_for(lambda: self.in_flight >= n, timeout=PATIENCE_S)
 
     def complete(self, request: Request) -> Completion:
         with self.lock:
             self.requests.append(request)
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
+            self.lock.notify_all()
         try:
-            time.sleep(self.delay)
+            try:
+                self.barrier.wait()
+            except threading.BrokenBarrierError:
+                self.broken = True
+            if self.hold is not None:
+                self.hold.wait(PATIENCE_S)
             result = self.answer(request)
             if isinstance(result, BaseException):
                 raise result
@@ -71,11 +88,10 @@ def ask(s: LLMSession, k: int, iteration: int = 1) -> list[Any]:
 
 
 def test_k_candidates_are_asked_concurrently_and_keyed(tmp_path):
-    client = Scripted(lambda r: Completion(GOOD, 100, 50), delay=0.3)
+    client = Scripted(lambda r: Completion(GOOD, 100, 50), together=4)  # each answers once all 4 are in flight
     s = session(client, tmp_path)
-    t0 = time.perf_counter()
     answers = ask(s, 4)
-    assert time.perf_counter() - t0 < 0.9 and client.max_in_flight == 4
+    assert client.max_in_flight == 4 and not client.broken
     assert [a.candidate for a in answers] == [1, 2, 3, 4] and all(a.ok for a in answers)
     assert sorted(r.key.candidate for r in client.requests) == [1, 2, 3, 4]
     lines = read_jsonl(tmp_path / "t.jsonl")
@@ -100,13 +116,21 @@ def test_the_budget_counts_calls_in_flight(tmp_path, monkeypatch):
     prices = tmp_path / "p.toml"
     prices.write_text('[anthropic]\n"claude-haiku-4-5" = { input = 0.0, output = 1.0 }\n')
     monkeypatch.setenv("LLM_POLICY_GEN_PRICES", str(prices))
-    # each call is estimated at 2,000 output tokens = 0.002 USD; 0.005 lets two start, not four at once
-    client = Scripted(lambda r: Completion(GOOD, 10, 1000), delay=0.2)
+    # each call is estimated at 2,000 output tokens = 0.002 USD (and costs that); 0.005 lets two start, not three
+    release = threading.Event()
+    client = Scripted(lambda r: Completion(GOOD, 10, 2000), hold=release)
     s = session(client, tmp_path, budget=Budget(0.005))
-    answers = ask(s, 4)
+    with ThreadPoolExecutor(1) as pool:
+        asked = pool.submit(ask, s, 4)
+        assert client.wait_in_flight(2)
+        # nothing is spent yet: only the two calls in flight keep a third from starting
+        assert s.budget.spent == 0 and s.budget.reserved == pytest.approx(0.004)
+        assert not s.budget.reserve(0.002)
+        release.set()
+        answers = asked.result(timeout=PATIENCE_S)
     assert len(client.requests) == 2
     assert sum(a.ok for a in answers) == 2 and sum(a.stop == "budget reached" for a in answers) == 2
-    assert s.budget.spent == pytest.approx(0.002) and s.budget.reserved == 0
+    assert s.budget.spent == pytest.approx(0.004) and s.budget.reserved == 0
 
 
 def test_cached_prompt_tokens_are_priced_as_cache_reads(tmp_path):
