@@ -1,7 +1,8 @@
 """``action``: one action as a line ``Action: N`` (the direct mode's answer, plain text, no JSON schema).
 
 The answer's last ``Action: N`` is used (case-insensitive; ``Action = N`` and markdown bold are accepted). No such
-line, or ``N`` outside ``0..n_actions-1``, refuses the answer.
+line, or ``N`` outside ``0..n_actions-1``, refuses the answer. Plain text, so no JSON schema carries
+that range: the parser alone checks it.
 """
 
 from __future__ import annotations

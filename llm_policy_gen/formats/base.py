@@ -6,6 +6,18 @@ validates (refusing with repair-ready messages through :class:`~llm_policy_gen.e
 :meth:`AnswerFormat.render` writes a value as answer text (what the non-LLM proposers send, so that their answers go
 through the same parser and validator as a model's).
 
+**Schemas carry the validator's bounds** (issue 18), so that a provider's structured output or a local runtime's
+grammar can keep a model inside them: each range is ``minimum``/``maximum`` plus, for the smallest ranges within
+:data:`ENUM_BUDGET` values a schema, an ``enum`` of every value (:func:`int_range`, :func:`with_enums`); list
+lengths are ``minItems``/``maxItems``. llama.cpp's grammar converter (``LlamaGrammar.from_json_schema``, used by the
+in-process backend and ``llama_cpp.server``) enforces ``enum``, ``const``, ``anyOf``, ``required``,
+``additionalProperties: false`` and ``minItems``/``maxItems``, and ignores ``minimum``/``maximum`` and a ``pattern``
+on numbers; it writes the required properties first, then the optional ones. The schemas stay within what OpenAI's
+strict mode, Gemini's ``responseJsonSchema`` and Anthropic's schema transform accept (an object root, every object
+closed, no ``pattern``, at most 1,000 enum values). A client whose provider refuses a keyword steps down with
+:func:`without_keywords`. What a schema cannot say (``min_bin <= max_bin``, a dimension once per box, ascending
+thresholds, each output once) the validator still refuses, with repair messages.
+
 The **target** says what a table holds: one action index per state (:class:`Target` ``kind="action"``, the policy
 modes and the advisor) or one number per state (``kind="value"``, a shaping potential). Table and edits answers work
 for both.
@@ -13,6 +25,7 @@ for both.
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 from dataclasses import dataclass, field
@@ -39,6 +52,11 @@ __all__ = [
     "cap_errors",
     "table_dims",
     "dim_names",
+    "ENUM_BUDGET",
+    "int_range",
+    "number_range",
+    "with_enums",
+    "without_keywords",
 ]
 
 MAX_ERRORS = 8
@@ -75,6 +93,12 @@ class Target:
         if self.kind == "action":
             return f"an integer action in 0..{self.n_actions - 1}"
         return f"a number in [{self.low:g}, {self.high:g}]"
+
+    def json_schema(self) -> dict[str, Any]:
+        """The JSON schema of one entry, with the bounds :meth:`check` enforces."""
+        if self.kind == "action":
+            return int_range(0, self.n_actions - 1)
+        return number_range(self.low, self.high)
 
     def array(self, values: Any) -> np.ndarray:
         """``values`` as the table's dtype (int64 actions, float64 values)."""
@@ -220,3 +244,92 @@ def dim_names(observation: ObservationDiscretizer) -> list[str]:
     if len(table_dims(observation)) == 2:
         return ["row", "col"]
     return ["state index"]
+
+
+# ---------------------------------------------------------------------------------------------------- schema bounds
+ENUM_BUDGET = 1000
+"""Most ``enum`` values one answer schema carries (OpenAI's strict structured output accepts 1,000 in a schema).
+
+:func:`with_enums` spends it on the smallest integer ranges first; a range left without an ``enum`` keeps only
+``minimum``/``maximum``, which llama.cpp's grammar converter does not enforce (the validator still does)."""
+
+_SUBSCHEMA_MAPS = ("properties", "$defs", "definitions", "patternProperties", "dependentSchemas")
+_SUBSCHEMA = ("items", "additionalProperties", "not", "if", "then", "else", "contains", "propertyNames")
+_SUBSCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
+
+
+def int_range(lo: int, hi: int) -> dict[str, Any]:
+    """An integer in ``lo..hi`` (both included); :func:`with_enums` adds the ``enum`` that grammars enforce."""
+    return {"type": "integer", "minimum": int(lo), "maximum": int(hi)}
+
+
+def number_range(lo: float, hi: float) -> dict[str, Any]:
+    """A number in ``[lo, hi]``."""
+    return {"type": "number", "minimum": float(lo), "maximum": float(hi)}
+
+
+def _subschemas(node: dict[str, Any]) -> list[dict[str, Any]]:
+    """The schemas directly inside ``node`` (not the names of its properties)."""
+    out: list[dict[str, Any]] = []
+    for key, value in node.items():
+        if key in _SUBSCHEMA_MAPS and isinstance(value, dict):
+            out.extend(v for v in value.values() if isinstance(v, dict))
+        elif key in _SUBSCHEMA and isinstance(value, dict):
+            out.append(value)
+        elif key in _SUBSCHEMA_LISTS and isinstance(value, list):
+            out.extend(v for v in value if isinstance(v, dict))
+    return out
+
+
+def with_enums(schema: dict[str, Any], budget: int = ENUM_BUDGET) -> dict[str, Any]:
+    """``schema`` with an ``enum`` of every value on its integer ranges (``int_range``), smallest range first, while
+    the schema's enum values stay within ``budget``; ``minimum`` and ``maximum`` are kept beside them. In place.
+
+    An ``enum`` is what grammar-constrained decoding enforces (llama.cpp's converter ignores integer bounds).
+    """
+    ranges: list[dict[str, Any]] = []
+    used = 0
+    stack = [schema]
+    while stack:
+        node = stack.pop()
+        if "enum" in node:
+            used += len(node["enum"])
+        elif node.get("type") == "integer" and isinstance(node.get("minimum"), int) \
+                and isinstance(node.get("maximum"), int):
+            ranges.append(node)
+        stack.extend(reversed(_subschemas(node)))
+    for node in sorted(ranges, key=lambda n: n["maximum"] - n["minimum"]):  # stable: schema order among equals
+        size = node["maximum"] - node["minimum"] + 1
+        if used + size > budget:
+            break
+        node["enum"] = list(range(node["minimum"], node["maximum"] + 1))
+        used += size
+    return schema
+
+
+def without_keywords(schema: dict[str, Any], keywords: set[str] | frozenset[str]) -> dict[str, Any]:
+    """A copy of ``schema`` without the given keywords anywhere in it (property names are left alone).
+
+    For a provider that refuses a keyword: ``without_keywords(schema, {"minimum", "maximum"})``. Every range the
+    answer formats give carries ``minimum`` and ``maximum`` beside an ``enum``, so removing one kind keeps the other.
+    """
+
+    def strip(node: Any) -> Any:
+        if not isinstance(node, dict):
+            return copy.deepcopy(node)
+        out: dict[str, Any] = {}
+        for key, value in node.items():
+            if key in keywords:
+                continue
+            if key in _SUBSCHEMA_MAPS and isinstance(value, dict):
+                out[key] = {name: strip(v) for name, v in value.items()}
+            elif key in _SUBSCHEMA and isinstance(value, dict):
+                out[key] = strip(value)
+            elif key in _SUBSCHEMA_LISTS and isinstance(value, list):
+                out[key] = [strip(v) for v in value]
+            else:
+                out[key] = copy.deepcopy(value)
+        return out
+
+    result: dict[str, Any] = strip(schema)
+    return result

@@ -19,6 +19,11 @@ For a value target (a shaping potential) an edit carries ``"value": <number>`` i
 Validation is as strict as the full-table format (:mod:`llm_policy_gen.formats.table`): integers only, every dim, bin
 and action in range, ``min_bin <= max_bin``, a dimension at most once per edit, at least one edit. Any error refuses the
 whole answer, with short messages that name the field so that they can be sent back for repair.
+
+Schema bounds (:meth:`EditsFormat.json_schema`): a condition is one of the table's dimensions (an ``anyOf`` with one
+alternative per dimension ``j``: ``dim`` j, ``min_bin`` and ``max_bin`` in ``0..bins[j]-1``), at most one condition
+per dimension (``maxItems``), the entry in range, at least one edit. ``min_bin <= max_bin`` and a dimension named
+twice are left to the validator.
 """
 
 from __future__ import annotations
@@ -40,8 +45,10 @@ from .base import (
     cap_errors,
     dim_names,
     extract_json_object,
+    int_range,
     pydantic_errors,
     table_dims,
+    with_enums,
 )
 from .table import entry_fields, format_entry
 
@@ -54,6 +61,8 @@ __all__ = [
     "EditsFormat",
     "describe_edit_dims",
     "table_as_edits",
+    "conditions_schema",
+    "bound_boxes",
 ]
 
 
@@ -102,6 +111,30 @@ def describe_edit_dims(observation: ObservationDiscretizer) -> list[str]:
                                                                               strict=True))]
 
 
+def conditions_schema(sizes: tuple[int, ...], description: str = "") -> dict[str, Any]:
+    """The schema of a box's ``conditions``: per dimension ``j`` a condition with ``dim`` j and bins in
+    ``0..sizes[j]-1`` (one ``anyOf`` alternative per dimension), each dimension at most once."""
+    alternatives = []
+    for j, b in enumerate(sizes):
+        props = {"dim": int_range(j, j), "min_bin": int_range(0, b - 1), "max_bin": int_range(0, b - 1)}
+        alternatives.append({"type": "object", "properties": props, "required": list(props),
+                             "additionalProperties": False})
+    item = alternatives[0] if len(alternatives) == 1 else {"anyOf": alternatives}
+    out: dict[str, Any] = {"type": "array", "items": item, "maxItems": len(sizes)}
+    if description:
+        out["description"] = description
+    return out
+
+
+def bound_boxes(schema: dict[str, Any], box: str, ctx: FormatContext) -> None:
+    """Put the validator's bounds on the ``$defs`` model ``box`` (an edit or a case) of ``schema``, in place: its
+    conditions per dimension (:func:`conditions_schema`) and its entry (:meth:`Target.json_schema`)."""
+    props = schema["$defs"][box]["properties"]
+    props["conditions"] = conditions_schema(table_dims(ctx.observation), props["conditions"].get("description", ""))
+    props[ctx.target.field].update(ctx.target.json_schema())
+    schema["$defs"].pop("Condition", None)
+
+
 def _check(edits: list[Any], sizes: tuple[int, ...], names: list[str], target: Target) -> list[str]:
     errors: list[str] = []
     k = len(sizes)
@@ -136,7 +169,11 @@ class EditsFormat:
         return EditsAnswer if target.kind == "action" else ValueEditsAnswer
 
     def json_schema(self, ctx: FormatContext) -> dict[str, Any]:
-        return self._model(ctx.target).model_json_schema()
+        """The answer's schema with the validator's bounds: dims, bins per dim, entries and at least one edit."""
+        schema = self._model(ctx.target).model_json_schema()
+        bound_boxes(schema, "Edit" if ctx.target.kind == "action" else "ValueEdit", ctx)
+        schema["properties"]["edits"]["minItems"] = 1
+        return with_enums(schema)
 
     def prompt_section(self, ctx: FormatContext) -> str:
         return fill("format_edits.md", max_state=ctx.n_states - 1, dims="\n".join(describe_edit_dims(ctx.observation)),

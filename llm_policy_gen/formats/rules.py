@@ -5,7 +5,7 @@ A rules answer is JSON with up to three parts::
     {"rationale": "short reason",
      "cases": [{"conditions": [{"dim": 1, "min_bin": 0, "max_bin": 0}], "action": 2}],
      "linear": [{"output": 0, "weights": [0.0, 1.2, -0.4], "bias": 0.1, "thresholds": [-0.3, 0.3]}],
-     "otherwise": null}
+     "otherwise": 1}
 
 * **cases** -- an ordered decision list over bin ranges: the first case whose conditions all hold decides the state
   (a condition is a range of bins on one dimension, as in the ``edits`` format; an unlisted dimension matches any
@@ -23,7 +23,17 @@ A rules answer is JSON with up to three parts::
   - *value* targets (a shaping potential): one rule, ``output`` 0, no thresholds; the value is the score, clipped
     to the target's range.
 
-* **otherwise** -- the action (or value) of the states no case matches, when ``linear`` is empty.
+* **otherwise** -- the action (or value) of the states no case matches, when ``linear`` is empty (with linear rules
+  it is ignored, and may be null).
+
+Schema bounds (:meth:`RulesFormat.json_schema`): cases as the ``edits`` format's boxes (bins per dimension, the
+entry in range); a linear rule takes one of the shapes the actions allow -- per action dimension ``d`` of the levels
+form, ``output`` d with exactly ``levels[d] - 1`` thresholds; in the scores form (``Discrete`` actions) an ``output``
+in ``0..n_actions-1`` with no thresholds; for values ``output`` 0 with none -- always with one weight per state
+dimension (``minItems`` = ``maxItems``), and at most one rule per output (``maxItems``). ``otherwise`` is required and
+never null: a schema cannot make it depend on ``linear`` being empty in what strict modes accept (no ``if``/``then``,
+no ``anyOf`` at the root), so it asks for an entry always. That is the one answer the validator takes and the schema
+does not: ``otherwise`` null or missing beside linear rules (old transcripts and the population search write it).
 
 The table is compiled from the rules alone (the current table plays no part), and the rules travel with it as the
 policy's ``source``. :class:`RulesPolicy` evaluates the same rules on raw observations through the same code path as
@@ -62,10 +72,12 @@ from .base import (
     cap_errors,
     dim_names,
     extract_json_object,
+    int_range,
     pydantic_errors,
     table_dims,
+    with_enums,
 )
-from .edits import Edit, ValueEdit, _check, describe_edit_dims, table_as_edits
+from .edits import Edit, ValueEdit, _check, bound_boxes, describe_edit_dims, table_as_edits
 from .table import entry_fields
 
 __all__ = [
@@ -360,6 +372,39 @@ def _check_linear(rules: list[LinearRule], n_dims: int, actions: ActionDiscretiz
     return errors
 
 
+_OTHERWISE = ("the entry of the states no case matches, when linear is empty (ignored when linear rules decide them, "
+              "but always given)")
+
+
+def _max_linear_rules(actions: ActionDiscretizer, target: Target) -> int:
+    """Most linear rules a valid answer has: one per output, each output at most once."""
+    if target.kind == "value":
+        return 1
+    n_outputs = len(output_levels(actions))
+    return max(n_outputs, actions.n_actions) if isinstance(actions, DiscreteActions) else n_outputs
+
+
+def _linear_alternatives(actions: ActionDiscretizer, target: Target, n_dims: int,
+                         rule: dict[str, Any]) -> list[dict[str, Any]]:
+    """The shapes a valid linear rule can take, each with its ``output`` and its number of thresholds: per action
+    dimension in the levels form, any action with no thresholds in the scores form, output 0 with none for values."""
+    numbers = {"type": "array", "items": {"type": "number"}}
+
+    def shape(lo: int, hi: int, n_thresholds: int) -> dict[str, Any]:
+        props = {"output": {**rule["output"], **int_range(lo, hi)},
+                 "weights": {**rule["weights"], **numbers, "minItems": n_dims, "maxItems": n_dims},
+                 "bias": rule["bias"],
+                 "thresholds": {**rule["thresholds"], **numbers, "minItems": n_thresholds, "maxItems": n_thresholds}}
+        return {"type": "object", "properties": props, "required": list(props), "additionalProperties": False}
+
+    if target.kind == "value":
+        return [shape(0, 0, 0)]
+    shapes = [shape(d, d, n - 1) for d, n in enumerate(output_levels(actions))]
+    if isinstance(actions, DiscreteActions):
+        shapes.append(shape(0, actions.n_actions - 1, 0))
+    return shapes
+
+
 def _output_names(actions: ActionDiscretizer) -> list[str]:
     if isinstance(actions, (BoxActions, MultiDiscreteActions)):
         return list(actions.names)
@@ -376,7 +421,20 @@ class RulesFormat:
         return RulesAnswer if target.kind == "action" else ValueRulesAnswer
 
     def json_schema(self, ctx: FormatContext) -> dict[str, Any]:
-        return self._model(ctx.target).model_json_schema()
+        """The answer's schema with the validator's bounds (cases as in ``edits``, linear rules per output, a required
+        ``otherwise``); see the module docstring."""
+        target = ctx.target
+        schema = self._model(target).model_json_schema()
+        bound_boxes(schema, "Case" if target.kind == "action" else "ValueCase", ctx)
+        rule = schema["$defs"].pop("LinearRule")["properties"]
+        linear = schema["properties"]["linear"]
+        alternatives = _linear_alternatives(ctx.actions, target, len(table_dims(ctx.observation)), rule)
+        linear["items"] = alternatives[0] if len(alternatives) == 1 else {"anyOf": alternatives}
+        linear["maxItems"] = _max_linear_rules(ctx.actions, target)
+        other = schema["properties"]["otherwise"]
+        schema["properties"]["otherwise"] = {**target.json_schema(), "description": _OTHERWISE, "title": other["title"]}
+        schema["required"] = [*schema["required"], "otherwise"]
+        return with_enums(schema)
 
     def prompt_section(self, ctx: FormatContext) -> str:
         return fill("format_rules.md", n_dims=len(table_dims(ctx.observation)),

@@ -15,6 +15,10 @@ Validation rules (the same for every backend, the offline optimiser included):
 * **Duplicates**: a state given twice takes its last row (rows apply in order); duplicates are counted.
 * **Missing states** keep the entry of the current table; they are counted.
 * An empty ``rows`` list is refused.
+
+Schema bounds (:meth:`TableFormat.json_schema`): ``state`` in ``0..n_states-1`` and ``action`` in ``0..n_actions-1``
+(each an ``enum`` too while the schema's enum budget lasts: up to about 1,000 states, so a 10,000-state table keeps
+only ``minimum``/``maximum`` on its states), a ``value`` in the target's range, ``rows`` at least one item.
 """
 
 from __future__ import annotations
@@ -27,7 +31,17 @@ from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, Valid
 
 from ..errors import ProposalError
 from ..templates import fill
-from .base import AnswerModel, FormatContext, Parsed, Target, cap_errors, extract_json_object, pydantic_errors
+from .base import (
+    AnswerModel,
+    FormatContext,
+    Parsed,
+    Target,
+    cap_errors,
+    extract_json_object,
+    int_range,
+    pydantic_errors,
+    with_enums,
+)
 
 __all__ = ["ActionRow", "ValueRow", "TableAnswer", "ValueTableAnswer", "TableFormat", "entry_fields"]
 
@@ -83,7 +97,14 @@ class TableFormat:
         return TableAnswer if target.kind == "action" else ValueTableAnswer
 
     def json_schema(self, ctx: FormatContext) -> dict[str, Any]:
-        return self._model(ctx.target).model_json_schema()
+        """The answer's schema with the validator's bounds: states, entries and at least one row."""
+        target = ctx.target
+        schema = self._model(target).model_json_schema()
+        row = schema["$defs"]["ActionRow" if target.kind == "action" else "ValueRow"]["properties"]
+        row["state"].update(int_range(0, ctx.n_states - 1))
+        row[target.field].update(target.json_schema())
+        schema["properties"]["rows"]["minItems"] = 1
+        return with_enums(schema)
 
     def prompt_section(self, ctx: FormatContext) -> str:
         return fill("format_table.md", max_state=ctx.n_states - 1, **entry_fields(ctx.target))
