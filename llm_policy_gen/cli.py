@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import shlex
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TextIO
 
 from . import __version__
-from .errors import LLMPolicyGenError, UserError
+from .errors import LLMPolicyGenError, RunInterrupted, UserError
 
 __all__ = ["main", "build_parser"]
 
@@ -119,7 +122,6 @@ def _name_list(text: str) -> list[str]:
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    from .backends import is_client
     from .clients.keys import load_env
     from .config import TrainConfig, load_config_file
     from .engine import resume, train
@@ -150,26 +152,52 @@ def _cmd_train(args: argparse.Namespace) -> int:
         cfg = TrainConfig.build((file_settings, f"config file {args.config}"), (cli, "command line"))
         result = train(cfg)
     s = result.summary
-    solved = f"solved after {s['episodes_to_solve']} episodes" if s["solved"] else "not solved"
-    cost = f", ${s['cost_usd']:.4f}" if s["is_llm"] else ""
+    # The run's files are written: a console whose reader went away (`| head -1`) does not change its outcome.
+    _print_dropped(summary_line(s))
+    _print_dropped(f"run directory: {result.run_dir}")
+    if s["stop_reason"] == "backend unreachable":
+        _print_dropped(f"llm-policy-gen train: failed: the backend answered no call for "
+                       f"{s.get('unreachable_after', 'several')} iterations in a row; resume with `train --resume "
+                       f"{result.run_dir}` once it is back", sys.stderr)
+        return 1
+    return 0
+
+
+def plural(n: int, word: str) -> str:
+    """``1 iteration``, ``2 iterations``."""
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def summary_line(s: dict[str, Any]) -> str:
+    """The one line ``train`` prints about a finished run (from its summary.json)."""
+    from .backends import is_client
+    from .console import cost_text
+
+    if s["solved"]:
+        solved = f"solved after {plural(s['episodes_to_solve'], 'episode')}"
+    else:
+        solved = "not solved" if s.get("reward_threshold") is not None else "no threshold"
+    cost = f", {cost_text(s['cost_usd'], s.get('cost_complete', True))}" if s["is_llm"] else ""
     best = "n/a" if s["best_eval_mean"] is None else f"{s['best_eval_mean']:.2f}"
     model = f":{s['model']}" if s["model"] and s["is_llm"] else ""
     mode = "" if s["mode"] == "table" else f", {s['mode']} mode"
-    calls = (f"{s['llm_calls']} calls, {s['input_tokens']}+{s['output_tokens']} tokens{cost}"
-             if is_client(s["backend"]) else f"{s['llm_calls']} proposals (no model called)")
+    calls = (f"{plural(s['llm_calls'], 'call')}, {s['input_tokens']}+{s['output_tokens']} tokens{cost}"
+             if is_client(s["backend"]) else f"{plural(s['llm_calls'], 'proposal')} (no model called)")
     never = " (no candidate was ever accepted: this is the initial table)" if s.get("never_accepted") \
         and s["mode"] != "direct" else ""
-    print(
-        f"{s['env_id']} [{s['backend']}{model}{mode}] held-out mean {best} over {s['best_eval_episodes']} episodes"
-        f"{never}, {solved}; {s['iterations']} iterations, {s['episodes_total']} episodes, {calls}, "
-        f"{s['wall_s']:.1f} s; stop: {s['stop_reason']}"
-    )
-    print(f"run directory: {result.run_dir}")
-    if s["stop_reason"] == "backend unreachable":
-        print(f"llm-policy-gen train: failed: the backend answered no call for {s.get('unreachable_after', 'several')} "
-              f"iterations in a row; resume with `train --resume {result.run_dir}` once it is back", file=sys.stderr)
-        return 1
-    return 0
+    when = " (measured once, at the end)" if s["mode"] == "direct" and s["best_eval_episodes"] else ""
+    return (f"{s['env_id']} [{s['backend']}{model}{mode}] held-out mean {best} over "
+            f"{plural(s['best_eval_episodes'], 'episode')}{when}{never}, {solved}; "
+            f"{plural(s['iterations'], 'iteration')}, {plural(s['episodes_total'], 'episode')}, {calls}, "
+            f"{s['wall_s']:.1f} s; stop: {s['stop_reason']}")
+
+
+def _print_dropped(text: str, stream: TextIO | None = None) -> None:
+    """Print a line that is a by-product: when its reader is gone (a closed pipe), it is dropped."""
+    try:
+        print(text, file=stream or sys.stdout, flush=True)
+    except OSError:
+        _release(stream or sys.stdout)
 
 
 def _add_evaluate(sub: Any) -> None:
@@ -358,20 +386,46 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # --help, --version, or a bad option (already reported in one line)
         return int(exc.code) if isinstance(exc.code, int) else (0 if exc.code is None else 2)
     try:
-        return int(args.func(args))
+        code = int(args.func(args))
+        sys.stdout.flush()  # here, so that a reader that went away is seen here and not at exit
+        return code
+    except BrokenPipeError:  # `llm-policy-gen envs | head`: the reader has what it wanted; exit as `cat` would
+        _release(sys.stdout)
+        return 128 + signal.SIGPIPE
     except UserError as exc:
         from .clients.keys import redact
 
-        print(f"llm-policy-gen {args.command}: error: {redact(str(exc)).splitlines()[0]}", file=sys.stderr)
+        _print_dropped(f"llm-policy-gen {args.command}: error: {redact(str(exc)).splitlines()[0]}", sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+    except KeyboardInterrupt as exc:
+        _print_dropped(_interrupted(exc), sys.stderr)
         return 130
     except (LLMPolicyGenError, OSError) as exc:
         from .clients.keys import redact
 
-        print(f"llm-policy-gen {args.command}: failed: {redact(str(exc)).splitlines()[0]}", file=sys.stderr)
+        _print_dropped(f"llm-policy-gen {args.command}: failed: {redact(str(exc)).splitlines()[0]}", sys.stderr)
         return 1
+
+
+def _interrupted(exc: KeyboardInterrupt) -> str:
+    """What Ctrl-C leaves: the run directory, what it keeps and the command that goes on."""
+    if not isinstance(exc, RunInterrupted):
+        return "interrupted"
+    kept = f"keeps iterations 1..{exc.kept}" if exc.kept else "keeps no finished iteration yet"
+    return (f"interrupted: the run directory {exc.run_dir} {kept}; go on with: llm-policy-gen train --resume "
+            f"{shlex.quote(exc.run_dir)}")
+
+
+def _release(stream: TextIO) -> None:
+    """A standard stream whose reader went away: point it at /dev/null, so that nothing more fails on it (not even
+    the flush at exit, which would print "Exception ignored ... BrokenPipeError")."""
+    try:
+        fd = stream.fileno()
+        devnull = os.open(os.devnull, os.O_WRONLY)
+    except (OSError, ValueError):  # not a real file (a test's captured stream)
+        return
+    os.dup2(devnull, fd)
+    os.close(devnull)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from .errors import UserError
 
-__all__ = ["TrainConfig", "load_config_file", "read_toml", "SEED_MAX", "config_error"]
+__all__ = ["TrainConfig", "load_config_file", "read_toml", "SEED_MAX", "config_error", "option_name"]
 
 SEED_MAX = 2**32 - 1
 """Seeds are 32-bit (numpy's and gymnasium's seeding accept larger ones, but results would not be portable)."""
@@ -228,13 +228,20 @@ def config_error(exc: ValidationError, source: str, values: dict[str, Any]) -> U
     value = values.get(key, err.get("input"))
     shown = json.dumps(value) if isinstance(value, (str, bool, int, float, type(None))) else repr(value)
     if source == "command line":
-        option = OPTION_NAMES.get(key, "--" + key.replace("_", "-"))
+        option = option_name(key)
         return UserError(f"bad {option} {shown[:80]}: accepted {accepted or err['msg']}")
     return UserError(f"{source}: bad {key} = {shown[:80]}: accepted {accepted or err['msg']}")
 
 
 #: Settings whose command-line option is not ``--`` + the name with dashes.
-OPTION_NAMES = {"env_id": "--env", "timeout_s": "--timeout", "prices_file": "--prices"}
+OPTION_NAMES = {"env_id": "--env", "timeout_s": "--timeout", "prices_file": "--prices", "cache": "--no-cache",
+                "plots": "--no-plots", "progress": "--no-progress"}
+
+
+def option_name(key: str) -> str:
+    """The command-line option of the setting ``key`` (``env_id`` -> ``--env``, ``max_episodes`` ->
+    ``--max-episodes``), for messages a user reads."""
+    return OPTION_NAMES.get(key, "--" + key.replace("_", "-"))
 
 
 def read_toml(path: str | Path, what: str) -> dict[str, Any]:

@@ -3,7 +3,10 @@
 On a terminal, a progress bar whose postfix names its numbers ("best test": the kept table's mean on this
 iteration's test episodes; "held-out": its mean on the held-out episodes). Without a terminal (nohup, Slurm, CI),
 one plain line per iteration instead: iteration, best test mean, held-out mean, the candidates' test means, calls,
-tokens, cost and elapsed time. ``--quiet`` prints neither (the final summary line still comes).
+tokens, cost (``unpriced`` for a model the price table lacks) and elapsed time. ``--quiet`` prints neither (the
+final summary line still comes).
+
+A console whose reader went away (``train ... 2>&1 | head -1``) stops printing; the run goes on and writes its files.
 """
 
 from __future__ import annotations
@@ -13,7 +16,14 @@ import time
 from collections.abc import Callable
 from typing import Any, TextIO
 
-__all__ = ["Console"]
+__all__ = ["Console", "cost_text"]
+
+
+def _heldout(record: dict[str, Any]) -> str:
+    """The held-out figure of an iteration's record; a mode that measures it only at the end (direct) says so."""
+    if record.get("best_eval_mean") is None and record.get("heldout_at_end"):
+        return "at the end"
+    return _num(record.get("best_eval_mean"))
 
 
 def _num(x: Any, digits: int = 1) -> str:
@@ -23,6 +33,13 @@ def _num(x: Any, digits: int = 1) -> str:
         return f"{float(x):.{digits}f}"
     except (TypeError, ValueError):
         return "-"
+
+
+def cost_text(cost_usd: float, complete: bool) -> str:
+    """``$0.0123``; ``unpriced`` when the model has no price (its calls cost an unknown amount, not $0)."""
+    if complete:
+        return f"${cost_usd:.4f}"
+    return f"${cost_usd:.4f} + unpriced calls" if cost_usd else "unpriced"
 
 
 class Console:
@@ -43,7 +60,16 @@ class Console:
         if enabled and not quiet and self._tty():
             from tqdm import tqdm
 
-            self.bar = tqdm(total=total, desc=desc, unit="it", file=self.stream, dynamic_ncols=True, leave=True)
+            self.bar = self._safely(lambda: tqdm(total=total, desc=desc, unit="it", file=self.stream,
+                                                 dynamic_ncols=True, leave=True))
+
+    def _safely(self, show: Callable[[], Any]) -> Any:
+        """Run one write to the stream; when its reader is gone (a closed pipe), print nothing more."""
+        try:
+            return show()
+        except OSError:
+            self.lines, self.bar, self.quiet = False, None, True
+            return None
 
     def _tty(self) -> bool:
         try:
@@ -58,16 +84,20 @@ class Console:
             return
         if self.quiet:
             return
-        if self.bar is not None:
-            self.bar.write(text, file=self.stream)
+        bar = self.bar
+        if bar is not None:
+            self._safely(lambda: bar.write(text, file=self.stream))
         else:
-            print(text, file=self.stream, flush=True)
+            self._safely(lambda: print(text, file=self.stream, flush=True))
 
     def write(self, record: dict[str, Any]) -> None:
-        if self.bar is not None:
-            self.bar.set_postfix_str(f"best test {_num(record.get('best_test_mean'))} | held-out "
-                                     f"{_num(record.get('best_eval_mean'))}")
-            self.bar.update(1)
+        bar = self.bar
+        if bar is not None:
+            def show() -> None:
+                bar.set_postfix_str(f"best test {_num(record.get('best_test_mean'))} | held-out "
+                                    f"{_heldout(record)}")
+                bar.update(1)
+            self._safely(show)
             return
         if not self.lines:
             return
@@ -76,17 +106,19 @@ class Console:
         kept = " KEPT" if record.get("accepted") else ""
         if not record.get("accepted_total"):  # the run's adoptions so far, this one included
             kept = " (none accepted yet: the best is the initial table)"
+        cost = cost_text(float(record.get("cost_usd_total") or 0), bool(record.get("cost_complete", True)))
         calls = (f"{record.get('llm_calls', 0)} calls, {record.get('input_tokens', 0)}+"
-                 f"{record.get('output_tokens', 0)} tokens, ${float(record.get('cost_usd_total') or 0):.4f}"
+                 f"{record.get('output_tokens', 0)} tokens, {cost}"
                  if self.is_llm else f"{record.get('llm_calls', 0)} proposals")
-        print(
+        self._safely(lambda: print(
             f"iter {record.get('iteration')}/{self.total}: best test {_num(record.get('best_test_mean'))}, "
-            f"held-out {_num(record.get('best_eval_mean'))}, candidates {cands}{kept}; "
+            f"held-out {_heldout(record)}, candidates {cands}{kept}; "
             f"{calls}; {time.perf_counter() - self.t0:.1f} s",
             file=self.stream, flush=True,
-        )
+        ))
 
     def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
+        bar = self.bar
+        if bar is not None:
+            self._safely(bar.close)
             self.bar = None

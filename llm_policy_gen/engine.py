@@ -36,11 +36,11 @@ from .clients.cache import ResponseCache
 from .clients.keys import BASE_URL_VARIABLES, endpoint_notice, is_loopback_url, redact, remember_url, without_userinfo
 from .clients.replay import SOURCE_FIELDS
 from .collect import Collector, Episode, Rollouts
-from .config import TrainConfig
+from .config import TrainConfig, option_name
 from .console import Console
 from .envs import get_spec
 from .envs.spec import EnvSpec
-from .errors import BackendAuthError, BackendUnreachable, EndpointError, UserError
+from .errors import BackendAuthError, BackendUnreachable, EndpointError, RunInterrupted, UserError
 from .formats import FORMATS, table_format_names
 from .formats.base import AnswerFormat, Target
 from .keeper import Keeper, SeedPlan, Verdict
@@ -48,7 +48,7 @@ from .memory import ExperienceMemory, episodes_from_state, episodes_state
 from .modes import MODES
 from .modes.base import Mode, Step
 from .policy import Policy, TablePolicy
-from .pricing import DEFAULT_PRICES, price_of
+from .pricing import DEFAULT_PRICES, load_prices, price_of
 from .prompt import HistoryEntry, PromptBuilder, PromptContext
 from .proposers.base import Proposer
 from .proposers.llm import LLMProposer
@@ -59,7 +59,7 @@ __all__ = ["RunResult", "Run", "resolve_spec", "train", "resume", "default_cache
 
 #: Settings ``train --resume`` may change (everything else comes from the run's config.json).
 RESUME_OPTIONS = ("iterations", "max_episodes", "progress", "quiet", "plots", "patience", "budget_usd", "timeout_s",
-                  "max_retries", "max_concurrent_calls")
+                  "max_retries", "max_concurrent_calls", "cache")
 
 
 @dataclass
@@ -301,10 +301,11 @@ class Run:
                     dict(self.spec.kwargs), source).save(self.dir.path / path_name)
 
     def save_best(self, iteration: int, meta: dict[str, Any] | None = None) -> None:
+        adopted = [h.eval_mean for h in self.history if h.iteration == self.keeper.best_iteration and h.accepted]
         self.save_policy("best_policy.json", self.keeper.best_table,
                          {"iteration": self.keeper.best_iteration, "heldout_mean": self.heldout_mean,
                           "heldout_seeds": [self.plan.heldout(0), self.plan.heldout(self.cfg.heldout_episodes - 1)],
-                          **(meta or {})}, self.keeper.best_source)
+                          **({"eval_mean": adopted[0]} if adopted else {}), **(meta or {})}, self.keeper.best_source)
 
     def measure_best(self, iteration: int) -> None:
         """The kept table on the held-out seeds: reported, never used to decide."""
@@ -436,6 +437,7 @@ class Run:
             "input_tokens_total": self.usage.input_tokens,
             "output_tokens_total": self.usage.output_tokens,
             "cost_usd_total": round(self.usage.cost_usd, 6),
+            "cost_complete": self.usage.unpriced_calls == 0,
             "llm_calls": usage.calls,
             "failed_calls": usage.failed_calls,
             "validation_errors": errors,
@@ -542,8 +544,9 @@ def _endpoint_error(run: Run, exc: BaseException) -> Exception:
     return BackendUnreachable(msg)
 
 
-def _drive(run: Run, first: int) -> tuple[str, dict[str, Any]]:
-    """Iterations ``first..cfg.iterations``; returns the stop reason and the mode's extra summary fields."""
+def _drive(run: Run, first: int) -> tuple[str, bool]:
+    """Iterations ``first..cfg.iterations``; returns the stop reason and whether the run ended inside an iteration
+    it did not finish (a replay that ran out, a budget reached before any answer), whose episodes are not counted."""
     cfg = run.cfg
     stop_reason = "iterations done"
     for iteration in range(first, cfg.iterations + 1):
@@ -571,7 +574,7 @@ def _drive(run: Run, first: int) -> tuple[str, dict[str, Any]]:
         if step.skipped:
             stop_reason = step.stop or "stopped"
             run.log(f"run ends: {stop_reason}")
-            break
+            return stop_reason, True
         run.iteration = iteration
         run.since_best = 0 if step.accepted else run.since_best + 1
         run.accepted_count += int(step.accepted)
@@ -586,11 +589,12 @@ def _drive(run: Run, first: int) -> tuple[str, dict[str, Any]]:
             stop_reason = "backend unreachable"
             run.log(f"run ends: {cfg.unreachable_after} iterations in a row without one answered call")
             break
-    return stop_reason, {}
+    return stop_reason, False
 
 
 def _finish(run: Run, stop_reason: str, interrupted: bool) -> dict[str, Any]:
-    """Write summary.json (and the plots): from the last committed state when the run was interrupted."""
+    """Write summary.json (and the plots): from the last committed state when the run was interrupted or ended
+    inside an unfinished iteration."""
     state = run.committed if interrupted and run.committed is not None else None
     extra: dict[str, Any] = {}
     if state is not None:
@@ -619,12 +623,12 @@ def _finish(run: Run, stop_reason: str, interrupted: bool) -> dict[str, Any]:
 
 def _execute(run: Run, first: int) -> RunResult:
     stop_reason = "iterations done"
-    interrupted = False
+    interrupted = ended_inside = False
     try:
-        stop_reason, _ = _drive(run, first)
+        stop_reason, ended_inside = _drive(run, first)
     except KeyboardInterrupt:
         stop_reason, interrupted = "interrupted", True
-        raise
+        raise RunInterrupted(str(run.dir.path), _kept(run)) from None
     except BackendAuthError:
         stop_reason, interrupted = "credentials refused", True
         raise
@@ -645,7 +649,7 @@ def _execute(run: Run, first: int) -> RunResult:
         run.collector.close()
         summary = None
         try:
-            summary = _finish(run, stop_reason, interrupted)
+            summary = _finish(run, stop_reason, interrupted or ended_inside)
         except OSError as exc:
             if not interrupted:
                 if exc.errno == errno.ENOSPC:
@@ -660,10 +664,20 @@ def _execute(run: Run, first: int) -> RunResult:
 def _disk_full(run: Run, exc: OSError) -> OSError:
     """ENOSPC as one line: where the run is, what it keeps (the iterations up to its last checkpoint) and how to go
     on. JSONL lines that did not fit were cut back and JSON files are replaced whole, so nothing kept is torn."""
-    done = int(run.committed["iteration"]) if run.committed is not None else 0
+    done = _kept(run)
     kept = f"keeps iterations 1..{done}" if done else "keeps its configuration but no finished iteration"
+    cache = run.session.cache if run.session is not None else None
+    if cache is not None and exc.filename == str(cache.dir):  # the answer cache may sit on another disk
+        return OSError(exc.errno, f"disk full while writing the answer cache {cache.dir}; the run directory "
+                       f"{run.dir.path} {kept} (resume with `train --resume {run.dir.path} --no-cache`, or without "
+                       "--no-cache once the cache has room)")
     return OSError(exc.errno, f"disk full while writing {exc.filename or 'the run directory'}; the run directory "
                    f"{run.dir.path} {kept} (resume with `train --resume {run.dir.path}` once there is room)")
+
+
+def _kept(run: Run) -> int:
+    """The last iteration the run directory keeps (its last checkpoint's)."""
+    return int(run.committed["iteration"]) if run.committed is not None else 0
 
 
 def train(cfg: TrainConfig, log: Callable[[str], None] | None = None, *, limiter: CallLimiter | None = None,
@@ -696,6 +710,7 @@ def train(cfg: TrainConfig, log: Callable[[str], None] | None = None, *, limiter
         notes.append("backend: offline -- a deterministic optimiser, NOT an LLM (the baseline every LLM must beat)")
     if cfg.temperature is not None and not BACKENDS.entry(name).info["is_llm"]:
         notes.append(f"note: --temperature has no effect on {name} (no language model is sampled)")
+    load_prices(cfg.prices_file)  # a missing or broken price file is refused before anything starts
     run_dir = RunDir.create(Path(cfg.logs_dir), spec.env_id, cfg.backend or name, cfg.seed, cfg.run_id)
     # What a resume needs, at once: a run killed from here on can be resumed (the full record follows below).
     write_json_atomic(run_dir.config, {"package": "llm-policy-gen", "version": __version__, "seed": cfg.seed,
@@ -712,6 +727,10 @@ def train(cfg: TrainConfig, log: Callable[[str], None] | None = None, *, limiter
     write_json_atomic(run_dir.config, _config_record(run))
     try:
         run.mode_start()
+    except KeyboardInterrupt:
+        console.close()
+        run.collector.close()
+        raise RunInterrupted(str(run_dir.path), 0) from None
     except BaseException:
         console.close()
         run.collector.close()
@@ -725,6 +744,7 @@ def _remove_unstarted(run_dir: RunDir) -> None:
         run_dir.config.unlink(missing_ok=True)
         (run_dir.path / "policies").rmdir()
         run_dir.path.rmdir()
+        run_dir.path.parent.rmdir()  # logs/<env-id>/, when this run was its only one
     except OSError:
         pass
 
@@ -754,6 +774,21 @@ def _check_resume_endpoint(rd: RunDir, record: dict[str, Any], given: str | None
                         f"{redact(recorded)} (with user:password@ if it needs one)")
 
 
+def _check_records_within(rd: RunDir, done: int, has_checkpoint: bool) -> None:
+    """Resuming drops what follows the checkpoint (the unfinished iteration's events, and its calls past the ones it
+    reuses): refuse when the files record more than that, as when ``checkpoint.npz`` was deleted or replaced by an
+    older one, rather than cut recorded iterations and paid calls."""
+    def last(path: Path) -> int:
+        return max((int(r.get("iteration", 0)) for r in read_jsonl(path)), default=0) if path.is_file() else 0
+
+    events, calls = last(rd.events), last(rd.transcripts)
+    if events > done + int(has_checkpoint) or calls > done + 1:
+        what = f"no {rd.checkpoint.name}" if not has_checkpoint else f"a {rd.checkpoint.name} of iteration {done}"
+        raise UserError(f"{rd.path} records {max(events, calls)} iterations but has {what}; resuming would drop "
+                        "recorded iterations and calls, so it is refused and every file is left as it is (start a "
+                        f"new run, e.g. `train --config {rd.config}`)")
+
+
 def resume(run_dir: Path, overrides: dict[str, Any] | None = None, log: Callable[[str], None] | None = None, *,
            limiter: CallLimiter | None = None, budget: Budget | None = None) -> RunResult:
     """Continue the run in ``run_dir`` from its last checkpoint (see the module docstring)."""
@@ -776,8 +811,8 @@ def resume(run_dir: Path, overrides: dict[str, Any] | None = None, log: Callable
     _check_resume_endpoint(rd, record, given_url)
     bad = sorted(set(overrides) - set(RESUME_OPTIONS))
     if bad:
-        raise UserError(f"--resume takes the run's own settings; {bad[0]!r} cannot change (accepted with --resume: "
-                        f"{', '.join(RESUME_OPTIONS)})")
+        raise UserError(f"--resume takes the run's own settings; {option_name(bad[0])} cannot change (accepted "
+                        f"with --resume: {', '.join(option_name(o) for o in RESUME_OPTIONS)})")
     settings = load_config_file(rd.config)
     if given_url:  # the same endpoint, with the password config.json never holds
         settings["base_url"] = given_url
@@ -791,9 +826,11 @@ def resume(run_dir: Path, overrides: dict[str, Any] | None = None, log: Callable
         if finished and int(done.get("iterations", 0)) >= cfg.iterations:
             raise UserError(f"{run_dir} already finished ({done.get('stop_reason')}, {done.get('iterations')} "
                             "iterations); give a larger --iterations to extend it")
+    load_prices(cfg.prices_file)  # before anything in the run directory changes
     mode: Mode = MODES.load(cfg.mode)()
     state = load_checkpoint(rd.checkpoint) if rd.checkpoint.is_file() else None
     done_iter = int(state["iteration"]) if state is not None else 0
+    _check_records_within(rd, done_iter, state is not None)
     recorded, kept_lines = RecordedCalls.from_transcript(rd.transcripts, done_iter)
     events = [e for e in read_jsonl(rd.events) if int(e.get("iteration", 0)) <= done_iter] \
         if rd.events.is_file() else []
@@ -807,6 +844,9 @@ def resume(run_dir: Path, overrides: dict[str, Any] | None = None, log: Callable
     console = _console(cfg, spec.env_id, name, mode.name, log)
     console.notice(f"resuming {rd.path} after iteration {done_iter}"
                    + (f" ({len(recorded)} recorded calls of the unfinished iteration reused)" if len(recorded) else ""))
+    if record.get("version") != __version__:
+        console.notice(f"note: {rd.path} was made by llm-policy-gen {record.get('version') or '(unknown version)'}; "
+                       f"it goes on with version {__version__}")
     run = Run(cfg, spec, mode, rd, console, recorded=recorded, resumed=state is not None, limiter=limiter,
               budget=budget)
     if state is None:

@@ -20,6 +20,7 @@ __all__ = [
     "BudgetExceeded",
     "ReplayExhausted",
     "ProposalError",
+    "RunInterrupted",
 ]
 
 
@@ -65,6 +66,16 @@ class BudgetExceeded(LLMPolicyGenError):
 
 class ReplayExhausted(LLMPolicyGenError):
     """A ``replay:`` backend has no more recorded answers; the run ends cleanly."""
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a run whose directory is kept: names it and the iterations it keeps, so that the command line
+    can print the resume command. A :class:`KeyboardInterrupt`, so callers that stop on Ctrl-C still do."""
+
+    def __init__(self, run_dir: str, kept: int) -> None:
+        self.run_dir = run_dir
+        self.kept = kept
+        super().__init__(run_dir)
 
 
 class ProposalError(LLMPolicyGenError):

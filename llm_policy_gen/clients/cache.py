@@ -75,7 +75,16 @@ class ResponseCache:
         )
 
     def put(self, request: Request, completion: Completion) -> None:
+        """Store an answer; a write that fails (a full disk) raises an ``OSError`` whose filename is the cache folder,
+        so that the message names the cache, not the run directory."""
         _, path = self._path(request)
+        try:
+            self._write(path, completion)
+        except OSError as exc:
+            raise OSError(exc.errno, exc.strerror or str(exc), str(self.dir)) from exc
+
+    @staticmethod
+    def _write(path: Path, completion: Completion) -> None:
         write_json_atomic(path, redact_all({
             "text": completion.text,
             "model": completion.model,

@@ -16,9 +16,11 @@ that keeps the calls-per-state bound.
 
 **Iterations.** There is no keeper: one iteration is a batch of ``train_episodes`` episodes (seeded from the
 training range) with the model acting. ``eval_mean`` and ``train_return`` of an iteration are both the batch's mean
-return; ``best_test_mean`` is the best batch mean so far and ``accepted`` says the batch set it. At the end the
-policy runs ``heldout_episodes`` held-out episodes, still asking the model about new states; their mean is the
-summary's ``best_eval_mean``. Held-out episodes are counted apart, as in table mode.
+return; ``best_test_mean`` is the best batch mean so far and ``accepted`` says the batch set it (the summary's
+``best_iteration`` is the last iteration that did). At the end the policy runs ``heldout_episodes`` held-out
+episodes, still asking the model about new states; their mean is the summary's ``best_eval_mean``. Until then there
+is no held-out figure: events say ``heldout_at_end: true`` with ``best_eval_mean: null``, and the console shows
+"held-out at the end". Held-out episodes are counted apart, as in table mode.
 
 **Stopping.** When a ``replay:`` file runs out or the next call would pass ``--budget-usd``, no more calls are made:
 unknown states take the fallback action (not kept, not counted as invalid), the iteration finishes and the run ends
@@ -171,6 +173,8 @@ class DirectMode:
     def __init__(self) -> None:
         self.policy: DirectPolicy | None = None
         self.best_batch: float | None = None
+        self.best_iteration = 0
+        """The iteration whose batch set ``best_batch``."""
 
     def prepare(self, run: RunServices, resumed: bool) -> dict[str, Any]:
         return {"output_format": "action", "fallback_action": int(run.spec.default_action),
@@ -197,7 +201,8 @@ class DirectMode:
         returns = [e.ret for e in episodes]
         mean = float(np.mean(returns))
         accepted = self.best_batch is None or mean > self.best_batch
-        self.best_batch = mean if accepted else self.best_batch
+        if accepted:
+            self.best_batch, self.best_iteration = mean, iteration
         run.save_policy("best_policy.json", policy.table(), {"mode": "direct", "iteration": iteration,
                                                              "states_asked": len(policy.answers)})
         return Step(episodes, 0.0, list(policy.log), None, accepted, mean, returns, fields={
@@ -209,6 +214,7 @@ class DirectMode:
             "invalid_total": policy.invalid,
             "validation_errors": policy.errors[before[2]:][:8],
             "eval_episodes": len(episodes),
+            "heldout_at_end": True,
         }, stop=policy.stop)
 
     def finish(self, run: RunServices) -> dict[str, Any]:
@@ -226,7 +232,7 @@ class DirectMode:
             "mode": "direct", "states_asked": sorted(policy.answers), "fallback_action": policy.fallback,
             "heldout_mean": held.mean})
         extra: dict[str, Any] = {
-            "best_iteration": run.iteration, "states_asked": len(policy.answers),
+            "best_iteration": self.best_iteration, "states_asked": len(policy.answers),
             "n_states": policy.observation.n_states, "invalid_answers": policy.invalid,
             "unasked_steps": policy.unasked_steps, "fallback_action": policy.fallback,
             "best_test_mean": self.best_batch, "heldout_steps_total": held.steps,
@@ -236,11 +242,12 @@ class DirectMode:
         return extra
 
     def state_dict(self) -> dict[str, Any]:
-        return {"best_batch": self.best_batch,
+        return {"best_batch": self.best_batch, "best_iteration": self.best_iteration,
                 "policy": self.policy.state_dict() if self.policy is not None else self._pending_state}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.best_batch = state["best_batch"]
+        self.best_iteration = int(state.get("best_iteration", 0))  # absent from checkpoints of earlier versions
         self._pending_state = state["policy"]
         if self.policy is not None and state["policy"] is not None:
             self.policy.load_state_dict(state["policy"])
