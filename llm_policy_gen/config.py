@@ -24,9 +24,6 @@ __all__ = ["TrainConfig", "load_config_file", "read_toml", "SEED_MAX", "config_e
 SEED_MAX = 2**32 - 1
 """Seeds are 32-bit (numpy's and gymnasium's seeding accept larger ones, but results would not be portable)."""
 
-_ACCEPTED: dict[str, str] = {}
-
-
 def _field(default: Any, accepted: str, description: str, **kw: Any) -> Any:
     """A field with its documentation and the words that say which values are accepted."""
     return Field(default, description=description, json_schema_extra={"accepted": accepted}, **kw)

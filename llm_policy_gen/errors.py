@@ -17,7 +17,6 @@ __all__ = [
     "EndpointError",
     "BackendError",
     "BackendUnreachable",
-    "BudgetExceeded",
     "ReplayExhausted",
     "ProposalError",
     "RunInterrupted",
@@ -58,10 +57,6 @@ class BackendError(LLMPolicyGenError):
 
 class BackendUnreachable(BackendError):
     """No attempt of a call reached the server (connection refused, DNS failure, timeout on every attempt)."""
-
-
-class BudgetExceeded(LLMPolicyGenError):
-    """The next call would pass ``--budget-usd``; the run ends cleanly."""
 
 
 class ReplayExhausted(LLMPolicyGenError):

@@ -44,7 +44,8 @@ from .policy import TablePolicy, load_run_policy
 
 
 class _LazyPyplot:
-    """``matplotlib.pyplot``, imported on first use so that the CLI starts fast."""
+    """The drawing calls of :data:`llm_policy_gen.plots.plt` (matplotlib's object API, no pyplot), imported on first use
+    so that the CLI starts fast."""
 
     def __getattr__(self, name: str) -> Any:
         from .plots import plt as pyplot

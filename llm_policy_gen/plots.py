@@ -27,23 +27,50 @@ from pathlib import Path
 from typing import Any
 
 import matplotlib
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
+from matplotlib.ticker import MaxNLocator
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-from matplotlib.ticker import MaxNLocator  # noqa: E402
-
-from .errors import UserError  # noqa: E402
-from .runlog import read_jsonl  # noqa: E402
-from .stats import quartile_band, step_curves  # noqa: E402
+from .errors import UserError
+from .runlog import read_jsonl
+from .stats import quartile_band, step_curves
 
 __all__ = ["KINDS", "X_AXES", "RunCurves", "smooth", "load_events", "load_run", "group_colours", "curves_figure",
-           "plot_run", "plot_runs", "save_figure"]
+           "plot_run", "plot_runs", "save_figure", "plt"]
 
 KINDS = ("testing", "training")
 X_AXES = ("iterations", "episodes")
 _X_LABELS = {"iterations": "iteration", "episodes": "environment episodes (training + test + confirmation)"}
 _GRID_POINTS = 300
+
+
+class _Figures:
+    """The few pyplot calls the package draws with, on matplotlib's object API: each figure has its own Agg canvas,
+    so no screen is needed, and importing or drawing selects no backend and leaves pyplot's state alone (a notebook
+    that imports the package keeps its own backend)."""
+
+    Rectangle = Rectangle
+
+    @staticmethod
+    def subplots(nrows: int = 1, ncols: int = 1, *, figsize: tuple[float, float] | None = None,
+                 dpi: float | None = None, **kw: Any) -> tuple[Figure, Any]:
+        fig = Figure(figsize=figsize, dpi=dpi)
+        FigureCanvasAgg(fig)
+        return fig, fig.subplots(nrows, ncols, **kw)
+
+    @staticmethod
+    def get_cmap(name: str, lut: int | None = None) -> Any:
+        cmap = matplotlib.colormaps[name]
+        return cmap if lut is None else cmap.resampled(lut)
+
+    @staticmethod
+    def close(fig: Figure) -> None:
+        """Nothing to release: no pyplot manager holds the figure."""
+
+
+plt = _Figures()
 
 
 def smooth(values: Sequence[float] | np.ndarray, window: int = 5) -> np.ndarray:

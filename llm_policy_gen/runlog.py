@@ -28,15 +28,11 @@ from .errors import UserError
 __all__ = ["write_json_atomic", "write_bytes_atomic", "append_jsonl", "read_jsonl", "rewrite_jsonl", "RunDir",
            "to_jsonable", "slug", "KVWriter", "JsonlWriter", "Logger", "current_umask"]
 
-_UMASK = os.umask(0o022)
-os.umask(_UMASK)
-FILE_MODE = 0o666 & ~_UMASK
-"""Permissions of a new file under the process's umask (what ``open`` would give)."""
-
 
 def current_umask() -> int:
-    """The process's umask now, read without changing it (``/proc/self/status`` on Linux; elsewhere the umask at
-    import, since setting it to read it would race with threads creating files)."""
+    """The process's umask now: read without changing it from ``/proc/self/status`` on Linux; elsewhere by setting
+    it and putting it back at once (the only portable way), which a thread creating a file at that moment could see.
+    Nothing of this happens at import."""
     try:
         with open("/proc/self/status", encoding="ascii") as fh:
             for line in fh:
@@ -44,7 +40,9 @@ def current_umask() -> int:
                     return int(line.split()[1], 8)
     except (OSError, ValueError, IndexError):
         pass
-    return _UMASK
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def to_jsonable(x: Any) -> Any:

@@ -221,9 +221,6 @@ class Answer(Generic[V]):
         return self.parsed is not None
 
 
-EstimateFn = Callable[[Sequence[Message]], tuple[int, int]]
-
-
 class LLMSession:
     """Calls one client for a run: candidates, repairs, budget, cost, cache, recorded calls and the transcript.
 
