@@ -4,9 +4,12 @@ data-flow stages do not import the stages after them."""
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
-PKG = Path(__file__).resolve().parents[1] / "llm_policy_gen"
+ROOT = Path(__file__).resolve().parents[1]
+PKG = ROOT / "llm_policy_gen"
 
 
 def _module_name(path: Path) -> str:
@@ -83,8 +86,28 @@ def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return out
 
 
+def read_graph() -> dict[str, set[str]]:
+    """The import graph, refused when it was not read whole: a guard that passes on an empty graph guards nothing."""
+    graph = import_graph()
+    edges = sum(len(targets) for targets in graph.values())
+    assert len(graph) > 50, f"only {len(graph)} modules read under {PKG}"
+    assert edges > len(graph), f"only {edges} imports found among {len(graph)} modules"
+    assert "llm_policy_gen.config" in graph["llm_policy_gen.cli"]  # a plain `from .config import ...`
+    assert "llm_policy_gen.errors" in graph["llm_policy_gen.config"]
+    return graph
+
+
 def test_no_import_cycles_anywhere_in_the_package():
-    assert find_cycles(import_graph()) == []
+    assert find_cycles(read_graph()) == []
+
+
+def test_the_graph_holds_every_module_and_a_cycle_in_it_would_be_found():
+    graph = read_graph()
+    assert set(graph) == {_module_name(p) for p in PKG.rglob("*.py")}
+    assert all(graph[m] for m in ("llm_policy_gen.cli", "llm_policy_gen.config", "llm_policy_gen.loggers"))
+    closed = {m: set(targets) for m, targets in graph.items()}
+    closed["llm_policy_gen.errors"].add("llm_policy_gen.cli")  # cli -> ... -> errors, and now errors -> cli
+    assert any({"llm_policy_gen.cli", "llm_policy_gen.errors"} <= set(c) for c in find_cycles(closed))
 
 
 def test_the_checker_finds_a_cycle():
@@ -92,7 +115,7 @@ def test_the_checker_finds_a_cycle():
 
 
 def test_early_stages_never_import_later_ones():
-    g = import_graph()
+    g = read_graph()
     later = {"llm_policy_gen.engine", "llm_policy_gen.cli", "llm_policy_gen.compare", "llm_policy_gen.modes"}
 
     def reach(start: str) -> set[str]:
@@ -111,3 +134,30 @@ def test_early_stages_never_import_later_ones():
     for client in ("openai", "anthropic", "gemini"):
         client = f"llm_policy_gen.clients.{client}"
         assert "llm_policy_gen.prompt" not in reach(client) and "llm_policy_gen.session" not in reach(client)
+
+
+def test_no_test_module_changes_the_environment_when_imported():
+    """Settings for one test belong in that test (monkeypatch), not in os.environ at import, where they leak into
+    every test collected after it."""
+    modules = sorted(p.stem for p in (ROOT / "tests").glob("test_*.py"))
+    assert len(modules) > 40
+    code = (
+        "import importlib, os, sys\n"
+        "import gymnasium, pytest, llm_policy_gen.cli\n"  # what libraries set when first imported is not ours
+        "sys.path.insert(0, 'tests')\n"
+        "changed = {}\n"
+        "for name in sys.argv[1:]:\n"
+        "    before = dict(os.environ)\n"
+        "    try:\n"
+        "        importlib.import_module(name)\n"
+        "    except BaseException:\n"  # a module-level skip (pytest.importorskip) still counts what it set
+        "        pass\n"
+        "    diff = sorted(k for k in set(before) | set(os.environ) if before.get(k) != os.environ.get(k))\n"
+        "    if diff:\n"
+        "        changed[name] = diff\n"
+        "print(changed)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code, *modules], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "{}", proc.stdout

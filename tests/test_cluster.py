@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import csv
 import importlib.util
-import os
 import shutil
 import tempfile
 import threading
@@ -19,9 +18,6 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-# Before ray is first imported: the nodes and the driver stay on the loopback interface.
-os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 import pytest
 from fakes import openai_server
@@ -92,15 +88,21 @@ def test_changes_outside_the_run_directory_are_refused(tmp_path: Path) -> None:
 # ---------------------------------------------------------------------------------------------------- the cluster
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Any]:
-    """A head and two worker nodes of one CPU each, on 127.0.0.1."""
+    """A head and two worker nodes of one CPU each, on 127.0.0.1.
+
+    Ray's switch ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` keeps the nodes and the driver on the loopback interface
+    (else Ray binds to, and translates 127.0.0.1 into, the machine's routable address). It is set for this fixture
+    only: in the environment the node processes inherit, and on Ray's constant, which this process read when it first
+    imported ray (perhaps in another test).
+    """
     pytest.importorskip("ray")
-    from ray._private import ray_constants
-    from ray.cluster_utils import Cluster
-
-    assert not ray_constants.ENABLE_RAY_CLUSTER, "ray was imported before this module could keep it on loopback"
-
     folder = tempfile.mkdtemp(prefix="lpg-ray-", dir="/tmp")  # short: Ray's socket paths live below it
     with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+        from ray._private import ray_constants
+        from ray.cluster_utils import Cluster
+
+        mp.setattr(ray_constants, "ENABLE_RAY_CLUSTER", False)
         mp.setenv("RAY_TMPDIR", folder)
         c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "node_ip_address": "127.0.0.1",
                                                           "include_dashboard": False})
