@@ -292,7 +292,7 @@ class Run:
                              self.keeper.best_source)
         if verdict.accepted:
             self.measure_best(iteration)
-            self.save_best(iteration, {"eval_mean": verdict.chosen_mean})
+            self.save_best({"eval_mean": verdict.chosen_mean})
         return verdict
 
     def save_policy(self, path_name: str, table: np.ndarray, meta: dict[str, Any],
@@ -300,7 +300,7 @@ class Run:
         TablePolicy(self.spec.env_id, self.observation, self.actions, np.asarray(table), meta,
                     dict(self.spec.kwargs), source).save(self.dir.path / path_name)
 
-    def save_best(self, iteration: int, meta: dict[str, Any] | None = None) -> None:
+    def save_best(self, meta: dict[str, Any] | None = None) -> None:
         adopted = [h.eval_mean for h in self.history if h.iteration == self.keeper.best_iteration and h.accepted]
         self.save_policy("best_policy.json", self.keeper.best_table,
                          {"iteration": self.keeper.best_iteration, "heldout_mean": self.heldout_mean,
@@ -603,7 +603,7 @@ def _finish(run: Run, stop_reason: str, interrupted: bool) -> dict[str, Any]:
         held = state["heldout"]
         run.best_heldout = None if held is None else Rollouts(np.asarray(held["seeds"]), np.asarray(held["returns"]),
                                                              np.asarray(held["lengths"]))
-        run.save_best(int(state["iteration"]))
+        run.save_best()
     else:
         try:
             extra = run.mode.finish(run)
@@ -854,5 +854,5 @@ def resume(run_dir: Path, overrides: dict[str, Any] | None = None, log: Callable
     else:
         run.load_state_dict(state)
         run.committed = state
-        run.save_best(run.keeper.best_iteration)
+        run.save_best()
     return _execute(run, done_iter + 1)

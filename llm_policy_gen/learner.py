@@ -270,7 +270,7 @@ class LearnerMode:
         _, first = run.keeper.score_best(1)
         run.count(first)
         run.measure_best(0)
-        run.save_best(0)
+        run.save_best()
         cfg = run.cfg
         self.learner = QLearner(run.observation.n_states, run.actions.n_actions, cfg.learner_alpha,
                                 cfg.learner_gamma, optimistic_init(first, cfg.learner_gamma))

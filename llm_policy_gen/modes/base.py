@@ -105,8 +105,8 @@ class RunServices(Protocol):
         """Measure the kept table on the held-out seeds (reported, never used to decide)."""
         ...
 
-    def save_best(self, iteration: int, meta: dict[str, Any] | None = None) -> None:
-        """Write ``best_policy.json`` from the keeper's table."""
+    def save_best(self, meta: dict[str, Any] | None = None) -> None:
+        """Write ``best_policy.json`` from the keeper's table (its iteration is the keeper's; ``meta`` adds fields)."""
         ...
 
 

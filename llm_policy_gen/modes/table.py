@@ -39,7 +39,7 @@ class TableMode:
         _, first = run.keeper.score_best(1)
         run.count(first)
         run.measure_best(0)
-        run.save_best(0)
+        run.save_best()
 
     def iterate(self, run: RunServices, iteration: int) -> Step:
         assert self.fmt is not None and self.target is not None
