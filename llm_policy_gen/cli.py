@@ -72,9 +72,15 @@ def _add_train(sub: Any) -> None:
     p.add_argument("--no-cache", action="store_true", help="do not use the on-disk answer cache")
     p.add_argument("--repair-attempts", type=int, help="follow-up calls with validation errors (default 2)")
     p.add_argument("--max-retries", type=int, help="retries of timeouts, connection errors, 429 and 5xx (default 4)")
-    p.add_argument("--timeout", dest="timeout_s", type=float, help="bound on each request attempt in s (default 120)")
+    p.add_argument("--timeout", dest="timeout_s", type=float, help="bound on each whole request attempt in s "
+                   "(default 120; 600 for a local server)")
     p.add_argument("--temperature", type=float, help="sampling temperature (default: provider's)")
     p.add_argument("--max-concurrent-calls", type=int, help="calls in flight at once (default 8)")
+    p.add_argument("--local-concurrency", type=int, help="calls a local server (Ollama, a --base-url on a loopback "
+                   "address) is sent at once (default 1: llama_cpp.server serves one at a time)")
+    p.add_argument("--max-prompt-tokens", type=int, help="bound on the prompt in tokens, for a backend that knows its "
+                   "tokenizer (llamacpp; default: the smaller of the character cap in tokens and the context less "
+                   "room for the answer)")
     p.add_argument("--unreachable-after", type=int,
                    help="stop after N iterations in a row without one answered call (default 3)")
     p.add_argument("--confirm-episodes", type=int,
@@ -110,7 +116,8 @@ def _add_train(sub: Any) -> None:
 
 _TRAIN_OPTIONS = ("env_id", "backend", "mode", "candidates", "iterations", "max_episodes", "seed", "logs_dir",
                   "run_id", "output_format", "base_url", "budget_usd", "repair_attempts", "max_retries", "timeout_s",
-                  "temperature", "max_concurrent_calls", "unreachable_after", "confirm_episodes", "confirm_z",
+                  "temperature", "max_concurrent_calls", "local_concurrency", "max_prompt_tokens",
+                  "unreachable_after", "confirm_episodes", "confirm_z",
                   "confirm_batches",
                   "heldout_episodes", "patience", "test_seeds",
                   "train_episodes", "bins", "dims", "env_kwargs", "prices_file", "log",
@@ -171,7 +178,7 @@ def plural(n: int, word: str) -> str:
 def summary_line(s: dict[str, Any]) -> str:
     """The one line ``train`` prints about a finished run (from its summary.json)."""
     from .backends import is_client
-    from .console import cost_text
+    from .console import calls_text, cost_text
 
     if s["solved"]:
         solved = f"solved after {plural(s['episodes_to_solve'], 'episode')}"
@@ -181,7 +188,8 @@ def summary_line(s: dict[str, Any]) -> str:
     best = "n/a" if s["best_eval_mean"] is None else f"{s['best_eval_mean']:.2f}"
     model = f":{s['model']}" if s["model"] and s["is_llm"] else ""
     mode = "" if s["mode"] == "table" else f", {s['mode']} mode"
-    calls = (f"{plural(s['llm_calls'], 'call')}, {s['input_tokens']}+{s['output_tokens']} tokens{cost}"
+    made = calls_text(s["llm_calls"], s.get("failed_calls") or 0, s.get("first_call_error"))
+    calls = (f"{made}, {s['input_tokens']}+{s['output_tokens']} tokens{cost}"
              if is_client(s["backend"]) else f"{plural(s['llm_calls'], 'proposal')} (no model called)")
     never = " (no candidate was ever accepted: this is the initial table)" if s.get("never_accepted") \
         and s["mode"] != "direct" else ""

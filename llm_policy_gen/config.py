@@ -91,14 +91,18 @@ class TrainConfig(BaseModel):
                           lt=1.0)
     max_prompt_chars: int = _field(12000, "an integer >= 1000", "Upper bound on the user prompt's size; evidence "
                                    "rows are cut to fit.", ge=1000)
+    max_prompt_tokens: int | None = _field(None, "an integer >= 200", "Upper bound on the prompt's size in tokens, "
+                                           "for a backend that knows its tokenizer (llamacpp); evidence rows are cut "
+                                           "as for max_prompt_chars. None: the smaller of max_prompt_chars in "
+                                           "tokens and the context less room for the answer.", ge=200)
     output_format: str = _field("auto", "auto, table, edits, or another registered format",
                                 "Answer format; auto: table up to 1,000 states, edits above.")
     repair_attempts: int = _field(2, "an integer >= 0", "Follow-up calls with the validation errors when an "
                                   "answer is refused.", ge=0)
     base_url: str | None = _field(None, "a URL", "Provider base URL (else the SDK's own variable).")
-    timeout_s: float = _field(120.0, "a number of seconds > 0", "Timeout of a request attempt, which "
-                              "the SDKs apply to each phase (connect, write, each read): an answer that trickles in "
-                              "can take longer in all.", gt=0.0)
+    timeout_s: float | None = _field(None, "a number of seconds > 0", "Bound on one whole request attempt, however "
+                                     "the answer trickles in (None: 120 s, or 600 s for a local server: Ollama, "
+                                     "llamacpp, or an OpenAI-compatible --base-url on a loopback address).", gt=0.0)
     max_retries: int = _field(4, "an integer >= 0", "Retries of timeouts, connection errors, 429 and 5xx "
                               "(exponential backoff with jitter, honouring Retry-After).", ge=0)
     temperature: float | None = _field(None, "a number >= 0 within the provider's range",
@@ -108,6 +112,9 @@ class TrainConfig(BaseModel):
                                       "(calls in flight count).", ge=0.0)
     max_concurrent_calls: int = _field(8, "an integer >= 1", "Calls in flight at once (the K candidates of an "
                                        "iteration are asked concurrently).", ge=1)
+    local_concurrency: int = _field(1, "an integer >= 1", "Calls a local server (Ollama, an OpenAI-compatible "
+                                    "--base-url on a loopback address) is sent at once; llama_cpp.server serves one "
+                                    "at a time.", ge=1)
     unreachable_after: int = _field(3, "an integer >= 1", "Stop the run after this many iterations in a row "
                                     "without one successful call.", ge=1)
     cache: bool = _field(True, "true or false", "Cache LLM answers on disk (keyed by provider, model, messages, "

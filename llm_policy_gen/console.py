@@ -2,9 +2,9 @@
 
 On a terminal, a progress bar whose postfix names its numbers ("best test": the kept table's mean on this
 iteration's test episodes; "held-out": its mean on the held-out episodes). Without a terminal (nohup, Slurm, CI),
-one plain line per iteration instead: iteration, best test mean, held-out mean, the candidates' test means, calls,
-tokens, cost (``unpriced`` for a model the price table lacks) and elapsed time. ``--quiet`` prints neither (the
-final summary line still comes).
+one plain line per iteration instead: iteration, best test mean, held-out mean, the candidates' test means, calls
+(with the failed ones and the first error: :func:`calls_text`), tokens, cost (``unpriced`` for a model the price
+table lacks) and elapsed time. ``--quiet`` prints neither (the final summary line still comes).
 
 A console whose reader went away (``train ... 2>&1 | head -1``) stops printing; the run goes on and writes its files.
 """
@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TextIO
 
-__all__ = ["Console", "cost_text"]
+__all__ = ["Console", "calls_text", "cost_text"]
 
 
 def _heldout(record: dict[str, Any]) -> str:
@@ -40,6 +40,17 @@ def cost_text(cost_usd: float, complete: bool) -> str:
     if complete:
         return f"${cost_usd:.4f}"
     return f"${cost_usd:.4f} + unpriced calls" if cost_usd else "unpriced"
+
+
+def calls_text(answered: int, failed: int, first_error: str | None) -> str:
+    """``"N calls"``, and when some failed ``"N calls (M failed: first error ...)"``: N counts every call made,
+    answered or failed, so that a run whose calls all failed never reads "0 calls"."""
+    total = int(answered) + int(failed)
+    text = f"{total} call{'' if total == 1 else 's'}"
+    if failed:
+        error = " ".join(str(first_error or "not recorded").split())
+        text += f" ({failed} failed: first error {error if len(error) <= 160 else error[:157] + '...'})"
+    return text
 
 
 class Console:
@@ -107,7 +118,9 @@ class Console:
         if not record.get("accepted_total"):  # the run's adoptions so far, this one included
             kept = " (none accepted yet: the best is the initial table)"
         cost = cost_text(float(record.get("cost_usd_total") or 0), bool(record.get("cost_complete", True)))
-        calls = (f"{record.get('llm_calls', 0)} calls, {record.get('input_tokens', 0)}+"
+        made = calls_text(record.get("llm_calls") or 0, record.get("failed_calls") or 0,
+                          record.get("first_call_error"))
+        calls = (f"{made}, {record.get('input_tokens', 0)}+"
                  f"{record.get('output_tokens', 0)} tokens, {cost}"
                  if self.is_llm else f"{record.get('llm_calls', 0)} proposals")
         self._safely(lambda: print(

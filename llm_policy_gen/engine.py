@@ -31,8 +31,9 @@ import numpy as np
 from . import __version__
 from .backends import BACKENDS, default_backend_spec, is_client, parse_backend_spec
 from .checkpoint import load_checkpoint, save_checkpoint
-from .clients.base import ClientOptions, LLMClient, Message, RetryPolicy, Sampling
+from .clients.base import ClientOptions, CountsTokens, LLMClient, Message, RetryPolicy, Sampling
 from .clients.cache import ResponseCache
+from .clients.common import SDKClient
 from .clients.keys import BASE_URL_VARIABLES, endpoint_notice, is_loopback_url, redact, remember_url, without_userinfo
 from .clients.replay import SOURCE_FIELDS
 from .collect import Collector, Episode, Rollouts
@@ -40,7 +41,7 @@ from .config import TrainConfig, option_name
 from .console import Console
 from .envs import get_spec
 from .envs.spec import EnvSpec
-from .errors import BackendAuthError, BackendUnreachable, EndpointError, RunInterrupted, UserError
+from .errors import BackendAuthError, BackendUnreachable, EndpointError, NoCallSucceeded, RunInterrupted, UserError
 from .formats import FORMATS, table_format_names
 from .formats.base import AnswerFormat, Target
 from .keeper import Keeper, SeedPlan, Verdict
@@ -49,7 +50,7 @@ from .modes import MODES
 from .modes.base import Mode, Step
 from .policy import Policy, TablePolicy
 from .pricing import DEFAULT_PRICES, load_prices, price_of
-from .prompt import HistoryEntry, PromptBuilder, PromptContext
+from .prompt import HistoryEntry, PromptBuilder, PromptContext, default_token_cap
 from .proposers.base import Proposer
 from .proposers.llm import LLMProposer
 from .runlog import JsonlWriter, Logger, RunDir, read_jsonl, rewrite_jsonl, write_json_atomic
@@ -59,7 +60,7 @@ __all__ = ["RunResult", "Run", "resolve_spec", "train", "resume", "default_cache
 
 #: Settings ``train --resume`` may change (everything else comes from the run's config.json).
 RESUME_OPTIONS = ("iterations", "max_episodes", "progress", "quiet", "plots", "patience", "budget_usd", "timeout_s",
-                  "max_retries", "max_concurrent_calls", "cache")
+                  "max_retries", "max_concurrent_calls", "cache", "local_concurrency")
 
 
 @dataclass
@@ -90,8 +91,9 @@ def _client_options(cfg: TrainConfig) -> ClientOptions:
     remember_url(cfg.base_url)  # its password is redacted from everything this process writes
     return ClientOptions(
         base_url=cfg.base_url,
-        retry=RetryPolicy(max_retries=cfg.max_retries, timeout_s=cfg.timeout_s),
+        retry=RetryPolicy(max_retries=cfg.max_retries, timeout_s=cfg.timeout_s),  # None: by the server's kind
         sampling=Sampling(temperature=cfg.temperature, max_output_tokens=cfg.max_output_tokens),
+        local_concurrency=cfg.local_concurrency,
     )
 
 
@@ -181,6 +183,7 @@ class Run:
         else:
             client = factory(model, _client_options(cfg))
         _check_budget_is_priced(cfg, client.provider, client.model, client.is_llm)
+        self._fit_prompts_and_samples(client)
         described = client.describe()
         if "base_url" in described:  # a client that calls a server: say where, and where URL and key came from
             self.log(endpoint_notice(f"{client.provider}:{client.model}", str(described["base_url"] or ""),
@@ -196,9 +199,27 @@ class Run:
             client, self.transcript, repair_attempts=cfg.repair_attempts, budget=budget or Budget(cfg.budget_usd),
             prices_file=cfg.prices_file, cache=cache, recorded=recorded,
             limiter=limiter or LocalLimiter(cfg.max_concurrent_calls), max_concurrent=cfg.max_concurrent_calls,
-            log=self.log,
+            log=self.log, seed=cfg.seed,
         )
         self._proposer = LLMProposer(self._session, self.builder)
+
+    def _fit_prompts_and_samples(self, client: LLMClient) -> None:
+        """Prompts in tokens where the client knows its tokenizer (``--max-prompt-tokens``), and a note where K
+        candidates are likely to be identical samples."""
+        cfg = self.cfg
+        if isinstance(client, CountsTokens):
+            cap = cfg.max_prompt_tokens or default_token_cap(cfg.max_prompt_chars, client.context_tokens,
+                                                             cfg.max_output_tokens)
+            self.builder.measure_in_tokens(cap, client.count_tokens)
+        elif cfg.max_prompt_tokens is not None and client.is_llm:
+            self.log(f"note: --max-prompt-tokens has no effect on {client.provider} (its tokenizer is not known "
+                     f"here); prompts are capped at --max-prompt-chars {cfg.max_prompt_chars}")
+        if cfg.temperature == 0 and cfg.candidates > 1 and client.is_llm:
+            seeds = isinstance(client, SDKClient) and client.takes_seed
+            why = ("each call carries its own seed, but at temperature 0 most models decode greedily" if seeds
+                   else f"{client.provider} takes no seed")
+            self.log(f"warning: --temperature 0 with --candidates {cfg.candidates}: the candidates are likely "
+                     f"identical samples of one prompt ({why}); give a --temperature above 0 for distinct ones")
 
     def _check_replay_source(self, client: Any) -> None:
         """Refuse a transcript made for another environment, table size, mode or answer format."""
@@ -440,6 +461,7 @@ class Run:
             "cost_complete": self.usage.unpriced_calls == 0,
             "llm_calls": usage.calls,
             "failed_calls": usage.failed_calls,
+            "first_call_error": next((a.errors[0] for a in answers if a.failed and a.errors), None),
             "validation_errors": errors,
             "notes": [n for a in answers if a.parsed for n in a.parsed.notes],
             "prompt_chars": self.prompt_sizes[-1] if self.prompt_sizes else None,
@@ -500,6 +522,7 @@ class Run:
             "llm_calls": usage.calls,
             "cached_calls": usage.cached_calls,
             "failed_calls": usage.failed_calls,
+            "first_call_error": s["session"].get("first_error") if s["session"] else None,
             "invalid_iterations": len({h["iteration"] for h in history}
                                       - {h["iteration"] for h in history if h["eval_mean"] is not None}),
             "prompt_chars_first": sizes[0] if sizes else None,
@@ -589,7 +612,22 @@ def _drive(run: Run, first: int) -> tuple[str, bool]:
             stop_reason = "backend unreachable"
             run.log(f"run ends: {cfg.unreachable_after} iterations in a row without one answered call")
             break
+    _check_some_call_succeeded(run)
     return stop_reason, False
+
+
+def _check_some_call_succeeded(run: Run) -> None:
+    """A run whose calls all failed ends with exit 1 and one line naming the first error and the URL, whatever
+    ``--unreachable-after`` says: never "0 calls" and exit 0."""
+    session = run.session
+    if session is None or session.calls_ok or not session.usage.failed_calls:
+        return
+    error = session.first_error or "no error recorded"
+    url = str(session.client.describe().get("base_url") or "")
+    where = f" ({url})" if url and url not in error else ""
+    n = session.usage.failed_calls
+    raise NoCallSucceeded(f"no call of this run succeeded ({n} failed call{'s' if n != 1 else ''}); the first "
+                          f"error{where}: {error}")
 
 
 def _finish(run: Run, stop_reason: str, interrupted: bool) -> dict[str, Any]:
@@ -634,6 +672,9 @@ def _execute(run: Run, first: int) -> RunResult:
         raise
     except (BackendUnreachable, EndpointError):
         stop_reason, interrupted = "backend unreachable", True
+        raise
+    except NoCallSucceeded:
+        stop_reason, interrupted = "failed: no call succeeded", True
         raise
     except OSError as exc:
         stop_reason, interrupted = f"failed: {exc.strerror or exc}", True

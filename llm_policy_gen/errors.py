@@ -59,6 +59,11 @@ class BackendUnreachable(BackendError):
     """No attempt of a call reached the server (connection refused, DNS failure, timeout on every attempt)."""
 
 
+class NoCallSucceeded(BackendError):
+    """A run made calls and not one of them succeeded: it ends with exit 1, naming the first error and the URL
+    (never "0 calls" and exit 0)."""
+
+
 class ReplayExhausted(LLMPolicyGenError):
     """A ``replay:`` backend has no more recorded answers; the run ends cleanly."""
 

@@ -4,7 +4,8 @@ The prompt holds the task and its reward, the meaning of every bin and action, t
 earlier proposals (deduplicated, rounded to the precision shown, best last, as OPRO does), the best and worst
 episodes (their last steps only), per-state evidence, the current table and the exact output format. Its size is
 bounded: episode excerpts have a fixed length, and evidence rows are added only while the prompt stays under
-``max_chars``.
+``max_chars`` characters, or, for a backend that knows its model's tokenizer (:meth:`PromptBuilder.measure_in_tokens`),
+under a number of tokens: the same cuts, measured by the tokenizer.
 
 With the ``rules`` answer format the table may be far too big to print (Hopper over all eleven observations), so the
 prompt never shows it: the current table appears as the rules it was compiled from, the evidence is summarised per
@@ -15,6 +16,7 @@ and episode steps name their bins instead of a flat state index.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from string import Template
@@ -32,7 +34,20 @@ from .formats.rules import RuleSet, table_as_rules
 from .memory import ExperienceMemory, StateEvidence
 from .templates import prompts_dir, template
 
-__all__ = ["HistoryEntry", "PromptContext", "PromptBuilder", "prompts_dir"]
+__all__ = ["HistoryEntry", "PromptContext", "PromptBuilder", "prompts_dir", "CHARS_PER_TOKEN", "default_token_cap"]
+
+#: Characters per token of this project's prompts (digits, bin ranges, JSON): a 12,000-character prompt was about 6,100
+#: tokens of Qwen2.5's tokenizer (issue 18). Turns the character cap into tokens for :func:`default_token_cap`.
+CHARS_PER_TOKEN = 2
+
+
+def default_token_cap(max_chars: int, context_tokens: int | None, max_output_tokens: int) -> int:
+    """The prompt's token cap when none is given: the smaller of the character cap in tokens and the context less
+    room for the answer (``max_output_tokens``, at most half the context)."""
+    cap = max_chars // CHARS_PER_TOKEN
+    if context_tokens:
+        cap = min(cap, context_tokens - min(max_output_tokens, context_tokens // 2))
+    return max(1, cap)
 
 
 @dataclass(frozen=True)
@@ -121,6 +136,15 @@ class PromptBuilder:
         self.max_chars = int(max_chars)
         self.steps_per_episode = int(steps_per_episode)
         self.history_len = int(history_len)
+        self.limit = self.max_chars
+        """The prompt's cap, in the unit :meth:`size` measures."""
+        self.size: Callable[[str], int] = len
+        """The size of a text: characters, or tokens after :meth:`measure_in_tokens`."""
+        self.unit = "characters"
+
+    def measure_in_tokens(self, max_tokens: int, count_tokens: Callable[[str], int]) -> None:
+        """Measure prompts with ``count_tokens`` and cap them at ``max_tokens`` (the cuts stay the same)."""
+        self.limit, self.size, self.unit = int(max_tokens), count_tokens, "tokens"
 
     def template(self, name: str) -> str:
         return template(name, self.dir)
@@ -265,26 +289,26 @@ class PromptBuilder:
         if _by_rules(ctx):
             return self._rules_text(ctx)
         text = self._table_rows(ctx)
-        budget = self.max_chars // 3
-        if len(text) <= budget:
+        budget = self.limit // 3
+        if self.size(text) <= budget:
             return text
         what = ctx.target.field
         lines = [f"The table as regions of equal {what} (bins of each listed dim, inclusive; unlisted dims: any):"]
         regions = table_as_edits(np.asarray(ctx.current_table), ctx.observation)
-        used = len(lines[0])
+        used = self.size(lines[0])
         for k, e in enumerate(regions):
             cond = ", ".join(f"dim {c['dim']} {c['min_bin']}-{c['max_bin']}" for c in e["conditions"]) or "all states"
             line = f"{cond}: {what} {_entry(e['entry'])}"
-            if used + len(line) + 1 > budget:
+            if used + self.size(line) + 1 > budget:
                 lines.append(f"({len(regions) - k} more regions not shown; the table has {len(ctx.current_table)} "
                              "states)")
                 break
             lines.append(line)
-            used += len(line) + 1
+            used += self.size(line) + 1
         return "\n".join(lines)
 
     def _rules_text(self, ctx: PromptContext) -> str:
-        budget = self.max_chars // 3
+        budget = self.limit // 3
         if ctx.current_source is not None and ctx.current_source.get("format") == "rules":
             rules = RuleSet.from_dict(ctx.current_source)
             head = "The current rules (the table is compiled from them):"
@@ -293,11 +317,11 @@ class PromptBuilder:
             head = "The current table, written as rules (it was not compiled from rules):"
         body = {"cases": rules.cases, "linear": rules.linear, "otherwise": rules.otherwise}
         text = json.dumps(body, separators=(",", ":"))
-        if len(text) > budget:
+        if self.size(text) > budget:
             shown = {**body, "cases": []}
             kept: list[dict[str, Any]] = []
             for case in rules.cases:
-                if len(json.dumps({**shown, "cases": [*kept, case]}, separators=(",", ":"))) > budget:
+                if self.size(json.dumps({**shown, "cases": [*kept, case]}, separators=(",", ":"))) > budget:
                     break
                 kept.append(case)
             text = json.dumps({**shown, "cases": kept}, separators=(",", ":")) + (
@@ -353,7 +377,7 @@ class PromptBuilder:
         }
 
     def build(self, ctx: PromptContext) -> list[Message]:
-        """System + user messages for one proposal, with the user message under ``max_chars`` when possible.
+        """System + user messages for one proposal, with the prompt under the cap (:attr:`limit`) when possible.
 
         ``ctx.templates`` names the (system, user) templates (each mode has its own pair).
         """
@@ -364,14 +388,15 @@ class PromptBuilder:
         rows = self.evidence_rows(ctx)
         base = tmpl.safe_substitute(fields, evidence="")
         # Per-dimension summaries (rules answers) are one line per dimension: always kept whole.
-        budget = 10**9 if _by_rules(ctx) else self.max_chars - len(base) - len(system_text) - 40
+        budget = 10**9 if _by_rules(ctx) else self.limit - self.size(base) - self.size(system_text) - 40
         kept: list[str] = []
         used = 0
         for r in rows:
-            if used + len(r) + 1 > budget:
+            size = self.size(r) + 1
+            if used + size > budget:
                 break
             kept.append(r)
-            used += len(r) + 1
+            used += size
         if len(kept) < len(rows):
             kept.append(f"({len(rows) - len(kept)} less visited states left out)")
         evidence = "\n".join(kept) if kept else "(no steps yet)"

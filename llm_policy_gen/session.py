@@ -14,7 +14,11 @@ One place holds the call, the repair, the budget, the cost, the answer cache and
 * Every known secret (keys, URL passwords and their ``Basic`` form) is scrubbed from every string of an answer
   before anything is written, and again from every transcript line as it is written.
 * A call that fails after the retry policy is written as a failure (``failed: true`` and its ``error``), which is
-  what replay reproduces.
+  what replay reproduces; failed calls are counted (``Usage.failed_calls``) and the run's first error is kept
+  (:attr:`LLMSession.first_error`), so that the console and the summary can say so.
+* Every call carries a sampling seed, :func:`~llm_policy_gen.clients.base.call_seed` of the run seed and the call's
+  key (written to its transcript line): the K candidates of a prompt are K different requests, a repair is never
+  sent at the settings of the refused answer, and replay, resume and the answer cache see the same seeds again.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 
-from .clients.base import CallKey, Completion, LLMClient, Message, OutputSpec, Request
+from .clients.base import CallKey, Completion, LLMClient, Message, OutputSpec, Request, call_seed
 from .clients.cache import ResponseCache
 from .clients.keys import redact, redact_all
 from .errors import BackendAuthError, BackendError, BackendUnreachable, ProposalError, ReplayExhausted
@@ -234,6 +238,7 @@ class LLMSession:
         recorded: Calls recorded before a resume, answered from the record.
         limiter: Bounds calls in flight.
         log: One-line notices for the console.
+        seed: The run seed, from which every call's sampling seed is derived.
     """
 
     def __init__(
@@ -249,6 +254,7 @@ class LLMSession:
         limiter: CallLimiter | None = None,
         max_concurrent: int = 8,
         log: Callable[[str], None] = lambda s: None,
+        seed: int = 0,
     ) -> None:
         self.client = client
         self.transcript = transcript
@@ -266,6 +272,9 @@ class LLMSession:
         self.calls_tried = 0
         self._lock = threading.Lock()
         self._notices: set[str] = set()
+        self.run_seed = int(seed)
+        self.first_error: str | None = None
+        """The error of the run's first failed call (recorded ones included), for the console and the summary."""
 
     @property
     def provider(self) -> str:
@@ -308,7 +317,7 @@ class LLMSession:
 
     def state_dict(self) -> dict[str, Any]:
         state = {"usage": self.usage.to_dict(), "spent_usd": self.budget.spent, "calls_ok": self.calls_ok,
-                 "calls_tried": self.calls_tried}
+                 "calls_tried": self.calls_tried, "first_error": self.first_error}
         mode = getattr(self.client, "structured_mode", None)
         if isinstance(mode, str):  # a structured-output fallback the client made holds on resume
             state["structured_mode"] = mode
@@ -321,6 +330,7 @@ class LLMSession:
             self.budget.spent = float(state.get("spent_usd", 0.0))
         self.calls_ok = int(state.get("calls_ok", 0))
         self.calls_tried = int(state.get("calls_tried", 0))
+        self.first_error = state.get("first_error") or None
         mode = state.get("structured_mode")
         if isinstance(mode, str) and isinstance(getattr(self.client, "structured_mode", None), str):
             self.client.structured_mode = mode  # type: ignore[attr-defined]
@@ -342,8 +352,10 @@ class LLMSession:
         answer: Answer[V] = Answer(candidate)
         convo = list(messages)
         for attempt in range(1, repairs + 2):
-            request = Request(tuple(convo), output, CallKey(iteration, candidate, attempt, state))
-            rec: dict[str, Any] = {**request.key.to_dict(), **(record or {}), "backend": self.provider,
+            key = CallKey(iteration, candidate, attempt, state)
+            request = Request(tuple(convo), output, key, seed=call_seed(self.run_seed, key))
+            rec: dict[str, Any] = {**request.key.to_dict(), **(record or {}), "seed": request.seed,
+                                   "backend": self.provider,
                                    "model": self.model, "messages": [m.to_dict() for m in convo],
                                    "prompt_chars": sum(len(m.content) for m in convo)}
             t_call = time.perf_counter()
@@ -359,6 +371,8 @@ class LLMSession:
                            cost_usd=0.0, cached=False, reused=source == "recorded",
                            latency_s=round(time.perf_counter() - t_call, 4))
                 self.transcript.write(rec)
+                with self._lock:
+                    self.first_error = self.first_error or msg
                 answer.errors, answer.failed = [msg], True
                 answer.unreachable = isinstance(error, BackendUnreachable)
                 return answer

@@ -335,7 +335,8 @@ def test_describe_and_sdk_settings(fake_anthropic: FakeAnthropicServer) -> None:
     built = client()
     assert built._client.max_retries == 0 and built._client.timeout == FAST.timeout_s
     info = built.describe()
-    assert info["provider"] == "anthropic" and info["retry"] == FAST.to_dict() and info["api"] == "messages"
+    assert info["provider"] == "anthropic" and info["api"] == "messages"
+    assert info["retry"] == FAST.resolved(local=False).to_dict() and info["local"] is False
     assert info["key_source"] == "ANTHROPIC_API_KEY" and info["structured_output"] == "json_schema"
     assert info["temperature_range"] == [0.0, 1.0] and info["token_parameter"] == "max_tokens"
     assert FAKE_KEY not in json.dumps(info)

@@ -154,7 +154,7 @@ def test_timeout_on_every_attempt_is_unreachable(fake_gemini: FakeGeminiServer) 
     fake_gemini.hang(2.0).hang(2.0)
     c, sleeps = client(RetryPolicy(max_retries=1, initial_delay_s=0.01, jitter=0.0, timeout_s=0.3))
     started = time.perf_counter()
-    with pytest.raises(BackendUnreachable, match=r"after 2 attempts: Unreachable: no answer within 0\.3 s \(Read"):
+    with pytest.raises(BackendUnreachable, match=r"after 2 attempts: TimedOut: no answer within 0\.3 s \(Read"):
         c.complete(ASK)
     assert 0.5 < time.perf_counter() - started < 1.8  # two 0.3 s timeouts (milliseconds to the SDK), not the 2 s hangs
     assert len(fake_gemini.requests) == 2 and len(sleeps) == 1
@@ -302,7 +302,7 @@ def test_describe_has_no_key(fake_gemini: FakeGeminiServer) -> None:
     c, _ = client()
     d = c.describe()
     assert d["provider"] == "gemini" and d["model"] == MODEL and d["is_llm"] is True
-    assert d["retry"] == FAST.to_dict() and d["key_source"] == "GEMINI_API_KEY"
+    assert d["retry"] == FAST.resolved(local=False).to_dict() and d["key_source"] == "GEMINI_API_KEY"
     assert d["base_url"] == fake_gemini.base_url and d["sampling"]["max_output_tokens"] == 16384
     assert d["structured_output"] == "json_schema" and d["token_parameter"] == "max_output_tokens"
     assert FAKE_GEMINI_KEY not in json.dumps(d)

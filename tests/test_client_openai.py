@@ -199,7 +199,8 @@ def test_500_until_retries_exhausted(fake_openai: FakeOpenAIServer) -> None:
 
 def test_timeout_on_every_attempt_is_unreachable(fake_openai: FakeOpenAIServer) -> None:
     fake_openai.push(hang(3.0), hang(3.0), ok(ANSWER))
-    policy = RetryPolicy(max_retries=1, initial_delay_s=0.01, jitter=0.0, timeout_s=0.3)
+    # retry_timeouts: as a remote server is treated (the loopback fake would be a local server, see below)
+    policy = RetryPolicy(max_retries=1, initial_delay_s=0.01, jitter=0.0, timeout_s=0.3, retry_timeouts=True)
     t0 = time.perf_counter()
     with pytest.raises(BackendUnreachable) as info:
         client(retry=policy).complete(ASK)
@@ -212,7 +213,7 @@ def test_timeout_on_every_attempt_is_unreachable(fake_openai: FakeOpenAIServer) 
 
 def test_timeout_then_success_counts_wall_time(fake_openai: FakeOpenAIServer) -> None:
     fake_openai.push(hang(3.0), ok(ANSWER))
-    policy = RetryPolicy(max_retries=1, initial_delay_s=0.01, jitter=0.0, timeout_s=0.3)
+    policy = RetryPolicy(max_retries=1, initial_delay_s=0.01, jitter=0.0, timeout_s=0.3, retry_timeouts=True)
     out = client(retry=policy).complete(ASK)
     assert out.transport_attempts == 2
     assert out.latency_s >= 0.3
@@ -282,11 +283,12 @@ def test_refused_json_schema_falls_back_to_json_object_once(fake_openai: FakeOpe
     note = first.extra["structured_output_fallback"]
     assert note.startswith("json_schema -> json_mode: Error code: 400 - Invalid parameter: 'response_format'")
     assert fake_openai.bodies[0]["response_format"]["type"] == "json_schema"
-    assert fake_openai.bodies[1]["response_format"] == {"type": "json_object"}
+    # a server other than OpenAI's own gets the schema beside json_object (llama_cpp.server enforces it)
+    assert fake_openai.bodies[1]["response_format"] == {"type": "json_object", "schema": ANSWER_SCHEMA}
     assert c.structured_mode == "json_mode" and c.describe()["structured_output"] == "json_mode"
     second = c.complete(ASK)  # the mode sticks, and the fallback is reported once
     assert second.structured_output == "json_mode" and "structured_output_fallback" not in second.extra
-    assert fake_openai.bodies[2]["response_format"] == {"type": "json_object"}
+    assert fake_openai.bodies[2]["response_format"] == {"type": "json_object", "schema": ANSWER_SCHEMA}
     assert len(fake_openai.requests) == 3
 
 
@@ -437,7 +439,8 @@ def test_describe_never_holds_the_key(fake_openai: FakeOpenAIServer) -> None:
     assert d["provider"] == "openai" and d["model"] == "gpt-6.2-sol" and d["is_llm"] is True
     assert d["api"] == "chat.completions" and d["structured_output"] == "json_schema"
     assert d["key_source"] == "OPENAI_API_KEY" and d["token_parameter"] == "max_tokens"
-    assert d["retry"] == FAST.to_dict() and d["sampling"] == {"temperature": None, "max_output_tokens": 16384}
+    assert d["retry"] == FAST.resolved(local=True).to_dict() and d["local"] is True
+    assert d["sampling"] == {"temperature": None, "max_output_tokens": 16384}
 
 
 def test_bad_provider_and_model() -> None:

@@ -22,6 +22,8 @@ Wire choices (read from the installed SDK, ``anthropic/resources/messages/messag
 * ``finish_reason`` is the ``stop_reason`` (``max_tokens`` means truncated); ``stop_reason="refusal"`` gives a
   short refusal text from ``stop_details``.
 * The SDK's own retries are off (``max_retries=0``); ``options.retry.timeout_s`` is the SDK's timeout.
+* The Messages API takes no seed: a repair of an answer asked at temperature 0 is sent warmer
+  (:meth:`~.common.SDKClient.temperature_for`) so that it cannot get the refused answer back.
 """
 
 from __future__ import annotations
@@ -120,7 +122,7 @@ class AnthropicClient(SDKClient):
             api_key=key,
             base_url=base_url,
             max_retries=0,
-            timeout=options.retry.timeout_s,
+            timeout=self.options.retry.attempt_timeout_s,
         )
 
     def _arguments(self, request: Request, mode: str) -> dict[str, Any]:
@@ -146,8 +148,8 @@ class AnthropicClient(SDKClient):
                 }
             ]
             kwargs["tool_choice"] = {"type": "tool", "name": tool}
-        if self._send_temperature:
-            kwargs["extra_body"] = {"temperature": self.options.sampling.temperature}
+        if self._send_temperature:  # no seed here: a repair at temperature 0 goes warmer (``temperature_for``)
+            kwargs["extra_body"] = {"temperature": self.temperature_for(request)}
         return kwargs
 
     def _send(self, request: Request, mode: str) -> Any:

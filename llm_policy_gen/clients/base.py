@@ -10,15 +10,23 @@ Transport faults are handled by one retry policy (:class:`RetryPolicy`, :func:`c
 clients; the SDKs' own retries are switched off so that the policy is the only one. :func:`retry_after_seconds`
 reads a server's ``Retry-After``, :func:`http_status_fault` sorts an HTTP error status into a fault kind, and
 :func:`timed_call_with_retries` adds the call's wall time.
+
+Local servers (Ollama, ``llama_cpp.server`` or any OpenAI-compatible server on a loopback address, the in-process
+model) get their own defaults (:meth:`RetryPolicy.resolved`): a long timeout, since a small machine may take minutes
+over one prompt, and no retry of a call that timed out, since the server is still busy with it.
+
+A client that knows its model's tokenizer offers :class:`CountsTokens`, so that prompts are measured in tokens.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import random
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any, Literal, Protocol, Required, TypedDict, TypeVar, runtime_checkable
@@ -32,6 +40,7 @@ __all__ = [
     "Message",
     "OutputSpec",
     "CallKey",
+    "CountsTokens",
     "Request",
     "Completion",
     "Sampling",
@@ -46,6 +55,9 @@ __all__ = [
     "retry_after_seconds",
     "http_status_fault",
     "RetryOptions",
+    "DEFAULT_TIMEOUT_S",
+    "LOCAL_TIMEOUT_S",
+    "call_seed",
     "call_with_retries",
     "timed_call_with_retries",
 ]
@@ -118,6 +130,17 @@ class Request:
     messages: tuple[Message, ...]
     output: OutputSpec
     key: CallKey = field(default_factory=lambda: CallKey(0))
+    seed: int | None = None
+    """The call's sampling seed (:func:`call_seed` of the run seed and the key), sent to providers that take one, so
+    that K candidates at one temperature are K different requests; None: no seed."""
+
+
+def call_seed(run_seed: int, key: CallKey) -> int:
+    """The sampling seed of the call ``key`` in the run seeded ``run_seed``: a pure function of (run seed, iteration,
+    candidate, attempt, state), so a replayed or resumed run sends the same seeds and the answer cache stays exact.
+    A 31-bit integer (every provider that takes a seed accepts it)."""
+    text = json.dumps([int(run_seed), key.iteration, key.candidate, key.attempt, key.state])
+    return int.from_bytes(hashlib.sha256(text.encode("ascii")).digest()[:4], "big") & 0x7FFFFFFF
 
 
 @dataclass
@@ -178,6 +201,12 @@ class Sampling:
     """Upper bound on the answer's tokens (a full 10,000-state table needs edits instead)."""
 
 
+#: Default bound on one attempt to a remote provider, in seconds.
+DEFAULT_TIMEOUT_S = 120.0
+#: Default bound on one attempt to a local server: a 6,000-token prompt took 138 s on 2 cores (issue 18).
+LOCAL_TIMEOUT_S = 600.0
+
+
 @dataclass(frozen=True)
 class RetryPolicy:
     """The one retry policy for timeouts, HTTP 429 and 5xx.
@@ -191,9 +220,24 @@ class RetryPolicy:
     initial_delay_s: float = 1.0
     max_delay_s: float = 30.0
     jitter: float = 0.5
-    timeout_s: float = 120.0
-    """Timeout handed to the SDK client, per phase of an attempt (connect, write, each read): a server that never
-    answers costs about ``timeout_s * (max_retries + 1)`` per call."""
+    timeout_s: float | None = None
+    """Bound on one whole attempt, however the answer's bytes trickle in (the SDK clients also hand it to the SDK,
+    which applies it to each phase): a server that never answers costs about ``timeout_s * (max_retries + 1)`` per
+    call. None: :data:`DEFAULT_TIMEOUT_S`, or :data:`LOCAL_TIMEOUT_S` for a local server."""
+    retry_timeouts: bool | None = None
+    """Whether an attempt that timed out is tried again. None: yes, except for a local server (it is still busy
+    with the request, and another attempt would only queue behind it)."""
+
+    def resolved(self, local: bool) -> RetryPolicy:
+        """This policy with its defaults filled in for a remote (``local=False``) or a local server."""
+        timeout = self.timeout_s if self.timeout_s is not None else (LOCAL_TIMEOUT_S if local else DEFAULT_TIMEOUT_S)
+        retry = self.retry_timeouts if self.retry_timeouts is not None else not local
+        return replace(self, timeout_s=timeout, retry_timeouts=retry)
+
+    @property
+    def attempt_timeout_s(self) -> float:
+        """The bound on one attempt (the remote default when the policy was not :meth:`resolved`)."""
+        return self.timeout_s if self.timeout_s is not None else DEFAULT_TIMEOUT_S
 
     def delay(self, attempt: int, retry_after_s: float | None = None, rng: random.Random | None = None) -> float:
         if retry_after_s is not None and retry_after_s >= 0:
@@ -214,12 +258,15 @@ class ClientOptions:
     """Overrides the provider's base URL (else the SDK's own variable, else the provider's endpoint)."""
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     sampling: Sampling = field(default_factory=Sampling)
+    local_concurrency: int = 1
+    """Calls a local server is sent at once (``llama_cpp.server`` serves one at a time; Ollama as many as its
+    ``OLLAMA_NUM_PARALLEL``); the others wait their turn in the client, not in the server's queue."""
 
 
-FaultKind = Literal["retry", "auth", "fatal", "unreachable"]
+FaultKind = Literal["retry", "auth", "fatal", "unreachable", "timeout"]
 T = TypeVar("T")
-#: Maps an exception to ``("retry", seconds | None)``, ``("unreachable", None)``, ``("auth", None)`` or
-#: ``("fatal", None)``.
+#: Maps an exception to ``("retry", seconds | None)``, ``("unreachable", None)``, ``("timeout", None)``,
+#: ``("auth", None)`` or ``("fatal", None)``.
 Classifier = Callable[[BaseException], tuple[FaultKind, float | None]]
 
 #: HTTP statuses that refuse the credentials.
@@ -305,8 +352,9 @@ def call_with_retries(
     """Run ``fn`` under ``policy``; return its result and the number of attempts.
 
     ``classify`` maps an exception to ``("retry", retry_after_s)``, ``("unreachable", None)`` (no answer from the
-    server: connection refused, DNS failure, timeout), ``("auth", None)`` or ``("fatal", None)``. Retry and
-    unreachable faults are tried again under ``policy``. An auth fault raises :class:`BackendAuthError` naming
+    server: connection refused, DNS failure), ``("timeout", None)`` (no answer in time), ``("auth", None)`` or
+    ``("fatal", None)``. Retry and unreachable faults are tried again under ``policy``, timeouts only when
+    ``policy.retry_timeouts`` is not False. An auth fault raises :class:`BackendAuthError` naming
     ``key_variable``; spent retries raise :class:`BackendUnreachable` when no attempt reached the server, else
     :class:`BackendError`, as does a fatal fault. Messages go through ``redact`` so that a key never reaches an error
     text.
@@ -318,12 +366,13 @@ def call_with_retries(
             return fn(), attempt + 1
         except Exception as exc:  # classified below; unknown kinds are fatal for this call only
             kind, retry_after = classify(exc)
-            answered = answered or kind != "unreachable"
+            answered = answered or kind not in ("unreachable", "timeout")
             reason = _short(redact(f"{type(exc).__name__}: {exc}"))
             if kind == "auth":
                 hint = f"; set {key_variable} to a valid key" if key_variable else ""
                 raise BackendAuthError(f"{describe} refused the credentials ({reason}){hint}") from None
-            if kind == "fatal" or attempt >= policy.max_retries:
+            spent = attempt >= policy.max_retries or (kind == "timeout" and policy.retry_timeouts is False)
+            if kind == "fatal" or spent:
                 n = attempt + 1
                 tail = "" if kind == "fatal" else f" after {n} attempt{'s' if n > 1 else ''}"
                 if not answered:
@@ -378,4 +427,19 @@ class LLMClient(Protocol):
 
     def describe(self) -> dict[str, Any]:
         """JSON-able description for config.json (never a key)."""
+        ...
+
+
+@runtime_checkable
+class CountsTokens(Protocol):
+    """What a client that knows its model's tokenizer offers (the in-process llama.cpp model does), so that the
+    prompt is measured in tokens rather than characters (``--max-prompt-tokens``)."""
+
+    def count_tokens(self, text: str) -> int:
+        """Tokens of ``text`` under the model's tokenizer."""
+        ...
+
+    @property
+    def context_tokens(self) -> int | None:
+        """The model's context size in tokens (prompt and answer together), or None when unknown."""
         ...

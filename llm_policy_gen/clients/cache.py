@@ -1,8 +1,9 @@
 """The on-disk answer cache the session keeps in front of an SDK client.
 
 The key is a SHA-256 of provider, model, base URL, messages, output schema, sampling settings and the **sample
-index** (the candidate number), so the K candidates of an iteration are K distinct samples and a re-run with the same
-inputs costs nothing. A hit returns the stored text with zero tokens (the transcript marks it ``cached: true``).
+index** (the candidate number) and the call's seed where it has one, so the K candidates of an iteration are K
+distinct samples and a re-run with the same inputs costs nothing. A hit returns the stored text with zero tokens (the
+transcript marks it ``cached: true``).
 Entries are JSON files written atomically; an unreadable entry is a miss. Every string of an entry has every known
 secret scrubbed from it when it is written (a key or URL password a server echoed, in any field), and again when it is
 read (an entry written by an older version).
@@ -34,6 +35,8 @@ def cache_key(provider: str, model: str, base_url: str, request: Request, sampli
         "sampling": asdict(sampling),
         "sample": request.key.candidate,
     }
+    if request.seed is not None:  # the call's sampling seed (a function of the run seed and the key)
+        payload["seed"] = request.seed
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode("utf-8")).hexdigest()
 
 

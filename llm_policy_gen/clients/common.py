@@ -4,17 +4,28 @@
 under the one retry policy (:func:`~.base.timed_call_with_retries`), and turns the faults every SDK shares into the
 contract's fault kinds:
 
-* **Unreachable server.** A refused connection, a host name that does not resolve, or a connect or read timeout
-  becomes :class:`Unreachable` (fault kind ``"unreachable"``), whose text names the underlying error; when no
-  attempt of a call reached the server, the retry loop raises :class:`~llm_policy_gen.errors.BackendUnreachable`
-  naming the URL (without userinfo).
+* **Unreachable server.** A refused connection or a host name that does not resolve becomes :class:`Unreachable`
+  (fault kind ``"unreachable"``), a connect or read timeout :class:`TimedOut` (fault kind ``"timeout"``), whose
+  text names the underlying error; when no attempt of a call reached the server, the retry loop raises
+  :class:`~llm_policy_gen.errors.BackendUnreachable` naming the URL (without userinfo).
+* **A whole-attempt deadline.** The SDKs apply their timeout to each phase of an attempt (connect, write, each
+  read), so a server that sends its headers and then one byte a second is never timed out. Each attempt runs on a
+  worker thread and the caller waits at most ``retry.timeout_s`` (and half a second) for it: past that the attempt
+  is a :class:`DeadlinePassed` (retried as a timeout is, but counted as a failed call, not as a server that was never
+  reached), its connection is closed where the client can (:meth:`SDKClient._abandon`), and the worker thread ends
+  with the SDK's next read.
+* **Local servers** (``local=True``: Ollama, an OpenAI-compatible server on a loopback address) get the local
+  retry defaults (:meth:`~.base.RetryPolicy.resolved`: 600 s, no retry of a timed-out attempt) and at most
+  ``options.local_concurrency`` calls at once (the other calls wait in the client).
 * **A 2xx body that is not the provider's JSON** (a proxy's HTML page, a JSON object without ``choices`` /
   ``content`` / ``candidates``) becomes :class:`MalformedResponse` (fault kind ``"retry"``): never an
   ``AttributeError`` from deep inside the answer's parsing.
-* **Structured output refused.** When the provider answers HTTP 400 to the structured-output request itself,
-  :class:`StructuredOutput` steps once to the next mode of :data:`~.base.STRUCTURED_MODES` the provider offers and
-  the same call is sent again at once. The mode sticks for the client's life (``SDKClient.structured_mode``, settable
-  so that a resumed run can restore it); the next successful completion carries
+* **Structured output refused.** When the provider refuses the structured-output request itself (HTTP 400 from
+  the big providers; any 4xx or 5xx whose body names the structured-output field from a local server, such as
+  ``llama_cpp.server``'s 500), :class:`StructuredOutput` steps once to the next mode of
+  :data:`~.base.STRUCTURED_MODES` the provider offers and the same call is sent again at once, without a retry.
+  The mode sticks for the client's life (``SDKClient.structured_mode``, settable so that a resumed run can restore
+  it); the next successful completion carries
   ``extra["structured_output_fallback"] = "<from> -> <to>: <reason>"`` so the session can say so once.
 
 A provider's client implements four hooks: ``_send`` (one SDK call in a given mode), ``_read`` (the SDK's answer as a
@@ -45,7 +56,10 @@ from .profiles import ClientProfile
 
 __all__ = [
     "MalformedResponse",
+    "DeadlinePassed",
+    "TimedOut",
     "Unreachable",
+    "is_timeout",
     "StructuredOutput",
     "SDKClient",
     "configured_base_url",
@@ -66,6 +80,15 @@ class MalformedResponse(Exception):
 
 class Unreachable(Exception):
     """No answer from the server: connection refused, DNS failure, or a connect or read timeout."""
+
+
+class TimedOut(Unreachable):
+    """No answer within the attempt's timeout: a phase of the attempt (connect, write, a read) timed out."""
+
+
+class DeadlinePassed(Exception):
+    """The attempt's whole-attempt deadline passed while the server was still answering (its bytes trickled in, each
+    within the SDK's per-read timeout): the server was reached, so the call failed rather than found no server."""
 
 
 def _http_modules() -> list[Any]:
@@ -102,6 +125,11 @@ def _chain(exc: BaseException) -> Iterator[BaseException]:
         current = current.__cause__ or current.__context__
 
 
+def is_timeout(exc: BaseException) -> bool:
+    """True when ``exc`` (or what it was raised from) is a timeout of some phase of an attempt."""
+    return any(isinstance(e, _TIMEOUTS) for e in _chain(exc))
+
+
 def unreachable_reason(exc: BaseException, timeout_s: float | None = None) -> str | None:
     """A short text when ``exc`` means the server never answered (refused, DNS failure, timeout), else None."""
     for e in _chain(exc):
@@ -118,7 +146,7 @@ def is_transport_fault(exc: BaseException) -> bool:
     return any(isinstance(e, _TRANSPORT_FAULTS) for e in _chain(exc))
 
 
-#: Words of a 400 that refuses the structured-output request itself (a parameter or a schema feature).
+#: Words of an error that refuses the structured-output request itself (a parameter or a schema feature).
 _STRUCTURED_WORDS = re.compile(
     r"response_format|json_schema|json_object|output_config|output_format|response_?json_?schema|response_?schema"
     r"|response_?mime_?type|input_schema|tool_choice|\btools?\b|\bschema\b",
@@ -127,7 +155,8 @@ _STRUCTURED_WORDS = re.compile(
 
 
 def structured_refusal(text: str | None, limit: int = 160) -> str | None:
-    """The short reason of a 400 whose ``text`` refuses structured output, else None (the 400 stays fatal)."""
+    """The short reason of an error whose ``text`` refuses structured output, else None (the error is handled as its
+    status says)."""
     if not text or _STRUCTURED_WORDS.search(text) is None:
         return None
     line = " ".join(text.split())
@@ -253,6 +282,11 @@ def split_system(messages: Sequence[Message]) -> tuple[str | None, list[Message]
     return ("\n\n".join(system) if system else None), turns
 
 
+#: The whole-attempt deadline is the timeout plus this, so that an SDK's own timeout of one silent phase (which fires
+#: at the timeout) is reported as what it is.
+_DEADLINE_GRACE_S = 0.5
+
+
 @dataclass
 class _Call:
     """Bookkeeping of one ``complete`` call (local to it, so never shared between threads)."""
@@ -273,6 +307,8 @@ class SDKClient(ABC):
         key: The key sent (kept only to redact it from error texts); ``key_source`` says where it came from.
         key_variable: The variable an auth error tells the user to set.
         sleep: Called between retries (tests pass a recorder).
+        local: This client's server is on this machine (see the module doc; a class whose ``local`` is True always
+            is); ``self.options`` holds the policy resolved for it, ``self.local_server`` says which.
 
     Raises:
         BackendConfigError: Empty model, or a temperature outside the profile's range.
@@ -281,6 +317,14 @@ class SDKClient(ABC):
     is_llm: ClassVar[bool] = True
     api: ClassVar[str] = ""
     """The provider API used, for ``describe``."""
+    local: ClassVar[bool] = False
+    """The class always runs its model on this machine (the in-process model); see ``local_server``."""
+    whole_attempt_deadline: ClassVar[bool] = True
+    """Run each attempt under the whole-attempt deadline (module doc); False for a client that bounds its own
+    attempts (a model in process, whose abandoned attempt would hold the model)."""
+    takes_seed: ClassVar[bool] = False
+    """The provider samples with a given seed (``Request.seed`` is sent). Without one, a repair of an answer asked at
+    temperature 0 is sent at a higher temperature (:meth:`temperature_for`), so that it cannot get the same answer."""
 
     def __init__(
         self,
@@ -294,13 +338,17 @@ class SDKClient(ABC):
         key_source: str,
         key_variable: str,
         sleep: Callable[[float], None] = time.sleep,
+        local: bool = False,
     ) -> None:
         if not model or not model.strip():
             raise BackendConfigError(f"{provider} needs a model name: --backend {provider}:MODEL")
         profile.check_sampling(options.sampling)
         self.provider: str = provider
         self.model: str = model.strip()
-        self.options = options
+        self.local_server = local or self.local
+        """The server is on this machine: the local retry defaults and at most ``local_concurrency`` calls at once."""
+        self.options = dataclasses.replace(options, retry=options.retry.resolved(self.local_server))
+        self._slots = threading.BoundedSemaphore(max(1, options.local_concurrency)) if self.local_server else None
         self.profile = profile
         self.base_url = base_url
         self.key_source = key_source
@@ -321,6 +369,21 @@ class SDKClient(ABC):
 
     def complete(self, request: Request) -> Completion:
         """Answer ``request`` under the retry policy; see the module doc for the faults and the fallback."""
+        if self._slots is None:
+            return self._complete(request)
+        with self._slots:  # a local server serves this many calls at once
+            return self._complete(request)
+
+    def temperature_for(self, request: Request) -> float | None:
+        """The temperature ``request`` is sent at: the configured one, except that a repair (attempt 2 and later) of
+        a call asked at temperature 0 to a provider without seeds goes at 0.3 per repair (capped by the profile), since
+        the same settings gave the refused answer before."""
+        t = self.options.sampling.temperature
+        if t != 0 or self.takes_seed or request.key.attempt <= 1:
+            return t
+        return min(self.profile.temperature_range[1], 0.3 * (request.key.attempt - 1), 1.0)
+
+    def _complete(self, request: Request) -> Completion:
         call = _Call()
 
         def attempt() -> Completion:
@@ -347,6 +410,10 @@ class SDKClient(ABC):
         """The fault kind of ``exc`` for :func:`~.base.call_with_retries`."""
         if isinstance(exc, MalformedResponse):
             return "retry", None
+        if isinstance(exc, TimedOut):
+            return "timeout", None
+        if isinstance(exc, DeadlinePassed):
+            return ("retry", None) if self.options.retry.retry_timeouts else ("fatal", None)
         if isinstance(exc, Unreachable):
             return "unreachable", None
         fault = self._classify_sdk(exc)
@@ -368,6 +435,9 @@ class SDKClient(ABC):
             "temperature_range": list(self.profile.temperature_range),
             "sampling": asdict(self.options.sampling),
             "retry": self.options.retry.to_dict(),
+            "local": self.local_server,
+            "takes_seed": self.takes_seed,
+            **({"local_concurrency": self.options.local_concurrency} if self.local_server else {}),
             **self._describe_extra(),
         }
 
@@ -378,14 +448,19 @@ class SDKClient(ABC):
         call.sends += 1
         label = self.profile.label
         try:
-            response = self._send(request, mode)
+            if self.whole_attempt_deadline:
+                response = self._send_within_deadline(request, mode)
+            else:
+                response = self._send(request, mode)
         except json.JSONDecodeError as exc:
             raise not_json(label, f"{type(exc).__name__}: {exc}") from None
+        except DeadlinePassed:
+            raise
         except Exception as exc:
             reason = unreachable_reason(exc, self.options.retry.timeout_s)
             if reason is None:
                 raise
-            raise Unreachable(reason) from exc
+            raise (TimedOut if is_timeout(exc) else Unreachable)(reason) from exc
         if isinstance(response, (str, bytes)):  # the SDKs hand back the text of a non-JSON body
             text = response.decode("utf-8", "replace") if isinstance(response, bytes) else response
             raise not_json(label, f"got {_preview(text)}")
@@ -394,6 +469,35 @@ class SDKClient(ABC):
         except (AttributeError, TypeError, KeyError, IndexError) as exc:  # a field of the wrong type
             raise not_json(label, f"{type(exc).__name__}: {exc}") from None
         return dataclasses.replace(answer, structured_output=mode)
+
+    def _send_within_deadline(self, request: Request, mode: str) -> Any:
+        """``_send`` on a worker thread, waited for at most ``retry.timeout_s`` in all (see the module doc)."""
+        timeout = self.options.retry.attempt_timeout_s
+        deadline = timeout + _DEADLINE_GRACE_S
+        outcome: list[Any] = []
+        done = threading.Event()
+
+        def work() -> None:
+            try:
+                outcome.append(("ok", self._send(request, mode)))
+            except BaseException as exc:  # handed to the caller as it is
+                outcome.append(("error", exc))
+            finally:
+                done.set()
+
+        worker = threading.Thread(target=work, name="llm-attempt", daemon=True)
+        worker.start()
+        if not done.wait(deadline):
+            self._abandon(worker)
+            raise DeadlinePassed(f"no whole answer within {timeout:g} s (the attempt's deadline)")
+        kind, value = outcome[0]
+        if kind == "error":
+            raise value
+        return value
+
+    def _abandon(self, worker: threading.Thread) -> None:  # noqa: B027 (a hook; doing nothing is a valid default)
+        """Called when the attempt on ``worker`` passed its deadline: close its connection where the client can (the
+        default leaves the worker to the SDK's own per-read timeout)."""
 
     def _refusal(self, exc: BaseException) -> str | None:
         return structured_refusal(self._bad_request_text(exc))
@@ -413,7 +517,7 @@ class SDKClient(ABC):
 
     @abstractmethod
     def _bad_request_text(self, exc: BaseException) -> str | None:
-        """The text (message, parameter name) of an HTTP 400 that may refuse structured output, else None."""
+        """The text (message, parameter name) of an HTTP error that may refuse structured output, else None."""
 
     def _describe_extra(self) -> dict[str, Any]:
         """Provider-specific entries of :meth:`describe`."""

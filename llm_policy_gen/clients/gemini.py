@@ -14,6 +14,7 @@ One ``Client.models.generate_content`` call per attempt, under the shared retry 
   ``response_json_schema`` (full JSON Schema with ``$defs``/``$ref``, sent unchanged except that a ``$ref`` may carry
   no sibling keywords on Gemini, so those are dropped); ``json_mode`` is the MIME type alone; ``prompt`` sends
   neither.
+* **Seed**: ``GenerateContentConfig.seed`` is ``request.seed`` (a distinct sample per candidate and per repair).
 * **Usage**: ``prompt_token_count`` is input (it includes ``cached_content_token_count``, the cached part);
   ``candidates_token_count + thoughts_token_count`` is output (thinking tokens are billed as output tokens).
 * **Finish**: ``finish_reason`` is the candidate's (``MAX_TOKENS`` means truncated); a ``prompt_feedback``
@@ -151,6 +152,7 @@ class GeminiClient(SDKClient):
     """
 
     api = "models.generateContent (Gemini Developer API)"
+    takes_seed = True
 
     def __init__(
         self, model: str, options: ClientOptions, *, sleep: Callable[[float], None] = time.sleep
@@ -167,7 +169,7 @@ class GeminiClient(SDKClient):
         )  # fmt: skip
         http_options = genai_types.HttpOptions(
             base_url=configured,
-            timeout=_timeout_ms(options.retry.timeout_s),
+            timeout=_timeout_ms(self.options.retry.attempt_timeout_s),
             retry_options=genai_types.HttpRetryOptions(attempts=1),
         )
         try:
@@ -182,8 +184,11 @@ class GeminiClient(SDKClient):
             # No tools are sent; this only skips the SDK's function-calling loop (nothing goes on the wire).
             "automatic_function_calling": genai_types.AutomaticFunctionCallingConfig(disable=True),
         }
-        if sampling.temperature is not None:
-            kwargs["temperature"] = sampling.temperature
+        temperature = self.temperature_for(request)
+        if temperature is not None:
+            kwargs["temperature"] = temperature
+        if request.seed is not None:
+            kwargs["seed"] = request.seed
         if system:
             kwargs["system_instruction"] = system
         schema = request.output.json_schema

@@ -16,15 +16,40 @@ Providers:
 
 Structured output, strongest first (see :mod:`.common` for the fallback): ``json_schema`` is
 ``response_format={"type": "json_schema", "json_schema": {"name", "schema", "strict": True}}`` with the schema made
-strict by the SDK's own helper; ``json_mode`` is ``response_format={"type": "json_object"}``; ``prompt`` sends no
-``response_format``.
+strict by the SDK's own helper; ``json_mode`` is ``response_format={"type": "json_object"}``, to which every server
+but OpenAI's own gets the answer's schema as ``"schema"``; ``prompt`` sends no ``response_format``.
+
+What the servers document (read from their documentation pages, November 2026):
+
+* ``llama_cpp.server`` (llama-cpp-python) refuses ``json_schema`` (its request model allows ``text`` and
+  ``json_object`` only; the validation error comes back as HTTP 500 naming ``response_format``) and takes
+  ``{"type": "json_object", "schema": {...}}``, which it enforces as a grammar. So the first call steps down to
+  ``json_mode`` at once and every later call sends the schema that way.
+* vLLM takes OpenAI's ``json_schema`` form (and ``json_object``, plus its own ``guided_json`` extra parameter); an
+  unknown ``schema`` key beside ``json_object`` is ignored.
+* LM Studio takes OpenAI's ``json_schema`` form only ("it follows the same format as OpenAI's Structured Output
+  API"); ``json_object`` is not supported, so a refusal there steps on to ``prompt``.
+* Ollama's OpenAI-compatible endpoint takes ``json_schema`` (enforced by llama.cpp's grammar, since 0.5) and
+  ``json_object`` (its native API's ``format`` field takes a schema; the compatible endpoint has no other form).
+
+A structured-output request refused with any 4xx or 5xx (but 401, 403, 408 and 429, which mean something else)
+whose body names the structured-output field is a refusal, not a transient fault: the client steps down at once,
+without retrying, and says so once (``extra["structured_output_fallback"]``).
+
+Local servers: ``ollama``, and ``openai`` with a base URL on a loopback address (not OpenAI's), are local
+(:mod:`.common`): 600 s per attempt unless ``--timeout`` is given, no retry of a timed-out attempt, and at most
+``options.local_concurrency`` calls at once.
+
+Seeds: every call sends ``seed=request.seed`` (OpenAI, vLLM, llama.cpp, LM Studio and Ollama take it), so that the K
+candidates of one prompt are K different requests and a repair is not sent at the settings of the refused answer.
 
 Answer fields: ``finish_reason`` is the choice's (``length`` means truncated), ``refusal`` is ``message.refusal``
 (or "content filter" for ``finish_reason="content_filter"``), ``cached_input_tokens`` is
 ``usage.prompt_tokens_details.cached_tokens`` (part of ``prompt_tokens``).
 
 The SDK's own retries are off (``max_retries=0``); ``options.retry.timeout_s`` is the SDK's timeout, which httpx2
-applies to each phase of an attempt (connect, write, and each read).
+applies to each phase of an attempt (connect, write, and each read), and the whole attempt's deadline
+(:mod:`.common`).
 """
 
 from __future__ import annotations
@@ -40,7 +65,7 @@ import openai
 
 from ..errors import BackendConfigError
 from . import keys
-from .base import ClientOptions, Completion, FaultKind, Request, http_status_fault
+from .base import AUTH_STATUSES, ClientOptions, Completion, FaultKind, Request, http_status_fault
 from .common import SDKClient, configured_base_url, key_source, not_json, require, schema_name
 from .profiles import get_profile
 
@@ -59,8 +84,8 @@ OPENAI_BASE_URL = "https://api.openai.com/v1"
 OLLAMA_BASE_URL = "http://localhost:11434/v1"
 #: Keys sent to servers that do not check one (never a secret; not redacted).
 PLACEHOLDER_KEYS: dict[str, str] = {"ollama": "ollama", "openai": "sk-no-key-required"}
-#: HTTP statuses with which a server may refuse ``response_format`` (OpenAI says 400; FastAPI-based servers 422).
-_BAD_REQUEST = frozenset({400, 422})
+#: Error statuses that mean something else than a refused request, whatever their body says.
+_NOT_A_REFUSAL = AUTH_STATUSES | {408, 429}
 
 
 def _is_openai_host(url: str) -> bool:
@@ -119,6 +144,7 @@ class OpenAIClient(SDKClient):
     """
 
     api = "chat.completions"
+    takes_seed = True
 
     def __init__(
         self,
@@ -135,6 +161,8 @@ class OpenAIClient(SDKClient):
         else:
             base_url = configured_base_url(provider, options.base_url) or OPENAI_BASE_URL
             profile = get_profile("openai" if _is_openai_host(base_url) else "openai-compatible")
+        self._schema_in_json_mode = not _is_openai_host(base_url)
+        """json_object requests carry the schema (llama_cpp.server enforces it; OpenAI would refuse the key)."""
         variable = keys.key_variable(provider)
         key = keys.get_key(provider)
         source = key_source(provider) if key is not None else "placeholder"
@@ -146,12 +174,13 @@ class OpenAIClient(SDKClient):
         super().__init__(
             provider, model, options, profile,
             base_url=base_url, key=key, key_source=source, key_variable=variable, sleep=sleep,
+            local=provider == "ollama" or (keys.is_loopback_url(base_url) and not _is_openai_host(base_url)),
         )  # fmt: skip
         self._client = openai.OpenAI(
             api_key=key or PLACEHOLDER_KEYS[provider],
             base_url=base_url,
             max_retries=0,
-            timeout=options.retry.timeout_s,
+            timeout=self.options.retry.attempt_timeout_s,
         )
 
     def _arguments(self, request: Request, mode: str) -> dict[str, Any]:
@@ -162,8 +191,11 @@ class OpenAIClient(SDKClient):
             "messages": [m.to_dict() for m in request.messages],
             self.profile.token_parameter: sampling.max_output_tokens,
         }
-        if sampling.temperature is not None:
-            kwargs["temperature"] = sampling.temperature
+        temperature = self.temperature_for(request)
+        if temperature is not None:
+            kwargs["temperature"] = temperature
+        if request.seed is not None:
+            kwargs["seed"] = request.seed
         schema = request.output.json_schema
         if mode == "json_schema" and schema is not None:
             kwargs["response_format"] = {
@@ -176,6 +208,8 @@ class OpenAIClient(SDKClient):
             }
         elif mode == "json_mode":
             kwargs["response_format"] = {"type": "json_object"}
+            if schema is not None and self._schema_in_json_mode:
+                kwargs["response_format"]["schema"] = schema
         return kwargs
 
     def _send(self, request: Request, mode: str) -> Any:
@@ -212,9 +246,11 @@ class OpenAIClient(SDKClient):
         return None
 
     def _bad_request_text(self, exc: BaseException) -> str | None:
-        if not isinstance(exc, openai.APIStatusError) or exc.status_code not in _BAD_REQUEST:
+        """Any 4xx or 5xx (see the module doc): its message, parameter and body (a FastAPI validation error names
+        the offending field in its ``loc``, which the SDK's message may not show)."""
+        if not isinstance(exc, openai.APIStatusError) or exc.status_code in _NOT_A_REFUSAL:
             return None
         text = exc.message + (f" (param: {exc.param})" if exc.param else "")
-        if exc.status_code == 422:  # a validation error list, with the offending field in its "loc"
+        if exc.body is not None and str(exc.body) not in text:
             text += f" {exc.body}"
         return text

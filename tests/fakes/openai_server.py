@@ -19,6 +19,16 @@ Wire format, as the ``openai`` SDK parses it (``openai/types/chat/chat_completio
 * ``GET /v1/models``: ``{"object": "list", "data": [...]}`` (what Ollama and OpenAI list);
 * :func:`raw`: any body and content type (a proxy's HTML page, JSON without ``choices``).
 
+Two behaviours of real servers:
+
+* :func:`behave_like_llama_cpp` makes the server answer as ``llama_cpp.server`` (llama-cpp-python) does: a request
+  with ``response_format={"type": "json_schema", ...}`` gets HTTP 500 with the validation error its request model
+  raises (naming ``response_format``), ``{"type": "json_object", "schema": ...}`` is accepted, and the server counts
+  how many requests it holds at once (:attr:`FakeOpenAIServer.max_in_flight`; llama_cpp.server serves one at a
+  time).
+* :func:`trickle`: the headers at once, then the body one byte a second (a server no per-read timeout catches); it
+  stops by itself after the given seconds, or when the server closes.
+
 A wrong bearer token gets OpenAI's 401 ``invalid_api_key``. Unlike OpenAI, which masks the middle of the key,
 the fake echoes the whole token in the message, so a test can prove that the client redacts it.
 
@@ -29,8 +39,11 @@ points ``OLLAMA_BASE_URL`` at it with no key set anywhere (the server then check
 
 from __future__ import annotations
 
+import json
+import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,14 +54,17 @@ from .loopback import PROXY_VARIABLES, LoopbackHandler, LoopbackServer, Recorded
 __all__ = [
     "FAKE_KEY",
     "FakeOpenAIServer",
+    "LLAMA_CPP_JSON_SCHEMA_ERROR",
     "Recorded",
     "Step",
+    "behave_like_llama_cpp",
     "error",
     "fake_ollama",
     "fake_openai",
     "hang",
     "ok",
     "raw",
+    "trickle",
 ]
 
 FAKE_KEY = "sk-proj-fake-0123456789abcdef"
@@ -89,6 +105,8 @@ class Step(ScriptStep):
     code: str | None = None
     param: str | None = None
     cached_tokens: int = 0
+    trickle_s: float = 0.0
+    """When > 0: the headers at once, then the body one byte a second for at most this long (then hang up)."""
 
 
 def ok(
@@ -141,6 +159,39 @@ def error(
     )
 
 
+def trickle(seconds: float, text: str = "{}") -> Step:
+    """A 200 whose headers come at once and whose body (an answer saying ``text``) then comes one byte a second, for
+    at most ``seconds`` (the body is never finished when it is longer than that); the connection is then dropped."""
+    return Step.answer(text, 10, 5, trickle_s=seconds)
+
+
+#: The body ``llama_cpp.server`` sends, with HTTP 500, to ``response_format={"type": "json_schema", ...}``: its
+#: request model allows ``text`` and ``json_object`` only, and its error handler turns the validation error into a 500.
+LLAMA_CPP_JSON_SCHEMA_ERROR: dict[str, Any] = {
+    "error": {
+        "message": "[{'type': 'literal_error', 'loc': ('body', 'response_format', 'type'), 'msg': \"Input should be "
+        "'text' or 'json_object'\", 'input': 'json_schema', 'ctx': {'expected': \"'text' or 'json_object'\"}}]",
+        "type": "internal_server_error",
+        "param": None,
+        "code": None,
+    }
+}
+
+
+def behave_like_llama_cpp(server: FakeOpenAIServer) -> FakeOpenAIServer:
+    """Make ``server`` refuse ``json_schema`` output as ``llama_cpp.server`` does (HTTP 500, see
+    :data:`LLAMA_CPP_JSON_SCHEMA_ERROR`) and accept ``json_object`` with or without a ``schema``."""
+
+    def gate(body: Any) -> Step | None:
+        fmt = body.get("response_format") if isinstance(body, dict) else None
+        if isinstance(fmt, dict) and fmt.get("type") not in ("text", "json_object"):
+            return Step.raw(LLAMA_CPP_JSON_SCHEMA_ERROR, "application/json", status=500)
+        return None
+
+    server.gate = gate
+    return server
+
+
 #: ``hang(seconds)``: say nothing for ``seconds`` (longer than the client's timeout), then drop the connection.
 hang = Step.hang
 #: ``raw(body, content_type="text/html", status=200)``: any body, whatever the wire format.
@@ -149,6 +200,10 @@ raw = Step.raw
 
 class _Handler(LoopbackHandler):
     fake: FakeOpenAIServer
+
+    def do_POST(self) -> None:
+        with self.fake.counting():
+            super().do_POST()
 
     def reject(self, body: Any) -> bool:
         if self.path.split("?")[0] != CHAT_PATH:
@@ -204,7 +259,31 @@ class _Handler(LoopbackHandler):
             "service_tier": "default",
             "system_fingerprint": f"fp_fake {echo}" if echo else "fp_fake",
         }
-        self.send_json(200, completion, {"x-request-id": self.request_id, "openai-processing-ms": "1"})
+        headers = {"x-request-id": self.request_id, "openai-processing-ms": "1"}
+        if step.trickle_s > 0:
+            self._trickle(json.dumps(completion).encode(), headers, step.trickle_s)
+            return
+        self.send_json(200, completion, headers)
+
+    def _trickle(self, data: bytes, headers: dict[str, str], seconds: float) -> None:
+        """The headers, then ``data`` one byte a second for at most ``seconds``; then the connection is dropped."""
+        self.close_connection = True
+        try:
+            self.send_response(200)
+            self.send_header("content-type", self.content_type)
+            self.send_header("content-length", str(len(data)))
+            for name, value in headers.items():
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.flush()
+            stop = time.monotonic() + seconds
+            for k in range(len(data)):
+                if time.monotonic() >= stop or self.fake._closing.wait(1.0):
+                    return
+                self.wfile.write(data[k : k + 1])
+                self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            return
 
     def do_GET(self) -> None:
         self.request_id = self.fake.request_id()
@@ -237,6 +316,25 @@ class FakeOpenAIServer(LoopbackServer[Step]):
 
     name = "openai"
     handler = _Handler
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.in_flight = 0
+        self.max_in_flight = 0
+        """The most chat requests the server held at once."""
+        self._count_lock = threading.Lock()
+
+    @contextmanager
+    def counting(self) -> Iterator[None]:
+        """Counts one request in flight while the block runs."""
+        with self._count_lock:
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            yield
+        finally:
+            with self._count_lock:
+                self.in_flight -= 1
     echo_auth: bool = False
 
     @property
