@@ -306,3 +306,15 @@ def test_max_prompt_tokens_is_checked_and_kept_on_resume(tmp_path, capsys):
                  "--logs-dir", str(tmp_path)]) == 2
     assert "--max-prompt-tokens 50" in capsys.readouterr().err
     assert TrainConfig(max_prompt_tokens=2000).max_prompt_tokens == 2000
+
+
+def test_an_attempt_past_its_deadline_has_its_connection_closed(fake_openai: FakeOpenAIServer) -> None:
+    fake_openai.push(trickle(60.0, ANSWER))
+    client = OpenAIClient(MODEL, ClientOptions(retry=RetryPolicy(max_retries=0, timeout_s=1.0)), sleep=Sleeps())
+    with pytest.raises(BackendError, match="DeadlinePassed"):
+        client.complete(ASK)
+    waited = 0.0
+    while fake_openai.in_flight and waited < 20:  # the server notices the closed connection at its next byte
+        time.sleep(0.1)
+        waited += 0.1
+    assert fake_openai.in_flight == 0  # it would have kept trickling for a minute
