@@ -67,6 +67,7 @@ import numpy as np
 
 from . import __version__
 from .errors import UserError
+from .locks import FolderLock
 from .runlog import append_jsonl, slug, to_jsonable, write_bytes_atomic, write_json_atomic
 from .stats import DEFAULT_RESAMPLES, DEFAULT_SEED, bootstrap_ci, median_censored, quartile_band, step_curves
 from .sweep_limits import DEFAULT_MAX_CONCURRENT_CALLS
@@ -74,6 +75,7 @@ from .sweep_task import (
     CSV_COLUMNS,
     TIME_COLUMNS,
     RunTask,
+    die_with_parent,
     error_text,
     failed_result,
     finished,
@@ -307,7 +309,8 @@ def execute_local(tasks: Sequence[RunTask], workers: int, on_done: Done, limits:
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
     with managed_limits(**limits) as proxy, \
-            ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn")) as pool:
+            ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"), initializer=die_with_parent,
+                                initargs=(os.getpid(),)) as pool:  # a killed sweep leaves no worker writing
         futures = {pool.submit(run_one, t, proxy, t.run_id): t for t in tasks}
         for t in tasks:
             note({"event": "submitted", "run": t.run_id, "attempt": 1, "node": "local"})
@@ -621,72 +624,74 @@ def run_compare(
 
     # Everything is checked: from here on, files are written.
     out.mkdir(parents=True, exist_ok=True)
-    limits: dict[str, Any] = {"max_concurrent": max_concurrent_calls, "rpm": rpm, "budget_usd": budget_usd,
-                              "spent_usd": sum(_committed_cost(t, found[t.run_id]) for t in tasks)}
-    meta: dict[str, Any] = {
-        "package": "llm-policy-gen", "version": __version__, "env_id": env_id, "backends": list(backends),
-        "seeds": list(seeds), "seeds_text": seeds_text or ",".join(map(str, seeds)), "iterations": cfg.iterations,
-        "settings": {**_public(settings), "heldout_episodes": cfg.heldout_episodes}, "experiment": sweep,
-        "executor": executor, "workers": workers, "command": command, "reward_threshold": spec.reward_threshold,
-        "limits": {"max_concurrent_calls": max_concurrent_calls, "rpm": rpm, "budget_usd": budget_usd},
-        "started": datetime.now(UTC).isoformat(timespec="seconds"),
-    }
-    write_json_atomic(out / "compare.json", meta)
-    results: dict[tuple[str, int], dict[str, Any]] = {}
-    display = _Display(len(tasks), f"compare {env_id}", progress)
-    todo: list[RunTask] = []
-    for t in tasks:
-        f = found[t.run_id]
-        if f.state == "finished" and f.summary is not None:
-            results[(t.backend, t.seed)] = result_from_summary(t, f.summary)
-            display.done(t, results[(t.backend, t.seed)]["row"], " (finished earlier, skipped)")
-            continue
-        if f.state == "stale":
-            shutil.rmtree(t.run_dir)
-        todo.append(t)
-    resumed = {t.run_id for t in todo if found[t.run_id].state == "started"}
-    if len(todo) < len(tasks) or resumed:
-        print(f"{len(tasks) - len(todo)} of {len(tasks)} runs finished earlier: skipped"
-              + (f"; {len(resumed)} started earlier: resumed from their checkpoints" if resumed else ""),
-              file=sys.stderr)
+    with FolderLock(out, "the comparison folder"):  # one compare writes it at a time
+        found = {t.run_id: _found(t) for t in tasks}  # as the last writer left them
+        limits: dict[str, Any] = {"max_concurrent": max_concurrent_calls, "rpm": rpm, "budget_usd": budget_usd,
+                                  "spent_usd": sum(_committed_cost(t, found[t.run_id]) for t in tasks)}
+        meta: dict[str, Any] = {
+            "package": "llm-policy-gen", "version": __version__, "env_id": env_id, "backends": list(backends),
+            "seeds": list(seeds), "seeds_text": seeds_text or ",".join(map(str, seeds)), "iterations": cfg.iterations,
+            "settings": {**_public(settings), "heldout_episodes": cfg.heldout_episodes}, "experiment": sweep,
+            "executor": executor, "workers": workers, "command": command, "reward_threshold": spec.reward_threshold,
+            "limits": {"max_concurrent_calls": max_concurrent_calls, "rpm": rpm, "budget_usd": budget_usd},
+            "started": datetime.now(UTC).isoformat(timespec="seconds"),
+        }
+        write_json_atomic(out / "compare.json", meta)
+        results: dict[tuple[str, int], dict[str, Any]] = {}
+        display = _Display(len(tasks), f"compare {env_id}", progress)
+        todo: list[RunTask] = []
+        for t in tasks:
+            f = found[t.run_id]
+            if f.state == "finished" and f.summary is not None:
+                results[(t.backend, t.seed)] = result_from_summary(t, f.summary)
+                display.done(t, results[(t.backend, t.seed)]["row"], " (finished earlier, skipped)")
+                continue
+            if f.state == "stale":
+                shutil.rmtree(t.run_dir)
+            todo.append(t)
+        resumed = {t.run_id for t in todo if found[t.run_id].state == "started"}
+        if len(todo) < len(tasks) or resumed:
+            print(f"{len(tasks) - len(todo)} of {len(tasks)} runs finished earlier: skipped"
+                  + (f"; {len(resumed)} started earlier: resumed from their checkpoints" if resumed else ""),
+                  file=sys.stderr)
 
-    def note(event: dict[str, Any]) -> None:
-        append_jsonl(out / "sweep.jsonl", {"time": datetime.now(UTC).isoformat(timespec="milliseconds"), **event})
+        def note(event: dict[str, Any]) -> None:
+            append_jsonl(out / "sweep.jsonl", {"time": datetime.now(UTC).isoformat(timespec="milliseconds"), **event})
 
-    def on_done(t: RunTask, res: dict[str, Any]) -> None:
-        results[(t.backend, t.seed)] = res
-        display.done(t, res["row"], " (resumed)" if t.run_id in resumed else "")
+        def on_done(t: RunTask, res: dict[str, Any]) -> None:
+            results[(t.backend, t.seed)] = res
+            display.done(t, res["row"], " (resumed)" if t.run_id in resumed else "")
 
-    t0 = time.perf_counter()
-    interrupted = False
-    try:
-        if executor == "ray":
-            from .ray_executor import execute_ray
+        t0 = time.perf_counter()
+        interrupted = False
+        try:
+            if executor == "ray":
+                from .ray_executor import execute_ray
 
-            meta["limits"] = execute_ray(todo, workers, on_done, limits, note)
-        else:
-            meta["limits"] = execute_local(todo, workers or 1, on_done, limits, note)
-    except KeyboardInterrupt:
-        interrupted = True
-    finally:
-        display.close()
-    ordered = [results.get((t.backend, t.seed)) or failed_result(
-        t, "interrupted before it finished; run the same command again to resume it", "interrupted")
-        for t in tasks]
-    rows = [r["row"] for r in ordered]
-    curves = [{"backend": r["row"]["backend"], "seed": r["row"]["seed"], "x": list(r["curve"][0]),
-               "y": list(r["curve"][1])} for r in ordered if r["row"]["status"] == "ok"]
-    meta["finished"] = datetime.now(UTC).isoformat(timespec="seconds")
-    meta["sweep_wall_s"] = round(time.perf_counter() - t0, 3)
-    meta["interrupted"] = interrupted
-    write_json_atomic(out / "compare.json", meta)
-    write_results_csv(out / "results.csv", rows)
-    write_json_atomic(out / "curves.json", {"env_id": env_id, "metric": "heldout_mean", "runs": curves})
-    write_bytes_atomic(out / "results.md", results_markdown(meta, rows).encode("utf-8"))
-    plot_curves(curves, out / "curves.png", f"{env_id}: kept table over seeds", backends, spec.reward_threshold)
-    if interrupted:
-        raise KeyboardInterrupt
-    return rows
+                meta["limits"] = execute_ray(todo, workers, on_done, limits, note)
+            else:
+                meta["limits"] = execute_local(todo, workers or 1, on_done, limits, note)
+        except KeyboardInterrupt:
+            interrupted = True
+        finally:
+            display.close()
+        ordered = [results.get((t.backend, t.seed)) or failed_result(
+            t, "interrupted before it finished; run the same command again to resume it", "interrupted")
+            for t in tasks]
+        rows = [r["row"] for r in ordered]
+        curves = [{"backend": r["row"]["backend"], "seed": r["row"]["seed"], "x": list(r["curve"][0]),
+                   "y": list(r["curve"][1])} for r in ordered if r["row"]["status"] == "ok"]
+        meta["finished"] = datetime.now(UTC).isoformat(timespec="seconds")
+        meta["sweep_wall_s"] = round(time.perf_counter() - t0, 3)
+        meta["interrupted"] = interrupted
+        write_json_atomic(out / "compare.json", meta)
+        write_results_csv(out / "results.csv", rows)
+        write_json_atomic(out / "curves.json", {"env_id": env_id, "metric": "heldout_mean", "runs": curves})
+        write_bytes_atomic(out / "results.md", results_markdown(meta, rows).encode("utf-8"))
+        plot_curves(curves, out / "curves.png", f"{env_id}: kept table over seeds", backends, spec.reward_threshold)
+        if interrupted:
+            raise KeyboardInterrupt
+        return rows
 
 
 # ---------------------------------------------------------------------------------------------------- CLI

@@ -104,7 +104,12 @@ class Console:
     def write(self, record: dict[str, Any]) -> None:
         bar = self.bar
         if bar is not None:
+            failed = int(record.get("failed_calls") or 0)
+
             def show() -> None:
+                if failed:  # a failed call is said above the bar, never only counted
+                    bar.write(f"iter {record.get('iteration')}: " + calls_text(
+                        record.get("llm_calls") or 0, failed, record.get("first_call_error")), file=self.stream)
                 bar.set_postfix_str(f"best test {_num(record.get('best_test_mean'))} | held-out "
                                     f"{_heldout(record)}")
                 bar.update(1)

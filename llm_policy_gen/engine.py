@@ -22,6 +22,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,7 @@ from .errors import BackendAuthError, BackendUnreachable, EndpointError, NoCallS
 from .formats import FORMATS, table_format_names
 from .formats.base import AnswerFormat, Target
 from .keeper import Keeper, SeedPlan, Verdict
+from .locks import LOCK_FILES, FolderLock
 from .memory import ExperienceMemory, episodes_from_state, episodes_state
 from .modes import MODES
 from .modes.base import Mode, Step
@@ -726,8 +728,15 @@ def train(cfg: TrainConfig, log: Callable[[str], None] | None = None, *, limiter
     """Start a run for ``cfg``; returns its directory and summary.
 
     ``limiter`` and ``budget`` replace the run's own call limiter and budget, so that several runs (a sweep) can
-    share one provider limit and one spending ceiling.
+    share one provider limit and one spending ceiling. The run directory is locked while the run writes it
+    (:class:`~llm_policy_gen.locks.FolderLock`).
     """
+    with ExitStack() as held:
+        return _train(cfg, log, held, limiter=limiter, budget=budget)
+
+
+def _train(cfg: TrainConfig, log: Callable[[str], None] | None, held: ExitStack, *, limiter: CallLimiter | None,
+           budget: Budget | None) -> RunResult:
     spec = resolve_spec(cfg)
     if spec.train_defaults:
         cfg = cfg.with_env_defaults(spec.train_defaults)
@@ -753,6 +762,7 @@ def train(cfg: TrainConfig, log: Callable[[str], None] | None = None, *, limiter
         notes.append(f"note: --temperature has no effect on {name} (no language model is sampled)")
     load_prices(cfg.prices_file)  # a missing or broken price file is refused before anything starts
     run_dir = RunDir.create(Path(cfg.logs_dir), spec.env_id, cfg.backend or name, cfg.seed, cfg.run_id)
+    held.enter_context(FolderLock(run_dir.path, "the run directory"))  # released when the run ends, however
     # What a resume needs, at once: a run killed from here on can be resumed (the full record follows below).
     write_json_atomic(run_dir.config, {"package": "llm-policy-gen", "version": __version__, "seed": cfg.seed,
                                        "mode": mode.name, "config": cfg.to_dict(), "env_spec": spec.to_dict()})
@@ -782,7 +792,8 @@ def train(cfg: TrainConfig, log: Callable[[str], None] | None = None, *, limiter
 def _remove_unstarted(run_dir: RunDir) -> None:
     """A run refused before it started (a bad backend, a missing key) leaves no directory behind."""
     try:
-        run_dir.config.unlink(missing_ok=True)
+        for name in (run_dir.config.name, *LOCK_FILES):
+            (run_dir.path / name).unlink(missing_ok=True)
         (run_dir.path / "policies").rmdir()
         run_dir.path.rmdir()
         run_dir.path.parent.rmdir()  # logs/<env-id>/, when this run was its only one
@@ -832,7 +843,14 @@ def _check_records_within(rd: RunDir, done: int, has_checkpoint: bool) -> None:
 
 def resume(run_dir: Path, overrides: dict[str, Any] | None = None, log: Callable[[str], None] | None = None, *,
            limiter: CallLimiter | None = None, budget: Budget | None = None) -> RunResult:
-    """Continue the run in ``run_dir`` from its last checkpoint (see the module docstring)."""
+    """Continue the run in ``run_dir`` from its last checkpoint (see the module docstring); a run directory that
+    another process is writing is refused (:class:`~llm_policy_gen.locks.FolderBusy`) before anything changes."""
+    with ExitStack() as held:
+        return _resume(run_dir, overrides, log, held, limiter=limiter, budget=budget)
+
+
+def _resume(run_dir: Path, overrides: dict[str, Any] | None, log: Callable[[str], None] | None, held: ExitStack, *,
+            limiter: CallLimiter | None, budget: Budget | None) -> RunResult:
     import json
 
     from .config import load_config_file
@@ -842,6 +860,7 @@ def resume(run_dir: Path, overrides: dict[str, Any] | None = None, log: Callable
         raise UserError(f"{run_dir} does not exist; give the run directory `train` printed")
     if not rd.config.is_file():
         raise UserError(f"{run_dir} is not a run directory (no config.json); give the folder `train` printed")
+    held.enter_context(FolderLock(rd.path, "the run directory"))
     try:
         record = json.loads(rd.config.read_text(encoding="utf-8"))
         spec = EnvSpec.from_dict(record["env_spec"])

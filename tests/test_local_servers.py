@@ -318,3 +318,22 @@ def test_an_attempt_past_its_deadline_has_its_connection_closed(fake_openai: Fak
         time.sleep(0.1)
         waited += 0.1
     assert fake_openai.in_flight == 0  # it would have kept trickling for a minute
+
+
+def test_failed_calls_are_said_above_a_progress_bar() -> None:
+    import io
+
+    from llm_policy_gen.console import Console
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    screen = Terminal()
+    console = Console(2, "CartPole-v1 [openai]", stream=screen)
+    console.write({"iteration": 1, "llm_calls": 1, "failed_calls": 1, "first_call_error": "openai:m at URL failed"})
+    console.write({"iteration": 2, "llm_calls": 2, "failed_calls": 0})
+    console.close()
+    text = screen.getvalue()
+    assert "iter 1: 2 calls (1 failed: first error openai:m at URL failed)" in text
+    assert "iter 2:" not in text
