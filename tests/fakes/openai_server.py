@@ -166,11 +166,13 @@ def trickle(seconds: float, text: str = "{}") -> Step:
 
 
 #: The body ``llama_cpp.server`` sends, with HTTP 500, to ``response_format={"type": "json_schema", ...}``: its
-#: request model allows ``text`` and ``json_object`` only, and its error handler turns the validation error into a 500.
+#: request model allows ``text`` and ``json_object`` only, and its error handler turns the validation error into a 500
+#: (as llama-cpp-python 0.3.36 answered; it also appends the server's stack frame to the message).
 LLAMA_CPP_JSON_SCHEMA_ERROR: dict[str, Any] = {
     "error": {
-        "message": "[{'type': 'literal_error', 'loc': ('body', 'response_format', 'type'), 'msg': \"Input should be "
-        "'text' or 'json_object'\", 'input': 'json_schema', 'ctx': {'expected': \"'text' or 'json_object'\"}}]",
+        "message": "1 validation error:\n  {'type': 'literal_error', 'loc': ('body', 'response_format', 'type'), "
+        "'msg': \"Input should be 'text' or 'json_object'\", 'input': 'json_schema', 'ctx': {'expected': \"'text' or "
+        "'json_object'\"}}\n",
         "type": "internal_server_error",
         "param": None,
         "code": None,
