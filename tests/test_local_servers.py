@@ -236,6 +236,10 @@ def test_candidates_and_repairs_carry_their_own_seeds(fake_openai, tmp_path, cap
     assert by_key == {k: call_seed(7, CallKey(*k)) for k in by_key}
     assert len(set(by_key.values())) == 3
     assert sorted(b["seed"] for b in fake_openai.bodies) == sorted(by_key.values())  # sent with every request
+    # the repair: a new seed, and warmer, since at temperature 0 a new seed alone changes nothing
+    temperatures = {b["seed"]: b["temperature"] for b in fake_openai.bodies}
+    assert temperatures[by_key[(1, repaired, 2)]] == pytest.approx(0.3)
+    assert temperatures[by_key[(1, 1, 1)]] == temperatures[by_key[(1, 2, 1)]] == 0
 
 
 def test_a_repair_at_temperature_0_without_seeds_goes_warmer(fake_anthropic) -> None:

@@ -22,8 +22,9 @@ Wire choices (read from the installed SDK, ``anthropic/resources/messages/messag
 * ``finish_reason`` is the ``stop_reason`` (``max_tokens`` means truncated); ``stop_reason="refusal"`` gives a
   short refusal text from ``stop_details``.
 * The SDK's own retries are off (``max_retries=0``); ``options.retry.timeout_s`` is the SDK's timeout.
-* The Messages API takes no seed: a repair of an answer asked at temperature 0 is sent warmer
-  (:meth:`~.common.SDKClient.temperature_for`) so that it cannot get the refused answer back.
+* The Messages API takes no seed: a repair is a new sample only by sampling itself; one of an answer asked at
+  temperature 0 is sent warmer (:meth:`~.common.SDKClient.temperature_for`) so that it cannot get the refused
+  answer back.
 """
 
 from __future__ import annotations

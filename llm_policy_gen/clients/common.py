@@ -323,8 +323,8 @@ class SDKClient(ABC):
     """Run each attempt under the whole-attempt deadline (module doc); False for a client that bounds its own
     attempts (a model in process, whose abandoned attempt would hold the model)."""
     takes_seed: ClassVar[bool] = False
-    """The provider samples with a given seed (``Request.seed`` is sent). Without one, a repair of an answer asked at
-    temperature 0 is sent at a higher temperature (:meth:`temperature_for`), so that it cannot get the same answer."""
+    """The provider samples with a given seed (``Request.seed`` is sent), so that a repair is a new sample. At
+    temperature 0 a repair also goes warmer (:meth:`temperature_for`), so that it cannot get the same answer."""
 
     def __init__(
         self,
@@ -376,10 +376,10 @@ class SDKClient(ABC):
 
     def temperature_for(self, request: Request) -> float | None:
         """The temperature ``request`` is sent at: the configured one, except that a repair (attempt 2 and later) of
-        a call asked at temperature 0 to a provider without seeds goes at 0.3 per repair (capped by the profile), since
-        the same settings gave the refused answer before."""
+        a call asked at temperature 0 goes at 0.3 per repair (capped by the profile): the same settings gave the
+        refused answer before, and at temperature 0 decoding is greedy, so a new seed alone would change nothing."""
         t = self.options.sampling.temperature
-        if t != 0 or self.takes_seed or request.key.attempt <= 1:
+        if t != 0 or request.key.attempt <= 1:
             return t
         return min(self.profile.temperature_range[1], 0.3 * (request.key.attempt - 1), 1.0)
 
