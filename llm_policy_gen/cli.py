@@ -220,15 +220,18 @@ def _add_evaluate(sub: Any) -> None:
     p.add_argument("--env-kwargs", type=_json_object,
                    help="JSON object of gymnasium.make keyword arguments (must match the policy's)")
     p.add_argument("--gif", help="also save an animation of one episode to this file")
+    p.add_argument("--env", dest="env_id", help="the policy's environment; needed (the same) when it is "
+                   "module:EnvId, whose module is imported only then")
     p.set_defaults(func=_cmd_evaluate)
 
 
-def _load_policy_and_spec(target: str, env_kwargs: dict[str, Any] | None = None) -> tuple[Any, Any]:
+def _load_policy_and_spec(target: str, env_kwargs: dict[str, Any] | None = None,
+                          env_id: str | None = None) -> tuple[Any, Any]:
     from .envs import get_spec
     from .envs.overrides import apply_env_kwargs
     from .policy import load_run_policy
 
-    policy, spec = load_run_policy(target)
+    policy, spec = load_run_policy(target, env_id)
     if spec is None:
         spec = get_spec(policy.env_id)
     if env_kwargs:
@@ -253,7 +256,7 @@ def _run_heldout(target: str) -> tuple[int, int] | None:
         rec = json.loads(cfg_file.read_text(encoding="utf-8"))
         first = int(rec.get("seeds", {}).get("heldout", SeedPlan(int(rec["seed"])).heldout(0)))
         n = int(rec.get("config", {}).get("heldout_episodes", 100))
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
         return None
     return first, n
 
@@ -268,7 +271,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         raise UserError(f"bad --episodes {args.episodes}: accepted an integer >= 1")
     if args.seed is not None and not 0 <= args.seed <= SEED_MAX:
         raise UserError(f"bad --seed {args.seed}: accepted an integer in 0..{SEED_MAX}")
-    policy, spec = _load_policy_and_spec(args.target, args.env_kwargs)
+    policy, spec = _load_policy_and_spec(args.target, args.env_kwargs, args.env_id)
     held = _run_heldout(args.target)
     first = args.seed if args.seed is not None else (held[0] if held else 0)
     n = args.episodes if args.episodes is not None else (held[1] if held else 100)

@@ -49,8 +49,8 @@ class TrainConfig(BaseModel):
     seed: int = _field(0, f"an integer in 0..{SEED_MAX}", "Seeds every environment reset, the exploration and the "
                        "non-LLM proposers.", ge=0, le=SEED_MAX)
     logs_dir: str = _field("logs", "a folder", "Run directories go to LOGS_DIR/<env-id>/<run-id>/.")
-    run_id: str | None = _field(None, "a non-empty name without path separators", "Name of the run directory "
-                                "(default: time stamp, backend and seed).")
+    run_id: str | None = _field(None, "a non-empty name without path separators or control characters, not made "
+                                "only of dots", "Name of the run directory (default: time stamp, backend and seed).")
     train_episodes: int = _field(4, "an integer >= 1", "Training episodes per iteration, run with the best table "
                                  "plus exploration.", ge=1)
     explore_epsilon: float = _field(0.1, "a number in [0, 1]", "Probability of a random action in training "
@@ -108,6 +108,9 @@ class TrainConfig(BaseModel):
     temperature: float | None = _field(None, "a number >= 0 within the provider's range",
                                        "Sampling temperature (None: the provider's default).", ge=0.0)
     max_output_tokens: int = _field(16384, "an integer >= 1", "Upper bound on an answer's tokens.", ge=1)
+    max_answer_chars: int = _field(262144, "an integer >= 1000", "Longest answer text accepted, in characters: a "
+                                   "longer answer is refused as invalid, stored cut to this length, never cached "
+                                   "and never sent back whole in a repair.", ge=1000)
     budget_usd: float | None = _field(None, "a number >= 0", "Stop cleanly before a call would pass this spend "
                                       "(calls in flight count).", ge=0.0)
     max_concurrent_calls: int = _field(8, "an integer >= 1", "Calls in flight at once (the K candidates of an "
@@ -144,7 +147,9 @@ class TrainConfig(BaseModel):
     def _run_id(cls, v: str | None) -> str | None:
         if v is None:
             return v
-        if not v.strip() or "/" in v or "\\" in v or v in (".", "..") or "\0" in v:
+        from .runlog import run_id_problem
+
+        if run_id_problem(v):
             raise ValueError("bad run id")
         return v
 

@@ -55,7 +55,7 @@ from .pricing import DEFAULT_PRICES, load_prices, price_of
 from .prompt import HistoryEntry, PromptBuilder, PromptContext, default_token_cap
 from .proposers.base import Proposer
 from .proposers.llm import LLMProposer
-from .runlog import JsonlWriter, Logger, RunDir, read_jsonl, rewrite_jsonl, write_json_atomic
+from .runlog import JsonlWriter, Logger, RunDir, read_json, read_jsonl, rewrite_jsonl, write_json_atomic
 from .session import Answer, Budget, CallLimiter, LLMSession, LocalLimiter, RecordedCalls, Transcript, Usage
 
 __all__ = ["RunResult", "Run", "resolve_spec", "train", "resume", "default_cache_dir", "RESUME_OPTIONS"]
@@ -201,7 +201,7 @@ class Run:
             client, self.transcript, repair_attempts=cfg.repair_attempts, budget=budget or Budget(cfg.budget_usd),
             prices_file=cfg.prices_file, cache=cache, recorded=recorded,
             limiter=limiter or LocalLimiter(cfg.max_concurrent_calls), max_concurrent=cfg.max_concurrent_calls,
-            log=self.log, seed=cfg.seed,
+            log=self.log, seed=cfg.seed, max_answer_chars=cfg.max_answer_chars,
         )
         self._proposer = LLMProposer(self._session, self.builder)
 
@@ -807,6 +807,18 @@ def _console(cfg: TrainConfig, env_id: str, backend: str, mode: str, log: Callab
                    enabled=cfg.progress and log is None, quiet=cfg.quiet, sink=log, is_llm=is_client(backend))
 
 
+def _check_resume_env(rd: RunDir, record: dict[str, Any], spec: EnvSpec, given: str | None) -> None:
+    """A ``module:EnvId`` run imports its module only when ``--env`` names it again; a module that cannot be
+    imported (or an environment gymnasium cannot make) is one line, before any file of the run changes."""
+    from .envs.make import make_env
+    from .envs.registry import check_env_named
+
+    settings = record.get("config")
+    recorded = settings.get("env_id") if isinstance(settings, dict) else None
+    check_env_named(str(recorded or spec.env_id), given, f"the run {rd.path}", spec.env_id)
+    make_env(spec).close()
+
+
 def _check_resume_endpoint(rd: RunDir, record: dict[str, Any], given: str | None) -> None:
     """A run directory may come from someone else: its recorded ``--base-url`` is where a resume would send the
     user's key. One that is not on this machine must be named again (``--base-url``, the same URL); a
@@ -851,8 +863,6 @@ def resume(run_dir: Path, overrides: dict[str, Any] | None = None, log: Callable
 
 def _resume(run_dir: Path, overrides: dict[str, Any] | None, log: Callable[[str], None] | None, held: ExitStack, *,
             limiter: CallLimiter | None, budget: Budget | None) -> RunResult:
-    import json
-
     from .config import load_config_file
 
     rd = RunDir(Path(run_dir))
@@ -861,13 +871,15 @@ def _resume(run_dir: Path, overrides: dict[str, Any] | None, log: Callable[[str]
     if not rd.config.is_file():
         raise UserError(f"{run_dir} is not a run directory (no config.json); give the folder `train` printed")
     held.enter_context(FolderLock(rd.path, "the run directory"))
+    rd.check_no_links()  # nothing is deleted or written through a link
+    record = read_json(rd.config)
     try:
-        record = json.loads(rd.config.read_text(encoding="utf-8"))
         spec = EnvSpec.from_dict(record["env_spec"])
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise UserError(f"{rd.config} cannot be read as a run's config.json: {exc}") from None
     overrides = dict(overrides or {})
     given_url = overrides.pop("base_url", None)
+    _check_resume_env(rd, record, spec, overrides.pop("env_id", None))
     _check_resume_endpoint(rd, record, given_url)
     bad = sorted(set(overrides) - set(RESUME_OPTIONS))
     if bad:
@@ -880,7 +892,9 @@ def _resume(run_dir: Path, overrides: dict[str, Any] | None, log: Callable[[str]
     settings["logs_dir"] = str(rd.path.parent.parent)
     cfg = TrainConfig.build((settings, f"{rd.config}"), (dict(overrides or {}), "command line"))
     if rd.summary.is_file():
-        done = json.loads(rd.summary.read_text(encoding="utf-8"))
+        done = read_json(rd.summary)
+        if not isinstance(done, dict):
+            raise UserError(f"{rd.summary} does not hold a JSON object; it is not a run's summary.json")
         finished = done.get("stop_reason") not in ("interrupted",) and not str(done.get("stop_reason", "")
                                                                                 ).startswith("failed")
         if finished and int(done.get("iterations", 0)) >= cfg.iterations:
@@ -891,8 +905,9 @@ def _resume(run_dir: Path, overrides: dict[str, Any] | None, log: Callable[[str]
     state = load_checkpoint(rd.checkpoint) if rd.checkpoint.is_file() else None
     done_iter = int(state["iteration"]) if state is not None else 0
     _check_records_within(rd, done_iter, state is not None)
-    recorded, kept_lines = RecordedCalls.from_transcript(rd.transcripts, done_iter)
-    events = [e for e in read_jsonl(rd.events) if int(e.get("iteration", 0)) <= done_iter] \
+    torn: list[str] = []  # a last line cut by a kill: dropped, and said
+    recorded, kept_lines = RecordedCalls.from_transcript(rd.transcripts, done_iter, on_torn=torn.append)
+    events = [e for e in read_jsonl(rd.events, on_torn=torn.append) if int(e.get("iteration", 0)) <= done_iter] \
         if rd.events.is_file() else []
     rewrite_jsonl(rd.transcripts, kept_lines)
     rewrite_jsonl(rd.events, events)
@@ -904,6 +919,8 @@ def _resume(run_dir: Path, overrides: dict[str, Any] | None, log: Callable[[str]
     console = _console(cfg, spec.env_id, name, mode.name, log)
     console.notice(f"resuming {rd.path} after iteration {done_iter}"
                    + (f" ({len(recorded)} recorded calls of the unfinished iteration reused)" if len(recorded) else ""))
+    for text in torn:
+        console.notice(f"note: {text}")
     if record.get("version") != __version__:
         console.notice(f"note: {rd.path} was made by llm-policy-gen {record.get('version') or '(unknown version)'}; "
                        f"it goes on with version {__version__}")

@@ -25,7 +25,7 @@ from .discretize import (
     observation_discretizer_from_spec,
 )
 from .errors import PolicyFileError, SpecError, UserError
-from .runlog import write_json_atomic
+from .runlog import read_json, write_json_atomic
 
 if TYPE_CHECKING:
     from .envs.spec import EnvSpec
@@ -65,6 +65,8 @@ class TablePolicy:
     recorded)."""
     source: dict[str, Any] | None = None
     """What the table was compiled from (rules), when it was."""
+    stored_fingerprint: str | None = field(default=None, repr=False, compare=False)
+    """The ``spec_fingerprint`` a loaded file holds (checked by :meth:`check_matches`)."""
 
     def __post_init__(self) -> None:
         t = np.asarray(self.table)
@@ -140,22 +142,22 @@ class TablePolicy:
         kwargs = data.get("env_kwargs")
         if kwargs is not None and not isinstance(kwargs, dict):
             raise PolicyFileError(f"{source}: env_kwargs must be a JSON object, got {kwargs!r}")
+        stored = data.get("spec_fingerprint")
         try:
-            return cls(env_id, obs, acts, table, dict(data.get("meta", {})), kwargs, data.get("source"))
+            return cls(env_id, obs, acts, table, dict(data.get("meta", {})), kwargs, data.get("source"),
+                       None if stored is None else str(stored)[:64])
         except SpecError as exc:
             raise PolicyFileError(f"{source}: {exc}") from None
 
     @classmethod
     def load(cls, path: str | Path) -> TablePolicy:
         p = Path(path)
+        if not p.exists():
+            raise PolicyFileError(f"policy file {p} does not exist")
         try:
-            data = json.loads(p.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise PolicyFileError(f"policy file {p} does not exist") from None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise PolicyFileError(f"cannot read policy file {p}: {exc}") from None
-        except json.JSONDecodeError as exc:
-            raise PolicyFileError(f"policy file {p} is not valid JSON ({exc.msg} at line {exc.lineno})") from None
+            data = read_json(p)
+        except UserError as exc:
+            raise PolicyFileError(f"policy file {exc}") from None
         if not isinstance(data, dict):
             raise PolicyFileError(f"policy file {p} does not hold a JSON object")
         return cls.from_dict(data, source=str(p))
@@ -178,6 +180,15 @@ class TablePolicy:
         mine, theirs = self.actions.to_spec(), actions.to_spec()
         if _norm(mine) != _norm(theirs):
             raise PolicyFileError(f"the policy's actions differ from {env_id}'s: {_describe_diff(mine, theirs)}")
+        if self.stored_fingerprint is not None and self.stored_fingerprint != self.fingerprint:
+            raise PolicyFileError(f"the policy's spec_fingerprint {self.stored_fingerprint!r} is not the one of its "
+                                  f"env_id, env_kwargs, observation and action ({self.fingerprint}): the file was "
+                                  "edited after it was written; use the policy file its run wrote")
+
+
+    def check_against(self, spec: EnvSpec) -> None:
+        """:meth:`check_matches` with an env spec's environment, discretizers and keyword arguments."""
+        self.check_matches(spec.env_id, spec.observation_discretizer(), spec.action_discretizer(), dict(spec.kwargs))
 
 
 def _canon(x: Any) -> str:
@@ -219,23 +230,33 @@ def _norm(spec: Any) -> str:
     return json.dumps(strip(spec), sort_keys=True)
 
 
-def load_run_policy(target: str | Path) -> tuple[TablePolicy, EnvSpec | None]:
-    """The best table of a run directory (or a policy file) and, when known, the run's env spec."""
+def load_run_policy(target: str | Path, env_id: str | None = None) -> tuple[TablePolicy, EnvSpec | None]:
+    """The best table of a run directory (or a policy file) and, when known, the run's env spec.
+
+    ``env_id`` is the ``--env`` the command line named: a policy or run whose environment is ``module:EnvId`` is
+    refused unless it names the same (see :func:`~llm_policy_gen.envs.registry.check_env_named`), before anything
+    is imported.
+    """
+    from .envs.registry import check_env_named
+    from .envs.spec import EnvSpec
+
     path = Path(target)
     if path.is_dir():
         path = path / "best_policy.json"
         if not path.is_file():
             raise PolicyFileError(f"{target} holds no best_policy.json; give a run directory or a policy file")
     policy = TablePolicy.load(path)
-    from .envs.spec import EnvSpec
-
+    check_env_named(policy.env_id, env_id, f"the policy {path}")
     spec: EnvSpec | None = None
     cfg = path.parent / "config.json"
     if cfg.is_file():
+        record = read_json(cfg)
         try:
-            spec = EnvSpec.from_dict(json.loads(cfg.read_text(encoding="utf-8"))["env_spec"])
+            spec = EnvSpec.from_dict(record["env_spec"])
         except (KeyError, ValueError, TypeError):
             spec = None
+        if spec is not None:
+            check_env_named(policy.env_id, env_id, f"the policy {path}", spec.env_id)
     if spec is None:
         try:
             from .envs import get_spec  # imported here: envs is heavier than a policy file

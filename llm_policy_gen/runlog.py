@@ -16,7 +16,8 @@ import json
 import os
 import re
 import tempfile
-from collections.abc import Sequence
+import unicodedata
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
@@ -25,8 +26,8 @@ import numpy as np
 
 from .errors import UserError
 
-__all__ = ["write_json_atomic", "write_bytes_atomic", "append_jsonl", "read_jsonl", "rewrite_jsonl", "RunDir",
-           "to_jsonable", "slug", "KVWriter", "JsonlWriter", "Logger", "current_umask"]
+__all__ = ["write_json_atomic", "write_bytes_atomic", "append_jsonl", "read_jsonl", "read_json", "run_id_problem",
+           "rewrite_jsonl", "RunDir", "to_jsonable", "slug", "KVWriter", "JsonlWriter", "Logger", "current_umask"]
 
 
 def current_umask() -> int:
@@ -112,17 +113,84 @@ def rewrite_jsonl(path: Path, rows: Sequence[dict[str, Any]]) -> None:
     write_bytes_atomic(Path(path), text.encode("utf-8"))
 
 
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """Complete lines of a JSONL file (a trailing partial line, from a crash, is skipped)."""
+def read_jsonl(path: Path, on_torn: Callable[[str], None] | None = None,
+               ints: Sequence[str] = ("iteration",)) -> list[dict[str, Any]]:
+    """The lines of a JSONL file, each a JSON object.
+
+    A last line without its newline is what a process killed in the middle of a write leaves: it is dropped, and
+    ``on_torn`` (when given) gets one line saying so. Any other line that is not UTF-8, not JSON, nested too deeply,
+    not a JSON object, or whose ``ints`` fields are not integers is a :class:`UserError` naming the file and the line.
+    """
+    with open(path, "rb") as fh:
+        data = fh.read()
+    lines = data.split(b"\n")
+    tail = lines.pop()  # b"" when the file ends with its newline
+    if tail.strip() and on_torn is not None:
+        on_torn(f"{path}: its last line was cut ({len(tail)} bytes without a newline, as a process killed in the "
+                f"middle of a write leaves); it is dropped")
     out = []
-    with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            if not line.endswith("\n"):
-                break
-            line = line.strip()
-            if line:
-                out.append(json.loads(line))
+    for number, raw in enumerate(lines, 1):
+        if not raw.strip():
+            continue
+        value = _json_line(path, number, raw)
+        bad = next((k for k in ints if k in value and (type(value[k]) is not int)), None)
+        if bad is not None:
+            raise UserError(f"{path} line {number}: {bad} {str(value[bad])[:40]!r} is not an integer")
+        out.append(value)
     return out
+
+
+def _json_line(path: Path, number: int, raw: bytes) -> dict[str, Any]:
+    where = f"{path} line {number}"
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{where} is not UTF-8 text (byte 0x{raw[exc.start]:02x} at column {exc.start + 1})") \
+            from None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{where} is not valid JSON ({exc.msg} at column {exc.colno})") from None
+    except RecursionError:
+        raise UserError(f"{where} is nested too deeply to be read as JSON") from None
+    if not isinstance(value, dict):
+        raise UserError(f"{where} is not a JSON object (it holds a {type(value).__name__})")
+    return value
+
+
+def read_json(path: Path) -> Any:
+    """A JSON file's value; a file that is missing, unreadable, not UTF-8, not JSON or nested too deeply is a
+    :class:`UserError` whose one line names it."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UserError(f"{p} does not exist") from None
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{p} is not UTF-8 text (byte {exc.start})") from None
+    except OSError as exc:
+        raise UserError(f"cannot read {p}: {exc.strerror or exc}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{p} is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
+    except RecursionError:
+        raise UserError(f"{p} is nested too deeply to be read as JSON") from None
+
+
+def run_id_problem(run_id: str) -> str | None:
+    """Why ``run_id`` cannot name a run directory (None when it can): empty, a path separator, a name made only of
+    dots, or a control or format character (a newline would spoof console lines)."""
+    if not run_id.strip():
+        return "it is empty"
+    if "/" in run_id or "\\" in run_id:
+        return "it holds a path separator"
+    if not run_id.strip("."):
+        return "it is made only of dots"
+    bad = next((c for c in run_id if unicodedata.category(c) in ("Cc", "Cf", "Cs", "Zl", "Zp")), None)
+    if bad is not None:
+        return f"it holds the control character U+{ord(bad):04X}"
+    return None
 
 
 def slug(text: str) -> str:
@@ -142,8 +210,10 @@ class RunDir:
         if run_id is None:
             stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
             run_id = f"{stamp}_{slug(backend)}_s{seed}"
-        if not run_id.strip() or "/" in run_id or "\\" in run_id or run_id in (".", ".."):
-            raise UserError(f"bad --run-id {run_id!r}: accepted a non-empty name without path separators")
+        problem = run_id_problem(run_id)
+        if problem:
+            raise UserError(f"bad --run-id {run_id!r}: {problem}; accepted a non-empty name without path separators "
+                            "or control characters, not made only of dots")
         path = base / run_id
         k = 1
         while path.exists():
@@ -166,6 +236,17 @@ class RunDir:
 
     def policy_file(self, iteration: int) -> Path:
         return self.path / "policies" / f"iter_{iteration:04d}.json"
+
+    def check_no_links(self) -> None:
+        """Refuse (:class:`UserError`, one line) a run directory that holds a symbolic link anywhere inside it:
+        whatever resumes or writes a run reads, replaces and deletes files there, never through a link."""
+        for root, dirs, files in os.walk(self.path):
+            for name in sorted(dirs + files):
+                p = Path(root) / name
+                if p.is_symlink():
+                    raise UserError(f"{p} is a symbolic link (to {os.readlink(p)}); a run directory must hold its "
+                                    "own files, so nothing is written or deleted through a link: replace the link "
+                                    "with the file or folder itself")
 
 
 class KVWriter(Protocol):

@@ -57,6 +57,12 @@ __all__ = [
 
 V = TypeVar("V")
 
+MAX_ANSWER_CHARS = 256 * 1024
+"""Default bound on an answer's text: a longer answer is refused as invalid and stored cut to this length (never
+parsed, cached or sent back whole)."""
+QUOTE_CHARS = 4096
+"""At most this much of an over-long answer, and of the errors, goes back to the model in a repair message."""
+
 
 @dataclass
 class Usage:
@@ -180,13 +186,15 @@ class RecordedCalls:
         self._lock = threading.Lock()
 
     @classmethod
-    def from_transcript(cls, path: Path, after_iteration: int) -> tuple[RecordedCalls, list[dict[str, Any]]]:
-        """Split a transcript: lines of iterations up to ``after_iteration`` are kept, later ones become records."""
+    def from_transcript(cls, path: Path, after_iteration: int, on_torn: Callable[[str], None] | None = None
+                        ) -> tuple[RecordedCalls, list[dict[str, Any]]]:
+        """Split a transcript: lines of iterations up to ``after_iteration`` are kept, later ones become records
+        (``on_torn`` hears of a last line cut by a kill, which is dropped)."""
         if not path.is_file():
             return cls(), []
         keep: list[dict[str, Any]] = []
         later: list[dict[str, Any]] = []
-        for r in read_jsonl(path):
+        for r in read_jsonl(path, on_torn=on_torn):
             (keep if int(r.get("iteration", 0)) <= after_iteration else later).append(r)
         return cls(later), keep
 
@@ -238,6 +246,7 @@ class LLMSession:
         recorded: Calls recorded before a resume, answered from the record.
         limiter: Bounds calls in flight.
         log: One-line notices for the console.
+        max_answer_chars: Longest answer text accepted (see :data:`MAX_ANSWER_CHARS`).
         seed: The run seed, from which every call's sampling seed is derived.
     """
 
@@ -255,6 +264,7 @@ class LLMSession:
         max_concurrent: int = 8,
         log: Callable[[str], None] = lambda s: None,
         seed: int = 0,
+        max_answer_chars: int = MAX_ANSWER_CHARS,
     ) -> None:
         self.client = client
         self.transcript = transcript
@@ -272,6 +282,7 @@ class LLMSession:
         self.calls_tried = 0
         self._lock = threading.Lock()
         self._notices: set[str] = set()
+        self.max_answer_chars = int(max_answer_chars)
         self.run_seed = int(seed)
         self.first_error: str | None = None
         """The error of the run's first failed call (recorded ones included), for the console and the summary."""
@@ -378,11 +389,17 @@ class LLMSession:
                 return answer
             assert comp is not None
             answer.text = comp.text
-            try:
-                parsed = fmt.parse(comp.text, ctx)
-                errors: list[str] = []
-            except ProposalError as exc:
-                parsed, errors = None, exc.errors
+            too_long = comp.extra.get("answer_chars")
+            errors: list[str] = []
+            if too_long:  # stored cut, refused without parsing
+                rec["answer_chars"] = too_long
+                parsed, errors = None, [f"the answer was {too_long:,} characters, over the limit of "
+                                        f"{self.max_answer_chars:,} characters: answer much more compactly"]
+            else:
+                try:
+                    parsed = fmt.parse(comp.text, ctx)
+                except ProposalError as exc:
+                    parsed, errors = None, exc.errors
             if comp.truncated and parsed is None:
                 errors = [*errors, "the answer was cut at the output-token limit: answer more compactly"]
             rec.update(comp.transcript_fields(), valid=parsed is not None, errors=errors,
@@ -397,7 +414,8 @@ class LLMSession:
                 answer.parsed, answer.errors = parsed, []
                 return answer
             answer.errors = errors
-            convo = convo + [Message("assistant", comp.text), Message("user", repair(errors))]
+            convo = convo + [Message("assistant", _quote(comp.text, too_long) if too_long else comp.text),
+                             Message("user", repair(_few(errors)))]
         return answer
 
     def _notice(self, text: str) -> None:
@@ -433,13 +451,15 @@ class LLMSession:
                               finish_reason=rec.get("finish_reason"), truncated=bool(rec.get("truncated", False)),
                               refusal=rec.get("refusal"),
                               structured_output=str(rec.get("structured_output") or "json_schema"))
+            if isinstance(rec.get("answer_chars"), int):  # recorded over-long: refused again, the same way
+                comp.extra["answer_chars"] = rec["answer_chars"]
             return comp, usage, "recorded", None
         if self.cache is not None:
             hit = self.cache.get(request)
             if hit is not None:
                 usage = Usage(calls=1, cached_calls=1)
                 self._count(usage, ok=True)
-                return hit, usage, "cache", None
+                return _bounded(hit, self.max_answer_chars), usage, "cache", None
         estimate = self._estimate(request) if self.client.is_llm else 0.0
         if self.client.is_llm and not self.budget.reserve(estimate):
             return None, Usage(), "", _BudgetStop("budget reached")
@@ -454,7 +474,7 @@ class LLMSession:
             usage = Usage(failed_calls=int(isinstance(exc, BackendError)))
             self._count(usage, ok=False)
             return None, usage, "client", exc
-        comp = _redacted(comp)
+        comp = _bounded(comp, self.max_answer_chars)
         price = cost_usd(self.provider, self.model, comp.input_tokens, comp.output_tokens, self.prices_file,
                          comp.cached_input_tokens, comp.cache_write_tokens)
         cost = price or 0.0
@@ -462,7 +482,7 @@ class LLMSession:
         usage = Usage(comp.input_tokens, comp.output_tokens, comp.cached_input_tokens, cost, calls=1,
                       unpriced_calls=int(price is None and self.client.is_llm))
         self._count(usage, ok=True)
-        if self.cache is not None and not comp.refusal:
+        if self.cache is not None and not comp.refusal and "answer_chars" not in comp.extra:
             self.cache.put(request, comp)
         return comp, usage, "client", None
 
@@ -479,6 +499,28 @@ def _redacted(comp: Completion) -> Completion:
         comp, text=redact(comp.text), model=redact(comp.model), refusal=redact(comp.refusal) if comp.refusal else None,
         finish_reason=redact(comp.finish_reason) if comp.finish_reason else comp.finish_reason,
         structured_output=redact(comp.structured_output), extra=redact_all(comp.extra))
+
+
+def _bounded(comp: Completion, cap: int) -> Completion:
+    """``comp`` scrubbed of secrets (:func:`_redacted`) and, when its text is longer than ``cap`` characters, cut
+    to ``cap`` with its length kept in ``extra["answer_chars"]``. The text is cut with a margin before scrubbing and
+    to ``cap`` after, so no secret straddles the cut; a huge answer is never scrubbed, stored or parsed whole."""
+    n = len(comp.text)
+    if n <= cap:
+        return _redacted(comp)
+    comp = _redacted(dataclasses.replace(comp, text=comp.text[: cap + 1024]))
+    return dataclasses.replace(comp, text=comp.text[:cap], extra={**comp.extra, "answer_chars": n})
+
+
+def _quote(text: str, n: int) -> str:
+    """The start of an over-long answer of ``n`` characters, as the repair conversation quotes it back."""
+    return f"{text[:QUOTE_CHARS]}\n[... the remaining {n - QUOTE_CHARS:,} characters are not repeated here]"
+
+
+def _few(errors: list[str], each: int = 300, most: int = 10) -> list[str]:
+    """At most ``most`` errors of at most ``each`` characters, for a repair message of a few KB at most."""
+    out = [e if len(e) <= each else e[: each - 3] + "..." for e in errors[:most]]
+    return out + ([f"... and {len(errors) - most} more errors"] if len(errors) > most else [])
 
 
 class _BudgetStop(Exception):

@@ -308,7 +308,7 @@ def test_a_users_own_environment_trains_as_module_colon_id(tmp_path: Path, corri
     assert code == 0, capsys.readouterr().err
     run = tmp_path / "logs" / "lpg_hardening_corridor-LPGCorridor-v0" / "c"
     assert json.loads((run / "best_policy.json").read_text())["env_id"] == env_id
-    assert main(["evaluate", str(run), "--json"]) == 0
+    assert main(["evaluate", str(run), "--json", "--env", env_id]) == 0  # the module is imported when named
 
 
 def test_an_environment_module_that_cannot_be_imported_is_one_line(tmp_path: Path,

@@ -206,7 +206,7 @@ def test_comparison_report_in_chromium_has_every_backends_row(tmp_path: Path) ->
         assert len(run_rows) == 2 and all("run report" in r for r in run_rows)
     for run in (out / "runs" / "CartPole-v1").iterdir():
         assert (run / "report.html").is_file()  # --run-reports, linked from the page
-        assert f'href="runs/CartPole-v1/{run.name}/report.html"' in dom
+        assert f'href="./runs/CartPole-v1/{run.name}/report.html"' in dom
 
 
 # ---------------------------------------------------------------------------------------------------- the page

@@ -37,7 +37,9 @@ def make_env(spec: EnvSpec, render_mode: str | None = None) -> gym.Env:  # type:
     if spec.max_episode_steps is not None:
         kwargs.setdefault("max_episode_steps", spec.max_episode_steps)
     from .generic import make_checked
+    from .registry import import_env_module
 
+    import_env_module(spec.env_id)  # a module that cannot be imported: one line, not gymnasium's traceback
     env = make_checked(spec.env_id, kwargs, disable_env_checker=True)
     for name in spec.reward_wrappers:
         if name not in REWARD_WRAPPERS:

@@ -21,7 +21,7 @@ from ..errors import SpecError, UserError
 from .spec import EnvSpec
 
 __all__ = ["SPEC_DIR", "shipped_env_ids", "spec_variants", "variant_id", "get_spec", "load_spec_file",
-           "complete_spec"]
+           "complete_spec", "import_env_module", "check_env_named"]
 
 SPEC_DIR = Path(__file__).with_name("specs")
 
@@ -68,17 +68,41 @@ def variant_id(env_id: str, variant: str | None) -> str:
     return name
 
 
+def import_env_module(env_id: str) -> None:
+    """For ``module:EnvId``, import ``module`` (as ``gymnasium.make`` would); a module that cannot be imported is a
+    one-line :class:`UserError`. Other ids import nothing."""
+    if ":" not in env_id:
+        return
+    module = env_id.partition(":")[0]
+    try:
+        importlib.import_module(module)
+    except ImportError as exc:
+        raise UserError(f"environment {env_id!r}: cannot import module {module!r} ({exc}); it must be importable "
+                        "(on PYTHONPATH) and register its environments with gymnasium.register") from None
+
+
+def check_env_named(env_id: str, named: str | None, what: str, spec_id: str | None = None) -> None:
+    """Refuse to act on a file made for ``env_id`` (a run's ``--env``; ``spec_id``, its spec's gymnasium id when that
+    differs) unless the command line's ``--env`` (``named``) agrees.
+
+    A ``module:EnvId`` environment imports ``module``, which runs its code: a run directory or a policy file from
+    elsewhere may only do that when the command line names the same ``--env``. Without ``:`` no ``--env`` is needed,
+    but one that names another environment is refused too.
+    """
+    ids = {env_id, spec_id or env_id}
+    module_id = next((i for i in sorted(ids) if ":" in i), None)
+    if module_id is not None and named not in ids:
+        module = module_id.partition(":")[0]
+        raise UserError(f"{what} is for the environment {module_id!r}, which imports the Python module {module!r}: "
+                        f"add --env {module_id} to the command line if you trust that module")
+    if named is not None and named not in ids:
+        raise UserError(f"{what} is for {env_id}, not --env {named}; give --env {env_id} or leave --env out")
+
+
 def _gym_registered(env_id: str) -> bool:
     """True for a registered id; ``module:EnvId`` imports ``module`` first (as ``gymnasium.make`` does)."""
-    if ":" in env_id:
-        module, _, name = env_id.partition(":")
-        try:
-            importlib.import_module(module)
-        except ImportError as exc:
-            raise UserError(f"environment {env_id!r}: cannot import module {module!r} ({exc}); it must be importable "
-                            "(on PYTHONPATH) and register its environments with gymnasium.register") from None
-        return name in gym.registry
-    return env_id in gym.registry
+    import_env_module(env_id)
+    return env_id.partition(":")[2] in gym.registry if ":" in env_id else env_id in gym.registry
 
 
 def complete_spec(spec: EnvSpec) -> EnvSpec:

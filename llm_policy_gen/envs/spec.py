@@ -11,6 +11,7 @@ chosen with ``--env ENV_ID.VARIANT`` or ``--spec VARIANT``).
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -29,6 +30,9 @@ from ..discretize import (
 from ..errors import SpecError
 
 __all__ = ["LinearPrior", "EnvSpec", "SEARCH_SETTINGS"]
+
+_HINTS_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+"""A hints file name: no path separators, no leading dot (so neither ``..`` nor a hidden file)."""
 
 SEARCH_SETTINGS = frozenset({"noise", "step", "top"})
 """The settings a spec's ``[search]`` table may give the offline population search."""
@@ -69,7 +73,8 @@ class EnvSpec:
     reward: str = ""
     """How reward is given and when an episode ends, for the prompt."""
     hints: str = ""
-    """File name of the physics hints under ``prompts/hints/`` ('' for none)."""
+    """File name of the physics hints under ``prompts/hints/`` ('' for none). Only a plain file name is accepted:
+    a spec read from a run's config.json names no file outside the prompts."""
     kwargs: dict[str, Any] = field(default_factory=dict)
     """Keyword arguments for ``gymnasium.make``."""
     dims: tuple[DimSpec, ...] = ()
@@ -114,6 +119,11 @@ class EnvSpec:
     search: dict[str, float] = field(default_factory=dict)
     """Settings of the offline population search over rules for this task (``noise``, ``step``, ``top``; see
     :mod:`llm_policy_gen.proposers.population`); the search's own defaults where absent."""
+
+    def __post_init__(self) -> None:
+        if self.hints and not _HINTS_NAME.fullmatch(self.hints):
+            raise SpecError(f"{self.env_id}: hints {self.hints!r} is not accepted: give the name of a file in "
+                            "prompts/hints/ (letters, digits, '_.-', no folders, not starting with a dot)")
 
     @property
     def name(self) -> str:

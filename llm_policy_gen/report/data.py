@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UserError
-from ..runlog import read_jsonl
+from ..runlog import read_json, read_jsonl
 
 __all__ = ["IterationView", "RunData", "CompareData", "load_run", "load_compare", "is_run_dir", "is_compare_dir",
            "REPORT_NAME"]
@@ -27,10 +27,7 @@ REPORT_NAME = "report.html"
 def _read_json(path: Path) -> dict[str, Any] | None:
     if not path.is_file():
         return None
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise UserError(f"{path} cannot be read as JSON: {exc}") from None
+    data = read_json(path)  # a broken file is one line naming it
     return data if isinstance(data, dict) else None
 
 
@@ -38,9 +35,35 @@ def _read_lines(path: Path) -> list[dict[str, Any]]:
     if not path.is_file():
         return []
     try:
-        return [r for r in read_jsonl(path) if isinstance(r, dict)]
-    except (OSError, ValueError) as exc:
-        raise UserError(f"{path} cannot be read as JSON lines: {exc}") from None
+        return read_jsonl(path)  # a broken line is one line naming the file and the line
+    except OSError as exc:
+        raise UserError(f"{path} cannot be read: {exc.strerror or exc}") from None
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+#: The fields of an events.jsonl line that the page computes with, and the type each must have when present.
+_EVENT_TYPES: dict[str, tuple[str, Any]] = {
+    **{k: ("a number", _is_number) for k in ("eval_mean", "train_return", "best_test_mean", "best_eval_mean",
+                                             "heldout_mean", "cost_usd", "cost_usd_total", "wall_s")},
+    **{k: ("an integer", lambda x: isinstance(x, int) and not isinstance(x, bool))
+       for k in ("episodes_total", "env_steps_total", "llm_calls", "input_tokens", "output_tokens", "eval_episodes",
+                 "chosen")},
+    **{k: ("a list of numbers", lambda x: isinstance(x, list) and all(v is None or _is_number(v) for v in x))
+       for k in ("candidate_means", "eval_returns", "train_returns")},
+    "validation_errors": ("a list", lambda x: isinstance(x, list)),
+}
+
+
+def _check_event(event: dict[str, Any], where: str) -> None:
+    """Refuse, in one line naming the file and line, an event whose fields the page uses have the wrong type."""
+    for key, (what, ok) in _EVENT_TYPES.items():
+        value = event.get(key)
+        if value is not None and not ok(value):
+            raise UserError(f"{where}: {key} is {json.dumps(value)[:60]}, not {what}; the file was changed by hand "
+                            "or by another program")
 
 
 def is_run_dir(path: Path) -> bool:
@@ -171,7 +194,10 @@ def load_run(path: Path) -> RunData:
                         "printed")
     config = _read_json(p / "config.json") or {}
     summary = _read_json(p / "summary.json")
-    events = sorted(_read_lines(p / "events.jsonl"), key=lambda e: int(e.get("iteration", 0)))
+    events = _read_lines(p / "events.jsonl")
+    for number, e in enumerate(events, 1):
+        _check_event(e, f"{p / 'events.jsonl'} line {number}")
+    events.sort(key=lambda e: int(e.get("iteration", 0)))
     v1 = bool(events) and not any("best_test_mean" in e or "candidate_means" in e for e in events)
     transcripts = _read_lines(p / "transcripts.jsonl")
     missing = [f"{name} ({why})" for name, why in (
@@ -202,11 +228,19 @@ class CompareData:
         return order + [b for b in dict.fromkeys(r["backend"] for r in self.rows) if b not in order]
 
     def run_dir(self, row: dict[str, Any]) -> Path | None:
+        """The row's run directory, when it is one inside this comparison folder; a ``run_dir`` that is absolute
+        or leads out of the folder (``..``, a link) is ignored, so a page never reads or writes elsewhere."""
         rel = row.get("run_dir")
         if not rel:
             return None
+        if Path(str(rel)).is_absolute() or ".." in Path(str(rel)).parts:
+            return None
         d = self.path / str(rel)
-        return d if is_run_dir(d) else None
+        try:
+            inside = d.resolve().is_relative_to(self.path.resolve())
+        except OSError:
+            return None
+        return d if inside and is_run_dir(d) else None
 
 
 def load_compare(path: Path) -> CompareData:

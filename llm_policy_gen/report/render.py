@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import math
 import os
@@ -9,6 +11,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from .. import __version__
 from ..errors import UserError
@@ -61,11 +64,21 @@ def _environment() -> Any:
         import jinja2
     except ImportError:
         raise UserError("report needs Jinja2: pip install 'llm-policy-gen[report]'") from None
-    env = jinja2.Environment(loader=jinja2.PackageLoader("llm_policy_gen.report", "templates"),
+    loader = jinja2.PackageLoader("llm_policy_gen.report", "templates")
+    env = jinja2.Environment(loader=loader,
                              autoescape=jinja2.select_autoescape(["html", "j2"], default_for_string=True),
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
     env.filters.update(num=num, count=count, usd=usd, signed=signed, percent=percent)
+    script = loader.get_source(env, "report.js")[0]
+    safe = jinja2.utils.markupsafe.Markup  # both are the package's own text, written as they are
+    env.globals.update(script=safe(script), script_hash=safe(_sha256_source(script)))
     return env
+
+
+def _sha256_source(script: str) -> str:
+    """The content security policy's source for exactly this inline script (no 'unsafe-inline' needed)."""
+    digest = hashlib.sha256(script.encode("utf-8")).digest()
+    return f"'sha256-{base64.b64encode(digest).decode('ascii')}'"
 
 
 def run_cards(run: RunData, compact: bool = False) -> list[Card]:
@@ -138,6 +151,13 @@ def _json_text(obj: Any) -> str:
     return json.dumps(obj, indent=2, sort_keys=False, ensure_ascii=False, default=str)
 
 
+def _relative_link(target: Path, page: Path) -> str:
+    """``target`` as a link from ``page``: a relative path, each part percent-escaped and starting with ``./``, so
+    that no folder name (``javascript:alert(1)``) can make it a URL with a scheme."""
+    rel = Path(os.path.relpath(Path(target).resolve(), Path(page).resolve().parent))
+    return "./" + "/".join(quote(part, safe="") for part in rel.parts)
+
+
 def render_run(run: RunData) -> str:
     """The run page (see ``templates/run.html.j2``)."""
     template = _environment().get_template("run.html.j2")
@@ -189,7 +209,7 @@ def render_compare(data: CompareData, out: Path, run_reports: dict[str, Path] | 
         report = (run_reports or {}).get(str(row.get("run_dir")))
         if report is None and d is not None and (d / REPORT_NAME).is_file():
             report = d / REPORT_NAME  # made earlier (`report RUN_DIR` or --run-reports)
-        link = os.path.relpath(report, Path(out).resolve().parent) if report is not None else None
+        link = _relative_link(report, Path(out)) if report is not None else None
         test = (run.summary or {}).get("best_test_mean") if run else None
         if test is None and run and run.iterations:
             test = run.iterations[-1].best_test
