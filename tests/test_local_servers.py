@@ -310,6 +310,12 @@ def test_max_prompt_tokens_is_checked_and_kept_on_resume(tmp_path, capsys):
                  "--logs-dir", str(tmp_path)]) == 2
     assert "--max-prompt-tokens 50" in capsys.readouterr().err
     assert TrainConfig(max_prompt_tokens=2000).max_prompt_tokens == 2000
+    assert main(["train", "--env", "FrozenLake-v1", "--backend", "offline", "--iterations", "1", "--no-plots",
+                 "--logs-dir", str(tmp_path), "--run-id", "r"]) == 0
+    capsys.readouterr()
+    run = str(tmp_path / "FrozenLake-v1" / "r")
+    assert main(["train", "--resume", run, "--iterations", "2", "--max-prompt-tokens", "3000"]) == 2
+    assert "--max-prompt-tokens cannot change" in capsys.readouterr().err  # it changes the prompts
 
 
 def test_an_attempt_past_its_deadline_has_its_connection_closed(fake_openai: FakeOpenAIServer) -> None:
