@@ -30,6 +30,7 @@ from llm_policy_gen.compare import (
 )
 from llm_policy_gen.engine import Run
 from llm_policy_gen.errors import UserError
+from llm_policy_gen.locks import LOCK_FILES
 from llm_policy_gen.runlog import read_jsonl
 
 fake_openai = openai_server.fake_openai
@@ -311,7 +312,7 @@ def test_ray_executor_gives_the_same_numbers(tmp_path: Path) -> None:
     for r in rows:
         local = tmp_path / "local" / r["run_dir"]
         assert sorted(p.name for p in (tmp_path / "ray" / r["run_dir"]).iterdir()) == \
-            sorted(p.name for p in local.iterdir())
+            sorted(p.name for p in local.iterdir() if p.name not in LOCK_FILES)  # the local writer's lock file
 
 
 # ---------------------------------------------------------------------------------------------------- shared limits
