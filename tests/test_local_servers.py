@@ -347,3 +347,72 @@ def test_failed_calls_are_said_above_a_progress_bar() -> None:
     text = screen.getvalue()
     assert "iter 1: 2 calls (1 failed: first error openai:m at URL failed)" in text
     assert "iter 2:" not in text
+
+
+class TrickleServer:
+    """Any HTTP request gets a 200's headers at once (a JSON body of 4,096 bytes announced), then one body byte each
+    half second, for at most ``seconds``; :attr:`hung_up` is set when the client shut the connection."""
+
+    def __init__(self, seconds: float = 60.0) -> None:
+        import socket
+
+        self.seconds = seconds
+        self._sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
+        self.hung_up = threading.Event()
+        self._closing = threading.Event()
+        self._thread = threading.Thread(target=self._serve, name="fake-trickle", daemon=True)
+
+    def _serve(self) -> None:
+        try:
+            conn, _ = self._sock.accept()
+        except OSError:
+            return
+        with conn:
+            data = b""
+            while b"\r\n\r\n" not in data:
+                data += conn.recv(65536)
+            head, _, body = data.partition(b"\r\n\r\n")
+            length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                           if line.lower().startswith(b"content-length:")), 0)
+            while len(body) < length:
+                body += conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 4096\r\n\r\n")
+            stop = time.monotonic() + self.seconds
+            while time.monotonic() < stop and not self._closing.wait(0.5):
+                try:
+                    conn.sendall(b" ")
+                except OSError:  # the client shut the connection
+                    self.hung_up.set()
+                    return
+
+    def __enter__(self) -> TrickleServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._closing.set()
+        self._sock.close()
+        self._thread.join(timeout=5)
+
+
+@pytest.mark.parametrize("client_type", ["openai", "anthropic", "gemini"])
+def test_every_sdk_client_shuts_an_attempt_past_its_deadline(monkeypatch: pytest.MonkeyPatch, client_type: str) -> None:
+    from fakes.loopback import PROXY_VARIABLES, clear_env
+
+    from llm_policy_gen.clients.gemini import GeminiClient
+
+    clear_env(monkeypatch, PROXY_VARIABLES)
+    for variable in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY"):
+        monkeypatch.setenv(variable, "fake-key-0123456789")
+    retry = RetryPolicy(max_retries=0, timeout_s=1.0)
+    with TrickleServer(seconds=60.0) as server:
+        options = ClientOptions(base_url=server.url, retry=retry)
+        client: Any = {"openai": lambda: OpenAIClient(MODEL, options),
+                       "anthropic": lambda: AnthropicClient("claude-sonnet-4-6", options),
+                       "gemini": lambda: GeminiClient("gemini-3.8-flash", options)}[client_type]()
+        started = time.monotonic()
+        with pytest.raises(BackendError, match="DeadlinePassed: no whole answer within 1 s"):
+            client.complete(ASK)
+        assert time.monotonic() - started < 30  # the server would trickle for a minute
+        assert server.hung_up.wait(20)  # the connection was shut, not left to trickle on

@@ -124,6 +124,7 @@ class AnthropicClient(SDKClient):
             base_url=base_url,
             max_retries=0,
             timeout=self.options.retry.attempt_timeout_s,
+            http_client=anthropic.DefaultHttpxClient(event_hooks=self.http_event_hooks()),
         )
 
     def _arguments(self, request: Request, mode: str) -> dict[str, Any]:

@@ -12,8 +12,8 @@ contract's fault kinds:
   read), so a server that sends its headers and then one byte a second is never timed out. Each attempt runs on a
   worker thread and the caller waits at most ``retry.timeout_s`` (and half a second) for it: past that the attempt
   is a :class:`DeadlinePassed` (retried as a timeout is, but counted as a failed call, not as a server that was never
-  reached), its connection is closed where the client can (:meth:`SDKClient._abandon`), and the worker thread ends
-  with the SDK's next read.
+  reached), and its connection is shut down (:meth:`SDKClient._abandon`; each SDK's HTTP client reports its answers'
+  connections through :meth:`SDKClient.http_event_hooks`), so the worker thread ends with its next read.
 * **Local servers** (``local=True``: Ollama, an OpenAI-compatible server on a loopback address) get the local
   retry defaults (:meth:`~.base.RetryPolicy.resolved`: 600 s, no retry of a timed-out attempt) and at most
   ``options.local_concurrency`` calls at once (the other calls wait in the client).
@@ -349,6 +349,8 @@ class SDKClient(ABC):
         """The server is on this machine: the local retry defaults and at most ``local_concurrency`` calls at once."""
         self.options = dataclasses.replace(options, retry=options.retry.resolved(self.local_server))
         self._slots = threading.BoundedSemaphore(max(1, options.local_concurrency)) if self.local_server else None
+        self._connections: dict[int, Any] = {}
+        """Attempt thread -> the connection its answer is coming on (:meth:`http_event_hooks`, :meth:`_abandon`)."""
         self.profile = profile
         self.base_url = base_url
         self.key_source = key_source
@@ -483,6 +485,7 @@ class SDKClient(ABC):
             except BaseException as exc:  # handed to the caller as it is
                 outcome.append(("error", exc))
             finally:
+                self._connections.pop(threading.get_ident(), None)
                 done.set()
 
         worker = threading.Thread(target=work, name="llm-attempt", daemon=True)
@@ -495,9 +498,27 @@ class SDKClient(ABC):
             raise value
         return value
 
-    def _abandon(self, worker: threading.Thread) -> None:  # noqa: B027 (a hook; doing nothing is a valid default)
-        """Called when the attempt on ``worker`` passed its deadline: close its connection where the client can (the
-        default leaves the worker to the SDK's own per-read timeout)."""
+    def http_event_hooks(self) -> dict[str, list[Callable[[Any], None]]]:
+        """``event_hooks`` for the SDK's HTTP client (httpx2 or httpx): once an answer's headers are in, its
+        connection is kept by attempt thread, so that :meth:`_abandon` can shut it down."""
+        return {"response": [self._remember_connection]}
+
+    def _remember_connection(self, response: Any) -> None:
+        stream = response.extensions.get("network_stream")
+        if stream is not None:
+            self._connections[threading.get_ident()] = stream
+
+    def _abandon(self, worker: threading.Thread) -> None:
+        """The attempt on ``worker`` passed its deadline: shut its connection down, so that the worker's next read
+        fails at once and a trickling server stops sending. Before the headers there is nothing to shut (the SDK's
+        per-read timeout ends that wait), nor for a client whose SDK does not install :meth:`http_event_hooks`."""
+        stream = self._connections.pop(worker.ident or 0, None)
+        sock = stream.get_extra_info("socket") if stream is not None else None
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:  # already closed
+                pass
 
     def _refusal(self, exc: BaseException) -> str | None:
         return structured_refusal(self._bad_request_text(exc))

@@ -171,6 +171,7 @@ class GeminiClient(SDKClient):
             base_url=configured,
             timeout=_timeout_ms(self.options.retry.attempt_timeout_s),
             retry_options=genai_types.HttpRetryOptions(attempts=1),
+            client_args={"event_hooks": self.http_event_hooks()},
         )
         try:
             self._client = genai.Client(api_key=key, vertexai=False, http_options=http_options)

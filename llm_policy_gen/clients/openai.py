@@ -50,14 +50,12 @@ Answer fields: ``finish_reason`` is the choice's (``length`` means truncated), `
 The SDK's own retries are off (``max_retries=0``); ``options.retry.timeout_s`` is the SDK's timeout, which httpx2
 applies to each phase of an attempt (connect, write, and each read), and the whole attempt's deadline
 (:mod:`.common`): an attempt past it has its connection shut down (the SDK's HTTP client reports each answer's
-connection through a response hook), so that a trickling server stops sending at once.
+connection through :meth:`~.common.SDKClient.http_event_hooks`), so that a trickling server stops sending at once.
 """
 
 from __future__ import annotations
 
 import copy
-import socket
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -179,14 +177,12 @@ class OpenAIClient(SDKClient):
             base_url=base_url, key=key, key_source=source, key_variable=variable, sleep=sleep,
             local=provider == "ollama" or (keys.is_loopback_url(base_url) and not _is_openai_host(base_url)),
         )  # fmt: skip
-        self._responses: dict[int, Any] = {}
-        """Attempt thread -> the network stream its answer is coming on (for :meth:`_abandon`)."""
         self._client = openai.OpenAI(
             api_key=key or PLACEHOLDER_KEYS[provider],
             base_url=base_url,
             max_retries=0,
             timeout=self.options.retry.attempt_timeout_s,
-            http_client=openai.DefaultHttpxClient(event_hooks={"response": [self._remember_stream]}),
+            http_client=openai.DefaultHttpxClient(event_hooks=self.http_event_hooks()),
         )
 
     def _arguments(self, request: Request, mode: str) -> dict[str, Any]:
@@ -219,28 +215,7 @@ class OpenAIClient(SDKClient):
         return kwargs
 
     def _send(self, request: Request, mode: str) -> Any:
-        try:
-            return self._client.chat.completions.create(**self._arguments(request, mode))
-        finally:
-            self._responses.pop(threading.get_ident(), None)
-
-    def _remember_stream(self, response: httpx2.Response) -> None:
-        """The SDK's HTTP client calls this once an answer's headers are in: keep its connection by attempt thread."""
-        stream = response.extensions.get("network_stream")
-        if stream is not None:
-            self._responses[threading.get_ident()] = stream
-
-    def _abandon(self, worker: threading.Thread) -> None:
-        """The attempt on ``worker`` passed its deadline: shut its connection down, so that the worker's next read
-        fails at once and a trickling server stops sending (before the headers there is nothing to close: the SDK's
-        per-read timeout ends that wait)."""
-        stream = self._responses.pop(worker.ident or 0, None)
-        sock = stream.get_extra_info("socket") if stream is not None else None
-        if sock is not None:
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:  # already closed
-                pass
+        return self._client.chat.completions.create(**self._arguments(request, mode))
 
     def _read(self, response: Any, mode: str) -> Completion:
         label = self.profile.label
