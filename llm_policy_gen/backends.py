@@ -53,7 +53,7 @@ def parse_backend_spec(spec: str) -> tuple[str, str]:
     name = name.lower()
     if name not in BACKENDS:
         err = BACKENDS.unknown(name)
-        raise BackendConfigError(f"{err} in {spec!r}")
+        raise BackendConfigError(str(err) if name == spec.strip().lower() else f"{err}; the spec was {spec!r}")
     if name == "replay" and not model:
         raise BackendConfigError("replay needs a file: --backend replay:PATH/TO/transcripts.jsonl")
     if name in NON_LLM and model:

@@ -170,15 +170,10 @@ def _cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
-def plural(n: int, word: str) -> str:
-    """``1 iteration``, ``2 iterations``."""
-    return f"{n} {word}{'' if n == 1 else 's'}"
-
-
 def summary_line(s: dict[str, Any]) -> str:
     """The one line ``train`` prints about a finished run (from its summary.json)."""
     from .backends import is_client
-    from .console import calls_text, cost_text
+    from .console import calls_text, cost_text, plural
 
     if s["solved"]:
         solved = f"solved after {plural(s['episodes_to_solve'], 'episode')}"
@@ -236,7 +231,7 @@ def _load_policy_and_spec(target: str, env_kwargs: dict[str, Any] | None = None,
         spec = get_spec(policy.env_id)
     if env_kwargs:
         spec = apply_env_kwargs(spec, env_kwargs)
-    policy.check_matches(spec.env_id, spec.observation_discretizer(), spec.action_discretizer(), spec.kwargs)
+    policy.check_against(spec)
     return policy, spec
 
 
@@ -305,6 +300,7 @@ def _add_envs(sub: Any) -> None:
 def _cmd_envs(args: argparse.Namespace) -> int:
     from .envs import get_spec, shipped_env_ids
     from .envs.registry import spec_variants
+    from .formats import resolve_format_name
 
     rows: list[dict[str, Any]] = []
     for env_id in sorted([*shipped_env_ids(), *spec_variants()]):
@@ -316,18 +312,21 @@ def _cmd_envs(args: argparse.Namespace) -> int:
         obs = spec.observation_discretizer()
         acts = spec.action_discretizer()
         shape = "x".join(str(d.bins) for d in spec.dims) if spec.dims else str(obs.n_states)
+        # The answer format a run gets without --output-format: the spec's train default, else auto's choice.
+        given = str(spec.train_defaults.get("output_format", "auto"))
+        fmt = f"{resolve_format_name(given, obs.n_states)} (auto)" if given == "auto" else given
         rows.append({"env_id": env_id, "states": obs.n_states, "bins": shape, "actions": acts.n_actions,
-                     "threshold": spec.reward_threshold})
+                     "threshold": spec.reward_threshold, "format": fmt})
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
-    print(f"{'environment':<24} {'states':>7} {'bins':<24} {'actions':>7} {'solved at':>9}")
+    print(f"{'environment':<24} {'states':>7} {'bins':<24} {'actions':>7} {'solved at':>9}  format")
     for r in rows:
         if "error" in r:
             print(f"{r['env_id']:<24} unavailable: {r['error']}")
         else:
             thr = "-" if r["threshold"] is None else f"{r['threshold']:g}"
-            print(f"{r['env_id']:<24} {r['states']:>7} {r['bins']:<24} {r['actions']:>7} {thr:>9}")
+            print(f"{r['env_id']:<24} {r['states']:>7} {r['bins']:<24} {r['actions']:>7} {thr:>9}  {r['format']}")
     print("Any other registered gymnasium id works too (generic spec from its spaces).")
     return 0
 

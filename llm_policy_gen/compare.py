@@ -6,8 +6,9 @@
         [--iterations N] [--workers N] [--executor local|ray] [--config FILE.toml] [--out DIR] \\
         [--max-concurrent-calls N] [--rpm N] [--budget-usd X]
 
-Each pair is one run of :mod:`llm_policy_gen.engine` in its own run directory ``OUT/runs/<env>/<backend>_s<seed>``
-(the usual files of a run). The comparison directory gets:
+Each pair is one run of :mod:`llm_policy_gen.engine` in its own run directory ``OUT/runs/<env>/<entry>_s<seed>``
+(the usual files of a run; ``<entry>`` is the ``--backends`` entry made a file name: ``offline_s0``,
+``offline-reward_s0``). The comparison directory gets:
 
 * ``results.csv`` -- one row per run: its summary numbers with ``status=ok``, or ``status=failed`` (or
   ``interrupted``) with the error and no numbers (a failed run never stops the sweep);
@@ -66,7 +67,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import __version__
-from .errors import UserError
+from .console import plural
+from .errors import UserError, missing_extra
 from .locks import FolderLock
 from .runlog import append_jsonl, slug, to_jsonable, write_bytes_atomic, write_json_atomic
 from .stats import DEFAULT_RESAMPLES, DEFAULT_SEED, bootstrap_ci, median_censored, quartile_band, step_curves
@@ -425,8 +427,8 @@ def results_markdown(meta: dict[str, Any], rows: Sequence[dict[str, Any]]) -> st
     lines = [
         f"# Comparison on {meta['env_id']}",
         "",
-        f"Seeds {meta['seeds_text']} ({len(meta['seeds'])} runs per backend), {meta['iterations']} iterations per "
-        f"run. Command: `{meta['command']}`",
+        f"Seeds {meta['seeds_text']} ({plural(len(meta['seeds']), 'run')} per backend), "
+        f"{plural(meta['iterations'], 'iteration')} per run. Command: `{meta['command']}`",
         "",
         *_settings_lines(meta, rows),
         "| backend | LLM | runs ok | final eval mean [95% CI] | median episodes to solve | solve rate | "
@@ -481,7 +483,7 @@ def _settings_lines(meta: Mapping[str, Any], rows: Sequence[dict[str, Any]]) -> 
                 f"{cost:.4f} in all (USD {limits.get('spent_usd', cost):.4f} counted by the budget).")
         if stopped:
             names = ", ".join(f"{r['backend']} seed {r['seed']} after {r['iterations']}" for r in stopped)
-            text += (f" {len(stopped)} runs ended when the next call could have passed it (stop reason "
+            text += (f" {plural(len(stopped), 'run')} ended when the next call could have passed it (stop reason "
                      f"\"{stopped[0]['stop_reason']}\"): {names} iterations; their numbers come from fewer "
                      "iterations than asked for.")
         else:
@@ -602,7 +604,7 @@ def run_compare(
     if executor not in ("local", "ray"):
         raise UserError(f"bad --executor {executor!r}: accepted local or ray")
     if executor == "ray" and importlib.util.find_spec("ray") is None:
-        raise UserError("--executor ray needs ray: pip install 'llm-policy-gen[ray]'")
+        raise missing_extra("--executor ray needs ray", "ray")
     _check_number("--workers", workers, "an integer >= 1", lambda v: v >= 1)
     _check_number("--max-concurrent-calls", max_concurrent_calls, "an integer >= 1", lambda v: v >= 1)
     _check_number("--rpm", rpm, "a number > 0", lambda v: v > 0)
@@ -651,7 +653,7 @@ def run_compare(
             todo.append(t)
         resumed = {t.run_id for t in todo if found[t.run_id].state == "started"}
         if len(todo) < len(tasks) or resumed:
-            print(f"{len(tasks) - len(todo)} of {len(tasks)} runs finished earlier: skipped"
+            print(f"{len(tasks) - len(todo)} of {plural(len(tasks), 'run')} finished earlier: skipped"
                   + (f"; {len(resumed)} started earlier: resumed from their checkpoints" if resumed else ""),
                   file=sys.stderr)
 
@@ -756,6 +758,6 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     print(f"comparison directory: {out}")
     failed = [r for r in rows if r["status"] != "ok"]
     if failed:
-        print(f"{len(failed)} of {len(rows)} runs failed (see results.md)", file=sys.stderr)
+        print(f"{len(failed)} of {plural(len(rows), 'run')} failed (see results.md)", file=sys.stderr)
         return 1
     return 0

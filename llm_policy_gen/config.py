@@ -182,6 +182,7 @@ class TrainConfig(BaseModel):
                 cls.model_validate({**merged, **values})
             except ValidationError as exc:
                 raise config_error(exc, source, {**merged, **values}) from None
+            _check_names(values, source)
             merged.update(values)
             explicit |= set(values) - {"explicit"}
             explicit |= set(values.get("explicit", []))
@@ -224,6 +225,26 @@ class TrainConfig(BaseModel):
         if data.get("base_url"):
             data["base_url"] = without_userinfo(data["base_url"])
         return data
+
+
+#: Settings whose values are names in a registry: setting -> (module, registry).
+_NAMED = {"log": ("llm_policy_gen.loggers", "LOGGERS"), "mode": ("llm_policy_gen.modes", "MODES")}
+
+
+def _check_names(values: dict[str, Any], source: str) -> None:
+    """A name a file gives (``log = ["cvs"]``) is refused naming the file and its key; a name on the command line
+    is left to the registry, whose message names the option."""
+    if source == "command line":
+        return
+    import importlib
+
+    for key, (module, attr) in _NAMED.items():
+        given = values.get(key)
+        registry = getattr(importlib.import_module(module), attr)
+        for name in given if isinstance(given, list) else [] if given is None else [given]:
+            n = str(name).strip().lower() if key == "log" else str(name)
+            if n and n not in registry:
+                raise registry.unknown(n, where=f"in {source} (key {key})")
 
 
 def config_error(exc: ValidationError, source: str, values: dict[str, Any]) -> UserError:

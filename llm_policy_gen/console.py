@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TextIO
 
-__all__ = ["Console", "calls_text", "cost_text"]
+__all__ = ["Console", "calls_text", "cost_text", "plural"]
 
 
 def _heldout(record: dict[str, Any]) -> str:
@@ -33,6 +33,11 @@ def _num(x: Any, digits: int = 1) -> str:
         return f"{float(x):.{digits}f}"
     except (TypeError, ValueError):
         return "-"
+
+
+def plural(n: int, word: str) -> str:
+    """``1 iteration``, ``2 iterations``."""
+    return f"{n} {word}{'' if n == 1 else 's'}"
 
 
 def cost_text(cost_usd: float, complete: bool) -> str:

@@ -20,6 +20,7 @@ __all__ = [
     "ReplayExhausted",
     "ProposalError",
     "RunInterrupted",
+    "missing_extra",
 ]
 
 
@@ -76,6 +77,11 @@ class RunInterrupted(KeyboardInterrupt):
         self.run_dir = run_dir
         self.kept = kept
         super().__init__(run_dir)
+
+
+def missing_extra(what: str, extra: str) -> UserError:
+    """``what`` needs an optional dependency: the one-line error with the install command the README gives."""
+    return UserError(f"{what}: pip install -e '.[{extra}]' (in the project's folder, as the README installs it)")
 
 
 class ProposalError(LLMPolicyGenError):

@@ -76,12 +76,20 @@ def save_figure(fig: Any, out: Path) -> Path:
     return save(fig, out)
 
 
+#: Up to this many actions each gets its own colour and a legend entry (Hopper's 27 levels, Swimmer's 9); more
+#: (BipedalWalker's 81) share a colour bar.
+MAX_LEGEND_ACTIONS = 60
+
+
 def _action_colours(n: int) -> tuple[Any, bool]:
     """A colour map for ``n`` actions and whether it is discrete (legend) or continuous (colour bar)."""
     from matplotlib.colors import ListedColormap
 
     if n <= 10:
         return ListedColormap([plt.get_cmap("tab10")(a) for a in range(n)]), True
+    if n <= MAX_LEGEND_ACTIONS:
+        palette = [plt.get_cmap(name)(k) for name in ("tab20", "tab20b", "tab20c") for k in range(20)]
+        return ListedColormap(palette[:n]), True
     return plt.get_cmap("viridis", n), False
 
 
@@ -180,7 +188,11 @@ def _plot_box(policy: TablePolicy, obs: BoxDiscretizer, title: str, values: bool
     rows, cols, places = _panel_grid(panel_bins)
     grid = policy.table.reshape(bins)
     cmap, discrete = _action_colours(policy.n_actions)
-    width, height = max(2.0, 0.2 * bins[xd] + 1.0), max(1.8, 0.16 * bins[yd] + 0.9)
+    titles = {idx: [_bin_text(obs, j, b, values) for j, b in zip(panel_dims, idx, strict=True)]
+              for idx in (np.ndindex(*panel_bins) if panel_dims else [()])}
+    longest = max((len(line) for lines in titles.values() for line in lines), default=0)
+    # wide enough for the panel titles (about 0.06 inch a character at 7 points), so that they never overlap
+    width, height = max(2.0, 0.2 * bins[xd] + 1.0, 0.06 * longest + 0.5), max(1.8, 0.16 * bins[yd] + 0.9)
     legend_rows = math.ceil(policy.n_actions / 3) if discrete else 0
     fig, axes = plt.subplots(rows, cols, figsize=(width * cols + 1.0, height * rows + 0.8 + 0.22 * legend_rows),
                              dpi=120, squeeze=False)
@@ -199,8 +211,7 @@ def _plot_box(policy: TablePolicy, obs: BoxDiscretizer, title: str, values: bool
         ax.set_xticklabels(_tick_labels(obs, xd, values), fontsize=6, rotation=0 if values else 90)
         ax.set_yticklabels(_tick_labels(obs, yd, values), fontsize=6)
         if idx:
-            ax.set_title("\n".join(_bin_text(obs, j, b, values) for j, b in zip(panel_dims, idx, strict=True)),
-                         fontsize=7)
+            ax.set_title("\n".join(titles[idx]), fontsize=7)
         if (r + 1, c) not in used:
             ax.set_xlabel(obs.dims[xd].name, fontsize=7)
         if c == 0:
@@ -212,7 +223,7 @@ def _plot_box(policy: TablePolicy, obs: BoxDiscretizer, title: str, values: bool
     fig.suptitle(title, fontsize=10)
     if discrete:
         _legend(fig, policy, cmap)
-        fig.tight_layout(rect=(0, (0.3 * legend_rows + 0.1) / fig.get_figheight(), 1, 0.97))
+        fig.tight_layout(rect=(0, (0.19 * legend_rows + 0.2) / fig.get_figheight(), 1, 0.97))
     else:
         fig.tight_layout(rect=(0, 0, 0.9, 0.97))
         assert image is not None
@@ -384,6 +395,8 @@ def _cmd_plot(args: argparse.Namespace) -> int:
         if len(args.runs) != 1:
             raise UserError(f"--policy draws one table: give one run directory or policy file, got {len(args.runs)}")
         policy, spec = load_run_policy(args.runs[0])
+        if spec is not None:  # what `evaluate` refuses as made for other settings is not drawn either
+            policy.check_against(spec)
         written: Sequence[Path] = [plot_policy(policy, out, spec)]
     else:
         runs = [Path(r) for r in args.runs]

@@ -23,7 +23,7 @@ import numpy as np
 
 from .envs.make import make_env
 from .envs.spec import EnvSpec
-from .errors import UserError
+from .errors import UserError, missing_extra
 from .policy import TablePolicy
 
 __all__ = ["HEADLESS_GL", "choose_headless_gl", "record_frames", "save_gif"]
@@ -142,7 +142,7 @@ def save_gif(
     try:
         import imageio.v3 as imageio
     except ImportError:
-        raise UserError("--gif needs imageio: pip install 'llm-policy-gen[gif]'") from None
+        raise missing_extra("--gif needs imageio", "gif") from None
     frames, _, _ = record_frames(policy, spec, seed, frame_every, max_frames)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.stem}.tmp.gif")

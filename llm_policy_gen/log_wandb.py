@@ -29,7 +29,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .errors import UserError
+from .errors import missing_extra
 from .loggers import scalars
 
 __all__ = ["WandbWriter", "WANDB_SETTINGS"]
@@ -70,7 +70,7 @@ class WandbWriter:
         try:
             import wandb
         except ImportError:
-            raise UserError("--log wandb needs wandb: pip install 'llm-policy-gen[wandb]'") from None
+            raise missing_extra("--log wandb needs wandb", "wandb") from None
         self.dir = Path(run_dir)
         config = _run_config(self.dir)
         self._run = wandb.init(

@@ -48,7 +48,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .errors import UserError
+from .errors import missing_extra
 from .registry import Registry
 from .runlog import KVWriter, read_jsonl, write_bytes_atomic
 
@@ -204,7 +204,7 @@ class TensorBoardWriter:
             from tensorboardX.proto.event_pb2 import Event, SessionLog
             from tensorboardX.summary import scalar
         except ImportError:
-            raise UserError("--log tensorboard needs tensorboardX: pip install 'llm-policy-gen[tensorboard]'") from None
+            raise missing_extra("--log tensorboard needs tensorboardX", "tensorboard") from None
         self._event, self._scalar = Event, scalar
         self.dir = Path(run_dir)
         done = [int(e["iteration"]) for e in _events_so_far(self.dir) if "iteration" in e]

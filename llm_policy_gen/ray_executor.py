@@ -39,7 +39,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
-from .errors import UserError
+from .errors import UserError, missing_extra
 from .runlog import read_jsonl, write_bytes_atomic
 
 if TYPE_CHECKING:
@@ -316,7 +316,7 @@ def _import_ray() -> Any:
     try:
         import ray
     except ImportError:
-        raise UserError("--executor ray needs ray: pip install 'llm-policy-gen[ray]'") from None
+        raise missing_extra("--executor ray needs ray", "ray") from None
     return ray
 
 

@@ -69,12 +69,14 @@ class Registry(Generic[T]):
         except KeyError:
             raise self.unknown(name) from None
 
-    def unknown(self, name: str, accepted: Sequence[str] | None = None) -> UserError:
-        """The one-line error for ``name``; ``accepted`` narrows the names offered (default: every entry)."""
+    def unknown(self, name: str, accepted: Sequence[str] | None = None, where: str | None = None) -> UserError:
+        """The one-line error for ``name``; ``accepted`` narrows the names offered (default: every entry); ``where``
+        says where the name was given when it was not the command-line option (a config file's key)."""
         names = list(self.names() if accepted is None else accepted)
         close = difflib.get_close_matches(str(name), names, n=3)
         hint = f"; did you mean {', '.join(close)}?" if close else ""
-        return UserError(f"unknown {self.kind} {name!r} for {self.option}{hint} (accepted: {', '.join(names)})")
+        return UserError(f"unknown {self.kind} {name!r} {where or 'for ' + self.option}{hint} "
+                         f"(accepted: {', '.join(names)})")
 
     def load(self, name: str) -> T:
         """The registered attribute (a class or factory), imported on first use."""

@@ -9,6 +9,7 @@ page).
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -21,6 +22,7 @@ from fakes.tables import TableResponder
 from test_hardening import child_env, failing, one_line, train_args
 
 from llm_policy_gen.cli import main
+from llm_policy_gen.policy import spec_fingerprint
 from llm_policy_gen.runlog import read_jsonl
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -193,7 +195,8 @@ def test_ctrl_c_names_the_run_directory_and_the_resume_command(tmp_path: Path) -
 
 # ----------------------------------------------------------------------------------------------- item 21
 @pytest.mark.parametrize(("extra", "option"), [
-    (["--env", "FrozenLake-v1"], "--env"),
+    (["--seed", "3"], "--seed"),
+    (["--mode", "direct"], "--mode"),
     (["--candidates", "3"], "--candidates"),
     (["--timeout", "5", "--prices", "p.toml"], "--prices"),
 ])
@@ -279,3 +282,148 @@ def test_a_refused_replay_leaves_no_folder_behind(tmp_path: Path, capsys: pytest
     code = main(["train", "--env", "FrozenLake-v1", "--backend", f"replay:{recorded}", "--logs-dir", str(logs)])
     assert code == 2 and "recorded with env_id 'CartPole-v1'" in one_line(capsys.readouterr().err)
     assert run_files(logs) == []
+
+
+def _edited_policy(tmp_path: Path, edit: str) -> Path:
+    assert main(train_args(tmp_path, "--no-progress")) == 0
+    run = tmp_path / "CartPole-v1" / "r"
+    data = json.loads((run / "best_policy.json").read_text())
+    if edit == "bins":  # a policy written for other bins (its fingerprint is theirs)
+        data["observation"]["dims"][0]["high"] = 9.0
+        data["spec_fingerprint"] = spec_fingerprint(data["env_id"], data["env_kwargs"], data["observation"],
+                                                    data["action"])
+    else:
+        data["spec_fingerprint"] = "0" * 16
+    (run / "best_policy.json").write_text(json.dumps(data))
+    return run
+
+
+@pytest.mark.parametrize("command", [["evaluate"], ["plot", "--policy", "--out", "OUT"]])
+@pytest.mark.parametrize(("edit", "said"), [("bins", "observation bins differ"), ("fingerprint", "spec_fingerprint")])
+def test_plot_and_evaluate_refuse_the_same_mismatched_policies(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], command: list[str], edit: str, said: str) -> None:
+    run = _edited_policy(tmp_path, edit)
+    out = tmp_path / "policy.png"
+    capsys.readouterr()
+    code = main([*(str(out) if a == "OUT" else a for a in command), str(run)])
+    assert code == 2 and said in one_line(capsys.readouterr().err)
+    assert not out.exists()
+
+
+# ----------------------------------------------------------------------------------------------- item 25
+def test_compare_makes_the_run_folders_its_documentation_names(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "cmp"
+    code = main(["compare", "--env", "FrozenLake-v1", "--backends", "offline,offline@reward", "--seeds", "0",
+                 "--iterations", "1", "--out", str(out)])
+    assert code == 0, capsys.readouterr().err
+    made = sorted(p.name for p in (out / "runs" / "FrozenLake-v1").iterdir())
+    assert made == ["offline-reward_s0", "offline_s0"]
+    docs = (ROOT / "docs" / "modes.md").read_text()
+    assert all(f"`{name}`" in docs for name in made) and "<backend>-<mode>_s<seed>" not in docs
+    results = (out / "results.md").read_text()
+    assert "(1 run per backend), 1 iteration per run" in results
+
+
+def test_envs_shows_the_format_column_the_documentation_shows(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["envs"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split()[-1] == "format"
+    rows = {x.split()[0]: x for x in lines[1:]}
+    assert rows["CartPole-v1"].endswith("table (auto)") and rows["MountainCar-v0"].endswith("rules")
+    assert main(["envs", "--json"]) == 0
+    listed = {r["env_id"]: r for r in json.loads(capsys.readouterr().out)}
+    assert listed["FrozenLake-v1.8x8"]["format"] == "table"
+    docs = (ROOT / "docs" / "environments.md").read_text()
+    assert "| CartPole-v1 | 324 |" in docs and "| table (auto) |" in docs
+
+
+def test_a_task_without_a_threshold_says_so_in_a_singular_summary(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["train", "--env", "CliffWalking-v1", "--backend", "offline", "--iterations", "1", "--candidates",
+                 "1", "--heldout-episodes", "1", "--logs-dir", str(tmp_path), "--no-plots", "--quiet"])
+    assert code == 0
+    line = capsys.readouterr().out.splitlines()[0]
+    assert "no threshold" in line and "not solved" not in line, line
+    assert "over 1 episode " in line and "; 1 iteration, " in line and "1 proposal (no model called)" in line
+
+
+@pytest.mark.parametrize(("spec", "tail"), [("opnai", "random)"), ("opnai:gpt-4.1", "the spec was 'opnai:gpt-4.1'")])
+def test_an_unknown_backend_is_named_once(tmp_path: Path, capsys: pytest.CaptureFixture[str], spec: str,
+                                          tail: str) -> None:
+    assert main(["train", "--backend", spec, "--logs-dir", str(tmp_path)]) == 2
+    line = one_line(capsys.readouterr().err)
+    assert "unknown backend 'opnai' for --backend; did you mean openai?" in line and line.endswith(tail), line
+    assert "in 'opnai'" not in line
+
+
+@pytest.mark.parametrize(("text", "said"), [('log = ["cvs"]', "unknown logger 'cvs' in config file {} (key log)"),
+                                            ('[train]\nmode = "tabel"', "unknown mode 'tabel' in config file {} (key "
+                                                                        "mode); did you mean table?")])
+def test_a_config_file_error_names_the_file_and_its_key(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                        text: str, said: str) -> None:
+    config = tmp_path / "run.toml"
+    config.write_text(text + "\n")
+    assert main(["train", "--config", str(config), "--backend", "offline", "--logs-dir", str(tmp_path / "l")]) == 2
+    line = one_line(capsys.readouterr().err)
+    assert said.format(config) in line and "for --" not in line, line
+    assert run_files(tmp_path / "l") == []
+
+
+def test_a_missing_extra_gives_the_readme_install_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setitem(sys.modules, "imageio", None)
+    monkeypatch.setitem(sys.modules, "imageio.v3", None)
+    assert main(train_args(tmp_path, "--no-progress")) == 0
+    capsys.readouterr()
+    code = main(["evaluate", str(tmp_path / "CartPole-v1" / "r"), "--episodes", "1", "--gif",
+                 str(tmp_path / "a.gif")])
+    assert code == 2 and "pip install -e '.[gif]'" in one_line(capsys.readouterr().err)
+
+
+def test_hoppers_policy_drawing_has_apart_titles_and_a_legend_of_its_27_actions(tmp_path: Path) -> None:
+    pytest.importorskip("mujoco")
+    from llm_policy_gen.figures import load_run_policy, policy_figure
+
+    code = main(["train", "--env", "Hopper-v5", "--backend", "offline", "--iterations", "1", "--candidates", "1",
+                 "--heldout-episodes", "1", "--logs-dir", str(tmp_path), "--run-id", "h", "--no-plots", "--quiet"])
+    assert code == 0
+    fig = policy_figure(*load_run_policy(tmp_path / "Hopper-v5" / "h"))
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    panels = [ax for ax in fig.axes if ax.get_visible() and ax.get_title()]
+    assert len(fig.axes) == 16 and len(panels) == 16  # no colour bar axes
+    boxes = [ax.title.get_window_extent(renderer) for ax in panels]
+    assert not [(a, b) for a in range(16) for b in range(a + 1, 16) if boxes[a].overlaps(boxes[b])]
+    (legend,) = fig.legends
+    labels = [t.get_text() for t in legend.get_texts()]
+    assert len(labels) == 27 and labels[13] == "13: thigh torque=0, leg torque=0, foot torque=0"
+    colours = {tuple(h.get_facecolor()) for h in legend.legend_handles}
+    assert len(colours) == 27
+
+
+def test_the_comparison_pages_runs_table_fits_a_1200_pixel_window(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    from test_report import browse, chromium
+
+    chromium()
+    assert main(["train", "--env", "FrozenLake-v1", "--backend", "offline", "--iterations", "3", "--logs-dir",
+                 str(tmp_path / "made"), "--run-id", "r", "--no-plots", "--quiet"]) == 0
+    deep = tmp_path / "a-rather-long-folder-name-for-recorded-transcripts" / "run_with_a_long_identifier_0001"
+    deep.mkdir(parents=True)
+    (deep / "transcripts.jsonl").write_bytes((tmp_path / "made" / "FrozenLake-v1" / "r" / "transcripts.jsonl")
+                                             .read_bytes())
+    out = tmp_path / "cmp"
+    assert main(["compare", "--env", "FrozenLake-v1", "--backends", f"offline,replay:{deep / 'transcripts.jsonl'}",
+                 "--seeds", "0-1", "--iterations", "5", "--out", str(out)]) == 0
+    assert main(["report", str(out)]) == 0
+    page = out / "report.html"
+    # The same page with one more script, which measures the runs table against the box that holds it.
+    html = page.read_text()
+    html = html.replace('<meta http-equiv="Content-Security-Policy"', '<meta name="csp-removed-for-the-test"')
+    probe = ("<script>const t = document.querySelector('table.runs');"
+             "document.body.setAttribute('data-fit', String(t.scrollWidth <= t.parentElement.clientWidth));</script>")
+    measured = tmp_path / "measured.html"
+    measured.write_text(html.replace("</body>", probe + "</body>"))
+    dom = browse(measured, tmp_path, "--dump-dom", "--window-size=1200,1400").stdout
+    assert 'data-fit="true"' in dom, re.findall(r"data-fit=\"\w+\"", dom)

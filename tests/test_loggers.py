@@ -120,12 +120,12 @@ def test_missing_tensorboardx_names_the_extra(tmp_path: Path, monkeypatch: pytes
     for name in [m for m in sys.modules if m == "tensorboardX" or m.startswith("tensorboardX.")]:
         monkeypatch.delitem(sys.modules, name)
     monkeypatch.setitem(sys.modules, "tensorboardX", None)
-    with pytest.raises(UserError, match=r"pip install 'llm-policy-gen\[tensorboard\]'"):
+    with pytest.raises(UserError, match=r"pip install -e '\.\[tensorboard\]'"):  # as the README installs it
         TensorBoardWriter(tmp_path)
     code = main(["train", "--env", "CartPole-v1", "--backend", "offline", "--iterations", "1", "--logs-dir",
                  str(tmp_path), "--log", "tensorboard", "--quiet"])
     err = capsys.readouterr().err.strip().splitlines()
-    assert code == 2 and len(err) >= 1 and "llm-policy-gen[tensorboard]" in err[-1]
+    assert code == 2 and len(err) >= 1 and "pip install -e '.[tensorboard]'" in err[-1]
 
 
 def test_each_logger_name_is_made_once(tmp_path: Path) -> None:

@@ -346,5 +346,5 @@ def test_missing_jinja2_names_the_extra(tmp_path: Path, monkeypatch: pytest.Monk
         monkeypatch.delitem(sys.modules, name)
     monkeypatch.setitem(sys.modules, "jinja2", None)
     assert main(["report", str(run)]) == 2
-    assert "pip install 'llm-policy-gen[report]'" in _error_line(capsys)
+    assert "pip install -e '.[report]'" in _error_line(capsys)  # as the README installs it
     assert not (run / "report.html").exists()

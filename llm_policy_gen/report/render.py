@@ -14,7 +14,7 @@ from typing import Any
 from urllib.parse import quote
 
 from .. import __version__
-from ..errors import UserError
+from ..errors import missing_extra
 from ..runlog import slug
 from .data import REPORT_NAME, CompareData, RunData
 from .images import file_uri, policy_image, run_curves, seed_curves, usage_curves
@@ -63,7 +63,7 @@ def _environment() -> Any:
     try:
         import jinja2
     except ImportError:
-        raise UserError("report needs Jinja2: pip install 'llm-policy-gen[report]'") from None
+        raise missing_extra("report needs Jinja2", "report") from None
     loader = jinja2.PackageLoader("llm_policy_gen.report", "templates")
     env = jinja2.Environment(loader=loader,
                              autoescape=jinja2.select_autoescape(["html", "j2"], default_for_string=True),
