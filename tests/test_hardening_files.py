@@ -175,6 +175,19 @@ def test_a_module_that_cannot_be_imported_is_one_line_and_keeps_the_summary(tmp_
     assert snapshot(run) == before  # summary.json (and everything else) as it was
 
 
+def test_a_module_that_fails_while_it_is_imported_is_one_line(tmp_path: Path) -> None:
+    run, env_id = corridor_run(tmp_path, "lpg_files_broken")
+    (tmp_path / "lpg_files_broken.py").write_text("import gymnasium\nraise RuntimeError('half-edited module')\n",
+                                                  encoding="utf-8")
+    shutil.rmtree(tmp_path / "__pycache__", ignore_errors=True)
+    for args in (["evaluate", str(run), "--env", env_id],
+                 ["train", "--resume", str(run), "--iterations", "2", "--env", env_id, "--no-progress"]):
+        r = run_cli(tmp_path, *args)
+        assert r.returncode == 2
+        line = one_line(r.stderr)
+        assert "cannot import module 'lpg_files_broken' (RuntimeError: half-edited module)" in line
+
+
 # ----------------------------------------------------------------------------------------------- item 7: reports
 def comparison(tmp_path: Path) -> Path:
     out = tmp_path / "cmp"

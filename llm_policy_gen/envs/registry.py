@@ -69,16 +69,18 @@ def variant_id(env_id: str, variant: str | None) -> str:
 
 
 def import_env_module(env_id: str) -> None:
-    """For ``module:EnvId``, import ``module`` (as ``gymnasium.make`` would); a module that cannot be imported is a
-    one-line :class:`UserError`. Other ids import nothing."""
+    """For ``module:EnvId``, import ``module`` (as ``gymnasium.make`` would); a module that cannot be imported (not
+    found, or failing while it runs) is a one-line :class:`UserError`. Other ids import nothing."""
     if ":" not in env_id:
         return
     module = env_id.partition(":")[0]
     try:
         importlib.import_module(module)
-    except ImportError as exc:
-        raise UserError(f"environment {env_id!r}: cannot import module {module!r} ({exc}); it must be importable "
-                        "(on PYTHONPATH) and register its environments with gymnasium.register") from None
+    except Exception as exc:  # a user's module may fail in any way: its failure is one line
+        why = str(exc) if isinstance(exc, ImportError) else f"{type(exc).__name__}: {exc}"
+        raise UserError(f"environment {env_id!r}: cannot import module {module!r} ({why.splitlines()[0][:200]}); "
+                        "it must be importable (on PYTHONPATH) and register its environments with "
+                        "gymnasium.register") from None
 
 
 def check_env_named(env_id: str, named: str | None, what: str, spec_id: str | None = None) -> None:
