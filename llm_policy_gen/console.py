@@ -50,8 +50,7 @@ def cost_text(cost_usd: float, complete: bool) -> str:
 def calls_text(answered: int, failed: int, first_error: str | None) -> str:
     """``"N calls"``, and when some failed ``"N calls (M failed: first error ...)"``: N counts every call made,
     answered or failed, so that a run whose calls all failed never reads "0 calls"."""
-    total = int(answered) + int(failed)
-    text = f"{total} call{'' if total == 1 else 's'}"
+    text = plural(int(answered) + int(failed), "call")
     if failed:
         error = " ".join(str(first_error or "not recorded").split())
         text += f" ({failed} failed: first error {error if len(error) <= 160 else error[:157] + '...'})"
