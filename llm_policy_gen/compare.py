@@ -496,7 +496,7 @@ def plot_curves(curves: Sequence[dict[str, Any]], out: Path, title: str, backend
                 threshold: float | None = None, points: int = 300) -> Path:
     """Median and interquartile band per backend of step curves ``{"backend", "x", "y"}``; returns ``out``."""
     from .figures import plt, save_figure
-    from .plots import group_colours
+    from .plots import figure_label, group_colours
 
     order = list(backends) if backends else list(dict.fromkeys(c["backend"] for c in curves))
     colours = dict(zip(order, group_colours(len(order)), strict=True))
@@ -508,7 +508,7 @@ def plot_curves(curves: Sequence[dict[str, Any]], out: Path, title: str, backend
         if not mine:
             continue
         med, q1, q3 = quartile_band(step_curves(mine, grid))
-        ax.plot(grid, med, linewidth=2, color=colours[b], label=f"{b} (median of {len(mine)})")
+        ax.plot(grid, med, linewidth=2, color=colours[b], label=f"{figure_label(b)} (median of {len(mine)})")
         ax.fill_between(grid, q1, q3, color=colours[b], alpha=0.2, linewidth=0)
     if threshold is not None:
         ax.axhline(threshold, color="gray", linestyle="--", linewidth=1, label=f"solved ({threshold:g})")

@@ -37,8 +37,8 @@ from .errors import UserError
 from .runlog import read_jsonl
 from .stats import quartile_band, step_curves
 
-__all__ = ["KINDS", "X_AXES", "RunCurves", "smooth", "load_events", "load_run", "group_colours", "curves_figure",
-           "plot_run", "plot_runs", "save_figure", "plt"]
+__all__ = ["KINDS", "X_AXES", "RunCurves", "smooth", "load_events", "load_run", "group_colours", "figure_label",
+           "curves_figure", "plot_run", "plot_runs", "save_figure", "plt"]
 
 KINDS = ("testing", "training")
 X_AXES = ("iterations", "episodes")
@@ -281,6 +281,18 @@ def _group_samples(runs: Sequence[RunCurves], kind: str, window: int, x_axis: st
     return samples
 
 
+def figure_label(name: str, limit: int = 40) -> str:
+    """A backend (or group) name as a legend entry or panel title: a long one, such as a replay file's path, keeps
+    its kind and its end (``replay:…/run_0001/transcripts.jsonl``), so that it never pushes a legend or its
+    neighbours' titles out of the figure."""
+    name = str(name)
+    if len(name) <= limit:
+        return name
+    kind, sep, _ = name.partition(":")
+    keep = kind + sep if sep and len(kind) < limit // 3 else ""
+    return keep + "…" + name[-(limit - len(keep) - 1):]
+
+
 def _groups_figure(runs: Sequence[RunCurves], kind: str, window: int, x_axis: str) -> Any:
     groups: dict[str, list[RunCurves]] = {}
     for r in runs:
@@ -293,9 +305,9 @@ def _groups_figure(runs: Sequence[RunCurves], kind: str, window: int, x_axis: st
         med, q1, q3 = quartile_band(_group_samples(members, kind, window, x_axis, grid))
         runs_text = f"{len(members)} run{'s' if len(members) != 1 else ''}"
         if x_axis == "iterations":
-            ax.plot(grid, med, color=colour, linewidth=2, marker=".", label=f"{name} ({runs_text})")
+            ax.plot(grid, med, color=colour, linewidth=2, marker=".", label=f"{figure_label(name)} ({runs_text})")
         else:
-            ax.plot(grid, med, color=colour, linewidth=2, label=f"{name} ({runs_text})")
+            ax.plot(grid, med, color=colour, linewidth=2, label=f"{figure_label(name)} ({runs_text})")
         if len(members) > 1:
             ax.fill_between(grid, q1, q3, color=colour, alpha=0.18, linewidth=0)
         drawn += [q1, q3]

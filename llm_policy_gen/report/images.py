@@ -131,6 +131,7 @@ def policy_image(run_dir: Path) -> tuple[str | None, str]:
 
 def seed_curves(data: CompareData, threshold: float | None) -> str | None:
     """One panel per backend, one line per seed: the kept table's held-out mean against episodes."""
+    from ..plots import figure_label  # matplotlib, imported when a page is drawn
     order = [b for b in data.backends if any(c.get("backend") == b and c.get("x") for c in data.curves)]
     if not order:
         return None
@@ -144,7 +145,7 @@ def seed_curves(data: CompareData, threshold: float | None) -> str | None:
             ax.step(c["x"], c["y"], where="post", linewidth=1.3, label=f"seed {c.get('seed')}")
         if threshold is not None:
             ax.axhline(threshold, color="gray", linewidth=1, linestyle=":")
-        ax.set_title(b, fontsize=9)
+        ax.set_title(figure_label(b), fontsize=9)
         ax.grid(alpha=0.3)
         ax.tick_params(labelsize=7)
         if len(ax.get_lines()) <= 8:
