@@ -228,6 +228,12 @@ OUT_OF_BOUNDS: list[tuple[str, str, dict[str, Any]]] = [
     ("rules", "Hopper-v5", {"rationale": "r", "otherwise": 0, "linear": [
         {"output": d % 3, "weights": [0.0] * 4, "bias": 0.0, "thresholds": [0.0, 1.0]} for d in range(4)]}),
     ("rules", "Pendulum-v1", {"rationale": "r", "otherwise": 3}),
+    ("rules", "CartPole-v1", {"rationale": "r", "otherwise": 0, "linear": [  # the levels and scores forms mixed
+        {"output": 0, "weights": [1.0, 0.5, 2.0, 1.0], "bias": 0.0, "thresholds": [0.0]},
+        {"output": 1, "weights": [1.0, 0.5, 2.0, 1.0], "bias": 0.0, "thresholds": []}]}),
+    ("rules", "FrozenLake-v1", {"rationale": "r", "otherwise": 0, "linear": [
+        {"output": 2, "weights": [1.0, 0.5], "bias": 0.0, "thresholds": []},
+        {"output": 0, "weights": [1.0, 0.5], "bias": 0.0, "thresholds": [-1.0, 0.0, 1.0]}]}),
 ]
 
 
@@ -331,12 +337,20 @@ def test_small_ranges_get_enums_first_within_the_budget() -> None:
     assert "enum" not in row["state"] and (row["state"]["minimum"], row["state"]["maximum"]) == (0, 9999)
     assert row["action"]["enum"] == list(range(81))
     cart = make_format("table").json_schema(fctx("CartPole-v1"))["$defs"]["ActionRow"]["properties"]
-    assert cart["state"]["enum"] == list(range(324)) and cart["action"]["enum"] == [0, 1]
+    assert "enum" not in cart["state"] and cart["state"]["maximum"] == 323 and cart["action"]["enum"] == [0, 1]
+    lake = make_format("table").json_schema(fctx("FrozenLake-v1.8x8"))["$defs"]["ActionRow"]["properties"]
+    assert lake["state"]["enum"] == list(range(64))
     schema = {"type": "object", "properties": {
         "a": {"type": "integer", "minimum": 0, "maximum": 9}, "b": {"type": "integer", "minimum": 0, "maximum": 2},
         "c": {"type": "integer", "minimum": 1, "maximum": 1}}}
     with_enums(schema, budget=5)
     assert [schema["properties"][k].get("enum") for k in "abc"] == [None, [0, 1, 2], [1]]
+    with_enums(schema, largest=9)
+    assert "enum" not in schema["properties"]["a"]
+    assert with_enums(schema, largest=10)["properties"]["a"]["enum"] == list(range(10))
+    assert Target("value", low=-np.inf, high=2.5).json_schema() == {"type": "number", "maximum": 2.5}
+    assert with_enums({"type": "integer", "minimum": 0, "maximum": -1}) == {"type": "integer", "minimum": 0,
+                                                                            "maximum": -1}
 
 
 def test_without_keywords_removes_keywords_not_property_names() -> None:
@@ -411,15 +425,15 @@ def grammar_regex(grammar: str) -> re.Pattern[str]:
 def in_grammar_order(answer: dict[str, Any], schema: dict[str, Any]) -> str:
     """``answer`` as compact JSON with its keys where the grammar wants them: required first, then the others."""
     def order(node: Any, sch: dict[str, Any]) -> Any:
-        if isinstance(node, list):
-            return [order(v, sch.get("items", {})) for v in node]
-        if not isinstance(node, dict):
-            return node
         if "$ref" in sch:
             sch = schema["$defs"][sch["$ref"].rsplit("/", 1)[1]]
         if "anyOf" in sch:
             fits = [a for a in sch["anyOf"] if not schema_errors({**a, "$defs": schema.get("$defs", {})}, node)]
             sch = (fits or sch["anyOf"])[0]
+        if isinstance(node, list):
+            return [order(v, sch.get("items", {})) for v in node]
+        if not isinstance(node, dict):
+            return node
         props = list(sch["properties"])
         keys = [k for k in props if k in sch.get("required", [])] + [k for k in props if k not in sch["required"]]
         return {k: order(node[k], sch["properties"][k]) for k in keys if k in node}
@@ -428,7 +442,8 @@ def in_grammar_order(answer: dict[str, Any], schema: dict[str, Any]) -> str:
 
 
 @pytest.mark.parametrize(("name", "env_id"), [("table", "FrozenLake-v1"), ("edits", "CartPole-v1"),
-                                              ("rules", "CartPole-v1"), ("rules", "Hopper-v5")])
+                                              ("rules", "CartPole-v1"), ("rules", "Hopper-v5"),
+                                              ("rules", "FrozenLake-v1")])
 def test_the_grammar_takes_valid_answers_and_refuses_out_of_bounds(name: str, env_id: str) -> None:
     fmt, ctx = make_format(name), fctx(env_id)
     schema = fmt.json_schema(ctx)

@@ -28,12 +28,13 @@ A rules answer is JSON with up to three parts::
 
 Schema bounds (:meth:`RulesFormat.json_schema`): cases as the ``edits`` format's boxes (bins per dimension, the
 entry in range); a linear rule takes one of the shapes the actions allow -- per action dimension ``d`` of the levels
-form, ``output`` d with exactly ``levels[d] - 1`` thresholds; in the scores form (``Discrete`` actions) an ``output``
-in ``0..n_actions-1`` with no thresholds; for values ``output`` 0 with none -- always with one weight per state
-dimension (``minItems`` = ``maxItems``), and at most one rule per output (``maxItems``). ``otherwise`` is required and
-never null: a schema cannot make it depend on ``linear`` being empty in what strict modes accept (no ``if``/``then``,
-no ``anyOf`` at the root), so it asks for an entry always. That is the one answer the validator takes and the schema
-does not: ``otherwise`` null or missing beside linear rules (old transcripts and the population search write it).
+form, ``output`` d with exactly ``levels[d] - 1`` thresholds; in the scores form (``Discrete`` actions) an
+``output`` in ``0..n_actions-1`` with no thresholds, in a list of its own (``anyOf`` the two forms, never mixed);
+for values ``output`` 0 with none -- always with one weight per state dimension (``minItems`` = ``maxItems``), and
+at most one rule per output (``maxItems``). ``otherwise`` is required and never null: a schema cannot make it depend
+on ``linear`` being empty in what strict modes accept (no ``if``/``then``, no ``anyOf`` at the root), so it asks for
+an entry always. That is the one answer the validator takes and the schema does not: ``otherwise`` null or missing
+beside linear rules (old transcripts and the population search write it).
 
 The table is compiled from the rules alone (the current table plays no part), and the rules travel with it as the
 policy's ``source``. :class:`RulesPolicy` evaluates the same rules on raw observations through the same code path as
@@ -376,18 +377,15 @@ _OTHERWISE = ("the entry of the states no case matches, when linear is empty (ig
               "but always given)")
 
 
-def _max_linear_rules(actions: ActionDiscretizer, target: Target) -> int:
-    """Most linear rules a valid answer has: one per output, each output at most once."""
-    if target.kind == "value":
-        return 1
-    n_outputs = len(output_levels(actions))
-    return max(n_outputs, actions.n_actions) if isinstance(actions, DiscreteActions) else n_outputs
+def _linear_schema(actions: ActionDiscretizer, target: Target, n_dims: int, rule: dict[str, Any],
+                   base: dict[str, Any]) -> dict[str, Any]:
+    """The schema of ``linear`` (``base``: its pydantic schema): the rule shapes the actions allow, each with its
+    ``output`` and exactly its number of thresholds, at most one rule per output.
 
-
-def _linear_alternatives(actions: ActionDiscretizer, target: Target, n_dims: int,
-                         rule: dict[str, Any]) -> list[dict[str, Any]]:
-    """The shapes a valid linear rule can take, each with its ``output`` and its number of thresholds: per action
-    dimension in the levels form, any action with no thresholds in the scores form, output 0 with none for values."""
+    Levels form: per action dimension ``d``, ``output`` d with ``levels[d] - 1`` thresholds. Scores form
+    (``Discrete`` actions): any action, no thresholds, kept apart from the levels form (one list or the other, as the
+    validator decides the form from the whole list). Values: one rule, ``output`` 0, no thresholds.
+    """
     numbers = {"type": "array", "items": {"type": "number"}}
 
     def shape(lo: int, hi: int, n_thresholds: int) -> dict[str, Any]:
@@ -397,12 +395,18 @@ def _linear_alternatives(actions: ActionDiscretizer, target: Target, n_dims: int
                  "thresholds": {**rule["thresholds"], **numbers, "minItems": n_thresholds, "maxItems": n_thresholds}}
         return {"type": "object", "properties": props, "required": list(props), "additionalProperties": False}
 
+    def rules(shapes: list[dict[str, Any]], most: int) -> dict[str, Any]:
+        return {"type": "array", "items": shapes[0] if len(shapes) == 1 else {"anyOf": shapes}, "maxItems": most}
+
+    keep = {k: v for k, v in base.items() if k in ("title", "description", "default")}
     if target.kind == "value":
-        return [shape(0, 0, 0)]
-    shapes = [shape(d, d, n - 1) for d, n in enumerate(output_levels(actions))]
-    if isinstance(actions, DiscreteActions):
-        shapes.append(shape(0, actions.n_actions - 1, 0))
-    return shapes
+        return {**keep, **rules([shape(0, 0, 0)], 1)}
+    levels = output_levels(actions)
+    levels_form = rules([shape(d, d, n - 1) for d, n in enumerate(levels)], len(levels))
+    if not isinstance(actions, DiscreteActions):
+        return {**keep, **levels_form}
+    scores_form = rules([shape(0, actions.n_actions - 1, 0)], actions.n_actions)
+    return {**keep, "anyOf": [levels_form, scores_form]}
 
 
 def _output_names(actions: ActionDiscretizer) -> list[str]:
@@ -427,10 +431,8 @@ class RulesFormat:
         schema = self._model(target).model_json_schema()
         bound_boxes(schema, "Case" if target.kind == "action" else "ValueCase", ctx)
         rule = schema["$defs"].pop("LinearRule")["properties"]
-        linear = schema["properties"]["linear"]
-        alternatives = _linear_alternatives(ctx.actions, target, len(table_dims(ctx.observation)), rule)
-        linear["items"] = alternatives[0] if len(alternatives) == 1 else {"anyOf": alternatives}
-        linear["maxItems"] = _max_linear_rules(ctx.actions, target)
+        props = schema["properties"]
+        props["linear"] = _linear_schema(ctx.actions, target, len(table_dims(ctx.observation)), rule, props["linear"])
         other = schema["properties"]["otherwise"]
         schema["properties"]["otherwise"] = {**target.json_schema(), "description": _OTHERWISE, "title": other["title"]}
         schema["required"] = [*schema["required"], "otherwise"]

@@ -17,8 +17,9 @@ Validation rules (the same for every backend, the offline optimiser included):
 * An empty ``rows`` list is refused.
 
 Schema bounds (:meth:`TableFormat.json_schema`): ``state`` in ``0..n_states-1`` and ``action`` in ``0..n_actions-1``
-(each an ``enum`` too while the schema's enum budget lasts: up to about 1,000 states, so a 10,000-state table keeps
-only ``minimum``/``maximum`` on its states), a ``value`` in the target's range, ``rows`` at least one item.
+(each also an ``enum`` up to :data:`~llm_policy_gen.formats.base.ENUM_LARGEST` values: FrozenLake's 16 states are
+enforced by a llama.cpp grammar, CartPole's 324 only by ``minimum``/``maximum``, which such a grammar ignores and the
+validator checks), a ``value`` in the target's range, ``rows`` at least one item.
 """
 
 from __future__ import annotations
