@@ -198,6 +198,10 @@ def slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-") or "run"
 
 
+_LINKING_WRITERS = frozenset({"wandb"})
+"""Folders of a run directory whose writer (a library) makes symbolic links of its own inside them."""
+
+
 class RunDir:
     """``logs/<env-id>/<run-id>/`` and the files of the contract."""
 
@@ -239,8 +243,14 @@ class RunDir:
 
     def check_no_links(self) -> None:
         """Refuse (:class:`UserError`, one line) a run directory that holds a symbolic link anywhere inside it:
-        whatever resumes or writes a run reads, replaces and deletes files there, never through a link."""
+        whatever resumes or writes a run reads, replaces and deletes files there, never through a link.
+
+        The one exception is the inside of ``wandb/`` (W&B's own offline run, which links its logs itself and is
+        written only by W&B); ``wandb`` itself must not be a link.
+        """
         for root, dirs, files in os.walk(self.path):
+            if Path(root) != self.path and Path(root).relative_to(self.path).parts[0] in _LINKING_WRITERS:
+                continue
             for name in sorted(dirs + files):
                 p = Path(root) / name
                 if p.is_symlink():

@@ -225,6 +225,19 @@ def test_report_run_reports_never_write_outside_the_comparison(tmp_path: Path,
     assert "outside/report.html" not in html and f"{absolute}/report.html" not in html
 
 
+def test_report_neither_reads_nor_writes_through_a_link(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = comparison(tmp_path)
+    (run,) = (out / "runs" / "FrozenLake-v1").iterdir()
+    elsewhere = tmp_path / "elsewhere.jsonl"
+    shutil.move(run / "transcripts.jsonl", elsewhere)
+    (run / "transcripts.jsonl").symlink_to(elsewhere)
+    assert main(["report", str(run)]) == 2
+    assert f"{run / 'transcripts.jsonl'} is a symbolic link" in one_line(capsys.readouterr().err)
+    assert main(["report", str(out), "--run-reports"]) == 0  # the comparison's page, without that run's
+    assert not (run / "report.html").exists()
+    assert "./runs/" not in (out / "report.html").read_text(encoding="utf-8")
+
+
 def test_a_run_folder_named_like_a_url_is_a_relative_escaped_link(tmp_path: Path) -> None:
     out = comparison(tmp_path)
     (run,) = (out / "runs" / "FrozenLake-v1").iterdir()
@@ -292,6 +305,26 @@ def test_a_file_of_a_run_that_is_a_link_is_refused(tmp_path: Path, capsys: pytes
     line = one_line(capsys.readouterr().err)
     assert name in line and "symbolic link" in line
     assert outside.read_text(encoding="utf-8") == "not yours\n"
+
+
+def test_the_links_w_and_b_makes_in_its_own_folder_do_not_stop_a_resume(tmp_path: Path,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("wandb")
+    assert main(["train", "--env", "FrozenLake-v1", "--backend", "offline", "--iterations", "1", "--candidates", "1",
+                 "--heldout-episodes", "5", "--logs-dir", str(tmp_path / "logs"), "--run-id", "w2", "--no-plots",
+                 "--quiet", "--log", "wandb"]) == 0
+    run = tmp_path / "logs" / "FrozenLake-v1" / "w2"
+    assert any(p.is_symlink() for p in (run / "wandb").rglob("*"))  # W&B's own latest-run, debug.log, ...
+    (run / "summary.json").unlink()
+    assert resume(run) == 0
+    shutil.rmtree(run / "wandb")
+    (tmp_path / "elsewhere").mkdir()
+    (run / "wandb").symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    (run / "summary.json").unlink()
+    capsys.readouterr()
+    assert main(["train", "--resume", str(run), "--iterations", "3", "--quiet"]) == 2
+    assert f"{run / 'wandb'} is a symbolic link" in one_line(capsys.readouterr().err)
+    assert not any((tmp_path / "elsewhere").iterdir())
 
 
 # ----------------------------------------------------------------------------------------------- item 9: broken files

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UserError
-from ..runlog import write_bytes_atomic
+from ..runlog import RunDir, write_bytes_atomic
 from .data import REPORT_NAME, is_compare_dir, is_run_dir, load_compare, load_run
 
 __all__ = ["write_report", "add_parser", "REPORT_NAME"]
@@ -70,6 +70,7 @@ def write_report(target: Path, out: Path | None = None, run_reports: bool = Fals
                     written.append(page)
         return [*written, _write(out, render_compare(data, out, links))]
     if is_run_dir(target):
+        RunDir(target).check_no_links()  # the page neither reads nor writes through a link
         return [_write(out, render_run(load_run(target)))]
     raise UserError(f"{target} is neither a run directory (events.jsonl, summary.json) nor a comparison directory "
                     "(results.csv); give the folder `train` or `compare` printed")

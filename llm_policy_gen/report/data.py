@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UserError
-from ..runlog import read_json, read_jsonl
+from ..runlog import RunDir, read_json, read_jsonl
 
 __all__ = ["IterationView", "RunData", "CompareData", "load_run", "load_compare", "is_run_dir", "is_compare_dir",
            "REPORT_NAME"]
@@ -228,8 +228,9 @@ class CompareData:
         return order + [b for b in dict.fromkeys(r["backend"] for r in self.rows) if b not in order]
 
     def run_dir(self, row: dict[str, Any]) -> Path | None:
-        """The row's run directory, when it is one inside this comparison folder; a ``run_dir`` that is absolute
-        or leads out of the folder (``..``, a link) is ignored, so a page never reads or writes elsewhere."""
+        """The row's run directory, when it is one inside this comparison folder; a ``run_dir`` that is absolute,
+        leads out of the folder (``..``, a link) or holds a symbolic link is ignored, so a page never reads or
+        writes elsewhere."""
         rel = row.get("run_dir")
         if not rel:
             return None
@@ -240,7 +241,13 @@ class CompareData:
             inside = d.resolve().is_relative_to(self.path.resolve())
         except OSError:
             return None
-        return d if inside and is_run_dir(d) else None
+        if not (inside and is_run_dir(d)):
+            return None
+        try:
+            RunDir(d).check_no_links()
+        except UserError:
+            return None
+        return d
 
 
 def load_compare(path: Path) -> CompareData:
