@@ -416,6 +416,21 @@ def test_a_wrongly_typed_event_field_is_one_line_in_the_report(tmp_path: Path, c
     assert f"{run / 'events.jsonl'} line 2" in line and field in line
 
 
+@pytest.mark.parametrize(("field", "value"), [("input_tokens", "abc"), ("messages", 5), ("latency_s", "slow"),
+                                            ("errors", {"a": 1}), ("candidate", 1.5)])
+def test_a_wrongly_typed_transcript_field_is_one_line_in_the_report(tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str], field: str,
+                                                                    value: Any) -> None:
+    run = lake_run(tmp_path, "r", 2)
+    rows = read_jsonl(run / "transcripts.jsonl")
+    rows[1][field] = value
+    (run / "transcripts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    capsys.readouterr()
+    assert main(["report", str(run)]) == 2
+    line = one_line(capsys.readouterr().err)
+    assert f"{run / 'transcripts.jsonl'} line 2: {field} is" in line
+
+
 # ----------------------------------------------------------------------------------------------- item 11: run ids
 @pytest.mark.parametrize("run_id", ["a\nb", "a\rb", "tab\there", "bell\x07", "...", "..", ".", "....", "a\x7fb"])
 def test_a_run_id_with_control_characters_or_only_dots_is_refused(tmp_path: Path,

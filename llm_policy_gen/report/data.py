@@ -44,26 +44,43 @@ def _is_number(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+_NUMBER = ("a number", _is_number)
+_INT = ("an integer", _is_int)
+_LIST = ("a list", lambda x: isinstance(x, list))
+
 #: The fields of an events.jsonl line that the page computes with, and the type each must have when present.
 _EVENT_TYPES: dict[str, tuple[str, Any]] = {
-    **{k: ("a number", _is_number) for k in ("eval_mean", "train_return", "best_test_mean", "best_eval_mean",
-                                             "heldout_mean", "cost_usd", "cost_usd_total", "wall_s")},
-    **{k: ("an integer", lambda x: isinstance(x, int) and not isinstance(x, bool))
-       for k in ("episodes_total", "env_steps_total", "llm_calls", "input_tokens", "output_tokens", "eval_episodes",
-                 "chosen")},
-    **{k: ("a list of numbers", lambda x: isinstance(x, list) and all(v is None or _is_number(v) for v in x))
-       for k in ("candidate_means", "eval_returns", "train_returns")},
-    "validation_errors": ("a list", lambda x: isinstance(x, list)),
+    **dict.fromkeys(("eval_mean", "train_return", "best_test_mean", "best_eval_mean", "heldout_mean", "cost_usd",
+                     "cost_usd_total", "wall_s"), _NUMBER),
+    **dict.fromkeys(("episodes_total", "env_steps_total", "llm_calls", "input_tokens", "output_tokens",
+                     "eval_episodes", "chosen"), _INT),
+    **dict.fromkeys(("candidate_means", "eval_returns", "train_returns"),
+                    ("a list of numbers", lambda x: isinstance(x, list) and all(v is None or _is_number(v)
+                                                                                for v in x))),
+    "validation_errors": _LIST,
+}
+
+#: The same for a transcripts.jsonl line.
+_CALL_TYPES: dict[str, tuple[str, Any]] = {
+    **dict.fromkeys(("input_tokens", "output_tokens", "candidate", "attempt"), _INT),
+    **dict.fromkeys(("cost_usd", "latency_s"), _NUMBER),
+    **dict.fromkeys(("messages", "errors"), _LIST),
 }
 
 
-def _check_event(event: dict[str, Any], where: str) -> None:
-    """Refuse, in one line naming the file and line, an event whose fields the page uses have the wrong type."""
-    for key, (what, ok) in _EVENT_TYPES.items():
-        value = event.get(key)
-        if value is not None and not ok(value):
-            raise UserError(f"{where}: {key} is {json.dumps(value)[:60]}, not {what}; the file was changed by hand "
-                            "or by another program")
+def _check_types(rows: list[dict[str, Any]], path: Path, types: dict[str, tuple[str, Any]]) -> None:
+    """Refuse, in one line naming the file, the line and the field, a row whose fields the page uses have the wrong
+    type (the file was changed by hand or by another program)."""
+    for number, row in enumerate(rows, 1):
+        for key, (what, ok) in types.items():
+            value = row.get(key)
+            if value is not None and not ok(value):
+                raise UserError(f"{path} line {number}: {key} is {json.dumps(value)[:60]}, not {what}; the file was "
+                                "changed by hand or by another program")
 
 
 def is_run_dir(path: Path) -> bool:
@@ -195,11 +212,11 @@ def load_run(path: Path) -> RunData:
     config = _read_json(p / "config.json") or {}
     summary = _read_json(p / "summary.json")
     events = _read_lines(p / "events.jsonl")
-    for number, e in enumerate(events, 1):
-        _check_event(e, f"{p / 'events.jsonl'} line {number}")
+    _check_types(events, p / "events.jsonl", _EVENT_TYPES)
     events.sort(key=lambda e: int(e.get("iteration", 0)))
     v1 = bool(events) and not any("best_test_mean" in e or "candidate_means" in e for e in events)
     transcripts = _read_lines(p / "transcripts.jsonl")
+    _check_types(transcripts, p / "transcripts.jsonl", _CALL_TYPES)
     missing = [f"{name} ({why})" for name, why in (
         ("config.json", "settings"), ("events.jsonl", "iterations and curves"), ("summary.json", "the run did not "
          "finish: figures come from the last logged iteration"), ("transcripts.jsonl", "model calls"),
