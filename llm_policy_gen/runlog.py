@@ -27,6 +27,7 @@ import numpy as np
 from .errors import UserError
 
 __all__ = ["write_json_atomic", "write_bytes_atomic", "append_jsonl", "read_jsonl", "read_json", "run_id_problem",
+           "check_fields", "EVENT_FIELDS", "TRANSCRIPT_FIELDS",
            "rewrite_jsonl", "RunDir", "to_jsonable", "slug", "KVWriter", "JsonlWriter", "Logger", "current_umask"]
 
 
@@ -191,6 +192,56 @@ def run_id_problem(run_id: str) -> str | None:
     if bad is not None:
         return f"it holds the control character U+{ord(bad):04X}"
     return None
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _is_message(m: Any) -> bool:
+    return isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+
+
+_NUMBER = ("a number", _is_number)
+_INT = ("an integer", _is_int)
+_LIST = ("a list", lambda x: isinstance(x, list))
+
+EVENT_FIELDS: dict[str, tuple[str, Callable[[Any], bool]]] = {
+    **dict.fromkeys(("eval_mean", "train_return", "best_test_mean", "best_eval_mean", "heldout_mean", "cost_usd",
+                     "cost_usd_total", "wall_s"), _NUMBER),
+    **dict.fromkeys(("episodes_total", "env_steps_total", "llm_calls", "input_tokens", "output_tokens",
+                     "eval_episodes", "chosen"), _INT),
+    **dict.fromkeys(("candidate_means", "eval_returns", "train_returns"),
+                    ("a list of numbers", lambda x: isinstance(x, list) and all(v is None or _is_number(v)
+                                                                                for v in x))),
+    "validation_errors": _LIST,
+}
+"""The fields of an ``events.jsonl`` line that are computed with, and the type each must have when not null."""
+
+TRANSCRIPT_FIELDS: dict[str, tuple[str, Callable[[Any], bool]]] = {
+    **dict.fromkeys(("candidate", "attempt", "state", "input_tokens", "output_tokens", "cached_input_tokens"), _INT),
+    **dict.fromkeys(("cost_usd", "latency_s"), _NUMBER),
+    "errors": _LIST,
+    "messages": ("a list of {role, content} objects", lambda x: isinstance(x, list) and all(map(_is_message, x))),
+    "response_text": ("a string", lambda x: isinstance(x, str)),
+}
+"""The same for a ``transcripts.jsonl`` line (what a resume reuses and a report shows)."""
+
+
+def check_fields(rows: Sequence[dict[str, Any]], path: Path,
+                 types: dict[str, tuple[str, Callable[[Any], bool]]]) -> None:
+    """Refuse, in one line naming the file, the line and the field, a row (line ``k + 1`` of ``path``) whose
+    ``types`` fields have the wrong type: the file was changed by hand or by another program."""
+    for number, row in enumerate(rows, 1):
+        for key, (what, ok) in types.items():
+            value = row.get(key)
+            if value is not None and not ok(value):
+                raise UserError(f"{path} line {number}: {key} is {json.dumps(value)[:60]}, not {what}; the file was "
+                                "changed by hand or by another program")
 
 
 def slug(text: str) -> str:

@@ -41,7 +41,7 @@ from .clients.keys import redact, redact_all
 from .errors import BackendAuthError, BackendError, BackendUnreachable, ProposalError, ReplayExhausted
 from .formats.base import AnswerFormat, FormatContext, Parsed
 from .pricing import cost_usd
-from .runlog import append_jsonl, read_jsonl
+from .runlog import TRANSCRIPT_FIELDS, append_jsonl, check_fields, read_jsonl
 
 __all__ = [
     "Usage",
@@ -194,7 +194,9 @@ class RecordedCalls:
             return cls(), []
         keep: list[dict[str, Any]] = []
         later: list[dict[str, Any]] = []
-        for r in read_jsonl(path, on_torn=on_torn):
+        rows = read_jsonl(path, on_torn=on_torn)
+        check_fields(rows, path, TRANSCRIPT_FIELDS)  # a reused call's fields are computed with: one line if bad
+        for r in rows:
             (keep if int(r.get("iteration", 0)) <= after_iteration else later).append(r)
         return cls(later), keep
 

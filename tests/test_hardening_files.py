@@ -417,8 +417,8 @@ def test_a_wrongly_typed_event_field_is_one_line_in_the_report(tmp_path: Path, c
 
 
 @pytest.mark.parametrize(("field", "value"), [("input_tokens", "abc"), ("messages", 5), ("latency_s", "slow"),
-                                            ("errors", {"a": 1}), ("candidate", 1.5)])
-def test_a_wrongly_typed_transcript_field_is_one_line_in_the_report(tmp_path: Path,
+                                            ("errors", {"a": 1}), ("candidate", "x"), ("messages", [{"role": 1}])])
+def test_a_wrongly_typed_transcript_field_is_one_line_in_the_report_and_on_resume(tmp_path: Path,
                                                                     capsys: pytest.CaptureFixture[str], field: str,
                                                                     value: Any) -> None:
     run = lake_run(tmp_path, "r", 2)
@@ -429,6 +429,10 @@ def test_a_wrongly_typed_transcript_field_is_one_line_in_the_report(tmp_path: Pa
     assert main(["report", str(run)]) == 2
     line = one_line(capsys.readouterr().err)
     assert f"{run / 'transcripts.jsonl'} line 2: {field} is" in line
+    before = snapshot(run)
+    assert main(["train", "--resume", str(run), "--iterations", "3", "--quiet"]) == 2  # a resume reads them too
+    assert f"{run / 'transcripts.jsonl'} line 2: {field} is" in one_line(capsys.readouterr().err)
+    assert snapshot(run) == before
 
 
 # ----------------------------------------------------------------------------------------------- item 11: run ids

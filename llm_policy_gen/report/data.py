@@ -9,13 +9,12 @@ listed in :attr:`RunData.missing` and its part of the page says so.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..errors import UserError
-from ..runlog import RunDir, read_json, read_jsonl
+from ..runlog import EVENT_FIELDS, TRANSCRIPT_FIELDS, RunDir, check_fields, read_json, read_jsonl
 
 __all__ = ["IterationView", "RunData", "CompareData", "load_run", "load_compare", "is_run_dir", "is_compare_dir",
            "REPORT_NAME"]
@@ -38,49 +37,6 @@ def _read_lines(path: Path) -> list[dict[str, Any]]:
         return read_jsonl(path)  # a broken line is one line naming the file and the line
     except OSError as exc:
         raise UserError(f"{path} cannot be read: {exc.strerror or exc}") from None
-
-
-def _is_number(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool)
-
-
-def _is_int(x: Any) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
-
-
-_NUMBER = ("a number", _is_number)
-_INT = ("an integer", _is_int)
-_LIST = ("a list", lambda x: isinstance(x, list))
-
-#: The fields of an events.jsonl line that the page computes with, and the type each must have when present.
-_EVENT_TYPES: dict[str, tuple[str, Any]] = {
-    **dict.fromkeys(("eval_mean", "train_return", "best_test_mean", "best_eval_mean", "heldout_mean", "cost_usd",
-                     "cost_usd_total", "wall_s"), _NUMBER),
-    **dict.fromkeys(("episodes_total", "env_steps_total", "llm_calls", "input_tokens", "output_tokens",
-                     "eval_episodes", "chosen"), _INT),
-    **dict.fromkeys(("candidate_means", "eval_returns", "train_returns"),
-                    ("a list of numbers", lambda x: isinstance(x, list) and all(v is None or _is_number(v)
-                                                                                for v in x))),
-    "validation_errors": _LIST,
-}
-
-#: The same for a transcripts.jsonl line.
-_CALL_TYPES: dict[str, tuple[str, Any]] = {
-    **dict.fromkeys(("input_tokens", "output_tokens", "candidate", "attempt"), _INT),
-    **dict.fromkeys(("cost_usd", "latency_s"), _NUMBER),
-    **dict.fromkeys(("messages", "errors"), _LIST),
-}
-
-
-def _check_types(rows: list[dict[str, Any]], path: Path, types: dict[str, tuple[str, Any]]) -> None:
-    """Refuse, in one line naming the file, the line and the field, a row whose fields the page uses have the wrong
-    type (the file was changed by hand or by another program)."""
-    for number, row in enumerate(rows, 1):
-        for key, (what, ok) in types.items():
-            value = row.get(key)
-            if value is not None and not ok(value):
-                raise UserError(f"{path} line {number}: {key} is {json.dumps(value)[:60]}, not {what}; the file was "
-                                "changed by hand or by another program")
 
 
 def is_run_dir(path: Path) -> bool:
@@ -212,11 +168,11 @@ def load_run(path: Path) -> RunData:
     config = _read_json(p / "config.json") or {}
     summary = _read_json(p / "summary.json")
     events = _read_lines(p / "events.jsonl")
-    _check_types(events, p / "events.jsonl", _EVENT_TYPES)
+    check_fields(events, p / "events.jsonl", EVENT_FIELDS)
     events.sort(key=lambda e: int(e.get("iteration", 0)))
     v1 = bool(events) and not any("best_test_mean" in e or "candidate_means" in e for e in events)
     transcripts = _read_lines(p / "transcripts.jsonl")
-    _check_types(transcripts, p / "transcripts.jsonl", _CALL_TYPES)
+    check_fields(transcripts, p / "transcripts.jsonl", TRANSCRIPT_FIELDS)
     missing = [f"{name} ({why})" for name, why in (
         ("config.json", "settings"), ("events.jsonl", "iterations and curves"), ("summary.json", "the run did not "
          "finish: figures come from the last logged iteration"), ("transcripts.jsonl", "model calls"),
