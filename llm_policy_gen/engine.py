@@ -46,7 +46,7 @@ from .errors import BackendAuthError, BackendUnreachable, EndpointError, NoCallS
 from .formats import FORMATS, table_format_names
 from .formats.base import AnswerFormat, Target
 from .keeper import Keeper, SeedPlan, Verdict
-from .locks import LOCK_FILES, FolderLock
+from .locks import LOCK_FILES, FolderLock, HeldInterrupts
 from .memory import ExperienceMemory, episodes_from_state, episodes_state
 from .modes import MODES
 from .modes.base import Mode, Step
@@ -600,12 +600,13 @@ def _drive(run: Run, first: int) -> tuple[str, bool]:
             stop_reason = step.stop or "stopped"
             run.log(f"run ends: {stop_reason}")
             return stop_reason, True
-        run.iteration = iteration
-        run.since_best = 0 if step.accepted else run.since_best + 1
-        run.accepted_count += int(step.accepted)
-        rec = run.record(step, iteration, t_iter, run.usage.minus(before))
-        run.logger.write(rec)
-        run.checkpoint()
+        with HeldInterrupts():  # the iteration's record and its checkpoint go together (a Ctrl-C waits for both)
+            run.iteration = iteration
+            run.since_best = 0 if step.accepted else run.since_best + 1
+            run.accepted_count += int(step.accepted)
+            rec = run.record(step, iteration, t_iter, run.usage.minus(before))
+            run.logger.write(rec)
+            run.checkpoint()
         if step.stop is not None:
             stop_reason = step.stop
             run.log(f"run ends: {stop_reason}")
@@ -632,21 +633,26 @@ def _check_some_call_succeeded(run: Run) -> None:
                           f"error{where}: {error}")
 
 
-def _finish(run: Run, stop_reason: str, interrupted: bool) -> dict[str, Any]:
+def _finish(run: Run, stop_reason: str, interrupted: bool, held: HeldInterrupts) -> dict[str, Any]:
     """Write summary.json (and the plots): from the last committed state when the run was interrupted or ended
-    inside an unfinished iteration."""
+    inside an unfinished iteration. Called with Ctrl-C held back (``held``), except in the mode's own ending."""
     state = run.committed if interrupted and run.committed is not None else None
     extra: dict[str, Any] = {}
     if state is not None:
-        # The files must agree with the summary: the best policy as of the last finished iteration.
+        # The files must agree with the summary: the best policy as of the last finished iteration, and no policy
+        # file of the iteration that did not finish.
         run.keeper.load_state_dict(state["keeper"])
-        held = state["heldout"]
-        run.best_heldout = None if held is None else Rollouts(np.asarray(held["seeds"]), np.asarray(held["returns"]),
-                                                             np.asarray(held["lengths"]))
+        best = state["heldout"]
+        run.best_heldout = None if best is None else Rollouts(np.asarray(best["seeds"]), np.asarray(best["returns"]),
+                                                             np.asarray(best["lengths"]))
         run.save_best()
+        for p in (run.dir.path / "policies").glob("iter_*.json"):
+            if p.stem[5:].isdigit() and int(p.stem[5:]) > int(state["iteration"]):
+                p.unlink()
     else:
         try:
-            extra = run.mode.finish(run)
+            with held.allowed():  # the mode's ending may call the model: a Ctrl-C cuts it short
+                extra = run.mode.finish(run)
         except (KeyboardInterrupt, Exception) as exc:  # the summary must still be written
             extra = {"finish_error": f"{type(exc).__name__}: {redact(str(exc))[:200]}"}
     summary = run.summary(stop_reason, extra, state)
@@ -688,16 +694,19 @@ def _execute(run: Run, first: int) -> RunResult:
         interrupted = True
         raise
     finally:
-        run.logger.close()
-        run.collector.close()
-        summary = None
-        try:
-            summary = _finish(run, stop_reason, interrupted or ended_inside)
-        except OSError as exc:
-            if not interrupted:
-                if exc.errno == errno.ENOSPC:
-                    raise _disk_full(run, exc) from None
-                raise
+        with HeldInterrupts(raise_after=False) as late:  # the closing files are written whole, Ctrl-C or not
+            run.logger.close()
+            run.collector.close()
+            summary = None
+            try:
+                summary = _finish(run, stop_reason, interrupted or ended_inside, late)
+            except OSError as exc:
+                if not interrupted:
+                    if exc.errno == errno.ENOSPC:
+                        raise _disk_full(run, exc) from None
+                    raise
+    if late.cut:  # a Ctrl-C cut the mode's ending short (its files are whole): the run says it was interrupted
+        raise RunInterrupted(str(run.dir.path), _kept(run))
     assert summary is not None
     if summary["never_accepted"] and run.mode.name != "direct":
         run.log("note: no candidate was ever accepted; the best policy is the initial table")
@@ -761,11 +770,14 @@ def _train(cfg: TrainConfig, log: Callable[[str], None] | None, held: ExitStack,
     if cfg.temperature is not None and not BACKENDS.entry(name).info["is_llm"]:
         notes.append(f"note: --temperature has no effect on {name} (no language model is sampled)")
     load_prices(cfg.prices_file)  # a missing or broken price file is refused before anything starts
-    run_dir = RunDir.create(Path(cfg.logs_dir), spec.env_id, cfg.backend or name, cfg.seed, cfg.run_id)
-    held.enter_context(FolderLock(run_dir.path, "the run directory"))  # released when the run ends, however
-    # What a resume needs, at once: a run killed from here on can be resumed (the full record follows below).
-    write_json_atomic(run_dir.config, {"package": "llm-policy-gen", "version": __version__, "seed": cfg.seed,
-                                       "mode": mode.name, "config": cfg.to_dict(), "env_spec": spec.to_dict()})
+    with HeldInterrupts(raise_after=False) as starting:  # never a run directory without its config.json
+        run_dir = RunDir.create(Path(cfg.logs_dir), spec.env_id, cfg.backend or name, cfg.seed, cfg.run_id)
+        held.enter_context(FolderLock(run_dir.path, "the run directory"))  # released when the run ends, however
+        # What a resume needs, at once: a run killed from here on can be resumed (the full record follows below).
+        write_json_atomic(run_dir.config, {"package": "llm-policy-gen", "version": __version__, "seed": cfg.seed,
+                                           "mode": mode.name, "config": cfg.to_dict(), "env_spec": spec.to_dict()})
+    if starting.pending:
+        raise RunInterrupted(str(run_dir.path), 0)
     console = _console(cfg, spec.env_id, name, mode.name, log)
     for n in notes:
         console.notice(n)

@@ -1,4 +1,4 @@
-"""One writer at a time per run directory and per comparison folder.
+"""One writer at a time per run directory and per comparison folder, and writes a Ctrl-C cannot cut in two.
 
 A :class:`FolderLock` holds an operating-system lock on ``FOLDER/.lock`` (the ``filelock`` library: ``flock`` on
 Unix, ``LockFileEx`` on Windows) for as long as a ``train``, a ``train --resume`` or a ``compare`` writes the folder.
@@ -8,6 +8,10 @@ redacted) and start time. A second process that wants the folder gets the lock r
 
 The kernel releases the lock of a process that ends in any way, ``kill -9`` included, so a lock left by a killed
 process never blocks: its note is only a leftover, overwritten by the next holder.
+
+:class:`HeldInterrupts` holds a Ctrl-C (SIGINT) back while a group of writes that must go together is done -- an
+iteration's record and its checkpoint, a run's closing files -- so that the files always agree on the iterations a
+run finished; the interrupt then takes effect as soon as the group is written.
 """
 
 from __future__ import annotations
@@ -15,8 +19,12 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import signal
 import socket
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
@@ -24,7 +32,7 @@ from typing import Any
 
 from .errors import UserError
 
-__all__ = ["FolderLock", "FolderBusy", "LOCK_FILE", "HOLDER_FILE", "LOCK_FILES"]
+__all__ = ["FolderLock", "FolderBusy", "HeldInterrupts", "LOCK_FILE", "HOLDER_FILE", "LOCK_FILES"]
 
 LOCK_FILE = ".lock"
 HOLDER_FILE = ".lock.holder.json"
@@ -112,3 +120,56 @@ class FolderLock:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.release()
+
+
+class HeldInterrupts:
+    """A context manager: a Ctrl-C (SIGINT) that comes inside the block is held back and raised as
+    ``KeyboardInterrupt`` when the block is done (unless the block itself raised). Outside the main thread, or where
+    SIGINT is not Python's to handle, it does nothing.
+
+    ``pending`` says whether an interrupt came; :meth:`allowed` lets one through at once inside the block (for work
+    the user must be able to cut short, such as model calls), and ``cut`` says whether one cut that work short.
+    """
+
+    def __init__(self, raise_after: bool = True) -> None:
+        self.raise_after = raise_after
+        self.pending = False
+        self.cut = False
+        self._previous: Any = None
+        self._installed = False
+
+    def _hold(self, signum: int, frame: Any) -> None:
+        self.pending = True
+
+    def __enter__(self) -> HeldInterrupts:
+        if threading.current_thread() is threading.main_thread():
+            previous = signal.getsignal(signal.SIGINT)
+            if previous is signal.default_int_handler:  # Python's own Ctrl-C; leave any other choice alone
+                signal.signal(signal.SIGINT, self._hold)
+                self._previous, self._installed = previous, True
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+        if self._installed:
+            signal.signal(signal.SIGINT, self._previous)
+            self._installed = False
+        if self.pending and self.raise_after and exc_type is None:
+            raise KeyboardInterrupt
+
+    @contextmanager
+    def allowed(self) -> Iterator[None]:
+        """Inside the block, a Ctrl-C interrupts at once (one already held is raised on entry); it is noted in
+        ``pending``, and the hold resumes after the block."""
+        if not self._installed:
+            yield
+            return
+        signal.signal(signal.SIGINT, self._previous)
+        try:
+            if self.pending:
+                raise KeyboardInterrupt
+            yield
+        except KeyboardInterrupt:
+            self.pending = self.cut = True
+            raise
+        finally:
+            signal.signal(signal.SIGINT, self._hold)
