@@ -150,6 +150,23 @@ def test_a_module_environment_evaluates_and_resumes_only_when_the_command_line_n
     assert json.loads((run / "summary.json").read_text())["iterations"] == 2
 
 
+def test_a_config_file_names_a_module_environment_only_with_env_on_the_command_line(tmp_path: Path) -> None:
+    run, env_id = corridor_run(tmp_path, "lpg_files_config")
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "planted.py").write_text(textwrap.dedent(PLANTED), encoding="utf-8")
+    (work / "c.toml").write_text('env_id = "planted:FrozenLake-v1"\n', encoding="utf-8")
+    args = ["--backend", "offline", "--iterations", "1", "--candidates", "1", "--heldout-episodes", "3",
+            "--logs-dir", "logs", "--no-plots", "--no-progress"]
+    r = run_cli(work, "train", "--config", "c.toml", *args)
+    assert r.returncode == 2 and "add --env planted:FrozenLake-v1" in one_line(r.stderr)
+    assert not (work / "PLANTED-RAN").exists() and not (work / "logs").exists()
+    r = run_cli(tmp_path, "train", "--config", str(run / "config.json"), *args)  # another run's experiment
+    assert r.returncode == 2 and f"add --env {env_id}" in one_line(r.stderr)
+    r = run_cli(tmp_path, "train", "--config", str(run / "config.json"), "--env", env_id, *args)
+    assert r.returncode == 0, r.stderr
+
+
 def test_evaluate_takes_env_for_a_shipped_environment_too(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     run = lake_run(tmp_path)
     capsys.readouterr()
