@@ -18,7 +18,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fakes import openai_server
+from fakes import anthropic_server, openai_server
+from fakes.gemini_server import FAKE_GEMINI_KEY, FakeGeminiServer, fake_gemini_fixture  # noqa: F401
 from fakes.openai_server import FAKE_KEY, FakeOpenAIServer, ok
 from fakes.tables import CARTPOLE, TableResponder
 
@@ -93,7 +94,7 @@ def test_url_password_and_echoed_credentials_reach_no_file_page_or_console(
     monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
     hostile.push(ok("not a table {authorization}"))  # the echo reaches response_text and a repair message too
     url = _with_password(hostile.base_url)
-    code = main(_train(tmp_path, "--backend", "openai:gpt-4.1-mini", "--base-url", url))
+    code = main(_train(tmp_path, "--backend", "openai:gpt-4.1-mini", "--base-url", url, "--log", "csv,tensorboard"))
     out, err = capsys.readouterr()
     assert code == 0, err
     auth = {r.headers.get("authorization") for r in hostile.requests}
@@ -105,6 +106,7 @@ def test_url_password_and_echoed_credentials_reach_no_file_page_or_console(
     assert {x["response_model"] for x in lines} == {"Basic [REDACTED]"}
     assert any("not a table Basic [REDACTED]" == x["response_text"] for x in lines)
     assert list(cache.rglob("*.json"))  # the cache was written, and is scanned
+    assert (run / "progress.csv").is_file() and list(run.rglob("events.out.tfevents*"))  # ... and the writers' files
     assert _leaks(run) == [] and _leaks(cache) == []
     assert not any(s in out + err for s in SECRETS)
     pytest.importorskip("jinja2")
@@ -129,6 +131,41 @@ def test_compare_with_a_url_password_keeps_it_out_of_its_files_and_stdout(
     assert meta["settings"]["base_url"] == hostile.base_url
     assert _leaks(out_dir) == []
     assert not any(s in out + err for s in SECRETS)
+
+
+fake_openai = openai_server.fake_openai  # fixtures, found by pytest under these names
+fake_anthropic = anthropic_server.fake_anthropic
+
+
+@pytest.mark.parametrize("fixture", ["fake_openai", "fake_anthropic", "fake_gemini"])
+def test_every_provider_s_model_field_echoing_the_key_is_redacted(
+    fixture: str, request: pytest.FixtureRequest, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server that puts the key in its answer's model name (``model``, Gemini's ``modelVersion``)."""
+    server = request.getfixturevalue(fixture)
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
+    answer = TableResponder().answer(0)
+    if isinstance(server, FakeGeminiServer):
+        key, spec = FAKE_GEMINI_KEY, "gemini:gemini-2.5-flash"
+        server.model_version = f"key={key}"
+        server.responder = TableResponder()
+    elif isinstance(server, FakeOpenAIServer):
+        key, spec = FAKE_KEY, "openai:gpt-4.1-mini"
+        server.responder = lambda body: answer
+        server.echo_auth = True  # ``Bearer <key>`` in the model and the fingerprint
+    else:
+        key, spec = anthropic_server.FAKE_KEY, "anthropic:claude-haiku-4-5"
+        server.push(*[anthropic_server.ok(answer, model=f"key={key}") for _ in range(8)])
+    code = main(_train(tmp_path, "--backend", spec))
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    run = _run_dir(tmp_path)
+    models = {json.loads(x)["response_model"] for x in (run / "transcripts.jsonl").read_text().splitlines()}
+    assert models and all("[REDACTED]" in m for m in models), models
+    leaked = [str(p) for p in [*run.rglob("*"), *cache.rglob("*")] if p.is_file() and key.encode() in p.read_bytes()]
+    assert leaked == [] and key not in out + err
 
 
 # --- 3: resuming a run made by someone else ---------------------------------------------------------------------------
