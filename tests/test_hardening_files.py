@@ -308,7 +308,8 @@ def test_a_policies_folder_that_is_a_link_is_refused_and_its_target_untouched(
     assert snapshot(run) == before
 
 
-@pytest.mark.parametrize("name", ["events.jsonl", "transcripts.jsonl", "training.png", "policies/iter_0001.json"])
+@pytest.mark.parametrize("name", ["events.jsonl", "transcripts.jsonl", "training.png", "policies/iter_0001.json",
+                                  ".lock", ".lock.holder.json"])
 def test_a_file_of_a_run_that_is_a_link_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                    name: str) -> None:
     run = lake_run(tmp_path)
