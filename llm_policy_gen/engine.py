@@ -882,10 +882,10 @@ def _resume(run_dir: Path, overrides: dict[str, Any] | None, log: Callable[[str]
         raise UserError(f"{run_dir} does not exist; give the run directory `train` printed")
     if not rd.config.is_file():
         raise UserError(f"{run_dir} is not a run directory (no config.json); give the folder `train` printed")
+    rd.check_no_links()  # nothing is deleted or written through a link (the lock's own files included)
     held.enter_context(FolderLock(rd.path, "the run directory"))
     record = read_json(rd.config)
     try:
-    rd.check_no_links()  # nothing is deleted or written through a link (the lock's own files included)
         spec = EnvSpec.from_dict(record["env_spec"])
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise UserError(f"{rd.config} cannot be read as a run's config.json: {exc}") from None
