@@ -151,13 +151,13 @@ def _cmd_train(args: argparse.Namespace) -> int:
         result = resume(Path(args.resume), cli)
     else:
         file_settings = load_config_file(args.config) if args.config else {}
-        if args.spec:
-            from .envs.registry import variant_id
         if "env_id" not in cli and isinstance(file_settings.get("env_id"), str):
             from .envs.registry import check_env_named
 
             # a config file (maybe another's run's config.json) imports a module:EnvId module only when named
             check_env_named(file_settings["env_id"], None, f"the config file {args.config}")
+        if args.spec:
+            from .envs.registry import variant_id
 
             env = cli.get("env_id") or file_settings.get("env_id") or TrainConfig.model_fields["env_id"].default
             cli["env_id"] = variant_id(str(env), args.spec)
