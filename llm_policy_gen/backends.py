@@ -32,6 +32,9 @@ BACKENDS.register("anthropic", "llm_policy_gen.clients.anthropic:AnthropicClient
                   default_model="claude-sonnet-5-5", is_llm=True, description="Anthropic Claude through anthropic")
 BACKENDS.register("ollama", "llm_policy_gen.clients.openai:OpenAIClient", kind="client", default_model="llama3.1:8b",
                   is_llm=True, provider="ollama", description="local Ollama server (OpenAI-compatible API)")
+BACKENDS.register("llamacpp", "llm_policy_gen.clients.llamacpp:LlamaCppClient", kind="client", default_model="",
+                  is_llm=True, requires="llama_cpp",
+                  description="a local GGUF model in this process (llamacpp:PATH.gguf; extra: local)")
 BACKENDS.register("q-learning", "llm_policy_gen.proposers.qlearning:QLearningProposer", kind="proposer",
                   default_model="", is_llm=False,
                   description="classic tabular Q-learning on the same discretization (baseline, not an LLM)")
@@ -77,8 +80,13 @@ def is_configured(name: str, check_server: bool = False) -> bool | None:
         from .clients.openai import ollama_base_url, server_answers
 
         return server_answers(ollama_base_url(None))
-    if not BACKENDS.entry(name).info["is_llm"]:
+    info = BACKENDS.entry(name).info
+    if not info["is_llm"]:
         return True
+    if "requires" in info:  # a local runtime: configured when it is installed (it needs no key)
+        import importlib.util
+
+        return importlib.util.find_spec(info["requires"]) is not None
     return get_key(name) is not None
 
 

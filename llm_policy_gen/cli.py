@@ -75,6 +75,9 @@ def _add_train(sub: Any) -> None:
     p.add_argument("--timeout", dest="timeout_s", type=float, help="bound on each whole request attempt in s "
                    "(default 120; 600 for a local server)")
     p.add_argument("--temperature", type=float, help="sampling temperature (default: provider's)")
+    p.add_argument("--max-output-tokens", type=int, help="upper bound on an answer's tokens (default 16384)")
+    p.add_argument("--n-ctx", dest="n_ctx", type=int, help="llamacpp: context size in tokens (default: the model's)")
+    p.add_argument("--llm-threads", type=int, help="llamacpp: threads (default: usable cores / worker processes)")
     p.add_argument("--max-concurrent-calls", type=int, help="calls in flight at once (default 8)")
     p.add_argument("--local-concurrency", type=int, help="calls a local server (Ollama, a --base-url on a loopback "
                    "address) is sent at once (default 1: llama_cpp.server serves one at a time)")
@@ -116,8 +119,8 @@ def _add_train(sub: Any) -> None:
 
 _TRAIN_OPTIONS = ("env_id", "backend", "mode", "candidates", "iterations", "max_episodes", "seed", "logs_dir",
                   "run_id", "output_format", "base_url", "budget_usd", "repair_attempts", "max_retries", "timeout_s",
-                  "temperature", "max_concurrent_calls", "local_concurrency", "max_prompt_tokens",
-                  "unreachable_after", "confirm_episodes", "confirm_z",
+                  "temperature", "max_output_tokens", "n_ctx", "llm_threads", "max_concurrent_calls",
+                  "local_concurrency", "max_prompt_tokens", "unreachable_after", "confirm_episodes", "confirm_z",
                   "confirm_batches",
                   "heldout_episodes", "patience", "test_seeds",
                   "train_episodes", "bins", "dims", "env_kwargs", "prices_file", "log",

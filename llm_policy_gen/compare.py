@@ -110,7 +110,7 @@ __all__ = [
 
 #: Settings that change how a run goes, not what it finds: they may differ between invocations of one sweep.
 OPERATIONAL_SETTINGS = ("logs_dir", "run_id", "explicit", "progress", "quiet", "plots", "log", "timeout_s",
-                        "max_retries", "max_concurrent_calls", "unreachable_after", "cache", "cache_dir",
+                        "max_retries", "max_concurrent_calls", "unreachable_after", "cache", "cache_dir", "llm_threads",
                         "local_concurrency")
 
 

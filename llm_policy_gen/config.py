@@ -111,6 +111,10 @@ class TrainConfig(BaseModel):
     max_answer_chars: int = _field(262144, "an integer >= 1000", "Longest answer text accepted, in characters: a "
                                    "longer answer is refused as invalid, stored cut to this length, never cached "
                                    "and never sent back whole in a repair.", ge=1000)
+    n_ctx: int | None = _field(None, "an integer >= 256", "Context size in tokens of an in-process model "
+                               "(llamacpp; None: the model's own).", ge=256)
+    llm_threads: int | None = _field(None, "an integer >= 1", "Threads of an in-process model (llamacpp; None: "
+                                     "the usable cores divided by the sweep's worker processes).", ge=1)
     budget_usd: float | None = _field(None, "a number >= 0", "Stop cleanly before a call would pass this spend "
                                       "(calls in flight count).", ge=0.0)
     max_concurrent_calls: int = _field(8, "an integer >= 1", "Calls in flight at once (the K candidates of an "

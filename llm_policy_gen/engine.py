@@ -62,7 +62,7 @@ __all__ = ["RunResult", "Run", "resolve_spec", "train", "resume", "default_cache
 
 #: Settings ``train --resume`` may change (everything else comes from the run's config.json).
 RESUME_OPTIONS = ("iterations", "max_episodes", "progress", "quiet", "plots", "patience", "budget_usd", "timeout_s",
-                  "max_retries", "max_concurrent_calls", "cache", "local_concurrency")
+                  "max_retries", "max_concurrent_calls", "cache", "llm_threads", "local_concurrency")
 
 
 @dataclass
@@ -96,6 +96,8 @@ def _client_options(cfg: TrainConfig) -> ClientOptions:
         retry=RetryPolicy(max_retries=cfg.max_retries, timeout_s=cfg.timeout_s),  # None: by the server's kind
         sampling=Sampling(temperature=cfg.temperature, max_output_tokens=cfg.max_output_tokens),
         local_concurrency=cfg.local_concurrency,
+        n_ctx=cfg.n_ctx,
+        threads=cfg.llm_threads,
     )
 
 
@@ -184,7 +186,8 @@ class Run:
             client = factory(model, _client_options(cfg), provider=info["provider"])
         else:
             client = factory(model, _client_options(cfg))
-        _check_budget_is_priced(cfg, client.provider, client.model, client.is_llm)
+        free = isinstance(client, SDKClient) and client.free
+        _check_budget_is_priced(cfg, client.provider, client.model, client.is_llm and not free)
         self._fit_prompts_and_samples(client)
         described = client.describe()
         if "base_url" in described:  # a client that calls a server: say where, and where URL and key came from
@@ -195,7 +198,8 @@ class Run:
         if cfg.cache and client.is_llm:
             folder = Path(cfg.cache_dir) if cfg.cache_dir else default_cache_dir()
             base_url = str(client.describe().get("base_url", "") or "")
-            cache = ResponseCache(folder, client.provider, client.model, base_url,
+            identity = client.cache_identity if isinstance(client, SDKClient) else client.model
+            cache = ResponseCache(folder, client.provider, identity, base_url,
                                   _client_options(cfg).sampling)
         self._session = LLMSession(
             client, self.transcript, repair_attempts=cfg.repair_attempts, budget=budget or Budget(cfg.budget_usd),

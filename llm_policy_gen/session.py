@@ -37,6 +37,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from .clients.base import CallKey, Completion, LLMClient, Message, OutputSpec, Request, call_seed
 from .clients.cache import ResponseCache
+from .clients.common import SDKClient
 from .clients.keys import redact, redact_all
 from .errors import BackendAuthError, BackendError, BackendUnreachable, ProposalError, ReplayExhausted
 from .formats.base import AnswerFormat, FormatContext, Parsed
@@ -273,6 +274,8 @@ class LLMSession:
         self.repair_attempts = int(repair_attempts)
         self.budget = budget or Budget(None)
         self.prices_file = prices_file
+        self._free = isinstance(client, SDKClient) and client.free
+        """A model on this machine: calls cost 0 and need no price."""
         self.cache = cache
         self.recorded = recorded or RecordedCalls()
         self.limiter: CallLimiter = limiter or LocalLimiter(max_concurrent)
@@ -477,8 +480,8 @@ class LLMSession:
             self._count(usage, ok=False)
             return None, usage, "client", exc
         comp = _bounded(comp, self.max_answer_chars)
-        price = cost_usd(self.provider, self.model, comp.input_tokens, comp.output_tokens, self.prices_file,
-                         comp.cached_input_tokens, comp.cache_write_tokens)
+        price = 0.0 if self._free else cost_usd(self.provider, self.model, comp.input_tokens, comp.output_tokens,
+                                                 self.prices_file, comp.cached_input_tokens, comp.cache_write_tokens)
         cost = price or 0.0
         self.budget.settle(estimate, cost)
         usage = Usage(comp.input_tokens, comp.output_tokens, comp.cached_input_tokens, cost, calls=1,

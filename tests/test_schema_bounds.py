@@ -97,7 +97,7 @@ def random_answer(rng: np.random.Generator, name: str, ctx: FormatContext) -> di
     """A random answer the validator accepts (asserted by the callers)."""
     target, sizes = ctx.target, table_dims(ctx.observation)
     if name == "table":
-        states = rng.integers(0, ctx.n_states, int(rng.integers(1, 40)))
+        states = rng.integers(0, ctx.n_states, int(rng.integers(1, min(40, ctx.n_states) + 1)))
         return {"rationale": "r", "rows": [{"state": int(s), target.field: entry(rng, target)} for s in states]}
     if name == "edits":
         return {"rationale": "r", "edits": [box(rng, sizes, target) for _ in range(int(rng.integers(1, 5)))]}

@@ -258,6 +258,10 @@ class ClientOptions:
     """Overrides the provider's base URL (else the SDK's own variable, else the provider's endpoint)."""
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     sampling: Sampling = field(default_factory=Sampling)
+    n_ctx: int | None = None
+    """Context size of an in-process model (None: the model's own)."""
+    threads: int | None = None
+    """Threads of an in-process model (None: the usable cores divided by the processes sharing them)."""
     local_concurrency: int = 1
     """Calls a local server is sent at once (``llama_cpp.server`` serves one at a time; Ollama as many as its
     ``OLLAMA_NUM_PARALLEL``); the others wait their turn in the client, not in the server's queue."""

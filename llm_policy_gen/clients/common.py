@@ -317,6 +317,9 @@ class SDKClient(ABC):
     is_llm: ClassVar[bool] = True
     api: ClassVar[str] = ""
     """The provider API used, for ``describe``."""
+    free: ClassVar[bool] = False
+    """True for a model that runs on this machine: its calls cost 0 and need no price."""
+
     local: ClassVar[bool] = False
     """The class always runs its model on this machine (the in-process model); see ``local_server``."""
     whole_attempt_deadline: ClassVar[bool] = True
@@ -325,6 +328,11 @@ class SDKClient(ABC):
     takes_seed: ClassVar[bool] = False
     """The provider samples with a given seed (``Request.seed`` is sent), so that a repair is a new sample. At
     temperature 0 a repair also goes warmer (:meth:`temperature_for`), so that it cannot get the same answer."""
+
+    @property
+    def cache_identity(self) -> str:
+        """What names the model in the answer cache's key (a local model says its file's hash here)."""
+        return self.model
 
     def __init__(
         self,
