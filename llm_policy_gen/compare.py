@@ -266,7 +266,8 @@ def check_same_sweep(out: Path, sweep: Mapping[str, Any], tasks: Sequence[RunTas
 def preflight(tasks: Sequence[RunTask]) -> None:
     """Everything a run would refuse before its first iteration, for every task, before any run starts: the
     settings of every (entry, seed), and each entry's environment, mode and backend (its key included) by building
-    its run in a scratch folder without starting it."""
+    its run in a scratch folder without starting it. Says, once per entry, where its calls will go and where that
+    base URL and the key came from."""
     from .console import Console
     from .engine import Run
     from .modes import MODES
@@ -286,6 +287,8 @@ def preflight(tasks: Sequence[RunTask]) -> None:
             run = Run(cfg, spec, MODES.load(cfg.mode)(), RunDir(Path(tmp)), console)
             run.logger.close()
             run.collector.close()
+            if run.endpoint is not None:
+                print(run.endpoint, file=sys.stderr)
 
 
 # ---------------------------------------------------------------------------------------------------- executors

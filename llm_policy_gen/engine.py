@@ -160,6 +160,8 @@ class Run:
         self._local_usage = Usage()
         """Calls of a non-LLM proposer (free; counted so that runs compare call for call)."""
         self._shared_budget = budget is not None
+        self.endpoint: str | None = None
+        """Where the calls go and where its base URL and key came from (said before the first call)."""
         self._make_backend(recorded, limiter, budget)
         from .loggers import make_writers  # --log csv,tensorboard
 
@@ -191,9 +193,10 @@ class Run:
         self._fit_prompts_and_samples(client)
         described = client.describe()
         if "base_url" in described:  # a client that calls a server: say where, and where URL and key came from
-            self.log(endpoint_notice(f"{client.provider}:{client.model}", str(described["base_url"] or ""),
-                                     bool(cfg.base_url), BASE_URL_VARIABLES.get(client.provider, ""),
-                                     str(described.get("key_source") or "")))
+            self.endpoint = endpoint_notice(f"{client.provider}:{client.model}", str(described["base_url"] or ""),
+                                            bool(cfg.base_url), BASE_URL_VARIABLES.get(client.provider, ""),
+                                            str(described.get("key_source") or ""))
+            self.log(self.endpoint)
         cache = None
         if cfg.cache and client.is_llm:
             folder = Path(cfg.cache_dir) if cfg.cache_dir else default_cache_dir()

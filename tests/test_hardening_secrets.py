@@ -129,6 +129,9 @@ def test_compare_with_a_url_password_keeps_it_out_of_its_files_and_stdout(
     assert code == 0, err
     meta = json.loads((out_dir / "compare.json").read_text(encoding="utf-8"))
     assert meta["settings"]["base_url"] == hostile.base_url
+    said = [x for x in err.splitlines() if "calls go to" in x]  # once, before the first run
+    assert said == [f"openai:gpt-4.1-mini: calls go to {hostile.base_url} (base URL: the base_url setting "
+                    "(--base-url); key OPENAI_API_KEY from the shell environment)"]
     assert _leaks(out_dir) == []
     assert not any(s in out + err for s in SECRETS)
 

@@ -68,7 +68,7 @@ def endpoint_notice(label: str, base_url: str, from_option: bool, url_variable: 
     """The console line a run prints before its first call: where the calls go, and where that base URL and the key
     came from (``--base-url``, or the variable and whether the shell or which ``.env`` file set it)."""
     if from_option:
-        url_from = "--base-url"
+        url_from = "the base_url setting (--base-url)"
     elif url_variable and os.environ.get(url_variable, "").strip():
         url_from = f"{url_variable} from {variable_source(url_variable)}"
     else:
