@@ -153,11 +153,21 @@ def mutate(rng: np.random.Generator, answer: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def ignored_otherwise(name: str, answer: dict[str, Any]) -> bool:
-    """A rules answer whose ``otherwise`` is null or absent beside linear rules: the validator accepts it (the linear
-    rules decide; old transcripts and the population search write it), the schema asks for an entry always (see the
-    rules module docstring)."""
-    return name == "rules" and bool(answer.get("linear")) and answer.get("otherwise") is None
+def completed(name: str, answer: dict[str, Any], ctx: FormatContext) -> dict[str, Any]:
+    """``answer`` as the schema asks for it, with the same table: a table answer's rows one per state (the last row
+    of each); a rules answer's ``cases`` and ``linear`` written out (``[]``), and an ``otherwise`` (any entry: linear
+    rules decide) for one null or absent beside linear rules, all four keys in the prompt's order (see the format
+    modules' docstrings)."""
+    if name == "table":  # one row per state, as the last row of a state counts
+        last = {row["state"]: row for row in answer["rows"]}
+        return {**answer, "rows": list(last.values())}
+    if name != "rules":
+        return answer
+    out = {"rationale": answer.get("rationale"), "cases": answer.get("cases", []), "linear": answer.get("linear", []),
+           "otherwise": answer.get("otherwise")}
+    if out["otherwise"] is None and out["linear"]:
+        out["otherwise"] = ctx.target.json_schema().get("minimum", 0)
+    return out
 
 
 CASES = [(name, env, value) for name in table_format_names() for env in SPECS for value in (False, True)
@@ -177,14 +187,15 @@ def test_every_answer_the_validator_accepts_fits_the_schema(name: str, env_id: s
     answers = [random_answer(rng, name, ctx) for _ in range(30)]
     for answer in rendered + answers:
         assert accepts(fmt, answer, ctx), answer
-        assert schema_errors(schema, answer) == [], answer
+        full = completed(name, answer, ctx)
+        assert schema_errors(schema, full) == [], answer
+        assert np.array_equal(fmt.parse(json.dumps(full), ctx).value, fmt.parse(json.dumps(answer), ctx).value)
     accepted_mutants = refused_mutants = 0
     for i in range(300):
         mutant = mutate(rng, answers[i % len(answers)])
         if accepts(fmt, mutant, ctx):
-            if not ignored_otherwise(name, mutant):
-                accepted_mutants += 1
-                assert schema_errors(schema, mutant) == [], mutant
+            accepted_mutants += 1
+            assert schema_errors(schema, completed(name, mutant, ctx)) == [], mutant
         elif schema_errors(schema, mutant):
             refused_mutants += 1
     assert accepted_mutants > 30 and refused_mutants > 30, (accepted_mutants, refused_mutants)
@@ -206,8 +217,8 @@ OUT_OF_BOUNDS: list[tuple[str, str, dict[str, Any]]] = [
     ("edits", "CartPole-v1", {"rationale": "r", "edits": [{"conditions": [
         {"dim": d, "min_bin": 0, "max_bin": 0} for d in (0, 1, 2, 3, 0)], "action": 0}]}),
     ("rules", "CartPole-v1", {"rationale": "r", "cases": [], "linear": [], "otherwise": None}),
-    ("rules", "CartPole-v1", {"rationale": "r", "cases": []}),
-    ("rules", "CartPole-v1", {"rationale": "r", "otherwise": 2}),
+    ("rules", "CartPole-v1", {"rationale": "r", "cases": [], "linear": []}),
+    ("rules", "CartPole-v1", {"rationale": "r", "cases": [], "linear": [], "otherwise": 2}),
     ("rules", "CartPole-v1", {"rationale": "r", "otherwise": 0, "linear": [
         {"output": 0, "weights": [1.0, 0.5, 2.0], "bias": 0.0, "thresholds": [0.0]}]}),
     ("rules", "CartPole-v1", {"rationale": "r", "otherwise": 0, "linear": [
@@ -242,7 +253,7 @@ def test_answers_out_of_bounds_are_refused_by_schema_and_validator(name: str, en
                                                                    answer: dict[str, Any]) -> None:
     fmt, ctx = make_format(name), fctx(env_id)
     assert not accepts(fmt, answer, ctx)
-    assert schema_errors(fmt.json_schema(ctx), answer)
+    assert schema_errors(fmt.json_schema(ctx), completed(name, answer, ctx))  # for its bounds, not a missing key
 
 
 @pytest.mark.parametrize("name", ["table", "edits", "rules"])
@@ -251,23 +262,28 @@ def test_values_out_of_range_are_refused_by_the_schema(name: str) -> None:
     answer = {"table": {"rationale": "r", "rows": [{"state": 0, "value": 7.5}]},
               "edits": {"rationale": "r", "edits": [{"conditions": [], "value": -5.5}]},
               "rules": {"rationale": "r", "otherwise": 5.01}}[name]
-    assert not accepts(fmt, answer, ctx) and schema_errors(fmt.json_schema(ctx), answer)
+    assert not accepts(fmt, answer, ctx) and schema_errors(fmt.json_schema(ctx), completed(name, answer, ctx))
     if name == "rules":
-        two = {"rationale": "r", "otherwise": 0.0, "linear": [
+        two = {"rationale": "r", "cases": [], "otherwise": 0.0, "linear": [
             {"output": 0, "weights": [0.0] * 4, "bias": 0.0, "thresholds": []} for _ in range(2)]}
         assert not accepts(fmt, two, ctx) and schema_errors(fmt.json_schema(ctx), two)
 
 
-def test_rules_schema_asks_for_otherwise_even_beside_linear_rules() -> None:
-    """The one answer the validator accepts and the schema does not: the schema cannot make ``otherwise``
-    conditional on ``linear`` in what strict modes accept, so it always asks for one (which the rules then ignore)."""
+def test_rules_schema_asks_for_every_key_and_an_otherwise() -> None:
+    """What the validator fills in, the schema asks for: ``cases`` and ``linear`` (``[]`` when left out) and an
+    ``otherwise`` even beside linear rules (which ignore it), so that a grammar writes the keys in the prompt's order;
+    the answer written out in full gives the same table."""
     fmt, ctx = make_format("rules"), fctx("CartPole-v1")
+    schema = fmt.json_schema(ctx)
+    assert schema["required"] == ["rationale", "cases", "linear", "otherwise"] == list(schema["properties"])
     rule = {"output": 0, "weights": [0.0, 0.0, 1.0, 1.0], "bias": 0.0, "thresholds": [0.0]}
-    with_null = {"rationale": "r", "linear": [rule], "otherwise": None}
-    assert accepts(fmt, with_null, ctx) and schema_errors(fmt.json_schema(ctx), with_null)
-    given = {**with_null, "otherwise": 1}
-    assert accepts(fmt, given, ctx) and schema_errors(fmt.json_schema(ctx), given) == []
-    assert fmt.parse(json.dumps(given), ctx).value.tolist() == fmt.parse(json.dumps(with_null), ctx).value.tolist()
+    short = [{"rationale": "r", "linear": [rule], "otherwise": None}, {"rationale": "r", "linear": [rule]},
+             {"rationale": "r", "otherwise": 1}, {"rationale": "r", "cases": [], "otherwise": 0}]
+    for answer in short:
+        full = completed("rules", answer, ctx)
+        assert accepts(fmt, answer, ctx) and schema_errors(schema, answer)
+        assert schema_errors(schema, full) == []
+        assert fmt.parse(json.dumps(full), ctx).value.tolist() == fmt.parse(json.dumps(answer), ctx).value.tolist()
 
 
 # ------------------------------------------------------------------------------------------------ enums and keywords
@@ -331,6 +347,20 @@ def test_schemas_stay_in_what_strict_modes_accept(name: str, env_id: str) -> Non
     assert enum_values(anthropic) == enum_values(schema)
 
 
+def test_table_rows_are_one_per_state_where_llama_cpp_takes_the_bound() -> None:
+    """A grammar-constrained model cannot list rows until its context is full; llama.cpp refuses the grammar of a
+    bound above about 1,000 (1,500 measured), so a bigger table goes without."""
+    fmt, ctx = make_format("table"), fctx("FrozenLake-v1")
+    schema = fmt.json_schema(ctx)
+    assert schema["properties"]["rows"]["maxItems"] == 16
+    assert "maxItems" not in make_format("table").json_schema(fctx(BIG))["properties"]["rows"]
+    again = {"rationale": "r", "rows": [{"state": s % 16, "action": s // 16} for s in range(20)]}
+    assert accepts(fmt, again, ctx) and schema_errors(schema, again)
+    once = completed("table", again, ctx)
+    assert len(once["rows"]) == 16 and schema_errors(schema, once) == []
+    assert fmt.parse(json.dumps(once), ctx).value.tolist() == fmt.parse(json.dumps(again), ctx).value.tolist()
+
+
 def test_small_ranges_get_enums_first_within_the_budget() -> None:
     big = make_format("table").json_schema(fctx(BIG))
     row = big["$defs"]["ActionRow"]["properties"]
@@ -362,7 +392,7 @@ def test_without_keywords_removes_keywords_not_property_names() -> None:
     text = json.dumps(plain)
     assert '"minimum"' not in text and '"maximum"' not in text and "enum" in plain["properties"]
     assert enum_values(plain) == enum_values(schema)  # the enums stay and still bound the answer
-    bad = {"rationale": "r", "otherwise": 2}
+    bad = {"rationale": "r", "cases": [], "linear": [], "otherwise": 2}
     assert schema_errors(plain, bad)
     no_enum = without_keywords(schema, frozenset({"enum"}))
     assert enum_values(no_enum) == 0 and schema_errors(no_enum, bad)  # minimum/maximum stay
@@ -451,11 +481,11 @@ def test_the_grammar_takes_valid_answers_and_refuses_out_of_bounds(name: str, en
     rng = np.random.default_rng(7)
     valid = [json.loads(fmt.render(ctx.current, ctx, "why"))] + [random_answer(rng, name, ctx) for _ in range(30)]
     for answer in valid:
-        assert grammar.fullmatch(in_grammar_order(answer, schema)), answer
+        assert grammar.fullmatch(in_grammar_order(completed(name, answer, ctx), schema)), answer
     refused = [a for n, e, a in OUT_OF_BOUNDS if (n, e) == (name, env_id)]
     assert refused or name == "edits"
     for answer in refused:
-        text = in_grammar_order(answer, schema)
+        text = in_grammar_order(completed(name, answer, ctx), schema)
         assert not grammar.fullmatch(text), text
     if name == "edits":  # bins 0..2 on dim 0 and 0..5 on dim 2
         ok = {"rationale": "r", "edits": [{"conditions": [{"dim": 2, "min_bin": 0, "max_bin": 5}], "action": 1}]}

@@ -31,10 +31,12 @@ entry in range); a linear rule takes one of the shapes the actions allow -- per 
 form, ``output`` d with exactly ``levels[d] - 1`` thresholds; in the scores form (``Discrete`` actions) an
 ``output`` in ``0..n_actions-1`` with no thresholds, in a list of its own (``anyOf`` the two forms, never mixed);
 for values ``output`` 0 with none -- always with one weight per state dimension (``minItems`` = ``maxItems``), and
-at most one rule per output (``maxItems``). ``otherwise`` is required and never null: a schema cannot make it depend
-on ``linear`` being empty in what strict modes accept (no ``if``/``then``, no ``anyOf`` at the root), so it asks for
-an entry always. That is the one answer the validator takes and the schema does not: ``otherwise`` null or missing
-beside linear rules (old transcripts and the population search write it).
+at most one rule per output (``maxItems``). All four keys are required, in the prompt's order (a llama.cpp grammar
+writes the required keys first, in the schema's order), and ``otherwise`` is never null: a schema cannot make it
+depend on ``linear`` being empty in what strict modes accept (no ``if``/``then``, no ``anyOf`` at the root), so it
+asks for an entry always. So the validator also takes answers the schema does not: ones that leave out ``cases`` or
+``linear`` (taken as ``[]``), or give ``otherwise`` null or leave it out beside linear rules (old transcripts and
+the population search write it); each has an equivalent the schema takes, with the same table.
 
 The table is compiled from the rules alone (the current table plays no part), and the rules travel with it as the
 policy's ``source``. :class:`RulesPolicy` evaluates the same rules on raw observations through the same code path as
@@ -435,7 +437,7 @@ class RulesFormat:
         props["linear"] = _linear_schema(ctx.actions, target, len(table_dims(ctx.observation)), rule, props["linear"])
         other = schema["properties"]["otherwise"]
         schema["properties"]["otherwise"] = {**target.json_schema(), "description": _OTHERWISE, "title": other["title"]}
-        schema["required"] = [*schema["required"], "otherwise"]
+        schema["required"] = list(props)  # in the order of the prompt's shape: a grammar writes them so
         return with_enums(schema)
 
     def prompt_section(self, ctx: FormatContext) -> str:

@@ -19,7 +19,9 @@ Validation rules (the same for every backend, the offline optimiser included):
 Schema bounds (:meth:`TableFormat.json_schema`): ``state`` in ``0..n_states-1`` and ``action`` in ``0..n_actions-1``
 (each also an ``enum`` up to :data:`~llm_policy_gen.formats.base.ENUM_LARGEST` values: FrozenLake's 16 states are
 enforced by a llama.cpp grammar, CartPole's 324 only by ``minimum``/``maximum``, which such a grammar ignores and the
-validator checks), a ``value`` in the target's range, ``rows`` at least one item.
+validator checks), a ``value`` in the target's range, ``rows`` at least one item and, up to :data:`ROWS_BOUND_UP_TO`
+states, at most one per state. So the validator also takes answers the schema does not: more rows than states (the
+last row of a state counts), each equal to the same answer without the rows that a later row overrides.
 """
 
 from __future__ import annotations
@@ -44,7 +46,11 @@ from .base import (
     with_enums,
 )
 
-__all__ = ["ActionRow", "ValueRow", "TableAnswer", "ValueTableAnswer", "TableFormat", "entry_fields"]
+__all__ = ["ActionRow", "ValueRow", "TableAnswer", "ValueTableAnswer", "TableFormat", "entry_fields",
+           "ROWS_BOUND_UP_TO"]
+
+ROWS_BOUND_UP_TO = 1000
+"""Tables of up to this many states bound ``rows`` to one row per state (``maxItems``) in the schema."""
 
 
 class ActionRow(BaseModel):
@@ -105,6 +111,11 @@ class TableFormat:
         row["state"].update(int_range(0, ctx.n_states - 1))
         row[target.field].update(target.json_schema())
         schema["properties"]["rows"]["minItems"] = 1
+        # More rows than states can only repeat a state (the last one wins): the schema stops there, so that a
+        # grammar-constrained model cannot go on listing rows until its context is full. llama.cpp refuses the
+        # grammar of a longer bound (measured: 1,000 is taken, 1,500 is not), so bigger tables go without.
+        if ctx.n_states <= ROWS_BOUND_UP_TO:
+            schema["properties"]["rows"]["maxItems"] = ctx.n_states
         return with_enums(schema)
 
     def prompt_section(self, ctx: FormatContext) -> str:
