@@ -382,6 +382,8 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--x-axis", default="iterations",
                    help="x-axis of the curves: iterations (default) or episodes (environment episodes)")
     p.add_argument("--policy", action="store_true", help="draw the best table instead of curves")
+    p.add_argument("--env", dest="env_id", help="with --policy: the environment id of a run whose environment is "
+                   "module:EnvId (its module is imported only when named here)")
     p.set_defaults(func=_cmd_plot)
 
 
@@ -394,7 +396,7 @@ def _cmd_plot(args: argparse.Namespace) -> int:
     if args.policy:
         if len(args.runs) != 1:
             raise UserError(f"--policy draws one table: give one run directory or policy file, got {len(args.runs)}")
-        policy, spec = load_run_policy(args.runs[0])
+        policy, spec = load_run_policy(args.runs[0], args.env_id)
         if spec is not None:  # what `evaluate` refuses as made for other settings is not drawn either
             policy.check_against(spec)
         written: Sequence[Path] = [plot_policy(policy, out, spec)]

@@ -494,3 +494,13 @@ def test_an_over_long_answer_is_refused_stored_cut_and_never_resent_whole(fake_o
     assert len(json.dumps(repair_request)) < 64 * 1024  # the cut answer is quoted in a few KB, not resent whole
     cached = [p.stat().st_size for p in Path(os.environ["XDG_CACHE_HOME"]).rglob("*") if p.is_file()]
     assert cached and max(cached) < 64 * 1024  # the valid answer is cached, the over-long one is not
+
+
+def test_plot_policy_of_a_module_environment_needs_env_and_draws_with_it(tmp_path: Path) -> None:
+    run, env_id = corridor_run(tmp_path, "lpg_files_plot")
+    out = tmp_path / "policy.png"
+    r = run_cli(tmp_path, "plot", str(run), "--policy", "--out", str(out))
+    assert r.returncode == 2 and f"--env {env_id}" in one_line(r.stderr) and not out.exists()
+    r = run_cli(tmp_path, "plot", str(run), "--policy", "--out", str(out), "--env", env_id)
+    assert r.returncode == 0, r.stderr
+    assert out.stat().st_size > 1000
