@@ -619,6 +619,9 @@ def run_compare(
     sweep = {k: v for k, v in experiment(_resolved(cfg)).items() if k not in ("backend", "seed")}
     out = Path(out).resolve()
     tasks = plan(env_id, backends, seeds, out, settings)
+    if out.is_dir():  # a sweep writing the folder now refuses this one at once, before any check or run is built
+        with FolderLock(out, "the comparison folder"):
+            pass
     found = {t.run_id: _found(t) for t in tasks}
     check_same_sweep(out, sweep, tasks, found)
     preflight(tasks)

@@ -104,17 +104,18 @@ def _one_line(err: str) -> str:
 
 def _second_writer_refused(gate: Gate, capsys: pytest.CaptureFixture[str], tmp_path: Path, first_args: list[str],
                            second_args: list[str], folder: Path, command: str) -> None:
-    """``first_args`` in a subprocess; once it is inside its run, ``second_args`` (in this process) is refused with one
-    line naming the first process and ``folder``, having sent nothing; then the first process is killed."""
+    """``first_args`` in a subprocess; once it is inside its run, ``second_args`` (in a second subprocess) is refused
+    with exit 2 and one line naming the first process and ``folder``, having sent nothing; then the first process is
+    killed."""
     first = _start(first_args, tmp_path, "first")
     try:
         gate.wait_for(1)  # the first process is inside its run: it holds the lock
         note = json.loads((folder / HOLDER_FILE).read_text(encoding="utf-8"))
         assert note["pid"] == first.pid and note["host"] and command in note["command"]
         assert FAKE_KEY not in json.dumps(note)
-        code = main(second_args)
-        line = _one_line(capsys.readouterr().err)
-        assert code == 2
+        second = _start(second_args, tmp_path, "second")
+        assert second.wait(timeout=WAIT_S) == 2
+        line = _one_line((tmp_path / "second.err").read_text(encoding="utf-8"))
         assert f"pid {first.pid}" in line and command in line and str(folder) in line
         assert gate.arrivals == 1  # the refused writer sent nothing
     finally:
