@@ -37,10 +37,12 @@ def _lines(path: Path) -> int:
 
 
 def _interrupt_when(proc: subprocess.Popen[bytes], ready: Any) -> None:
-    """SIGINT to ``proc`` as soon as ``ready()`` holds (checked in a tight bounded loop), unless it ended first."""
+    """SIGINT to ``proc`` as soon as ``ready()`` holds (checked every millisecond, for at most ``WAIT_S``), unless
+    it ended first."""
     deadline = time.monotonic() + WAIT_S
     while not ready() and proc.poll() is None:
         assert time.monotonic() < deadline, "the run never reached the moment"
+        time.sleep(0.001)  # a poll interval (the signal follows the moment within it), not a timing window
     if proc.poll() is None:
         proc.send_signal(signal.SIGINT)
 
