@@ -144,6 +144,8 @@ class Run:
         self.solved_at: int | None = None
         self.solved_iteration: int | None = None
         self.best_heldout: Rollouts | None = None
+        self.replaced_heldout: Rollouts | None = None
+        """The held-out measurement of the table the last adoption replaced (logged with that adoption)."""
         self.since_best = 0
         self.unreachable_streak = 0
         self.accepted_count = 0
@@ -340,6 +342,7 @@ class Run:
     def measure_best(self, iteration: int) -> None:
         """The kept table on the held-out seeds: reported, never used to decide."""
         seeds = [self.plan.heldout(j) for j in range(self.cfg.heldout_episodes)]
+        self.replaced_heldout = self.best_heldout
         self.best_heldout = self.collector.evaluate(self.keeper.best_table, seeds)
         self.heldout_total += self.cfg.heldout_episodes
         threshold = self.spec.reward_threshold
@@ -480,7 +483,13 @@ class Run:
             rec["confirmation"] = v.confirmation.to_dict()
         if step.accepted and self.best_heldout is not None:
             rec.update(heldout_std=float(np.std(self.best_heldout.returns)),
-                       heldout_episodes=int(self.best_heldout.returns.size))
+                       heldout_episodes=int(self.best_heldout.returns.size),
+                       heldout_returns=_returns(self.best_heldout))
+            before = self.replaced_heldout
+            if before is not None and np.array_equal(before.seeds, self.best_heldout.seeds):
+                # the table it replaced, on the same held-out seeds: an adoption that lowered the held-out mean is
+                # counted from the events alone (bench/drift.py), also where per-iteration policy files are gone
+                rec["heldout_returns_before"] = _returns(before)
         rec.update(step.fields)
         return rec
 
@@ -549,6 +558,11 @@ class Run:
 
 
 # ---------------------------------------------------------------------------------------------------- driving
+def _returns(rollouts: Rollouts) -> list[float]:
+    """Held-out returns as logged: 6 significant digits (enough for any paired comparison of them)."""
+    return [float(f"{x:.6g}") for x in np.asarray(rollouts.returns, dtype=float)]
+
+
 def _config_record(run: Run) -> dict[str, Any]:
     cfg = run.cfg
     return {
