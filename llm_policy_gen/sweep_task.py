@@ -158,8 +158,11 @@ def run_one(task: RunTask, limits: Limits | None = None, holder: str = "") -> di
     try:
         if (task.run_dir / "config.json").is_file():
             (task.run_dir / ERROR_MARKER).unlink(missing_ok=True)
-            url = task.settings.get("base_url")  # the sweep's own endpoint, named again (config.json has no password)
-            result = resume(task.run_dir, {"base_url": url} if url else None, log=logs.append, **shared)
+            # The sweep's own environment and endpoint, named again: a module:EnvId environment is imported and a
+            # remote base URL is called on resume only when named (config.json has no password either).
+            url = task.settings.get("base_url")
+            overrides = {"env_id": task.env_id, **({"base_url": url} if url else {})}
+            result = resume(task.run_dir, overrides, log=logs.append, **shared)
         else:
             result = train(task.config(), log=logs.append, **shared)
         if Path(result.run_dir) != task.run_dir:  # pragma: no cover - run_compare removes stale directories first

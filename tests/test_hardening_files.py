@@ -504,3 +504,18 @@ def test_plot_policy_of_a_module_environment_needs_env_and_draws_with_it(tmp_pat
     r = run_cli(tmp_path, "plot", str(run), "--policy", "--out", str(out), "--env", env_id)
     assert r.returncode == 0, r.stderr
     assert out.stat().st_size > 1000
+
+
+def test_compare_resumes_its_runs_of_a_module_environment(tmp_path: Path) -> None:
+    """compare names its own --env again when it resumes a run, so a module:EnvId run goes on (it was refused)."""
+    (tmp_path / "lpg_files_sweep.py").write_text(textwrap.dedent(CORRIDOR), encoding="utf-8")
+    env_id = "lpg_files_sweep:LPGCorridor-v0"
+    args = ["compare", "--env", env_id, "--backends", "offline", "--seeds", "0", "--iterations", "2", "--out", "cmp"]
+    r = run_cli(tmp_path, *args)
+    assert r.returncode == 0, r.stderr
+    runs = [p.parent for p in (tmp_path / "cmp").rglob("summary.json")]
+    assert len(runs) == 1
+    (runs[0] / "summary.json").unlink()  # as a run interrupted before its end leaves it
+    r = run_cli(tmp_path, *args)
+    assert r.returncode == 0, r.stderr
+    assert json.loads((runs[0] / "summary.json").read_text())["iterations"] == 2
