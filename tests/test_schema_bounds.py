@@ -32,7 +32,7 @@ from llm_policy_gen.formats.base import (
     with_enums,
     without_keywords,
 )
-from llm_policy_gen.formats.rules import output_levels
+from llm_policy_gen.formats.rules import asked_form, linear_form, output_levels
 
 SPECS = ["FrozenLake-v1", "CartPole-v1", "Hopper-v5", "Pendulum-v1", "Taxi-v4"]
 """A grid world, CartPole (rules answers in the issue), Box actions in levels, a continuous-action task, and a single
@@ -102,10 +102,8 @@ def random_answer(rng: np.random.Generator, name: str, ctx: FormatContext) -> di
     if name == "edits":
         return {"rationale": "r", "edits": [box(rng, sizes, target) for _ in range(int(rng.integers(1, 5)))]}
     assert name == "rules", name
-    forms = ["none", "value"] if target.kind == "value" else ["none", "levels"]
-    if target.kind == "action" and ctx.actions.__class__.__name__ == "DiscreteActions":
-        forms.append("scores")
-    form = forms[int(rng.integers(len(forms)))]
+    asked = "value" if target.kind == "value" else asked_form(ctx.actions, ctx.spec)
+    form = ["none", asked][int(rng.integers(2))]
     answer: dict[str, Any] = {"rationale": "r", "otherwise": entry(rng, target)}
     if rng.random() < 0.7:
         answer["cases"] = [box(rng, sizes, target) for _ in range(int(rng.integers(0, 4)))]
@@ -170,6 +168,14 @@ def completed(name: str, answer: dict[str, Any], ctx: FormatContext) -> dict[str
     return out
 
 
+def in_asked_form(name: str, answer: dict[str, Any], ctx: FormatContext) -> bool:
+    """False for a rules answer whose linear rules are in the form the task is not asked for (the validator takes
+    it, the schema does not: see ``test_discrete_actions_are_asked_for_one_form_of_linear_rules``)."""
+    if name != "rules" or ctx.target.kind == "value" or not answer.get("linear"):
+        return True
+    return linear_form(ctx.actions, ctx.target, answer["linear"]) == asked_form(ctx.actions, ctx.spec)
+
+
 CASES = [(name, env, value) for name in table_format_names() for env in SPECS for value in (False, True)
          if not value or env == "CartPole-v1"]
 
@@ -193,7 +199,7 @@ def test_every_answer_the_validator_accepts_fits_the_schema(name: str, env_id: s
     accepted_mutants = refused_mutants = 0
     for i in range(300):
         mutant = mutate(rng, answers[i % len(answers)])
-        if accepts(fmt, mutant, ctx):
+        if accepts(fmt, mutant, ctx) and in_asked_form(name, mutant, ctx):
             accepted_mutants += 1
             assert schema_errors(schema, completed(name, mutant, ctx)) == [], mutant
         elif schema_errors(schema, mutant):
@@ -284,6 +290,29 @@ def test_rules_schema_asks_for_every_key_and_an_otherwise() -> None:
         assert accepts(fmt, answer, ctx) and schema_errors(schema, answer)
         assert schema_errors(schema, full) == []
         assert fmt.parse(json.dumps(full), ctx).value.tolist() == fmt.parse(json.dumps(answer), ctx).value.tolist()
+
+
+@pytest.mark.parametrize(("env_id", "asked"), [("CartPole-v1", "levels"), ("FrozenLake-v1", "scores"),
+                                              ("Acrobot-v1", "levels"), ("LunarLander-v3", "scores")])
+def test_discrete_actions_are_asked_for_one_form_of_linear_rules(env_id: str, asked: str) -> None:
+    """The prompt and the schema ask for the task's form only (a levels rule and scores rules in one list are
+    refused, and in the scores form a repeated output, which no schema of the strict subset can refuse, is the only
+    hole); the validator still takes either form, so older answers parse as before."""
+    fmt, ctx = make_format("rules"), fctx(env_id)
+    assert asked_form(ctx.actions, ctx.spec) == asked
+    schema, section = fmt.json_schema(ctx), fmt.prompt_section(ctx)
+    assert f"({asked} form" in section and ("(levels form" in section) == (asked == "levels")
+    assert ("(scores form" in section) == (asked == "scores")
+    rng = np.random.default_rng(3)
+    other = {"rationale": "r", "cases": [], "otherwise": 0,
+             "linear": linear_rules(rng, ctx, "scores" if asked == "levels" else "levels")}
+    assert accepts(fmt, other, ctx) and schema_errors(schema, other)
+    for _ in range(10):
+        mine = {"rationale": "r", "cases": [], "otherwise": 0, "linear": linear_rules(rng, ctx, asked)}
+        assert accepts(fmt, mine, ctx) and schema_errors(schema, mine) == []
+    if asked == "scores":
+        twice = {**mine, "linear": [mine["linear"][0]] * 2}
+        assert not accepts(fmt, twice, ctx) and schema_errors(schema, twice) == []
 
 
 # ------------------------------------------------------------------------------------------------ enums and keywords

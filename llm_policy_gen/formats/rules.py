@@ -28,15 +28,17 @@ A rules answer is JSON with up to three parts::
 
 Schema bounds (:meth:`RulesFormat.json_schema`): cases as the ``edits`` format's boxes (bins per dimension, the
 entry in range); a linear rule takes one of the shapes the actions allow -- per action dimension ``d`` of the levels
-form, ``output`` d with exactly ``levels[d] - 1`` thresholds; in the scores form (``Discrete`` actions) an
-``output`` in ``0..n_actions-1`` with no thresholds, in a list of its own (``anyOf`` the two forms, never mixed);
-for values ``output`` 0 with none -- always with one weight per state dimension (``minItems`` = ``maxItems``), and
-at most one rule per output (``maxItems``). All four keys are required, in the prompt's order (a llama.cpp grammar
-writes the required keys first, in the schema's order), and ``otherwise`` is never null: a schema cannot make it
-depend on ``linear`` being empty in what strict modes accept (no ``if``/``then``, no ``anyOf`` at the root), so it
-asks for an entry always. So the validator also takes answers the schema does not: ones that leave out ``cases`` or
-``linear`` (taken as ``[]``), or give ``otherwise`` null or leave it out beside linear rules (old transcripts and
-the population search write it); each has an equivalent the schema takes, with the same table.
+form, ``output`` d with exactly ``levels[d] - 1`` thresholds; in the scores form an ``output`` in ``0..n_actions-1``
+with no thresholds; for ``Discrete`` actions the prompt and the schema ask for one form, :func:`asked_form` (the
+spec's ``rules_form``, else levels up to 2 actions), and a repeated output of the scores form is left to the
+validator; for values ``output`` 0 with none -- always with one weight per state dimension (``minItems`` =
+``maxItems``), and at most one rule per output (``maxItems``). All four keys are required, in the prompt's order (a
+llama.cpp grammar writes the required keys first, in the schema's order), and ``otherwise`` is never null: a schema
+cannot make it depend on ``linear`` being empty in what strict modes accept (no ``if``/``then``, no ``anyOf`` at the
+root), so it asks for an entry always. So the validator also takes answers the schema does not: linear rules in the
+form not asked for, and answers that leave out ``cases`` or ``linear`` (taken as ``[]``) or give ``otherwise`` null
+or leave it out beside linear rules (old transcripts and the population search write them), each of the latter equal
+to one the schema takes.
 
 The table is compiled from the rules alone (the current table plays no part), and the rules travel with it as the
 policy's ``source``. :class:`RulesPolicy` evaluates the same rules on raw observations through the same code path as
@@ -52,7 +54,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, ValidationError
@@ -83,6 +85,9 @@ from .base import (
 from .edits import Edit, ValueEdit, _check, bound_boxes, describe_edit_dims, table_as_edits
 from .table import entry_fields
 
+if TYPE_CHECKING:
+    from ..envs.spec import EnvSpec
+
 __all__ = [
     "LinearRule",
     "Case",
@@ -95,6 +100,7 @@ __all__ = [
     "feature_values",
     "output_levels",
     "linear_form",
+    "asked_form",
     "RULES_VERSION",
 ]
 
@@ -380,13 +386,12 @@ _OTHERWISE = ("the entry of the states no case matches, when linear is empty (ig
 
 
 def _linear_schema(actions: ActionDiscretizer, target: Target, n_dims: int, rule: dict[str, Any],
-                   base: dict[str, Any]) -> dict[str, Any]:
-    """The schema of ``linear`` (``base``: its pydantic schema): the rule shapes the actions allow, each with its
+                   base: dict[str, Any], form: str) -> dict[str, Any]:
+    """The schema of ``linear`` (``base``: its pydantic schema) in ``form``: the rule shapes it allows, each with its
     ``output`` and exactly its number of thresholds, at most one rule per output.
 
     Levels form: per action dimension ``d``, ``output`` d with ``levels[d] - 1`` thresholds. Scores form
-    (``Discrete`` actions): any action, no thresholds, kept apart from the levels form (one list or the other, as the
-    validator decides the form from the whole list). Values: one rule, ``output`` 0, no thresholds.
+    (``Discrete`` actions): any action, no thresholds. Values: one rule, ``output`` 0, no thresholds.
     """
     numbers = {"type": "array", "items": {"type": "number"}}
 
@@ -403,12 +408,20 @@ def _linear_schema(actions: ActionDiscretizer, target: Target, n_dims: int, rule
     keep = {k: v for k, v in base.items() if k in ("title", "description", "default")}
     if target.kind == "value":
         return {**keep, **rules([shape(0, 0, 0)], 1)}
+    if form == "scores":
+        return {**keep, **rules([shape(0, actions.n_actions - 1, 0)], actions.n_actions)}
     levels = output_levels(actions)
-    levels_form = rules([shape(d, d, n - 1) for d, n in enumerate(levels)], len(levels))
+    return {**keep, **rules([shape(d, d, n - 1) for d, n in enumerate(levels)], len(levels))}
+
+
+def asked_form(actions: ActionDiscretizer, spec: EnvSpec | None) -> str:
+    """The form a rules answer is asked for (prompt and schema): ``levels``, or for ``Discrete`` actions the spec's
+    ``rules_form``, else ``levels`` up to 2 actions and ``scores`` above (the validator takes either)."""
     if not isinstance(actions, DiscreteActions):
-        return {**keep, **levels_form}
-    scores_form = rules([shape(0, actions.n_actions - 1, 0)], actions.n_actions)
-    return {**keep, "anyOf": [levels_form, scores_form]}
+        return "levels"
+    if spec is not None and spec.rules_form:
+        return spec.rules_form
+    return "levels" if actions.n_actions <= 2 else "scores"
 
 
 def _output_names(actions: ActionDiscretizer) -> list[str]:
@@ -434,7 +447,8 @@ class RulesFormat:
         bound_boxes(schema, "Case" if target.kind == "action" else "ValueCase", ctx)
         rule = schema["$defs"].pop("LinearRule")["properties"]
         props = schema["properties"]
-        props["linear"] = _linear_schema(ctx.actions, target, len(table_dims(ctx.observation)), rule, props["linear"])
+        props["linear"] = _linear_schema(ctx.actions, target, len(table_dims(ctx.observation)), rule, props["linear"],
+                                         asked_form(ctx.actions, ctx.spec))
         other = schema["properties"]["otherwise"]
         schema["properties"]["otherwise"] = {**target.json_schema(), "description": _OTHERWISE, "title": other["title"]}
         schema["required"] = list(props)  # in the order of the prompt's shape: a grammar writes them so
@@ -443,7 +457,8 @@ class RulesFormat:
     def prompt_section(self, ctx: FormatContext) -> str:
         return fill("format_rules.md", n_dims=len(table_dims(ctx.observation)),
                     dims="\n".join(describe_rule_dims(ctx.observation)),
-                    outputs="\n".join(describe_outputs(ctx.actions, ctx.target)), max_state=ctx.n_states - 1,
+                    outputs="\n".join(describe_outputs(ctx.actions, ctx.target, asked_form(ctx.actions, ctx.spec))),
+                    max_state=ctx.n_states - 1,
                     **entry_fields(ctx.target))
 
     def parse(self, text: str, ctx: FormatContext) -> Parsed[np.ndarray]:
@@ -516,8 +531,8 @@ def describe_rule_dims(observation: ObservationDiscretizer) -> list[str]:
     return lines
 
 
-def describe_outputs(actions: ActionDiscretizer, target: Target) -> list[str]:
-    """One line per output a linear rule can set."""
+def describe_outputs(actions: ActionDiscretizer, target: Target, form: str = "") -> list[str]:
+    """One line per output a linear rule can set (for ``Discrete`` actions in ``form``, or both forms)."""
     if target.kind == "value":
         return [f"output 0 = the value ({target.describe()}): one rule, thresholds [], value = score (clipped)"]
     names = _output_names(actions)
@@ -529,5 +544,10 @@ def describe_outputs(actions: ActionDiscretizer, target: Target) -> list[str]:
         return [f"output {d} = {names[d]}: levels 0..{int(n) - 1} -> {int(n) - 1} thresholds"
                 for d, n in enumerate(actions.nvec)]
     n = actions.n_actions
-    return [f"output 0 = the action in index order 0..{n - 1} -> {n - 1} thresholds (levels form); or one rule per "
-            f"action, output = the action, thresholds [] (scores form: the highest score acts)"]
+    levels = f"output 0 = the action in index order 0..{n - 1} -> {n - 1} thresholds (levels form)"
+    scores = "one rule per action, output = the action, thresholds [] (scores form: the highest score acts)"
+    if form == "levels":
+        return [levels + ": one rule"]
+    if form == "scores":
+        return [scores[0].upper() + scores[1:] + f", each action 0..{n - 1} at most once"]
+    return [f"{levels}; or {scores}"]
