@@ -67,6 +67,16 @@ def has_real_calls(run_dir: Path) -> bool:
     return False
 
 
+def inside_rows(compare_dir: Path, rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows whose ``run_dir`` (if any) is a run directory inside the comparison folder, as the report reads them:
+    a row naming an absolute path, ``..``, a link or a folder with links in it is left out, so the paper never reads
+    a file from elsewhere."""
+    from .report.data import CompareData
+
+    folder = CompareData(Path(compare_dir), {}, list(rows), [])
+    return [r for r in rows if r.get("status") != "ok" or not r.get("run_dir") or folder.run_dir(r) is not None]
+
+
 def select_rows(compare_dir: Path, rows: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
     """The rows the paper may report, and a note per LLM run left out."""
     kept, dropped = [], []
@@ -236,7 +246,7 @@ def generate(compare_dir: Path, out: Path) -> list[Path]:
         raise UserError(f"{compare_dir} is not a comparison directory (no compare.json); run `llm-policy-gen "
                         f"compare --env ID --backends ... --out {compare_dir}` first")
     meta = json.loads(meta_path.read_text(encoding="utf-8"))
-    rows = read_results(compare_dir / "results.csv")
+    rows = inside_rows(compare_dir, read_results(compare_dir / "results.csv"))
     kept, dropped = select_rows(compare_dir, rows)
     backends = [b for b in meta["backends"] if any(r["backend"] == b for r in kept)]
     gen = Path(out) / "generated"

@@ -113,3 +113,23 @@ def test_pdf_builds(comparison: Path, tmp_path: Path) -> None:
     assert paper.main(["--compare-dir", str(comparison), "--out", str(out)]) == 0
     pdf = out / "main.pdf"
     assert pdf.is_file() and pdf.read_bytes()[:5] == b"%PDF-"
+
+
+def test_rows_naming_a_folder_outside_the_comparison_are_left_out(comparison: Path, tmp_path: Path) -> None:
+    cmp = tmp_path / "cmp"
+    shutil.copytree(comparison, cmp)
+    outside = tmp_path / "elsewhere"
+    shutil.copytree(cmp / "runs" / "FrozenLake-v1" / "offline_s0", outside)
+    (outside / "config.json").write_text(json.dumps({**json.loads((outside / "config.json").read_text()),
+                                                     "env_spec": "planted"}))
+    with open(cmp / "results.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    rows.append({**rows[0], "backend": "offline", "seed": "7", "run_dir": "../elsewhere"})
+    rows.append({**rows[0], "backend": "offline", "seed": "8", "run_dir": str(outside)})
+    with open(cmp / "results.csv", "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(CSV_COLUMNS))
+        w.writeheader()
+        w.writerows(rows)
+    kept = paper.inside_rows(cmp, paper.read_results(cmp / "results.csv"))
+    assert {str(r["seed"]) for r in kept if r["backend"] == "offline"} == {"0", "1"}
+    paper.generate(cmp, paper_dir(tmp_path))  # the planted config.json is never read
