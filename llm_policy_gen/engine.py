@@ -871,6 +871,26 @@ def _check_resume_endpoint(rd: RunDir, record: dict[str, Any], given: str | None
                         f"{redact(recorded)} (with user:password@ if it needs one)")
 
 
+def _check_resume_paths(rd: RunDir, settings: dict[str, Any], overrides: dict[str, Any]) -> None:
+    """A run directory may come from someone else: a price file it names is read, and an answer cache folder it names
+    is written to, only when the command line names the same one (``--prices FILE``; the cache folder by a sweep
+    that resumes its own runs), or, for the cache, not at all (``--no-cache``). Pops the path overrides it accepts."""
+    prices, given_prices = settings.get("prices_file"), overrides.pop("prices_file", None)
+    if given_prices is not None and given_prices != prices:
+        raise UserError(f"--prices {given_prices} differs from the run's price file ({prices or 'the shipped one'}); "
+                        "resume it with the same --prices, or start a new run")
+    if prices is not None and given_prices is None:
+        raise UserError(f"{rd.config} names the price file {prices}: a file a run directory names is read only when "
+                        f"the command line names it too; add --prices {prices} if you trust it")
+    cache_dir, given_cache = settings.get("cache_dir"), overrides.pop("cache_dir", None)
+    if given_cache is not None and given_cache != cache_dir:
+        raise UserError(f"the answer cache folder {given_cache} differs from the run's ({cache_dir or 'the default'})")
+    caching = settings.get("cache", True) is not False and overrides.get("cache") is not False
+    if cache_dir is not None and given_cache is None and caching:
+        raise UserError(f"{rd.config} names the answer cache folder {cache_dir}: a folder a run directory names is "
+                        "not written to on resume; add --no-cache (the run's recorded calls are still reused)")
+
+
 def _check_records_within(rd: RunDir, done: int, has_checkpoint: bool) -> None:
     """Resuming drops what follows the checkpoint (the unfinished iteration's events, and its calls past the ones it
     reuses): refuse when the files record more than that, as when ``checkpoint.npz`` was deleted or replaced by an
@@ -914,11 +934,12 @@ def _resume(run_dir: Path, overrides: dict[str, Any] | None, log: Callable[[str]
     given_url = overrides.pop("base_url", None)
     _check_resume_env(rd, record, spec, overrides.pop("env_id", None))
     _check_resume_endpoint(rd, record, given_url)
+    settings = load_config_file(rd.config)
+    _check_resume_paths(rd, settings, overrides)
     bad = sorted(set(overrides) - set(RESUME_OPTIONS))
     if bad:
         raise UserError(f"--resume takes the run's own settings; {option_name(bad[0])} cannot change (accepted "
                         f"with --resume: {', '.join(option_name(o) for o in RESUME_OPTIONS)})")
-    settings = load_config_file(rd.config)
     if given_url:  # the same endpoint, with the password config.json never holds
         settings["base_url"] = given_url
     settings["run_id"] = rd.path.name

@@ -519,3 +519,34 @@ def test_compare_resumes_its_runs_of_a_module_environment(tmp_path: Path) -> Non
     r = run_cli(tmp_path, *args)
     assert r.returncode == 0, r.stderr
     assert json.loads((runs[0] / "summary.json").read_text())["iterations"] == 2
+
+
+def test_resume_reads_a_price_file_and_writes_a_cache_folder_only_when_the_command_line_names_them(
+        tmp_path: Path) -> None:
+    """A run directory from elsewhere names files: its price file is read, and its answer cache folder written to,
+    only when the resume names the same (or, for the cache, --no-cache)."""
+    prices = tmp_path / "prices.toml"
+    prices.write_text('[openai]\n"m" = { input = 1.0, output = 2.0 }\n', encoding="utf-8")
+    r = run_cli(tmp_path, "train", "--env", "FrozenLake-v1", "--backend", "offline", "--iterations", "1",
+                "--candidates", "1", "--heldout-episodes", "3", "--logs-dir", "logs", "--run-id", "p", "--no-plots",
+                "--no-progress", "--prices", str(prices))
+    assert r.returncode == 0, r.stderr
+    run = tmp_path / "logs" / "FrozenLake-v1" / "p"
+    resume = ["train", "--resume", str(run), "--iterations", "2", "--no-progress"]
+    r = run_cli(tmp_path, *resume)
+    assert r.returncode == 2 and f"add --prices {prices}" in one_line(r.stderr)
+    r = run_cli(tmp_path, *resume, "--prices", str(tmp_path / "other.toml"))
+    assert r.returncode == 2 and "differs" in one_line(r.stderr)
+    r = run_cli(tmp_path, *resume, "--prices", str(prices))
+    assert r.returncode == 0, r.stderr
+
+    # an LLM run whose config.json was edited to cache into another folder (refused before any call is made)
+    record = json.loads((run / "config.json").read_text())
+    elsewhere = tmp_path / "elsewhere"
+    record["config"].update(cache_dir=str(elsewhere), prices_file=None, backend="openai:m",
+                            base_url="http://127.0.0.1:9/v1")
+    (run / "config.json").write_text(json.dumps(record))
+    (run / "summary.json").unlink()
+    r = run_cli(tmp_path, *resume)
+    assert r.returncode == 2 and "add --no-cache" in one_line(r.stderr)
+    assert not elsewhere.exists()
