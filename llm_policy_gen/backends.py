@@ -4,47 +4,120 @@ A backend is either an **LLM client** (``gemini``, ``openai``, ``anthropic``, ``
 the engine wraps in a session and an :class:`~llm_policy_gen.proposers.llm.LLMProposer`, or a **proposer** that is not
 a language model (``offline``, ``q-learning``, ``random``). Each is one registry line with its entry point, loaded
 lazily, so a missing SDK matters only when it is used, and a misspelt name gets the close matches.
+
+A provider is one class in one file plus one registry line (entry point and ``kind="client"``): everything else it
+needs (key variables, base-URL variable, default model, profile, whether ``train`` may pick it without
+``--backend``, how "configured" is decided) are class variables of its :class:`~llm_policy_gen.clients.common.SDKClient`
+subclass, which the functions below ask (:func:`provider_classes`). The client modules import their SDKs only when a
+client is built, so asking the classes costs no SDK import. Other entries (``replay``, the proposers, a plain
+factory) carry their facts on the registry line (``default_model``, ``is_llm``, ``description``).
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .clients.keys import BASE_URL_VARIABLES, get_key, key_variable
 from .errors import BackendConfigError
 from .registry import Registry
 
-__all__ = ["BACKENDS", "AUTO_ORDER", "parse_backend_spec", "is_configured", "default_backend_spec", "list_backends",
-           "is_client", "NON_LLM"]
+if TYPE_CHECKING:
+    from .clients.common import SDKClient
+    from .clients.profiles import ClientProfile
 
-#: Every backend: entry point plus ``kind`` ("client" or "proposer"), ``default_model``, ``is_llm``, ``description``.
+__all__ = ["BACKENDS", "parse_backend_spec", "is_configured", "default_backend_spec", "list_backends", "is_client",
+           "is_llm", "default_model", "provider_class", "provider_classes", "auto_order", "provider_variables",
+           "base_url_variable", "all_profiles", "get_profile", "NON_LLM"]
+
+#: Every backend: entry point plus ``kind`` ("client" or "proposer"); entries that are not provider classes also say
+#: ``default_model``, ``is_llm`` and ``description``.
 BACKENDS: Registry[Any] = Registry("backend", "--backend")
 BACKENDS.register("offline", "llm_policy_gen.proposers.offline:OfflineProposer", kind="proposer", default_model="",
                   is_llm=False, description="deterministic non-LLM optimiser; the baseline every LLM must beat")
 BACKENDS.register("replay", "llm_policy_gen.clients.replay:ReplayClient", kind="client", default_model="",
                   is_llm=False, description="answers each call with the recorded answer of a transcripts.jsonl")
-BACKENDS.register("gemini", "llm_policy_gen.clients.gemini:GeminiClient", kind="client",
-                  default_model="gemini-3.8-flash", is_llm=True, description="Google Gemini through google-genai")
-BACKENDS.register("openai", "llm_policy_gen.clients.openai:OpenAIClient", kind="client", default_model="gpt-6.2-sol",
-                  is_llm=True, provider="openai", description="OpenAI or any OpenAI-compatible server (--base-url)")
-BACKENDS.register("anthropic", "llm_policy_gen.clients.anthropic:AnthropicClient", kind="client",
-                  default_model="claude-sonnet-5-5", is_llm=True, description="Anthropic Claude through anthropic")
-BACKENDS.register("ollama", "llm_policy_gen.clients.openai:OpenAIClient", kind="client", default_model="llama3.1:8b",
-                  is_llm=True, provider="ollama", description="local Ollama server (OpenAI-compatible API)")
-BACKENDS.register("llamacpp", "llm_policy_gen.clients.llamacpp:LlamaCppClient", kind="client", default_model="",
-                  is_llm=True, requires="llama_cpp",
-                  description="a local GGUF model in this process (llamacpp:PATH.gguf; extra: local)")
+BACKENDS.register("gemini", "llm_policy_gen.clients.gemini:GeminiClient", kind="client")
+BACKENDS.register("openai", "llm_policy_gen.clients.openai:OpenAIClient", kind="client")
+BACKENDS.register("anthropic", "llm_policy_gen.clients.anthropic:AnthropicClient", kind="client")
+BACKENDS.register("ollama", "llm_policy_gen.clients.ollama:OllamaClient", kind="client")
+BACKENDS.register("llamacpp", "llm_policy_gen.clients.llamacpp:LlamaCppClient", kind="client")
 BACKENDS.register("q-learning", "llm_policy_gen.proposers.qlearning:QLearningProposer", kind="proposer",
                   default_model="", is_llm=False,
                   description="classic tabular Q-learning on the same discretization (baseline, not an LLM)")
 BACKENDS.register("random", "llm_policy_gen.proposers.random:RandomProposer", kind="proposer", default_model="",
                   is_llm=False, description="uniformly random tables (baseline, not an LLM)")
 
-#: Order in which ``train`` without ``--backend`` looks for a configured provider.
-AUTO_ORDER = ("gemini", "openai", "anthropic")
 #: Backends that are not language models and take no model.
 NON_LLM = ("offline", "q-learning", "random")
+
+
+def provider_class(name: str) -> type[SDKClient] | None:
+    """The provider class registered as ``name`` (imported on first use; no SDK is imported), or None for a backend
+    that is not one (``replay``, a proposer, a factory function)."""
+    entry = BACKENDS.entry(name)
+    if entry.info.get("kind") != "client" or "is_llm" in entry.info:  # the line itself holds the facts
+        return None
+    from .clients.common import SDKClient
+
+    found = BACKENDS.load(name)
+    return found if isinstance(found, type) and issubclass(found, SDKClient) else None
+
+
+def provider_classes() -> dict[str, type[SDKClient]]:
+    """Every registered provider class, by backend name."""
+    found = {name: provider_class(name) for name in BACKENDS}
+    return {name: cls for name, cls in found.items() if cls is not None}
+
+
+def _fact(name: str, attribute: str, default: Any) -> Any:
+    """``attribute`` of backend ``name``: its provider class's, else its registry line's."""
+    cls = provider_class(name)
+    return getattr(cls, attribute) if cls is not None else BACKENDS.entry(name).info.get(attribute, default)
+
+
+def is_llm(name: str) -> bool:
+    """True for a backend that is a language model."""
+    return bool(_fact(name, "is_llm", False))
+
+
+def default_model(name: str) -> str:
+    """The model of ``--backend NAME`` without ``:MODEL`` (empty for backends that take none or need a file)."""
+    return str(_fact(name, "default_model", ""))
+
+
+def provider_variables(name: str) -> tuple[str, ...]:
+    """The environment variables backend ``name`` reads: its key variables, then its base-URL variable."""
+    cls = provider_class(name)
+    if cls is None:
+        return ()
+    return (*cls.key_variables, *((cls.base_url_variable,) if cls.base_url_variable else ()))
+
+
+def base_url_variable(name: str) -> str:
+    """The SDK's own base-URL variable of backend ``name`` (empty when it has none)."""
+    cls = provider_class(name)
+    return (cls.base_url_variable or "") if cls is not None else ""
+
+
+def auto_order() -> list[str]:
+    """The providers ``train`` without ``--backend`` tries, in order (the classes' ``auto_order``)."""
+    ranked = [(cls.auto_order, name) for name, cls in provider_classes().items() if cls.auto_order is not None]
+    return [name for _, name in sorted(ranked)]
+
+
+def all_profiles() -> dict[str, ClientProfile]:
+    """Every profile of the registered provider classes, by name (``default_profile``, and the others a class may
+    choose by base URL)."""
+    return {p.name: p for cls in provider_classes().values() for p in cls.profiles()}
+
+
+def get_profile(name: str) -> ClientProfile:
+    """The profile called ``name`` (KeyError names the known ones)."""
+    known = all_profiles()
+    try:
+        return known[name]
+    except KeyError:
+        raise KeyError(f"no client profile {name!r}; known: {', '.join(known)}") from None
 
 
 def parse_backend_spec(spec: str) -> tuple[str, str]:
@@ -61,7 +134,7 @@ def parse_backend_spec(spec: str) -> tuple[str, str]:
         raise BackendConfigError("replay needs a file: --backend replay:PATH/TO/transcripts.jsonl")
     if name in NON_LLM and model:
         raise BackendConfigError(f"{name} takes no model, got {spec!r}")
-    return name, model or str(BACKENDS.entry(name).info["default_model"])
+    return name, model or default_model(name)
 
 
 def is_client(name: str) -> bool:
@@ -70,47 +143,40 @@ def is_client(name: str) -> bool:
 
 
 def is_configured(name: str, check_server: bool = False) -> bool | None:
-    """True when ``name`` can be used as it is (a key is set, or it needs none).
+    """True when ``name`` can be used as it is (a key is set, or it needs none; its extra is installed).
 
-    ``ollama`` needs its server: with ``check_server`` it is asked (True or False), otherwise None (not checked).
+    A provider that needs a server and no key (``ollama``) is asked with ``check_server`` (True or False), otherwise
+    None (not checked).
     """
-    if name == "ollama":
-        if not check_server:
-            return None
-        from .clients.openai import ollama_base_url, server_answers
-
-        return server_answers(ollama_base_url(None))
-    info = BACKENDS.entry(name).info
-    if not info["is_llm"]:
-        return True
-    if "requires" in info:  # a local runtime: configured when it is installed (it needs no key)
-        import importlib.util
-
-        return importlib.util.find_spec(info["requires"]) is not None
-    return get_key(name) is not None
+    cls = provider_class(name)
+    return cls.configured(check_server) if cls is not None else True
 
 
 def default_backend_spec() -> tuple[str, str]:
     """The backend ``train`` uses without ``--backend``, and why."""
-    for name in AUTO_ORDER:
+    order = auto_order()
+    classes = provider_classes()
+    for name in order:
         if is_configured(name):
-            return name, f"{key_variable(name)} is set"
-    return "offline", "no API key is configured (set GEMINI_API_KEY, OPENAI_API_KEY or ANTHROPIC_API_KEY)"
+            return name, f"{classes[name].key_found_in()} is set"
+    wanted = [classes[name].key_name() for name in order]
+    listed = ", ".join(wanted[:-1]) + f" or {wanted[-1]}" if len(wanted) > 1 else "".join(wanted)
+    return "offline", f"no API key is configured (set {listed})"
 
 
 def list_backends(check_servers: bool = False) -> list[dict[str, Any]]:
     """Rows for ``llm-policy-gen backends``: name, default model, LLM or not, configured or not (never a key)."""
     rows = []
     for name in BACKENDS:
-        info = BACKENDS.entry(name).info
-        base_var = BASE_URL_VARIABLES.get(name)
+        cls = provider_class(name)
+        base_var = base_url_variable(name)
         rows.append({
             "name": name,
-            "default_model": info["default_model"],
-            "is_llm": info["is_llm"],
+            "default_model": default_model(name),
+            "is_llm": is_llm(name),
             "configured": is_configured(name, check_servers),
-            "key_variable": key_variable(name),
+            "key_variable": cls.key_name() if cls is not None else "",
             "base_url": os.environ.get(base_var, "") if base_var else "",
-            "description": info["description"],
+            "description": _fact(name, "description", ""),
         })
     return rows

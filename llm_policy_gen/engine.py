@@ -30,12 +30,12 @@ from typing import Any
 import numpy as np
 
 from . import __version__
-from .backends import BACKENDS, default_backend_spec, is_client, parse_backend_spec
+from .backends import BACKENDS, base_url_variable, default_backend_spec, is_client, is_llm, parse_backend_spec
 from .checkpoint import load_checkpoint, save_checkpoint
 from .clients.base import ClientOptions, CountsTokens, LLMClient, Message, RetryPolicy, Sampling
 from .clients.cache import ResponseCache
 from .clients.common import SDKClient
-from .clients.keys import BASE_URL_VARIABLES, endpoint_notice, is_loopback_url, redact, remember_url, without_userinfo
+from .clients.keys import endpoint_notice, is_loopback_url, redact, remember_url, without_userinfo
 from .clients.replay import SOURCE_FIELDS
 from .collect import Collector, Episode, Rollouts
 from .config import TrainConfig, option_name
@@ -174,7 +174,6 @@ class Run:
     def _make_backend(self, recorded: RecordedCalls | None, limiter: CallLimiter | None,
                       budget: Budget | None) -> None:
         cfg, name, model = self.cfg, self.backend_name, self.model
-        info = BACKENDS.entry(name).info
         factory = BACKENDS.load(name)
         if not is_client(name):
             if self.mode.needs_session:
@@ -186,8 +185,6 @@ class Run:
         if name == "replay":
             client = factory(model)
             self._check_replay_source(client)
-        elif "provider" in info:
-            client = factory(model, _client_options(cfg), provider=info["provider"])
         else:
             client = factory(model, _client_options(cfg))
         free = isinstance(client, SDKClient) and client.free
@@ -196,7 +193,7 @@ class Run:
         described = client.describe()
         if "base_url" in described:  # a client that calls a server: say where, and where URL and key came from
             self.endpoint = endpoint_notice(f"{client.provider}:{client.model}", str(described["base_url"] or ""),
-                                            bool(cfg.base_url), BASE_URL_VARIABLES.get(client.provider, ""),
+                                            bool(cfg.base_url), base_url_variable(name),
                                             str(described.get("key_source") or ""))
             self.log(self.endpoint)
         cache = None
@@ -255,7 +252,7 @@ class Run:
 
     @property
     def is_llm(self) -> bool:
-        return bool(BACKENDS.entry(self.backend_name).info["is_llm"])
+        return is_llm(self.backend_name)
 
     def describe_backend(self) -> dict[str, Any]:
         if self._session is not None:
@@ -582,7 +579,7 @@ def _config_record(run: Run) -> dict[str, Any]:
 
 def _endpoint_error(run: Run, exc: BaseException) -> Exception:
     """The run's first call reached no server: a user error when the URL is the user's own setting."""
-    var = BASE_URL_VARIABLES.get(run.backend_name, "")
+    var = base_url_variable(run.backend_name)
     user_set = bool(run.cfg.base_url) or bool(os.environ.get(var, "").strip())
     msg = f"{redact(str(exc))}; no call of this run reached the server"
     if user_set:
@@ -788,7 +785,7 @@ def _train(cfg: TrainConfig, log: Callable[[str], None] | None, held: ExitStack,
     name, _ = parse_backend_spec(cfg.backend or "offline")
     if name == "offline":
         notes.append("backend: offline -- a deterministic optimiser, NOT an LLM (the baseline every LLM must beat)")
-    if cfg.temperature is not None and not BACKENDS.entry(name).info["is_llm"]:
+    if cfg.temperature is not None and not is_llm(name):
         notes.append(f"note: --temperature has no effect on {name} (no language model is sampled)")
     load_prices(cfg.prices_file)  # a missing or broken price file is refused before anything starts
     with HeldInterrupts(raise_after=False) as starting:  # never a run directory without its config.json

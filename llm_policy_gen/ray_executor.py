@@ -378,11 +378,10 @@ def stage_package(folder: Path) -> Path:
 
 def _provider_env(task: RunTask) -> dict[str, str | None]:
     """The run's provider variables as the driver has them; the prompts are the shipped ones."""
-    from .backends import parse_backend_spec
-    from .clients.keys import BASE_URL_VARIABLES, KEY_VARIABLES
+    from .backends import parse_backend_spec, provider_variables
 
     name, _ = parse_backend_spec(task.backend_spec)
-    names = [*KEY_VARIABLES.get(name, ()), *([BASE_URL_VARIABLES[name]] if name in BASE_URL_VARIABLES else [])]
+    names = provider_variables(name)
     return {"LLM_POLICY_GEN_PROMPTS": None, **{n: os.environ.get(n) for n in names}}
 
 

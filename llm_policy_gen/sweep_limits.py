@@ -190,11 +190,11 @@ class SharedBudget(Budget):
 def provider_key(backend: str, base_url: str | None = None) -> str:
     """The limit a run's calls count against: the backend name, plus the base URL (``--base-url`` or the SDK's
     variable) when one is set."""
-    from .backends import parse_backend_spec
-    from .clients.keys import BASE_URL_VARIABLES, without_userinfo
+    from .backends import base_url_variable, parse_backend_spec
+    from .clients.keys import without_userinfo
 
     name, _ = parse_backend_spec(backend)
-    variable = BASE_URL_VARIABLES.get(name)
+    variable = base_url_variable(name)
     url = base_url or (os.environ.get(variable, "") if variable else "")
     return f"{name} {without_userinfo(url)}".strip()  # it is reported in compare.json: never a password
 

@@ -16,6 +16,7 @@ from fakes.loopback import ANSWER_SCHEMA, SilentServer
 from fakes.openai_server import CHAT_PATH, FAKE_KEY, MODELS_PATH, FakeOpenAIServer, error, hang, ok, raw
 
 from llm_policy_gen.clients.base import ClientOptions, Message, OutputSpec, Request, RetryPolicy, Sampling
+from llm_policy_gen.clients.ollama import OllamaClient
 from llm_policy_gen.clients.openai import OpenAIClient, _strict_schema, server_answers
 from llm_policy_gen.errors import BackendAuthError, BackendConfigError, BackendError, BackendUnreachable, UserError
 
@@ -49,7 +50,8 @@ def client(
     model: str = "gpt-6.2-sol", provider: str = "openai", sleep: Sleeps | None = None, **opts: Any
 ) -> OpenAIClient:
     opts.setdefault("retry", FAST)
-    return OpenAIClient(model, ClientOptions(**opts), provider=provider, sleep=Sleeps() if sleep is None else sleep)
+    cls = {"openai": OpenAIClient, "ollama": OllamaClient}[provider]
+    return cls(model, ClientOptions(**opts), sleep=Sleeps() if sleep is None else sleep)
 
 
 def refused(body: dict[str, Any] = NO_JSON_SCHEMA) -> Any:
@@ -443,11 +445,9 @@ def test_describe_never_holds_the_key(fake_openai: FakeOpenAIServer) -> None:
     assert d["sampling"] == {"temperature": None, "max_output_tokens": 16384}
 
 
-def test_bad_provider_and_model() -> None:
-    with pytest.raises(BackendConfigError, match="provider"):
-        OpenAIClient("m", ClientOptions(), provider="anthropic")
+def test_bad_model() -> None:
     with pytest.raises(BackendConfigError, match="model"):
-        OpenAIClient(" ", ClientOptions(), provider="ollama")
+        OllamaClient(" ", ClientOptions())
 
 
 # --- Ollama ----------------------------------------------------------------------------------------------------------

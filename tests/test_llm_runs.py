@@ -21,7 +21,7 @@ from fakes import anthropic_server, openai_server
 from fakes.gemini_server import FAKE_GEMINI_KEY, FakeGeminiServer, fake_gemini_fixture  # noqa: F401
 from fakes.tables import CARTPOLE, WEIGHTS, TableResponder, cartpole_table, out_of_range_answer
 
-from llm_policy_gen.backends import BACKENDS
+from llm_policy_gen.backends import default_model
 from llm_policy_gen.cli import main
 from llm_policy_gen.pricing import DEFAULT_PRICES, cost_usd
 from llm_policy_gen.runlog import read_jsonl
@@ -462,7 +462,7 @@ def test_without_backend_train_picks_the_configured_provider(
     assert f"backend: {keyed.name} ({keyed.provider.key_variable} is set)" in run.err
     summary = run.json("summary.json")
     assert summary["backend"] == keyed.name and len(keyed.bodies) == 1
-    assert summary["model"] == BACKENDS.entry(keyed.name).info["default_model"]
+    assert summary["model"] == default_model(keyed.name)
     assert summary["cost_complete"] is True and summary["cost_usd"] > 0  # the default model has a price
 
 

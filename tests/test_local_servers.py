@@ -43,6 +43,7 @@ from llm_policy_gen.clients.base import (
     call_seed,
 )
 from llm_policy_gen.clients.cache import cache_key
+from llm_policy_gen.clients.ollama import OllamaClient
 from llm_policy_gen.clients.openai import OpenAIClient
 from llm_policy_gen.config import TrainConfig
 from llm_policy_gen.errors import BackendError, BackendUnreachable
@@ -128,7 +129,7 @@ def test_a_loopback_server_is_local_a_remote_one_is_not(monkeypatch: pytest.Monk
 
 
 def test_ollama_is_local(fake_ollama: FakeOpenAIServer) -> None:
-    d = OpenAIClient("llama3.1:8b", ClientOptions(), provider="ollama").describe()
+    d = OllamaClient("llama3.1:8b", ClientOptions()).describe()
     assert d["local"] is True and d["retry"]["timeout_s"] == LOCAL_TIMEOUT_S
 
 

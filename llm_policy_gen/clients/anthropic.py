@@ -35,19 +35,14 @@ import logging
 import re
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, ClassVar
 
-import anthropic
-
-from ..errors import BackendConfigError
-from . import keys
 from .base import ClientOptions, Completion, FaultKind, Request, http_status_fault, retry_after_seconds
-from .common import SDKClient, configured_base_url, key_source, require, schema_name, split_system
-from .profiles import get_profile
+from .common import SDKClient, require, schema_name, split_system
+from .profiles import ClientProfile
 
 __all__ = ["ANTHROPIC_BASE_URL", "AnthropicClient", "accepts_temperature", "to_anthropic_schema"]
 
-PROVIDER = "anthropic"
 #: Anthropic's own endpoint (the SDK's default).
 ANTHROPIC_BASE_URL = "https://api.anthropic.com"
 _log = logging.getLogger(__name__)
@@ -56,6 +51,8 @@ _CLAUDE_VERSION = re.compile(r"claude-(?:opus|sonnet|haiku)-(\d+)(?:-(\d{1,2}))?
 
 def to_anthropic_schema(schema: Mapping[str, Any], name: str = "") -> dict[str, Any]:
     """``schema`` in the JSON-schema subset the Messages API accepts (via :func:`anthropic.transform_schema`)."""
+    import anthropic
+
     out = anthropic.transform_schema(dict(schema))
     if name and "title" not in out:
         out["title"] = name
@@ -99,21 +96,26 @@ class AnthropicClient(SDKClient):
         BackendConfigError: No ``ANTHROPIC_API_KEY``, empty model, or a temperature outside 0..1.
     """
 
-    api = "messages"
+    api: ClassVar[str] = "messages"
+    provider_name: ClassVar[str] = "anthropic"
+    description: ClassVar[str] = "Anthropic Claude through anthropic"
+    default_model: ClassVar[str] = "claude-sonnet-5-5"
+    key_variables: ClassVar[tuple[str, ...]] = ("ANTHROPIC_API_KEY",)
+    base_url_variable: ClassVar[str | None] = "ANTHROPIC_BASE_URL"
+    needs_key: ClassVar[bool] = True
+    auto_order: ClassVar[int | None] = 3
+    default_profile: ClassVar[ClientProfile] = ClientProfile("anthropic", "Anthropic", (0.0, 1.0), "max_tokens")
 
     def __init__(
         self, model: str, options: ClientOptions, *, sleep: Callable[[float], None] = time.sleep
     ) -> None:
-        variable = keys.key_variable(PROVIDER)
-        key = keys.get_key(PROVIDER)
-        if key is None:
-            raise BackendConfigError(
-                f"the anthropic backend needs an API key: set {variable} (in the environment or .env)"
-            )
-        base_url = configured_base_url(PROVIDER, options.base_url) or ANTHROPIC_BASE_URL
+        import anthropic
+
+        key = self.require_key()
+        base_url = self.configured_url(options.base_url) or ANTHROPIC_BASE_URL
         super().__init__(
-            PROVIDER, model, options, get_profile(PROVIDER),
-            base_url=base_url, key=key, key_source=key_source(PROVIDER), key_variable=variable, sleep=sleep,
+            self.provider_name, model, options, self.default_profile,
+            base_url=base_url, key=key, key_source=self.key_found_in(), key_variable=self.key_name(), sleep=sleep,
         )  # fmt: skip
         self._send_temperature = options.sampling.temperature is not None and accepts_temperature(self.model)
         if options.sampling.temperature is not None and not self._send_temperature:
@@ -187,6 +189,8 @@ class AnthropicClient(SDKClient):
 
     def _classify_sdk(self, exc: BaseException) -> tuple[FaultKind, float | None] | None:
         """408/409/429/5xx/529 and ``overloaded_error`` retry with the server's wait; 401/403 are auth."""
+        import anthropic
+
         if isinstance(exc, (anthropic.APIConnectionError, anthropic.RetryableError)):
             return "retry", None
         if isinstance(exc, anthropic.APIStatusError):
@@ -197,6 +201,8 @@ class AnthropicClient(SDKClient):
         return None
 
     def _bad_request_text(self, exc: BaseException) -> str | None:
+        import anthropic
+
         if not isinstance(exc, anthropic.APIStatusError) or exc.status_code != 400:
             return None
         if exc.type not in (None, "invalid_request_error"):

@@ -38,6 +38,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib
+import importlib.util
 import json
 import os
 import re
@@ -62,8 +63,6 @@ __all__ = [
     "is_timeout",
     "StructuredOutput",
     "SDKClient",
-    "configured_base_url",
-    "key_source",
     "public_url",
     "schema_name",
     "split_system",
@@ -249,18 +248,6 @@ def public_url(url: str) -> str:
     return keys.redact(keys.without_userinfo(url))
 
 
-def configured_base_url(provider: str, explicit: str | None) -> str | None:
-    """``explicit`` (``--base-url``), else the SDK's own variable for ``provider``, else None."""
-    url = (explicit or "").strip() or os.environ.get(keys.BASE_URL_VARIABLES[provider], "").strip()
-    return url or None
-
-
-def key_source(provider: str) -> str:
-    """The variable ``provider``'s key is read from (the first one set), else the one to set."""
-    names = keys.KEY_VARIABLES.get(provider, ())
-    return next((v for v in names if os.environ.get(v, "").strip()), keys.key_variable(provider))
-
-
 _NAME = re.compile(r"[^A-Za-z0-9_-]")
 
 
@@ -317,6 +304,80 @@ class SDKClient(ABC):
     is_llm: ClassVar[bool] = True
     api: ClassVar[str] = ""
     """The provider API used, for ``describe``."""
+
+    # --- what a provider needs: the backend registry and ``llm-policy-gen backends`` read these ---------------------
+    provider_name: ClassVar[str] = ""
+    """The backend's name (``--backend NAME``), as the records name the provider."""
+    description: ClassVar[str] = ""
+    """One line for ``llm-policy-gen backends``."""
+    default_model: ClassVar[str] = ""
+    """The model of ``--backend NAME`` without ``:MODEL`` (empty: the spec must name one)."""
+    key_variables: ClassVar[tuple[str, ...]] = ()
+    """Environment variables holding the key, in order of preference; every one is redacted from all that is written
+    once the class is defined (:func:`~.keys.register_key_variables`)."""
+    base_url_variable: ClassVar[str | None] = None
+    """The SDK's own base-URL variable, honoured as well as ``--base-url``."""
+    needs_key: ClassVar[bool] = False
+    """A call without a key is refused before it is made (one line naming :attr:`key_variables`)."""
+    auto_order: ClassVar[int | None] = None
+    """Place among the providers ``train`` tries without ``--backend`` (lowest first; None: never chosen so)."""
+    requires: ClassVar[str | None] = None
+    """A module that must be importable for the backend to work (an extra); "configured" then means installed."""
+    default_profile: ClassVar[ClientProfile]
+    """The provider's quirks (:meth:`profile_for` may choose another by base URL)."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        keys.register_key_variables(cls.key_variables)
+
+    @classmethod
+    def find_key(cls) -> str | None:
+        """The key set in the first of :attr:`key_variables` that holds one, else None."""
+        return keys.first_value(cls.key_variables)
+
+    @classmethod
+    def key_name(cls) -> str:
+        """The variable a user should set (first choice), empty when the provider takes no key."""
+        return cls.key_variables[0] if cls.key_variables else ""
+
+    @classmethod
+    def key_found_in(cls) -> str:
+        """The variable the key is read from (the first one set), else the one to set."""
+        return next((v for v in cls.key_variables if os.environ.get(v, "").strip()), cls.key_name())
+
+    @classmethod
+    def configured_url(cls, explicit: str | None) -> str | None:
+        """``explicit`` (``--base-url``), else :attr:`base_url_variable`'s value, else None."""
+        variable = cls.base_url_variable
+        url = (explicit or "").strip() or (os.environ.get(variable, "").strip() if variable else "")
+        return url or None
+
+    @classmethod
+    def require_key(cls) -> str:
+        """The key, or :class:`BackendConfigError` naming the variables to set."""
+        key = cls.find_key()
+        if key is None:
+            raise BackendConfigError(f"the {cls.provider_name} backend needs an API key: set "
+                                     f"{' or '.join(cls.key_variables)} (in the environment or .env)")
+        return key
+
+    @classmethod
+    def profiles(cls) -> tuple[ClientProfile, ...]:
+        """Every profile this class may use."""
+        return (cls.default_profile,)
+
+    @classmethod
+    def profile_for(cls, base_url: str) -> ClientProfile:
+        """The profile for calls to ``base_url``."""
+        return cls.default_profile
+
+    @classmethod
+    def configured(cls, check_server: bool = False) -> bool | None:
+        """True when the backend can be used as it is: its extra is installed, its key is set (or it takes none).
+        None means "not checked" (a server that only ``check_server`` would ask)."""
+        if cls.requires is not None:
+            return importlib.util.find_spec(cls.requires) is not None
+        return cls.find_key() is not None if cls.key_variables else True
     free: ClassVar[bool] = False
     """True for a model that runs on this machine: its calls cost 0 and need no price."""
 

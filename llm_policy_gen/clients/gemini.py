@@ -2,7 +2,7 @@
 
 One ``Client.models.generate_content`` call per attempt, under the shared retry policy (:mod:`.common`):
 
-* **Key**: ``GEMINI_API_KEY``, else ``GOOGLE_API_KEY`` (:func:`.keys.get_key`). It is passed to the client
+* **Key**: ``GEMINI_API_KEY``, else ``GOOGLE_API_KEY`` (:meth:`~.common.SDKClient.find_key`). It is passed to the client
   explicitly, so our order wins over the SDK's own (which prefers ``GOOGLE_API_KEY``).
 * **Base URL**: ``options.base_url``, else ``GOOGLE_GEMINI_BASE_URL`` (the variable the SDK itself reads in
   ``google/genai/_base_url.py``), else the SDK's default endpoint. The API version is the SDK's default
@@ -27,21 +27,18 @@ import copy
 import re
 import time
 from collections.abc import Callable
-from typing import Any
-
-from google import genai
-from google.genai import errors as genai_errors
-from google.genai import types as genai_types
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..errors import BackendConfigError
-from . import keys
 from .base import ClientOptions, Completion, FaultKind, Message, Request, http_status_fault, retry_after_seconds
-from .common import SDKClient, configured_base_url, key_source, not_json, split_system
-from .profiles import get_profile
+from .common import SDKClient, not_json, split_system
+from .profiles import ClientProfile
+
+if TYPE_CHECKING:
+    from google.genai import types as genai_types
 
 __all__ = ["GEMINI_BASE_URL", "GeminiClient", "gemini_json_schema", "to_gemini_contents"]
 
-PROVIDER = "gemini"
 #: The Gemini Developer API's endpoint (the SDK's default).
 GEMINI_BASE_URL = "https://generativelanguage.googleapis.com"
 
@@ -66,6 +63,8 @@ REFUSAL_FINISH_REASONS = frozenset(
 
 def to_gemini_contents(messages: tuple[Message, ...] | list[Message]) -> tuple[str | None, list[Any]]:
     """Split ``messages`` into Gemini's ``system_instruction`` and ``contents`` (assistant turns are ``"model"``)."""
+    from google.genai import types as genai_types
+
     system, turns = split_system(messages)
     contents = []
     for m in turns:
@@ -151,20 +150,28 @@ class GeminiClient(SDKClient):
         BackendConfigError: No key, empty model, a temperature outside 0..2, or a client the SDK refuses to build.
     """
 
-    api = "models.generateContent (Gemini Developer API)"
-    takes_seed = True
+    api: ClassVar[str] = "models.generateContent (Gemini Developer API)"
+    takes_seed: ClassVar[bool] = True
+    provider_name: ClassVar[str] = "gemini"
+    description: ClassVar[str] = "Google Gemini through google-genai"
+    default_model: ClassVar[str] = "gemini-3.8-flash"
+    key_variables: ClassVar[tuple[str, ...]] = ("GEMINI_API_KEY", "GOOGLE_API_KEY")
+    base_url_variable: ClassVar[str | None] = "GOOGLE_GEMINI_BASE_URL"
+    needs_key: ClassVar[bool] = True
+    auto_order: ClassVar[int | None] = 1
+    default_profile: ClassVar[ClientProfile] = ClientProfile("gemini", "Gemini", (0.0, 2.0), "max_output_tokens")
 
     def __init__(
         self, model: str, options: ClientOptions, *, sleep: Callable[[float], None] = time.sleep
     ) -> None:
-        key = keys.get_key(PROVIDER)
-        if key is None:
-            names = " or ".join(keys.KEY_VARIABLES[PROVIDER])
-            raise BackendConfigError(f"no Gemini API key: set {names} (in the environment or .env)")
-        configured = configured_base_url(PROVIDER, options.base_url)
-        source = key_source(PROVIDER)
+        from google import genai
+        from google.genai import types as genai_types
+
+        key = self.require_key()
+        configured = self.configured_url(options.base_url)
+        source = self.key_found_in()
         super().__init__(
-            PROVIDER, model, options, get_profile(PROVIDER),
+            self.provider_name, model, options, self.default_profile,
             base_url=configured or GEMINI_BASE_URL, key=key, key_source=source, key_variable=source, sleep=sleep,
         )  # fmt: skip
         http_options = genai_types.HttpOptions(
@@ -179,6 +186,8 @@ class GeminiClient(SDKClient):
             raise BackendConfigError(self._redact(f"cannot build the Gemini client: {exc}")) from None
 
     def _config(self, system: str | None, request: Request, mode: str) -> genai_types.GenerateContentConfig:
+        from google.genai import types as genai_types
+
         sampling = self.options.sampling
         kwargs: dict[str, Any] = {
             "max_output_tokens": sampling.max_output_tokens,
@@ -236,6 +245,8 @@ class GeminiClient(SDKClient):
 
     def _classify_sdk(self, exc: BaseException) -> tuple[FaultKind, float | None] | None:
         """Map an SDK error to ``("retry", delay)``, ``("auth", None)`` or ``("fatal", None)``."""
+        from google.genai import errors as genai_errors
+
         if not isinstance(exc, genai_errors.APIError):
             return None
         # The HTTP code alone (Retry-After is read below, with the RetryInfo detail as a fallback).
@@ -248,6 +259,8 @@ class GeminiClient(SDKClient):
         return "fatal", None
 
     def _bad_request_text(self, exc: BaseException) -> str | None:
+        from google.genai import errors as genai_errors
+
         if not isinstance(exc, genai_errors.APIError) or exc.code != 400 or _is_key_refusal(exc):
             return None
         return str(exc.message or "")

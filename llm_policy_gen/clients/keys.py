@@ -12,24 +12,17 @@ import re
 from pathlib import Path
 from typing import Any
 
-__all__ = ["KEY_VARIABLES", "BASE_URL_VARIABLES", "load_env", "get_key", "key_variable", "redact", "known_keys",
-           "redact_all", "remember_url", "url_secrets", "variable_source", "without_userinfo", "is_loopback_url"]
+__all__ = ["load_env", "first_value", "register_key_variables", "redact", "known_keys", "redact_all", "remember_url",
+           "url_secrets", "variable_source", "without_userinfo", "is_loopback_url"]
 
-#: Provider -> environment variables holding its key, in order of preference.
-KEY_VARIABLES: dict[str, tuple[str, ...]] = {
-    "gemini": ("GEMINI_API_KEY", "GOOGLE_API_KEY"),
-    "openai": ("OPENAI_API_KEY",),
-    "anthropic": ("ANTHROPIC_API_KEY",),
-    "ollama": (),
-}
+#: Every provider's key variables (each client class adds its own when it is defined, see
+#: :meth:`~.common.SDKClient.__init_subclass__`): their values are redacted, whatever the variable's name.
+_KEY_VARIABLES: set[str] = set()
 
-#: Provider -> the SDK's own base-URL variable (honoured as well as ``--base-url``).
-BASE_URL_VARIABLES: dict[str, str] = {
-    "gemini": "GOOGLE_GEMINI_BASE_URL",
-    "openai": "OPENAI_BASE_URL",
-    "anthropic": "ANTHROPIC_BASE_URL",
-    "ollama": "OLLAMA_BASE_URL",
-}
+
+def register_key_variables(names: tuple[str, ...] | list[str]) -> None:
+    """Redact the values of the variables ``names`` from everything written from now on (a provider's keys)."""
+    _KEY_VARIABLES.update(names)
 
 
 def load_env(path: str | os.PathLike[str] | None = None) -> bool:
@@ -80,15 +73,9 @@ def endpoint_notice(label: str, base_url: str, from_option: bool, url_variable: 
     return f"{label}: calls go to {redact(without_userinfo(base_url))} (base URL: {url_from}; {key})"
 
 
-def key_variable(provider: str) -> str:
-    """The variable a user should set for ``provider`` (first choice)."""
-    names = KEY_VARIABLES.get(provider, ())
-    return names[0] if names else ""
-
-
-def get_key(provider: str) -> str | None:
-    """The configured key for ``provider``, or None."""
-    for name in KEY_VARIABLES.get(provider, ()):
+def first_value(names: tuple[str, ...] | list[str]) -> str | None:
+    """The value of the first variable of ``names`` set to something not blank, stripped; else None."""
+    for name in names:
         value = os.environ.get(name, "").strip()
         if value:
             return value
@@ -96,14 +83,14 @@ def get_key(provider: str) -> str | None:
 
 
 def known_keys() -> list[str]:
-    """Every secret known now (for redaction): the key values set in the environment (the providers' variables and
-    any other ``*_API_KEY``), the passwords of base URLs set in the environment (``*_BASE_URL``) and of URLs given
-    on the command line (:func:`remember_url`), each also in the forms a server may echo (see :func:`url_secrets`)."""
+    """Every secret known now (for redaction): the key values set in the environment (the variables of every
+    provider class defined in this process, see :func:`register_key_variables`, and any other ``*_API_KEY``), the
+    passwords of base URLs set in the environment (``*_BASE_URL``) and of URLs given on the command line
+    (:func:`remember_url`), each also in the forms a server may echo (see :func:`url_secrets`)."""
     values: list[str] = []
-    names = {n for group in KEY_VARIABLES.values() for n in group}
     for name, value in os.environ.items():
         v = value.strip()
-        if name in names or name.endswith("_API_KEY"):
+        if name in _KEY_VARIABLES or name.endswith("_API_KEY"):
             if len(v) >= 4:
                 values.append(v)
         elif name.endswith("_BASE_URL"):

@@ -240,6 +240,10 @@ class LlamaCppClient(SDKClient):
     """No key: nothing leaves the process."""
     default_model: ClassVar[str] = ""
     """No default: the spec names a file."""
+    description: ClassVar[str] = "a local GGUF model in this process (llamacpp:PATH.gguf; extra: local)"
+    requires: ClassVar[str | None] = "llama_cpp"
+    """Configured when the extra ``local`` is installed."""
+    default_profile: ClassVar[ClientProfile] = PROFILE
     free: ClassVar[bool] = True
     """Local compute: every call costs 0 (no price table entry needed)."""
     local: ClassVar[bool] = True

@@ -10,8 +10,9 @@ Providers:
   sent, because local servers do not check it. The output cap is sent as ``max_completion_tokens`` to OpenAI's own
   API (newer models refuse ``max_tokens``) and as ``max_tokens`` to any other server (many ignore the newer name,
   some refuse it): the ``openai`` and ``openai-compatible`` profiles.
-* ``ollama``: no key (a placeholder is sent); base URL from ``--base-url``, else ``OLLAMA_BASE_URL``, else
-  ``http://localhost:11434/v1`` (a bare ``http://host:11434`` gets ``/v1`` appended); ``max_tokens``.
+* ``ollama`` (:class:`~.ollama.OllamaClient`, a subclass): no key (a placeholder is sent); base URL from
+  ``--base-url``, else ``OLLAMA_BASE_URL``, else ``http://localhost:11434/v1`` (a bare ``http://host:11434`` gets
+  ``/v1`` appended); ``max_tokens``.
   :func:`server_answers` tells whether a server is listening there.
 
 Structured output, strongest first (see :mod:`.common` for the fallback): ``json_schema`` is
@@ -58,33 +59,19 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import urlsplit
-
-import httpx2
-import openai
 
 from ..errors import BackendConfigError
 from . import keys
 from .base import AUTH_STATUSES, ClientOptions, Completion, FaultKind, Request, http_status_fault
-from .common import SDKClient, configured_base_url, key_source, not_json, require, schema_name
-from .profiles import get_profile
+from .common import SDKClient, not_json, require, schema_name
+from .profiles import ClientProfile
 
-__all__ = [
-    "OLLAMA_BASE_URL",
-    "OPENAI_BASE_URL",
-    "PLACEHOLDER_KEYS",
-    "OpenAIClient",
-    "ollama_base_url",
-    "server_answers",
-]
+__all__ = ["OPENAI_BASE_URL", "OpenAIClient", "server_answers"]
 
 #: OpenAI's own endpoint (the SDK's default).
 OPENAI_BASE_URL = "https://api.openai.com/v1"
-#: Ollama's OpenAI-compatible endpoint on the local machine.
-OLLAMA_BASE_URL = "http://localhost:11434/v1"
-#: Keys sent to servers that do not check one (never a secret; not redacted).
-PLACEHOLDER_KEYS: dict[str, str] = {"ollama": "ollama", "openai": "sk-no-key-required"}
 #: Error statuses that mean something else than a refused request, whatever their body says.
 _NOT_A_REFUSAL = AUTH_STATUSES | {408, 429}
 
@@ -108,20 +95,13 @@ def _strict_schema(schema: dict[str, Any]) -> dict[str, Any]:
     return _ensure_strict_json_schema(schema, path=(), root=schema)
 
 
-def ollama_base_url(explicit: str | None) -> str:
-    """Ollama's OpenAI-compatible base URL: ``--base-url``, else ``OLLAMA_BASE_URL``, else the local default;
-    a URL without a path gets ``/v1``."""
-    url = configured_base_url("ollama", explicit) or OLLAMA_BASE_URL
-    if urlsplit(url).path in ("", "/"):
-        url = url.rstrip("/") + "/v1"
-    return url
-
-
 def server_answers(base_url: str, timeout_s: float = 1.0) -> bool:
     """True when anything answers ``GET <base_url>/models`` within ``timeout_s`` (any HTTP status counts).
 
     For ``llm-policy-gen backends``: Ollama needs no key, so "configured" means "a server is listening".
     """
+    import httpx2  # the SDK's HTTP library, imported when a call is made (``backends`` stays fast)
+
     url = base_url.rstrip("/") + "/models"
     try:
         httpx2.get(url, timeout=timeout_s)
@@ -133,52 +113,74 @@ def server_answers(base_url: str, timeout_s: float = 1.0) -> bool:
 class OpenAIClient(SDKClient):
     """OpenAI, or any OpenAI-compatible server, through ``client.chat.completions.create``.
 
+    A subclass serves another OpenAI-compatible provider by its class variables alone (:class:`~.ollama.OllamaClient`).
+
     Args:
         model: Model name sent as ``model`` (e.g. ``gpt-6.2-sol``, ``llama3.1:8b``).
         options: Base URL, retry policy (its ``timeout_s`` bounds each attempt) and sampling.
-        provider: ``"openai"`` (OpenAI or a compatible server given by the base URL) or ``"ollama"``.
         sleep: Called between retries (tests pass a recorder).
 
     Raises:
-        BackendConfigError: Unknown provider, empty model, a temperature outside 0..2, or ``OPENAI_API_KEY``
-            missing for OpenAI's own API.
+        BackendConfigError: Empty model, a temperature outside 0..2, or no key where one is needed (OpenAI's own API,
+            or a provider whose ``needs_key`` is set).
     """
 
-    api = "chat.completions"
-    takes_seed = True
+    api: ClassVar[str] = "chat.completions"
+    takes_seed: ClassVar[bool] = True
+    provider_name: ClassVar[str] = "openai"
+    description: ClassVar[str] = "OpenAI or any OpenAI-compatible server (--base-url)"
+    default_model: ClassVar[str] = "gpt-6.2-sol"
+    key_variables: ClassVar[tuple[str, ...]] = ("OPENAI_API_KEY",)
+    base_url_variable: ClassVar[str | None] = "OPENAI_BASE_URL"
+    auto_order: ClassVar[int | None] = 2
+    default_base_url: ClassVar[str] = OPENAI_BASE_URL
+    """Where calls go without ``--base-url`` or :attr:`base_url_variable`."""
+    placeholder_key: ClassVar[str] = "sk-no-key-required"
+    """The key sent when none is set (servers that check none; never a secret, not redacted)."""
+    default_profile: ClassVar[ClientProfile] = ClientProfile("openai", "OpenAI", (0.0, 2.0), "max_completion_tokens")
+    compatible_profile: ClassVar[ClientProfile | None] = ClientProfile(
+        "openai-compatible", "the OpenAI-compatible server", (0.0, 2.0), "max_tokens"
+    )
+    """The profile for any server but OpenAI's own (vLLM, llama.cpp, LM Studio behind ``--base-url``); None: the
+    :attr:`default_profile` wherever the server is (a subclass for one provider)."""
+
+    @classmethod
+    def profiles(cls) -> tuple[ClientProfile, ...]:
+        other = cls.compatible_profile
+        return (cls.default_profile,) if other is None else (cls.default_profile, other)
+
+    @classmethod
+    def profile_for(cls, base_url: str) -> ClientProfile:
+        other = cls.compatible_profile
+        return cls.default_profile if other is None or _is_openai_host(base_url) else other
+
+    @classmethod
+    def base_url_for(cls, explicit: str | None) -> str:
+        """The URL calls go to: ``--base-url``, else :attr:`base_url_variable`, else :attr:`default_base_url`."""
+        return cls.configured_url(explicit) or cls.default_base_url
 
     def __init__(
-        self,
-        model: str,
-        options: ClientOptions,
-        *,
-        provider: str = "openai",
-        sleep: Callable[[float], None] = time.sleep,
+        self, model: str, options: ClientOptions, *, sleep: Callable[[float], None] = time.sleep
     ) -> None:
-        if provider not in ("openai", "ollama"):
-            raise BackendConfigError(f"OpenAIClient serves 'openai' and 'ollama', got provider {provider!r}")
-        if provider == "ollama":
-            base_url, profile = ollama_base_url(options.base_url), get_profile("ollama")
-        else:
-            base_url = configured_base_url(provider, options.base_url) or OPENAI_BASE_URL
-            profile = get_profile("openai" if _is_openai_host(base_url) else "openai-compatible")
+        import openai
+
+        base_url = self.base_url_for(options.base_url)
         self._schema_in_json_mode = not _is_openai_host(base_url)
         """json_object requests carry the schema (llama_cpp.server enforces it; OpenAI would refuse the key)."""
-        variable = keys.key_variable(provider)
-        key = keys.get_key(provider)
-        source = key_source(provider) if key is not None else "placeholder"
-        if key is None and provider == "openai" and _is_openai_host(base_url):
+        key = self.require_key() if self.needs_key else self.find_key()
+        if key is None and _is_openai_host(base_url):
             raise BackendConfigError(
-                f"{provider} needs an API key: set {variable} (in the environment or .env), "
-                f"or point --base-url / {keys.BASE_URL_VARIABLES[provider]} at an OpenAI-compatible server"
+                f"{self.provider_name} needs an API key: set {self.key_name()} (in the environment or .env), "
+                f"or point --base-url / {self.base_url_variable} at an OpenAI-compatible server"
             )
         super().__init__(
-            provider, model, options, profile,
-            base_url=base_url, key=key, key_source=source, key_variable=variable, sleep=sleep,
-            local=provider == "ollama" or (keys.is_loopback_url(base_url) and not _is_openai_host(base_url)),
+            self.provider_name, model, options, self.profile_for(base_url),
+            base_url=base_url, key=key, key_source=self.key_found_in() if key is not None else "placeholder",
+            key_variable=self.key_name(), sleep=sleep,
+            local=keys.is_loopback_url(base_url) and not _is_openai_host(base_url),
         )  # fmt: skip
         self._client = openai.OpenAI(
-            api_key=key or PLACEHOLDER_KEYS[provider],
+            api_key=key or self.placeholder_key,
             base_url=base_url,
             max_retries=0,
             timeout=self.options.retry.attempt_timeout_s,
@@ -241,6 +243,8 @@ class OpenAIClient(SDKClient):
 
     def _classify_sdk(self, exc: BaseException) -> tuple[FaultKind, float | None] | None:
         """An HTTP status by :func:`~.base.http_status_fault`; other connection errors retry."""
+        import openai
+
         if isinstance(exc, openai.APIStatusError):
             return http_status_fault(exc.status_code, exc.response.headers)
         if isinstance(exc, openai.APIConnectionError):
@@ -250,6 +254,8 @@ class OpenAIClient(SDKClient):
     def _bad_request_text(self, exc: BaseException) -> str | None:
         """Any 4xx or 5xx (see the module doc): its message, parameter and body (a FastAPI validation error names
         the offending field in its ``loc``, which the SDK's message may not show)."""
+        import openai
+
         if not isinstance(exc, openai.APIStatusError) or exc.status_code in _NOT_A_REFUSAL:
             return None
         text = exc.message + (f" (param: {exc.param})" if exc.param else "")

@@ -1,9 +1,10 @@
 """Per-provider quirks as data: the accepted temperature range, the name of the output-token cap, and the
 structured-output modes a provider offers (strongest first, a subset of :data:`~.base.STRUCTURED_MODES`).
 
-An SDK client looks its profile up once, at construction, and checks the sampling settings against it, so that a
-temperature the provider would refuse with a 400 is a one-line :class:`~llm_policy_gen.errors.BackendConfigError`
-before any call is made.
+Each provider's client class holds its own profile (``default_profile``; every one, by name:
+:func:`llm_policy_gen.backends.all_profiles`); the client takes it at construction and
+checks the sampling settings against it, so that a temperature the provider would refuse with a 400 is a one-line
+:class:`~llm_policy_gen.errors.BackendConfigError` before any call is made.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 from ..errors import BackendConfigError
 from .base import STRUCTURED_MODES, Sampling
 
-__all__ = ["ClientProfile", "PROFILES", "get_profile"]
+__all__ = ["ClientProfile"]
 
 
 @dataclass(frozen=True)
@@ -47,24 +48,3 @@ class ClientProfile:
             raise BackendConfigError(
                 f"temperature {t!r} is outside the range {self.name} accepts: {low:g} to {high:g}"
             )
-
-
-#: Every profile, by name.
-PROFILES: dict[str, ClientProfile] = {
-    p.name: p
-    for p in (
-        ClientProfile("openai", "OpenAI", (0.0, 2.0), "max_completion_tokens"),
-        ClientProfile("openai-compatible", "the OpenAI-compatible server", (0.0, 2.0), "max_tokens"),
-        ClientProfile("ollama", "Ollama", (0.0, 2.0), "max_tokens"),
-        ClientProfile("anthropic", "Anthropic", (0.0, 1.0), "max_tokens"),
-        ClientProfile("gemini", "Gemini", (0.0, 2.0), "max_output_tokens"),
-    )
-}
-
-
-def get_profile(name: str) -> ClientProfile:
-    """The profile called ``name`` (KeyError names the known ones)."""
-    try:
-        return PROFILES[name]
-    except KeyError:
-        raise KeyError(f"no client profile {name!r}; known: {', '.join(PROFILES)}") from None
