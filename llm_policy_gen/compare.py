@@ -69,7 +69,7 @@ import numpy as np
 from . import __version__
 from .console import plural
 from .errors import UserError, missing_extra
-from .locks import FolderLock
+from .locks import FolderLock, die_with_parent
 from .runlog import append_jsonl, slug, to_jsonable, write_bytes_atomic, write_json_atomic
 from .stats import DEFAULT_RESAMPLES, DEFAULT_SEED, bootstrap_ci, median_censored, quartile_band, step_curves
 from .sweep_limits import DEFAULT_MAX_CONCURRENT_CALLS
@@ -77,7 +77,6 @@ from .sweep_task import (
     CSV_COLUMNS,
     TIME_COLUMNS,
     RunTask,
-    die_with_parent,
     error_text,
     failed_result,
     finished,

@@ -32,7 +32,7 @@ from typing import Any
 
 from .errors import UserError
 
-__all__ = ["FolderLock", "FolderBusy", "HeldInterrupts", "LOCK_FILE", "HOLDER_FILE", "LOCK_FILES"]
+__all__ = ["FolderLock", "FolderBusy", "HeldInterrupts", "LOCK_FILE", "HOLDER_FILE", "LOCK_FILES", "die_with_parent"]
 
 LOCK_FILE = ".lock"
 HOLDER_FILE = ".lock.holder.json"
@@ -173,3 +173,34 @@ class HeldInterrupts:
             raise
         finally:
             signal.signal(signal.SIGINT, self._hold)
+
+
+def die_with_parent(parent: int) -> None:
+    """The initializer of a sweep's helper processes (the pool's workers, the limits' manager): this process ends
+    when ``parent`` does, however it ends (``kill -9`` included), so that no worker goes on writing run directories
+    that a re-run then resumes. On Linux the kernel sends SIGKILL (``prctl(PR_SET_PDEATHSIG)``); elsewhere a daemon
+    thread watches the parent's pid and ends the process when it changes."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+        import signal
+
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            set_pdeathsig = 1  # PR_SET_PDEATHSIG, <linux/prctl.h>
+            armed = libc.prctl(set_pdeathsig, int(signal.SIGKILL), 0, 0, 0) == 0
+        except (OSError, AttributeError):
+            armed = False
+        if armed:
+            if os.getppid() != parent:  # the parent ended before the signal was armed
+                os._exit(1)
+            return
+    threading.Thread(target=_watch_parent, args=(parent,), name="parent-watch", daemon=True).start()
+
+
+def _watch_parent(parent: int, every_s: float = 0.5) -> None:
+    """End this process once its parent is no longer ``parent`` (it ended and this one was re-parented)."""
+    import time
+
+    while os.getppid() == parent:
+        time.sleep(every_s)
+    os._exit(1)

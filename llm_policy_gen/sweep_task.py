@@ -10,9 +10,6 @@ as a result only when it finished (:func:`finished`): all its iterations, or a l
 
 from __future__ import annotations
 
-import os
-import sys
-import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +22,7 @@ if TYPE_CHECKING:
     from .config import TrainConfig
 
 __all__ = ["CSV_COLUMNS", "TIME_COLUMNS", "ERROR_MARKER", "UNFINISHED_STOPS", "RunTask", "split_entry", "finished",
-           "failed_result", "result_from_summary", "error_text", "run_one", "die_with_parent"]
+           "failed_result", "result_from_summary", "error_text", "run_one"]
 
 #: Columns of ``results.csv``, in order.
 CSV_COLUMNS = (
@@ -178,34 +175,3 @@ def run_one(task: RunTask, limits: Limits | None = None, holder: str = "") -> di
     if task.run_dir.is_dir() and logs:
         write_bytes_atomic(task.run_dir / "compare.log", ("\n".join(logs) + "\n").encode("utf-8"))
     return out
-
-
-def die_with_parent(parent: int) -> None:
-    """The initializer of a sweep's helper processes (the pool's workers, the limits' manager): this process ends
-    when ``parent`` does, however it ends (``kill -9`` included), so that no worker goes on writing run directories
-    that a re-run then resumes. On Linux the kernel sends SIGKILL (``prctl(PR_SET_PDEATHSIG)``); elsewhere a daemon
-    thread watches the parent's pid and ends the process when it changes."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-        import signal
-
-        try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            set_pdeathsig = 1  # PR_SET_PDEATHSIG, <linux/prctl.h>
-            armed = libc.prctl(set_pdeathsig, int(signal.SIGKILL), 0, 0, 0) == 0
-        except (OSError, AttributeError):
-            armed = False
-        if armed:
-            if os.getppid() != parent:  # the parent ended before the signal was armed
-                os._exit(1)
-            return
-    threading.Thread(target=_watch_parent, args=(parent,), name="parent-watch", daemon=True).start()
-
-
-def _watch_parent(parent: int, every_s: float = 0.5) -> None:
-    """End this process once its parent is no longer ``parent`` (it ended and this one was re-parented)."""
-    import time
-
-    while os.getppid() == parent:
-        time.sleep(every_s)
-    os._exit(1)
