@@ -12,11 +12,12 @@ import os
 import shlex
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
 from . import __version__
+from .config import TRAIN_OPTIONS as _TRAIN_OPTIONS  # the settings `train` takes as options, from the fields
 from .errors import LLMPolicyGenError, RunInterrupted, UserError
 
 __all__ = ["main", "build_parser"]
@@ -47,84 +48,43 @@ def _json_object(text: str) -> dict[str, Any]:
 
 
 def _add_train(sub: Any) -> None:
-    from .backends import BACKENDS
-    from .formats import table_format_names
-    from .modes import MODES
+    from .config import OPTIONS
 
     p = sub.add_parser("train", help="run the iterative loop and write one run directory (or --resume one)",
                        description="Run the loop: collect -> prompt -> K candidates -> validate -> keep -> log.")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue an interrupted or killed run from its directory")
-    p.add_argument("--env", dest="env_id", help="gymnasium id (see `envs`), or module:EnvId; default CartPole-v1")
-    p.add_argument("--spec", help="a spec variant of the environment (see `envs`), e.g. rich: as --env ENV.rich")
-    p.add_argument("--backend", help=f"one of {', '.join(BACKENDS.names())} (NAME or NAME:MODEL; replay:PATH); "
-                   "default: the first configured provider, else offline")
-    p.add_argument("--mode", help=f"what the model writes: {', '.join(MODES.names())} (default table)")
-    p.add_argument("--candidates", type=int, help="candidates per iteration, K samples of one prompt (default 4)")
-    p.add_argument("--iterations", type=int, help="proposal rounds (default 30)")
-    p.add_argument("--max-episodes", type=int, help="end once the counted episodes reach N")
-    p.add_argument("--seed", type=int, help="run seed (default 0)")
-    p.add_argument("--logs-dir", help="where run directories go (default logs)")
-    p.add_argument("--run-id", help="name of the run directory")
     p.add_argument("--config", help="TOML file (top level or [train]) or a run's config.json; options override it")
-    p.add_argument("--output-format", help=f"answer format: auto, {', '.join(table_format_names())} (default auto)")
-    p.add_argument("--base-url", help="provider base URL (local OpenAI-compatible servers, proxies)")
-    p.add_argument("--budget-usd", type=float, help="stop cleanly before a call would pass this spend")
-    p.add_argument("--no-cache", action="store_true", help="do not use the on-disk answer cache")
-    p.add_argument("--repair-attempts", type=int, help="follow-up calls with validation errors (default 2)")
-    p.add_argument("--max-retries", type=int, help="retries of timeouts, connection errors, 429 and 5xx (default 4)")
-    p.add_argument("--timeout", dest="timeout_s", type=float, help="bound on each whole request attempt in s "
-                   "(default 120; 600 for a local server)")
-    p.add_argument("--temperature", type=float, help="sampling temperature (default: provider's)")
-    p.add_argument("--max-output-tokens", type=int, help="upper bound on an answer's tokens (default 16384)")
-    p.add_argument("--n-ctx", dest="n_ctx", type=int, help="llamacpp: context size in tokens (default: the model's)")
-    p.add_argument("--llm-threads", type=int, help="llamacpp: threads (default: usable cores / worker processes)")
-    p.add_argument("--max-concurrent-calls", type=int, help="calls in flight at once (default 8)")
-    p.add_argument("--local-concurrency", type=int, help="calls a local server (Ollama, a --base-url on a loopback "
-                   "address) is sent at once (default 1: llama_cpp.server serves one at a time)")
-    p.add_argument("--max-prompt-tokens", type=int, help="bound on the prompt in tokens, for a backend that knows its "
-                   "tokenizer (llamacpp; default: the smaller of the character cap in tokens and the context less "
-                   "room for the answer)")
-    p.add_argument("--unreachable-after", type=int,
-                   help="stop after N iterations in a row without one answered call (default 3)")
-    p.add_argument("--confirm-episodes", type=int,
-                   help="fresh paired episodes that confirm a challenger before adoption (default 10; 0: off)")
-    p.add_argument("--confirm-z", type=float,
-                   help="standard errors the paired confirmation must clear (default 2.0)")
-    p.add_argument("--confirm-batches", type=int, help="batches of fresh episodes an undecided confirmation may run "
-                   "(default 4)")
-    p.add_argument("--heldout-episodes", type=int, help="held-out episodes measured per new best (default 100)")
-    p.add_argument("--test-seeds", choices=("fixed", "fresh"),
-                   help="candidates' test seeds: the same every iteration (fixed, default) or new each iteration")
-    p.add_argument("--patience", type=int, help="stop after N iterations without a new best (0 = never)")
-    p.add_argument("--train-episodes", type=int, help="training episodes per iteration (default 4)")
-    p.add_argument("--advice-prob", type=float, help="advisor mode: probability of taking the advised action at "
-                   "iteration 1 (default 0.5)")
-    p.add_argument("--advice-decay", type=float, help="advisor mode: the advice probability is multiplied by this "
-                   "every iteration (default 0.9)")
-    p.add_argument("--learner-alpha", type=float, help="reward and advisor modes: the learner's Q-learning step "
-                   "size (default 0.2)")
-    p.add_argument("--learner-gamma", type=float, help="reward and advisor modes: the learner's discount (default "
-                   "0.99)")
-    p.add_argument("--potential-bound", type=float, help="reward mode: potentials must lie in [-B, B] (default 100)")
-    p.add_argument("--bins", type=_int_list, help="comma-separated bins per observation dimension")
-    p.add_argument("--dims", type=_int_list, help="comma-separated observation indices to tabulate")
-    p.add_argument("--env-kwargs", type=_json_object, help="JSON object of gymnasium.make keyword arguments")
-    p.add_argument("--prices", dest="prices_file", help="TOML price table (default: the shipped one)")
-    p.add_argument("--log", type=_name_list, help="extra loggers: csv, tensorboard, wandb (comma-separated)")
-    p.add_argument("--no-plots", action="store_true", help="skip training.png and testing.png")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar or per-iteration lines")
-    p.add_argument("--quiet", action="store_true", help="print only the final summary line")
+    p.add_argument("--spec", help="a spec variant of the environment (see `envs`), e.g. rich: as --env ENV.rich")
+    for option in OPTIONS.values():
+        if option.flag:
+            _add_setting(p, option.name, option.flag, option.help())
     p.set_defaults(func=_cmd_train)
 
 
-_TRAIN_OPTIONS = ("env_id", "backend", "mode", "candidates", "iterations", "max_episodes", "seed", "logs_dir",
-                  "run_id", "output_format", "base_url", "budget_usd", "repair_attempts", "max_retries", "timeout_s",
-                  "temperature", "max_output_tokens", "n_ctx", "llm_threads", "max_concurrent_calls",
-                  "local_concurrency", "max_prompt_tokens", "unreachable_after", "confirm_episodes", "confirm_z",
-                  "confirm_batches",
-                  "heldout_episodes", "patience", "test_seeds",
-                  "train_episodes", "bins", "dims", "env_kwargs", "prices_file", "log",
-                  "advice_prob", "advice_decay", "learner_alpha", "learner_gamma", "potential_bound")
+def _add_setting(p: argparse.ArgumentParser, name: str, flag: str, help_text: str) -> None:
+    """The flag of one setting, its parsing read from the field's type: a number, a choice, a comma list
+    (``--log csv,tensorboard``, ``--bins 6,6``), a JSON object, or a switch that sets the opposite of the default
+    (``--no-cache``, ``--quiet``). Unset, it is None: the config file or the default decides."""
+    import types
+    import typing
+
+    from .config import TrainConfig
+
+    field = TrainConfig.model_fields[name]
+    kind, help_text = field.annotation, help_text.replace("%", "%%")
+    if typing.get_origin(kind) in (typing.Union, types.UnionType):  # X | None
+        kind = next(a for a in typing.get_args(kind) if a is not type(None))
+    if kind is bool:
+        p.add_argument(flag, dest=name, action="store_const", const=not field.default, help=help_text)
+        return
+    if typing.get_origin(kind) is typing.Literal:
+        p.add_argument(flag, dest=name, choices=typing.get_args(kind), help=help_text)
+        return
+    parsers: dict[Any, tuple[Callable[[str], Any], str]] = {
+        int: (int, "N"), float: (float, "X"), list[int]: (_int_list, "N,N"), list[str]: (_name_list, "NAME,NAME"),
+        dict[str, Any]: (_json_object, "JSON")}
+    parse, metavar = parsers.get(kind, (str, flag[2:].upper().replace("-", "_")))
+    p.add_argument(flag, dest=name, type=parse, metavar=metavar, help=help_text)
 
 
 def _name_list(text: str) -> list[str]:
@@ -138,14 +98,6 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
     load_env()
     cli: dict[str, Any] = {n: getattr(args, n) for n in _TRAIN_OPTIONS if getattr(args, n) is not None}
-    if args.no_cache:
-        cli["cache"] = False
-    if args.no_plots:
-        cli["plots"] = False
-    if args.no_progress:
-        cli["progress"] = False
-    if args.quiet:
-        cli["quiet"] = True
     if args.resume:
         if args.config:
             raise UserError("--resume takes the run's own config.json; do not give --config with it")

@@ -67,6 +67,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import __version__
+from .config import OPERATIONAL_SETTINGS  # what may differ between invocations of one sweep
 from .console import plural
 from .errors import UserError, missing_extra
 from .locks import FolderLock, die_with_parent
@@ -106,12 +107,6 @@ __all__ = [
     "read_results",
     "add_parser",
 ]
-
-#: Settings that change how a run goes, not what it finds: they may differ between invocations of one sweep.
-OPERATIONAL_SETTINGS = ("logs_dir", "run_id", "explicit", "progress", "quiet", "plots", "log", "timeout_s",
-                        "max_retries", "max_concurrent_calls", "unreachable_after", "cache", "cache_dir", "llm_threads",
-                        "local_concurrency")
-
 
 # ---------------------------------------------------------------------------------------------------- parsing
 def parse_seeds(text: str) -> list[int]:

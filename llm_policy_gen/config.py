@@ -12,21 +12,31 @@ from __future__ import annotations
 
 import json
 import tomllib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, field_validator, model_validator
 
 from .errors import UserError
 
-__all__ = ["TrainConfig", "load_config_file", "read_toml", "SEED_MAX", "config_error", "option_name"]
+__all__ = ["TrainConfig", "load_config_file", "read_toml", "SEED_MAX", "config_error", "option_name", "Option",
+           "OPTIONS", "TRAIN_OPTIONS", "OPTION_NAMES", "RESUME_OPTIONS", "OPERATIONAL_SETTINGS"]
 
 SEED_MAX = 2**32 - 1
 """Seeds are 32-bit (numpy's and gymnasium's seeding accept larger ones, but results would not be portable)."""
 
-def _field(default: Any, accepted: str, description: str, **kw: Any) -> Any:
-    """A field with its documentation and the words that say which values are accepted."""
-    return Field(default, description=description, json_schema_extra={"accepted": accepted}, **kw)
+def _field(default: Any, accepted: str, description: str, *, flag: str | None = "", resume: bool = False,
+           operational: bool = False, **kw: Any) -> Any:
+    """A setting: its default, the words that say which values are accepted, its documentation, and how the
+    command line and the run treat it (see :class:`Option`).
+
+    ``flag`` is its ``train`` option when that is not ``--`` + the name with dashes (``--env``, ``--no-cache``), or
+    None for a setting given only in a file; ``resume``: ``train --resume`` may change it; ``operational``: it changes
+    how a run goes, not what it finds, so it may differ between invocations of one sweep.
+    """
+    extra: dict[str, JsonValue] = {"accepted": accepted, "flag": flag, "resume": resume, "operational": operational}
+    return Field(default, description=description, json_schema_extra=extra, **kw)
 
 
 class TrainConfig(BaseModel):
@@ -35,26 +45,29 @@ class TrainConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, validate_assignment=True, frozen=False)
 
     env_id: str = _field("CartPole-v1", "a gymnasium id (see `llm-policy-gen envs`), or module:EnvId",
-                         "Gymnasium id; `module:EnvId` imports `module` first (a user's own registered env).")
+                         "Gymnasium id; `module:EnvId` imports `module` first (a user's own registered env).",
+                         flag="--env")
     backend: str | None = _field(None, "offline, replay:PATH, gemini[:MODEL], openai[:MODEL], anthropic[:MODEL], "
-                                 "ollama[:MODEL], q-learning, random",
+                                 "ollama[:MODEL], llamacpp:PATH.gguf, q-learning, random",
                                  "Backend spec; None: the first configured provider, else offline.")
-    mode: str = _field("table", "table, direct, or another registered mode",
+    mode: str = _field("table", "table, direct, reward, advisor, or another registered mode",
                        "What the model writes: the table (table), each action (direct), ...")
-    iterations: int = _field(30, "an integer >= 1", "Proposal rounds.", ge=1)
+    iterations: int = _field(30, "an integer >= 1", "Proposal rounds.", ge=1, resume=True)
     max_episodes: int | None = _field(None, "an integer >= 1", "End the run once the counted episodes (training, "
-                                      "test and confirmation) reach this many; combines with iterations.", ge=1)
+                                      "test and confirmation) reach this many; combines with iterations.", ge=1,
+                                      resume=True)
     candidates: int = _field(4, "an integer in 1..64", "Candidates asked for per iteration (K samples of one "
                              "prompt, scored on the same test seeds).", ge=1, le=64)
     seed: int = _field(0, f"an integer in 0..{SEED_MAX}", "Seeds every environment reset, the exploration and the "
                        "non-LLM proposers.", ge=0, le=SEED_MAX)
-    logs_dir: str = _field("logs", "a folder", "Run directories go to LOGS_DIR/<env-id>/<run-id>/.")
+    logs_dir: str = _field("logs", "a folder", "Run directories go to LOGS_DIR/<env-id>/<run-id>/.", operational=True)
     run_id: str | None = _field(None, "a non-empty name without path separators or control characters, not made "
-                                "only of dots", "Name of the run directory (default: time stamp, backend and seed).")
+                                "only of dots", "Name of the run directory (default: time stamp, backend and seed).",
+                                operational=True)
     train_episodes: int = _field(4, "an integer >= 1", "Training episodes per iteration, run with the best table "
                                  "plus exploration.", ge=1)
     explore_epsilon: float = _field(0.1, "a number in [0, 1]", "Probability of a random action in training "
-                                    "episodes.", ge=0.0, le=1.0)
+                                    "episodes.", ge=0.0, le=1.0, flag=None)
     learner_alpha: float = _field(0.2, "a number in (0, 1]", "Reward and advisor modes: step size of the learner's "
                                   "Q-learning.", gt=0.0, le=1.0)
     learner_gamma: float = _field(0.99, "a number in [0, 1)", "Reward and advisor modes: discount of the learner's "
@@ -65,14 +78,14 @@ class TrainConfig(BaseModel):
                                 "the advised action at iteration 1.", ge=0.0, le=1.0)
     advice_decay: float = _field(0.9, "a number in [0, 1]", "Advisor mode: the advice probability is multiplied by "
                                  "this every iteration (p_t = advice_prob * advice_decay^(t-1)).", ge=0.0, le=1.0)
-    eval_start: int = _field(3, "an integer >= 1", "Test episodes per candidate at iteration 1.", ge=1)
+    eval_start: int = _field(3, "an integer >= 1", "Test episodes per candidate at iteration 1.", ge=1, flag=None)
     eval_max: int = _field(10, "an integer >= eval_start", "Test episodes per candidate at the end of the rise.",
-                           ge=1)
+                           ge=1, flag=None)
     test_seeds: Literal["fixed", "fresh"] = _field("fixed", "fixed or fresh", "Test seeds of the candidates: the "
                                                    "same first ones every iteration (fixed), or new ones every "
                                                    "iteration, the kept table scored on them too (fresh).")
     eval_rise_every: int = _field(1, "an integer >= 1", "Add one test episode every this many iterations (the "
-                                  "best is re-scored on the added seeds).", ge=1)
+                                  "best is re-scored on the added seeds).", ge=1, flag=None)
     confirm_episodes: int = _field(10, "an integer >= 0", "Fresh episodes per batch of the paired confirmation a "
                                    "challenger that won on the test seeds must pass before adoption (0: no "
                                    "confirmation).", ge=0)
@@ -83,53 +96,56 @@ class TrainConfig(BaseModel):
     heldout_episodes: int = _field(100, "an integer >= 1", "Held-out episodes measured whenever the best changes; "
                                    "reported only, never used to decide.", ge=1)
     patience: int = _field(0, "an integer >= 0", "Stop after this many iterations without a new best (0: never).",
-                           ge=0)
-    best_k: int = _field(4, "an integer >= 0", "Best episodes shown in the prompt.", ge=0)
-    worst_k: int = _field(1, "an integer >= 0", "Worst episodes shown in the prompt.", ge=0)
-    memory_capacity: int = _field(200, "an integer >= 1", "Episodes kept in the experience memory.", ge=1)
+                           ge=0, resume=True)
+    best_k: int = _field(4, "an integer >= 0", "Best episodes shown in the prompt.", ge=0, flag=None)
+    worst_k: int = _field(1, "an integer >= 0", "Worst episodes shown in the prompt.", ge=0, flag=None)
+    memory_capacity: int = _field(200, "an integer >= 1", "Episodes kept in the experience memory.", ge=1, flag=None)
     gamma: float = _field(0.98, "a number in (0, 1)", "Discount of the per-state return-to-go evidence.", gt=0.0,
-                          lt=1.0)
+                          lt=1.0, flag=None)
     max_prompt_chars: int = _field(12000, "an integer >= 1000", "Upper bound on the user prompt's size; evidence "
-                                   "rows are cut to fit.", ge=1000)
+                                   "rows are cut to fit.", ge=1000, flag=None)
     max_prompt_tokens: int | None = _field(None, "an integer >= 200", "Upper bound on the prompt's size in tokens, "
                                            "for a backend that knows its tokenizer (llamacpp); evidence rows are cut "
                                            "as for max_prompt_chars. None: the smaller of max_prompt_chars in "
                                            "tokens and the context less room for the answer.", ge=200)
-    output_format: str = _field("auto", "auto, table, edits, or another registered format",
+    output_format: str = _field("auto", "auto, table, edits, rules, or another registered format",
                                 "Answer format; auto: table up to 1,000 states, edits above.")
     repair_attempts: int = _field(2, "an integer >= 0", "Follow-up calls with the validation errors when an "
                                   "answer is refused.", ge=0)
     base_url: str | None = _field(None, "a URL", "Provider base URL (else the SDK's own variable).")
     timeout_s: float | None = _field(None, "a number of seconds > 0", "Bound on one whole request attempt, however "
                                      "the answer trickles in (None: 120 s, or 600 s for a local server: Ollama, "
-                                     "llamacpp, or an OpenAI-compatible --base-url on a loopback address).", gt=0.0)
+                                     "llamacpp, or an OpenAI-compatible --base-url on a loopback address).", gt=0.0,
+                                     flag="--timeout", resume=True, operational=True)
     max_retries: int = _field(4, "an integer >= 0", "Retries of timeouts, connection errors, 429 and 5xx "
-                              "(exponential backoff with jitter, honouring Retry-After).", ge=0)
+                              "(exponential backoff with jitter, honouring Retry-After).", ge=0, resume=True,
+                              operational=True)
     temperature: float | None = _field(None, "a number >= 0 within the provider's range",
                                        "Sampling temperature (None: the provider's default).", ge=0.0)
     max_output_tokens: int = _field(16384, "an integer >= 1", "Upper bound on an answer's tokens.", ge=1)
     max_answer_chars: int = _field(262144, "an integer >= 1000", "Longest answer text accepted, in characters: a "
                                    "longer answer is refused as invalid, stored cut to this length, never cached "
-                                   "and never sent back whole in a repair.", ge=1000)
+                                   "and never sent back whole in a repair.", ge=1000, flag=None)
     n_ctx: int | None = _field(None, "an integer >= 256", "Context size in tokens of an in-process model "
                                "(llamacpp; None: the model's own).", ge=256)
     llm_threads: int | None = _field(None, "an integer >= 1", "Threads of an in-process model (llamacpp; None: "
-                                     "the usable cores divided by the sweep's worker processes).", ge=1)
+                                     "the usable cores divided by the sweep's worker processes).", ge=1, resume=True,
+                                     operational=True)
     budget_usd: float | None = _field(None, "a number >= 0", "Stop cleanly before a call would pass this spend "
-                                      "(calls in flight count).", ge=0.0)
+                                      "(calls in flight count).", ge=0.0, resume=True)
     max_concurrent_calls: int = _field(8, "an integer >= 1", "Calls in flight at once (the K candidates of an "
-                                       "iteration are asked concurrently).", ge=1)
+                                       "iteration are asked concurrently).", ge=1, resume=True, operational=True)
     local_concurrency: int = _field(1, "an integer >= 1", "Calls a local server (Ollama, an OpenAI-compatible "
                                     "--base-url on a loopback address) is sent at once; llama_cpp.server serves one "
-                                    "at a time.", ge=1)
+                                    "at a time.", ge=1, resume=True, operational=True)
     unreachable_after: int = _field(3, "an integer >= 1", "Stop the run after this many iterations in a row "
-                                    "without one successful call.", ge=1)
+                                    "without one successful call.", ge=1, operational=True)
     cache: bool = _field(True, "true or false", "Cache LLM answers on disk (keyed by provider, model, messages, "
-                         "schema, sampling and candidate).")
+                         "schema, sampling and candidate).", flag="--no-cache", resume=True, operational=True)
     cache_dir: str | None = _field(None, "a folder", "Answer cache folder (default: "
-                                   "~/.cache/llm-policy-gen/responses).")
+                                   "~/.cache/llm-policy-gen/responses).", flag=None, operational=True)
     prices_file: str | None = _field(None, "a TOML file", "TOML price table (default: the shipped "
-                                     "llm_policy_gen/data/prices.toml).")
+                                     "llm_policy_gen/data/prices.toml).", flag="--prices")
     bins: list[int] | None = _field(None, "a list of integers >= 1", "Override the bins of the spec's observation "
                                     "dimensions.")
     dims: list[int] | None = _field(None, "a list of observation indices", "Observation indices to tabulate "
@@ -137,14 +153,17 @@ class TrainConfig(BaseModel):
     env_kwargs: dict[str, Any] = _field({}, "a table of gymnasium.make keyword arguments",
                                         "Extra gymnasium.make keyword arguments.")
     binning: Literal["uniform", "seed"] | None = _field(None, "uniform or seed", "uniform (default) or seed (the "
-                                                        "seed project's round((n-1)*ratio) bins).")
-    plots: bool = _field(True, "true or false", "Write training.png and testing.png at the end.")
+                                                        "seed project's round((n-1)*ratio) bins).", flag=None)
+    plots: bool = _field(True, "true or false", "Write training.png and testing.png at the end.", flag="--no-plots",
+                         resume=True, operational=True)
     progress: bool = _field(True, "true or false", "Show a progress bar (or, without a terminal, one line per "
-                            "iteration) on stderr.")
-    quiet: bool = _field(False, "true or false", "Print nothing but the final summary line.")
-    log: list[str] = _field([], "a list of: csv, tensorboard, wandb", "Extra loggers of per-iteration scalars.")
+                            "iteration) on stderr.", flag="--no-progress", resume=True, operational=True)
+    quiet: bool = _field(False, "true or false", "Print nothing but the final summary line.", resume=True,
+                         operational=True)
+    log: list[str] = _field([], "a list of: csv, tensorboard, wandb", "Extra loggers of per-iteration scalars.",
+                            operational=True)
     explicit: list[str] = _field([], "a list of setting names", "Settings given by the user (file or command "
-                                 "line); an env spec's train defaults never replace them.")
+                                 "line); an env spec's train defaults never replace them.", flag=None, operational=True)
 
     @field_validator("run_id")
     @classmethod
@@ -267,9 +286,62 @@ def config_error(exc: ValidationError, source: str, values: dict[str, Any]) -> U
     return UserError(f"{source}: bad {key} = {shown[:80]}: accepted {accepted or err['msg']}")
 
 
+@dataclass(frozen=True)
+class Option:
+    """How one setting of :class:`TrainConfig` is given and treated, as its field declares it."""
+
+    name: str
+    flag: str | None
+    """Its ``train`` option (``--env``, ``--no-cache``, ``--max-episodes``); None: given only in a file."""
+    accepted: str
+    description: str
+    default: Any
+    resume: bool
+    """``train --resume`` may change it (everything else comes from the run's config.json)."""
+    operational: bool
+    """It changes how a run goes, not what it finds: it may differ between invocations of one sweep."""
+
+    def help(self) -> str:
+        """The flag's ``--help`` text: the description, what is accepted and the field's own default."""
+        if isinstance(self.default, bool):  # a switch: --no-cache turns off what is on by default
+            return f"Switch off (on by default): {self.description}" if self.default else \
+                f"{self.description} (off by default)"
+        if self.default is None and ("None" in self.description or "default" in self.description):
+            return f"{self.description} Accepted: {self.accepted}."  # the description says what None does
+        if self.default is None or self.default in ([], {}):
+            default = "none"
+        elif isinstance(self.default, list):
+            default = ",".join(str(x) for x in self.default)
+        elif isinstance(self.default, dict):
+            default = json.dumps(self.default)
+        else:
+            default = str(self.default)
+        return f"{self.description} Accepted: {self.accepted}. Default: {default}."
+
+
+def _options() -> dict[str, Option]:
+    found: dict[str, Option] = {}
+    for name, field in TrainConfig.model_fields.items():
+        extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+        flag = extra.get("flag", "")  # "": the name with dashes; None: no flag
+        flag = "--" + name.replace("_", "-") if flag == "" else flag
+        found[name] = Option(name=name, flag=str(flag) if flag else None,
+                             accepted=str(extra.get("accepted", "")), description=field.description or "",
+                             default=field.get_default(call_default_factory=True),
+                             resume=bool(extra.get("resume")), operational=bool(extra.get("operational")))
+    return found
+
+
+#: Every setting with its flag, help, default and role, read once from the fields above.
+OPTIONS = _options()
+#: Settings that are ``train`` options (the others are given in a file only).
+TRAIN_OPTIONS = tuple(name for name, o in OPTIONS.items() if o.flag)
 #: Settings whose command-line option is not ``--`` + the name with dashes.
-OPTION_NAMES = {"env_id": "--env", "timeout_s": "--timeout", "prices_file": "--prices", "cache": "--no-cache",
-                "plots": "--no-plots", "progress": "--no-progress"}
+OPTION_NAMES = {name: o.flag for name, o in OPTIONS.items() if o.flag and o.flag != "--" + name.replace("_", "-")}
+#: Settings ``train --resume`` may change (everything else comes from the run's config.json).
+RESUME_OPTIONS = tuple(name for name, o in OPTIONS.items() if o.resume)
+#: Settings that change how a run goes, not what it finds: they may differ between invocations of one sweep.
+OPERATIONAL_SETTINGS = tuple(name for name, o in OPTIONS.items() if o.operational)
 
 
 def option_name(key: str) -> str:

@@ -38,7 +38,7 @@ from .clients.common import SDKClient
 from .clients.keys import endpoint_notice, is_loopback_url, redact, remember_url, without_userinfo
 from .clients.replay import SOURCE_FIELDS
 from .collect import Collector, Episode, Rollouts
-from .config import TrainConfig, option_name
+from .config import RESUME_OPTIONS, TrainConfig, option_name  # RESUME_OPTIONS: declared on the fields
 from .console import Console
 from .envs import get_spec
 from .envs.spec import EnvSpec
@@ -59,10 +59,6 @@ from .runlog import JsonlWriter, Logger, RunDir, read_json, read_jsonl, rewrite_
 from .session import Answer, Budget, CallLimiter, LLMSession, LocalLimiter, RecordedCalls, Transcript, Usage
 
 __all__ = ["RunResult", "Run", "resolve_spec", "train", "resume", "default_cache_dir", "RESUME_OPTIONS"]
-
-#: Settings ``train --resume`` may change (everything else comes from the run's config.json).
-RESUME_OPTIONS = ("iterations", "max_episodes", "progress", "quiet", "plots", "patience", "budget_usd", "timeout_s",
-                  "max_retries", "max_concurrent_calls", "cache", "llm_threads", "local_concurrency")
 
 
 @dataclass

@@ -1,0 +1,219 @@
+"""Options declared once (#17 item 2): every setting of ``TrainConfig`` carries its flag, help, default and whether it
+may change on resume or between sweep runs; the ``train`` command line is generated from the fields. Every setting
+round-trips through the command line (where it is a flag), a TOML file and a run's ``config.json``; the contract's
+flags still parse; ``--help`` shows the fields' own defaults."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from llm_policy_gen import compare, config, engine
+from llm_policy_gen.cli import main
+from llm_policy_gen.config import OPTIONS, TrainConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: Today's ``train`` flags that are settings, each with its setting: the spellings users and scripts rely on.
+FLAGS = {
+    "--env": "env_id", "--backend": "backend", "--mode": "mode", "--iterations": "iterations",
+    "--max-episodes": "max_episodes", "--candidates": "candidates", "--seed": "seed", "--logs-dir": "logs_dir",
+    "--run-id": "run_id", "--train-episodes": "train_episodes", "--learner-alpha": "learner_alpha",
+    "--learner-gamma": "learner_gamma", "--potential-bound": "potential_bound", "--advice-prob": "advice_prob",
+    "--advice-decay": "advice_decay", "--test-seeds": "test_seeds", "--confirm-episodes": "confirm_episodes",
+    "--confirm-batches": "confirm_batches", "--confirm-z": "confirm_z", "--heldout-episodes": "heldout_episodes",
+    "--patience": "patience", "--max-prompt-tokens": "max_prompt_tokens", "--output-format": "output_format",
+    "--repair-attempts": "repair_attempts", "--base-url": "base_url", "--timeout": "timeout_s",
+    "--max-retries": "max_retries", "--temperature": "temperature", "--max-output-tokens": "max_output_tokens",
+    "--n-ctx": "n_ctx", "--llm-threads": "llm_threads", "--budget-usd": "budget_usd",
+    "--max-concurrent-calls": "max_concurrent_calls", "--local-concurrency": "local_concurrency",
+    "--unreachable-after": "unreachable_after", "--no-cache": "cache", "--prices": "prices_file", "--bins": "bins",
+    "--dims": "dims", "--env-kwargs": "env_kwargs", "--no-plots": "plots", "--no-progress": "progress",
+    "--quiet": "quiet", "--log": "log",
+}
+#: Settings given only in a file.
+FILE_ONLY = {"explore_epsilon", "eval_start", "eval_max", "eval_rise_every", "best_k", "worst_k", "memory_capacity",
+             "gamma", "max_prompt_chars", "max_answer_chars", "cache_dir", "binning", "explicit"}
+
+
+def values(tmp_path: Path) -> dict[str, Any]:
+    """A value for every setting but ``explicit``, none of them its default, that a tiny offline run accepts."""
+    prices = tmp_path / "prices.toml"
+    shutil.copy(ROOT / "llm_policy_gen" / "data" / "prices.toml", prices)
+    return {
+        "env_id": "MountainCar-v0", "backend": "offline", "mode": "advisor", "iterations": 2, "max_episodes": 900,
+        "candidates": 2, "seed": 7, "logs_dir": str(tmp_path / "logs"), "run_id": "every", "train_episodes": 1,
+        "explore_epsilon": 0.2, "learner_alpha": 0.3, "learner_gamma": 0.95, "potential_bound": 50.0,
+        "advice_prob": 0.25, "advice_decay": 0.8, "eval_start": 2, "eval_max": 4, "test_seeds": "fresh",
+        "eval_rise_every": 2, "confirm_episodes": 2, "confirm_batches": 2, "confirm_z": 1.5, "heldout_episodes": 3,
+        "patience": 5, "best_k": 3, "worst_k": 2, "memory_capacity": 50, "gamma": 0.9, "max_prompt_chars": 8000,
+        "max_prompt_tokens": 4000, "output_format": "table", "repair_attempts": 1,
+        "base_url": "http://127.0.0.1:9/v1", "timeout_s": 30.5, "max_retries": 1, "temperature": 0.5,
+        "max_output_tokens": 2000, "max_answer_chars": 100000, "n_ctx": 2048, "llm_threads": 2, "budget_usd": 1.5,
+        "max_concurrent_calls": 3, "local_concurrency": 2, "unreachable_after": 5, "cache": False,
+        "cache_dir": str(tmp_path / "cache"), "prices_file": str(prices), "bins": [5, 6], "dims": [0, 1],
+        "env_kwargs": {"goal_velocity": 0.01}, "binning": "seed", "plots": False, "progress": False,
+        "quiet": True, "log": ["csv"],
+    }
+
+
+def command_line(given: dict[str, Any]) -> list[str]:
+    """``train`` arguments for the settings that are flags, spelled as a user types them."""
+    args: list[str] = []
+    for flag, name in FLAGS.items():
+        value = given[name]
+        if isinstance(value, bool):
+            args.append(flag)
+        elif isinstance(value, list):
+            args += [flag, ",".join(str(x) for x in value)]
+        elif isinstance(value, dict):
+            args += [flag, json.dumps(value)]
+        else:
+            args += [flag, str(value)]
+    return args
+
+
+def toml_text(given: dict[str, Any]) -> str:
+    def literal(v: Any) -> str:
+        if isinstance(v, dict):
+            return "{ " + ", ".join(f"{k} = {literal(x)}" for k, x in v.items()) + " }"
+        if isinstance(v, list):
+            return "[" + ", ".join(literal(x) for x in v) + "]"
+        return json.dumps(v)  # strings, numbers and booleans are written alike in TOML and JSON
+
+    return "[train]\n" + "".join(f"{k.replace('_', '-')} = {literal(v)}\n" for k, v in given.items())
+
+
+def recorded(logs: Path, env_id: str, run_id: str) -> dict[str, Any]:
+    settings = json.loads((logs / env_id / run_id / "config.json").read_text(encoding="utf-8"))["config"]
+    assert isinstance(settings, dict)
+    return settings
+
+
+def test_the_values_cover_every_setting_and_none_is_its_default(tmp_path: Path) -> None:
+    given = values(tmp_path)
+    assert set(given) | {"explicit"} == set(TrainConfig.model_fields)
+    same = [k for k, v in given.items() if v == TrainConfig.model_fields[k].get_default(call_default_factory=True)]
+    assert not same, same
+
+
+def test_every_flag_reaches_its_setting_in_config_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    given = values(tmp_path)
+    assert main(["train", *command_line(given)]) == 0, capsys.readouterr().err
+    settings = recorded(tmp_path / "logs", "MountainCar-v0", "every")
+    for name in FLAGS.values():
+        assert settings[name] == given[name], name
+    assert settings["explicit"] == sorted(FLAGS.values())  # and no file-only setting was given
+
+
+def test_every_setting_round_trips_through_a_toml_file_and_config_json(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    given = values(tmp_path)
+    toml = tmp_path / "every.toml"
+    toml.write_text(toml_text(given), encoding="utf-8")
+    assert main(["train", "--config", str(toml)]) == 0, capsys.readouterr().err
+    first = recorded(tmp_path / "logs", "MountainCar-v0", "every")
+    assert first == {**given, "explicit": sorted(given)}
+    # the run's config.json re-runs the same experiment: every setting but the run's own id comes back the same
+    again = tmp_path / "logs" / "MountainCar-v0" / "every" / "config.json"
+    assert main(["train", "--config", str(again), "--run-id", "again"]) == 0, capsys.readouterr().err
+    second = recorded(tmp_path / "logs", "MountainCar-v0", "again")
+    assert second == {**first, "run_id": "again"}
+
+
+def test_the_contract_flags_still_parse(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """../shared/CONTRACT.md's train line, spelled literally, with --timeout, --prices and --no-cache."""
+    prices = tmp_path / "prices.toml"
+    shutil.copy(ROOT / "llm_policy_gen" / "data" / "prices.toml", prices)
+    file = tmp_path / "c.toml"
+    file.write_text('heldout_episodes = 5\nrun_id = "contract"\nplots = false\nprogress = false\n', encoding="utf-8")
+    logs = tmp_path / "logs"
+    assert main(["train", "--env", "FrozenLake-v1", "--backend", "offline", "--mode", "table", "--candidates", "2",
+                 "--iterations", "2", "--max-episodes", "1000", "--seed", "3", "--logs-dir", str(logs), "--config",
+                 str(file), "--log", "tensorboard,csv", "--timeout", "9", "--prices", str(prices),
+                 "--no-cache"]) == 0, capsys.readouterr().err
+    s = recorded(logs, "FrozenLake-v1", "contract")
+    assert (s["env_id"], s["backend"], s["mode"], s["candidates"], s["iterations"], s["max_episodes"], s["seed"],
+            s["logs_dir"]) == ("FrozenLake-v1", "offline", "table", 2, 2, 1000, 3, str(logs))
+    assert (s["log"], s["timeout_s"], s["prices_file"], s["cache"]) == (["tensorboard", "csv"], 9.0, str(prices), False)
+    assert (s["heldout_episodes"], s["plots"], s["progress"]) == (5, False, False)  # from the file
+    run = logs / "FrozenLake-v1" / "contract"
+    assert (run / "progress.csv").is_file()
+    # --resume RUN_DIR takes the settings that may change on resume, spelled as flags (and the run's price file)
+    assert main(["train", "--resume", str(run), "--iterations", "3", "--timeout", "5", "--no-cache", "--quiet",
+                 "--no-plots", "--no-progress", "--max-concurrent-calls", "2", "--prices", str(prices)]) == 0, \
+        capsys.readouterr().err
+    assert "3 iterations" in capsys.readouterr().out
+
+
+def test_the_train_flags_are_todays_and_file_only_settings_have_none(capsys: pytest.CaptureFixture[str]) -> None:
+    assert {o.flag: n for n, o in OPTIONS.items() if o.flag} == FLAGS
+    assert {n for n, o in OPTIONS.items() if not o.flag} == FILE_ONLY
+    assert main(["train", "--explore-epsilon", "0.2"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "unrecognized arguments: --explore-epsilon" in err, err
+
+
+def test_the_lists_read_from_the_fields_are_todays() -> None:
+    assert config.OPTION_NAMES == {"env_id": "--env", "timeout_s": "--timeout", "prices_file": "--prices",
+                                   "cache": "--no-cache", "plots": "--no-plots", "progress": "--no-progress"}
+    assert set(engine.RESUME_OPTIONS) == {"iterations", "max_episodes", "progress", "quiet", "plots", "patience",
+                                          "budget_usd", "timeout_s", "max_retries", "max_concurrent_calls", "cache",
+                                          "llm_threads", "local_concurrency"}
+    assert set(compare.OPERATIONAL_SETTINGS) == {
+        "logs_dir", "run_id", "explicit", "progress", "quiet", "plots", "log", "timeout_s", "max_retries",
+        "max_concurrent_calls", "unreachable_after", "cache", "cache_dir", "llm_threads", "local_concurrency"}
+    assert engine.RESUME_OPTIONS[0] == "iterations"  # the refusal's list starts with the most common one
+
+
+def help_by_flag(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> dict[str, str]:
+    monkeypatch.setenv("COLUMNS", "2000")  # one line per option: nothing wrapped
+    assert main(["train", "--help"]) == 0
+    found: dict[str, str] = {}
+    flag = ""
+    for line in capsys.readouterr().out.splitlines():
+        if m := re.match(r"  (--[a-z-]+)(?: \S+)?(?:\s{2,}(.*))?$", line):  # the help starts here or below
+            flag, found[m.group(1)] = m.group(1), m.group(2) or ""
+        elif flag and line.startswith("    "):
+            found[flag] = (found[flag] + " " + line.strip()).strip()
+        else:
+            flag = ""
+    return found
+
+
+def test_help_shows_each_fields_own_default(monkeypatch: pytest.MonkeyPatch,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    helps = help_by_flag(monkeypatch, capsys)
+    assert set(FLAGS) <= set(helps), set(FLAGS) - set(helps)
+    for flag, name in FLAGS.items():
+        field = TrainConfig.model_fields[name]
+        default, text = field.get_default(call_default_factory=True), helps[flag]
+        assert " ".join((field.description or "").split()) in text, flag
+        if isinstance(default, bool):
+            assert ("(on by default)" if default else "(off by default)") in text, flag
+        elif isinstance(default, int | float | str):
+            assert f"Default: {default}." in text, flag
+    assert "Default: 4." in helps["--candidates"] and "Default: 8." in helps["--max-concurrent-calls"]
+    assert "Default: CartPole-v1." in helps["--env"] and "Default: 16384." in helps["--max-output-tokens"]
+    assert "on by default" in helps["--no-cache"] and "off by default" in helps["--quiet"]
+    assert "120 s" in helps["--timeout"]  # a None default: the description says what it means
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    (["--candidates", "65"], "bad --candidates 65: accepted an integer in 1..64"),
+    (["--test-seeds", "stale"], "argument --test-seeds: invalid choice: 'stale'"),
+    (["--bins", "3,a"], "argument --bins: expected comma-separated integers, got '3,a'"),
+    (["--env-kwargs", "[1]"], "argument --env-kwargs: expected a JSON object, got '[1]'"),
+    (["--dims", "0,x"], "argument --dims: expected comma-separated integers, got '0,x'"),
+])
+def test_a_bad_flag_value_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                 args: list[str], expected: str) -> None:
+    assert main(["train", "--backend", "offline", "--logs-dir", str(tmp_path), *args]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err and expected in err, err
+    assert not any(tmp_path.iterdir())  # refused before a run directory exists
