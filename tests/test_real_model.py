@@ -55,8 +55,9 @@ def _models_dir() -> Path:
 
 
 def _train(tmp_path: Path, *argv: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "llm_policy_gen", "train", "--logs-dir", str(tmp_path / "logs"),
-                           *argv], capture_output=True, text=True, cwd=tmp_path, env=_env(tmp_path), timeout=timeout)
+    logs = [] if "--resume" in argv else ["--logs-dir", str(tmp_path / "logs")]
+    return subprocess.run([sys.executable, "-m", "llm_policy_gen", "train", *logs, *argv], capture_output=True,
+                          text=True, cwd=tmp_path, env=_env(tmp_path), timeout=timeout)
 
 
 def _run_dir(tmp_path: Path, run_id: str) -> Path:
