@@ -198,7 +198,7 @@ def test_ctrl_c_names_the_run_directory_and_the_resume_command(tmp_path: Path) -
     (["--seed", "3"], "--seed"),
     (["--mode", "direct"], "--mode"),
     (["--candidates", "3"], "--candidates"),
-    (["--timeout", "5", "--prices", "p.toml"], "--prices"),
+    (["--timeout", "5", "--temperature", "0.5"], "--temperature"),  # --prices: test_hardening_files (same file)
 ])
 def test_resume_refusals_name_the_options(tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str],
                                           option: str) -> None:
