@@ -73,6 +73,10 @@ class FolderLock:
     def acquire(self) -> FolderLock:
         from filelock import Timeout
 
+        for name in LOCK_FILES:  # never open, write or replace through a link someone planted there
+            if (self.folder / name).is_symlink():
+                raise UserError(f"{self.folder / name} is a symbolic link; {self.what} {self.folder} is refused "
+                                "(remove the link if you trust the folder)")
         try:
             self._lock.acquire(timeout=0)
         except Timeout:

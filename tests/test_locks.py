@@ -194,3 +194,18 @@ def test_workers_of_a_killed_compare_end_with_it(
     while any(_alive(p) for p in helpers) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert [p for p in helpers if _alive(p)] == []
+
+
+@pytest.mark.parametrize("name", [".lock", HOLDER_FILE])
+def test_a_link_in_place_of_a_comparison_folders_lock_files_is_one_line(tmp_path: Path, name: str,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "cmp"
+    out.mkdir()
+    target = tmp_path / "victim.txt"
+    target.write_text("keep me")
+    (out / name).symlink_to(target)
+    code = main(["compare", "--env", "FrozenLake-v1", "--backends", "offline", "--seeds", "0", "--iterations", "1",
+                 "--out", str(out), "--no-progress"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "symbolic link" in err and len(err.splitlines()) == 1, err
+    assert target.read_text() == "keep me"
