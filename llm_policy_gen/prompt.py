@@ -315,7 +315,10 @@ class PromptBuilder:
         else:
             rules = table_as_rules(np.asarray(ctx.current_table), ctx.observation, ctx.target)
             head = "The current table, written as rules (it was not compiled from rules):"
-        body = {"cases": rules.cases, "linear": rules.linear, "otherwise": rules.otherwise}
+        otherwise = rules.otherwise
+        if otherwise is None:  # linear rules decide those states; the schema still asks for a value (then ignored)
+            otherwise = table_as_rules(np.asarray(ctx.current_table), ctx.observation, ctx.target).otherwise
+        body = {"cases": rules.cases, "linear": rules.linear, "otherwise": otherwise}
         text = json.dumps(body, separators=(",", ":"))
         if self.size(text) > budget:
             shown = {**body, "cases": []}

@@ -1,6 +1,7 @@
 """The prompt: every section from its context, bounded size, the answer format's own section, and mode templates."""
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -136,6 +137,8 @@ def test_rules_prompts_show_the_rules_and_summaries_never_the_table():
     text = user.content
     assert "The current rules (the table is compiled from them):" in text
     assert '"weights":[0.5,0.0,-0.25,0.1]' in text
+    # never an "otherwise": null the answer schema refuses (linear rules decide; the value shown is ignored)
+    assert '"otherwise":null' not in text and re.search(r'"otherwise":\d+\}', text)
     assert "The table as regions" not in text and "s0-9 " not in text  # never the table itself
     assert "Summed over the other dimensions (10000 states" in text
     assert "dim 0 hull angle: b" in text and "G " in text and "end " in text

@@ -281,10 +281,11 @@ class LlamaCppClient(SDKClient):
         from llama_cpp.llama_grammar import JSON_GBNF
 
         if mode == "json_schema" and schema is not None:
-            text = json.dumps(_short_texts(schema), sort_keys=True)
-            if text not in self._model.grammars:
+            capped = _short_texts(schema)
+            text = json.dumps(capped, sort_keys=True)  # the cache key; the converter gets the schema's own order,
+            if text not in self._model.grammars:  # which is the order of the keys in the answer it allows
                 try:
-                    self._model.grammars[text] = LlamaGrammar.from_json_schema(text, verbose=False)
+                    self._model.grammars[text] = LlamaGrammar.from_json_schema(json.dumps(capped), verbose=False)
                 except Exception as exc:  # the converter raises plain exceptions for what it does not support
                     raise _SchemaRefused(f"llama.cpp cannot turn the json_schema into a grammar: {exc}") from None
             return self._model.grammars[text]
