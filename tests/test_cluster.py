@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 from fakes import openai_server
-from fakes.tables import TableResponder
+from fakes.tables import FillThenGo
 
 from llm_policy_gen.cli import main
 from llm_policy_gen.compare import TIME_COLUMNS, read_results, run_compare
@@ -148,26 +148,14 @@ class NodeKiller(threading.Thread):
 def test_the_provider_limit_holds_across_tasks_on_the_cluster(cluster: Any, fake_openai: Any, tmp_path: Path,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RAY_ADDRESS", cluster.address)
-    lock, now, peak = threading.Lock(), [0], [0]
-    tables = TableResponder()
-
-    def slow(body: dict[str, Any]) -> str:
-        with lock:
-            now[0] += 1
-            peak[0] = max(peak[0], now[0])
-            text = tables(body)
-        time.sleep(0.4)
-        with lock:
-            now[0] -= 1
-        return text
-
-    fake_openai.responder = slow
+    gate = FillThenGo(3)  # held until 3 calls are in flight at once: no timing window
+    fake_openai.responder = gate
     out = tmp_path / "cmp"
     rows = run_compare("CartPole-v1", ["openai:gpt-4.1-mini"], [0, 1, 2, 3], out,
                        {**SMALL, "iterations": 1, "candidates": 4, "cache": False, "confirm_episodes": 0},
                        executor="ray", progress=False, max_concurrent_calls=3)
     assert [r["status"] for r in rows] == ["ok"] * 4
-    assert len(fake_openai.bodies) == 16 and peak[0] == 3
+    assert len(fake_openai.bodies) == 16 and gate.total == 16 and gate.peak == 3
     key = openai_server.FAKE_KEY.encode()
     assert [p for p in out.rglob("*") if p.is_file() and key in p.read_bytes()] == []
 

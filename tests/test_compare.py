@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 from fakes import openai_server
-from fakes.tables import TableResponder
+from fakes.tables import FillThenGo, TableResponder
 
 from llm_policy_gen.cli import main
 from llm_policy_gen.compare import (
@@ -343,31 +343,6 @@ def llm_sweep(tmp_path: Path, out: Path, *extra: str, seeds: str = "0-3", iterat
     cfg = config_file(tmp_path, "candidates = 4\ncache = false\nconfirm-episodes = 0\n")
     return ["compare", "--env", "CartPole-v1", "--backends", f"openai:{MODEL}", "--seeds", seeds,
             "--iterations", str(iterations), "--config", str(cfg), "--out", str(out), "--no-progress", *extra]
-
-
-class FillThenGo(InFlight):
-    """Holds every request until ``limit`` requests have been in flight at once (then lets them all go, and every
-    later one at once): the peak reaches the limit whatever the machine's speed, and a limiter that let more in
-    shows a higher peak. Waits at most ``patience_s`` for the first fill (a failing test, never a hang)."""
-
-    def __init__(self, limit: int, patience_s: float = 120.0) -> None:
-        super().__init__(0.0)
-        self.limit, self.patience_s, self.full = limit, patience_s, threading.Event()
-
-    def __call__(self, body: dict[str, Any]) -> str:
-        with self.lock:
-            self.now += 1
-            self.total += 1
-            self.peak = max(self.peak, self.now)
-            text = self.tables(body)
-            if self.now >= self.limit:
-                self.full.set()
-        try:
-            self.full.wait(self.patience_s)
-        finally:
-            with self.lock:
-                self.now -= 1
-        return text
 
 
 @pytest.mark.slow

@@ -11,6 +11,7 @@ every iteration.
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
@@ -75,4 +76,34 @@ class TableResponder:
     def __call__(self, body: dict[str, Any]) -> str:
         text = self.answer(self.calls)
         self.calls += 1
+        return text
+
+
+class FillThenGo:
+    """A responder that proves a limit on calls in flight without timing windows: every request is held until
+    ``limit`` requests are in flight at once, then they all go (and every later one at once). The peak therefore
+    reaches the limit however fast or busy the machine is, and a limiter that let more in shows a higher peak. Waits
+    at most ``patience_s`` for that first fill, so a broken limiter fails the test rather than hanging it.
+    ``peak`` and ``total`` count the requests; answers come from ``TableResponder``."""
+
+    def __init__(self, limit: int, patience_s: float = 30.0) -> None:
+        self.limit, self.patience_s = limit, patience_s
+        self.tables = TableResponder()
+        self.full = threading.Event()
+        self.lock = threading.Lock()
+        self.now = self.peak = self.total = 0
+
+    def __call__(self, body: dict[str, Any]) -> str:
+        with self.lock:
+            self.now += 1
+            self.total += 1
+            self.peak = max(self.peak, self.now)
+            text = self.tables(body)
+            if self.now >= self.limit:
+                self.full.set()
+        try:
+            self.full.wait(self.patience_s)
+        finally:
+            with self.lock:
+                self.now -= 1
         return text
