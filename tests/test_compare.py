@@ -8,15 +8,13 @@ import csv
 import importlib.util
 import json
 import sys
-import threading
-import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 from fakes import openai_server
-from fakes.tables import FillThenGo, TableResponder
+from fakes.tables import FillThenGo
 
 from llm_policy_gen.cli import main
 from llm_policy_gen.compare import (
@@ -316,29 +314,6 @@ def test_ray_executor_gives_the_same_numbers(tmp_path: Path) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------- shared limits
-class InFlight:
-    """A responder for the fake server that answers after ``delay`` seconds and keeps the peak of requests in
-    flight."""
-
-    def __init__(self, delay: float) -> None:
-        self.delay, self.tables = delay, TableResponder()
-        self.lock = threading.Lock()
-        self.now = self.peak = self.total = 0
-
-    def __call__(self, body: dict[str, Any]) -> str:
-        with self.lock:
-            self.now += 1
-            self.total += 1
-            self.peak = max(self.peak, self.now)
-            text = self.tables(body)
-        try:
-            time.sleep(self.delay)
-        finally:
-            with self.lock:
-                self.now -= 1
-        return text
-
-
 def llm_sweep(tmp_path: Path, out: Path, *extra: str, seeds: str = "0-3", iterations: int = 1) -> list[str]:
     cfg = config_file(tmp_path, "candidates = 4\ncache = false\nconfirm-episodes = 0\n")
     return ["compare", "--env", "CartPole-v1", "--backends", f"openai:{MODEL}", "--seeds", seeds,
@@ -366,7 +341,7 @@ def test_the_budget_stops_the_sweeps_spending_at_the_ceiling(fake_openai: Any, t
     prices = tmp_path / "prices.toml"
     prices.write_text(f'[openai]\n"{MODEL}" = {{ input = 100.0, output = 100.0 }}\n')
     monkeypatch.setenv("LLM_POLICY_GEN_PRICES", str(prices))
-    fake_openai.responder = InFlight(0.0)
+    fake_openai.responder = FillThenGo(1)  # a limit of 1 is always full: every request goes at once
     out = tmp_path / "cmp"
     ceiling = 3.0
     assert main(llm_sweep(tmp_path, out, "--workers", "2", "--budget-usd", str(ceiling), seeds="0-1",
