@@ -255,7 +255,7 @@ def test_a_repair_at_temperature_0_without_seeds_goes_warmer(fake_anthropic) -> 
 
 # --- a whole-attempt deadline --------------------------------------------------------------------------------------
 def test_timeout_bounds_a_whole_attempt_however_the_body_trickles(fake_openai: FakeOpenAIServer) -> None:
-    fake_openai.push(trickle(60.0, ANSWER))  # headers at once, then a byte a second for up to a minute
+    fake_openai.push(trickle(60.0, ANSWER))  # headers at once, then a byte every 0.2 s for up to a minute
     client = OpenAIClient(MODEL, ClientOptions(retry=RetryPolicy(max_retries=0, timeout_s=2.0)), sleep=Sleeps())
     started = time.monotonic()
     with pytest.raises(BackendError) as info:

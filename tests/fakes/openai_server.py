@@ -26,7 +26,7 @@ Two behaviours of real servers:
   raises (naming ``response_format``), ``{"type": "json_object", "schema": ...}`` is accepted, and the server counts
   how many requests it holds at once (:attr:`FakeOpenAIServer.max_in_flight`; llama_cpp.server serves one at a
   time).
-* :func:`trickle`: the headers at once, then the body one byte a second (a server no per-read timeout catches); it
+* :func:`trickle`: the headers at once, then the body one byte every 0.2 s (a server no per-read timeout catches); it
   stops by itself after the given seconds, or when the server closes.
 
 A wrong bearer token gets OpenAI's 401 ``invalid_api_key``. Unlike OpenAI, which masks the middle of the key,
@@ -106,7 +106,8 @@ class Step(ScriptStep):
     param: str | None = None
     cached_tokens: int = 0
     trickle_s: float = 0.0
-    """When > 0: the headers at once, then the body one byte a second for at most this long (then hang up)."""
+    """When > 0: the headers at once, then the body one byte every :data:`TRICKLE_GAP_S` for at most this long (then
+    hang up)."""
 
 
 def ok(
@@ -159,9 +160,15 @@ def error(
     )
 
 
+#: The gap between two bytes of a trickled body: well under any read timeout a test sets (1 s and up), so that only
+#: the whole-attempt deadline can end the attempt, however busy the machine.
+TRICKLE_GAP_S = 0.2
+
+
 def trickle(seconds: float, text: str = "{}") -> Step:
-    """A 200 whose headers come at once and whose body (an answer saying ``text``) then comes one byte a second, for
-    at most ``seconds`` (the body is never finished when it is longer than that); the connection is then dropped."""
+    """A 200 whose headers come at once and whose body (an answer saying ``text``) then comes one byte every
+    :data:`TRICKLE_GAP_S`, for at most ``seconds`` (the body is never finished when it is longer than that); the
+    connection is then dropped."""
     return Step.answer(text, 10, 5, trickle_s=seconds)
 
 
@@ -268,7 +275,8 @@ class _Handler(LoopbackHandler):
         self.send_json(200, completion, headers)
 
     def _trickle(self, data: bytes, headers: dict[str, str], seconds: float) -> None:
-        """The headers, then ``data`` one byte a second for at most ``seconds``; then the connection is dropped."""
+        """The headers, then ``data`` one byte every :data:`TRICKLE_GAP_S` for at most ``seconds``; then the connection
+        is dropped."""
         self.close_connection = True
         try:
             self.send_response(200)
@@ -280,7 +288,7 @@ class _Handler(LoopbackHandler):
             self.wfile.flush()
             stop = time.monotonic() + seconds
             for k in range(len(data)):
-                if time.monotonic() >= stop or self.fake._closing.wait(1.0):
+                if time.monotonic() >= stop or self.fake._closing.wait(TRICKLE_GAP_S):
                     return
                 self.wfile.write(data[k : k + 1])
                 self.wfile.flush()
