@@ -1,0 +1,1 @@
+"""One run: its services, records, driver and resume (being moved here from ``engine.py``)."""
