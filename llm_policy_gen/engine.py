@@ -37,6 +37,9 @@ from .clients.cache import ResponseCache
 from .clients.common import SDKClient
 from .clients.keys import endpoint_notice, is_loopback_url, redact, remember_url, without_userinfo
 from .clients.replay import SOURCE_FIELDS
+from .clients.session import Answer, LLMSession
+from .clients.transcript import RecordedCalls, Transcript
+from .clients.usage import Budget, CallLimiter, LocalLimiter, Usage
 from .collect import Collector, Episode, Rollouts
 from .config import RESUME_OPTIONS, TrainConfig, option_name  # RESUME_OPTIONS: declared on the fields
 from .console import Console
@@ -56,7 +59,6 @@ from .prompt import HistoryEntry, PromptBuilder, PromptContext, default_token_ca
 from .proposers.base import Proposer
 from .proposers.llm import LLMProposer
 from .runlog import JsonlWriter, Logger, RunDir, read_json, read_jsonl, rewrite_jsonl, write_json_atomic
-from .session import Answer, Budget, CallLimiter, LLMSession, LocalLimiter, RecordedCalls, Transcript, Usage
 
 __all__ = ["RunResult", "Run", "resolve_spec", "train", "resume", "default_cache_dir", "RESUME_OPTIONS"]
 

@@ -4,8 +4,8 @@
 at most ``rpm`` call starts a minute; for the whole sweep, one budget that counts calls in flight. The object reaches
 the runs through whatever they share: itself when they run in this process, a :mod:`multiprocessing` manager for a
 local process pool (:func:`managed_limits`), a Ray actor on a cluster (:mod:`llm_policy_gen.ray_executor`). A run
-sees it through the engine's two seams, :class:`SharedLimiter` (a :class:`~llm_policy_gen.session.CallLimiter`) and
-:class:`SharedBudget` (a :class:`~llm_policy_gen.session.Budget`).
+sees it through the engine's two seams, :class:`SharedLimiter` (a :class:`~llm_policy_gen.clients.usage.CallLimiter`)
+and :class:`SharedBudget` (a :class:`~llm_policy_gen.clients.usage.Budget`).
 
 Every slot and every reservation is held in the name of a *holder*, one attempt of one run, so that the sweep can
 give back what an attempt held when its process or its node died (:meth:`SweepLimits.forget`).
@@ -26,7 +26,7 @@ from contextlib import contextmanager
 from multiprocessing.managers import BaseManager
 from typing import Any, Protocol, cast
 
-from .session import Budget
+from .clients.usage import Budget
 
 __all__ = ["DEFAULT_MAX_CONCURRENT_CALLS", "Limits", "SweepLimits", "SharedLimiter", "SharedBudget", "provider_key",
            "managed_limits"]
@@ -152,7 +152,7 @@ class SweepLimits:
 
 
 class SharedLimiter:
-    """A run's :class:`~llm_policy_gen.session.CallLimiter` over the sweep's limits for one provider key."""
+    """A run's :class:`~llm_policy_gen.clients.usage.CallLimiter` over the sweep's limits for one provider key."""
 
     def __init__(self, limits: Limits, key: str, holder: str, poll_s: float = 0.02) -> None:
         self.limits, self.key, self.holder, self.poll_s = limits, key, holder, poll_s
@@ -173,7 +173,7 @@ class SharedLimiter:
 
 
 class SharedBudget(Budget):
-    """A run's :class:`~llm_policy_gen.session.Budget` over the sweep's ceiling; ``spent`` is the sweep's spending
+    """A run's :class:`~llm_policy_gen.clients.usage.Budget` over the sweep's ceiling; ``spent`` is the sweep's spending
     as of this run's last call."""
 
     def __init__(self, limits: Limits, holder: str) -> None:

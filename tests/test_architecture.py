@@ -129,11 +129,11 @@ def test_early_stages_never_import_later_ones():
 
     for stage in ("llm_policy_gen.discretize", "llm_policy_gen.collect", "llm_policy_gen.memory",
                   "llm_policy_gen.prompt", "llm_policy_gen.formats.base", "llm_policy_gen.clients.base",
-                  "llm_policy_gen.session", "llm_policy_gen.keeper", "llm_policy_gen.proposers.base"):
+                  "llm_policy_gen.clients.session", "llm_policy_gen.keeper", "llm_policy_gen.proposers.base"):
         assert not (reach(stage) & later), stage
     for client in ("openai", "anthropic", "gemini"):
         client = f"llm_policy_gen.clients.{client}"
-        assert "llm_policy_gen.prompt" not in reach(client) and "llm_policy_gen.session" not in reach(client)
+        assert "llm_policy_gen.prompt" not in reach(client) and "llm_policy_gen.clients.session" not in reach(client)
 
 
 def test_no_test_module_changes_the_environment_when_imported():

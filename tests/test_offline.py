@@ -5,6 +5,7 @@ import json
 import numpy as np
 
 from llm_policy_gen.backends import BACKENDS, parse_backend_spec
+from llm_policy_gen.clients.transcript import Transcript
 from llm_policy_gen.envs import get_spec
 from llm_policy_gen.formats import make_format
 from llm_policy_gen.formats.base import Target
@@ -12,7 +13,6 @@ from llm_policy_gen.memory import ExperienceMemory
 from llm_policy_gen.prompt import HistoryEntry, PromptBuilder, PromptContext
 from llm_policy_gen.proposers.base import Proposer
 from llm_policy_gen.proposers.offline import OfflineProposer
-from llm_policy_gen.session import Transcript
 
 
 def ctx_for(spec, iteration=1, table=None, history=(), memory=None, best=None, fmt="table", k=1):

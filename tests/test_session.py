@@ -13,12 +13,14 @@ import numpy as np
 import pytest
 
 from llm_policy_gen.clients.base import Completion, Message, Request
+from llm_policy_gen.clients.session import LLMSession
+from llm_policy_gen.clients.transcript import RecordedCalls, Transcript
+from llm_policy_gen.clients.usage import Budget
 from llm_policy_gen.envs import get_spec
 from llm_policy_gen.errors import BackendError
 from llm_policy_gen.formats.base import FormatContext, Target
 from llm_policy_gen.formats.table import TableFormat
 from llm_policy_gen.runlog import read_jsonl
-from llm_policy_gen.session import Budget, LLMSession, RecordedCalls, Transcript
 
 SPEC = get_spec("FrozenLake-v1")
 CTX = FormatContext(SPEC.observation_discretizer(), SPEC.action_discretizer(), np.zeros(16, dtype=np.int64),

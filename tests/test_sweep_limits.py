@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from llm_policy_gen.session import Budget
+from llm_policy_gen.clients.usage import Budget
 from llm_policy_gen.sweep_limits import SharedBudget, SharedLimiter, SweepLimits, managed_limits, provider_key
 
 

@@ -3,8 +3,8 @@
 
 Every LLM transport implements :class:`LLMClient`: the SDK clients (Gemini, OpenAI, Anthropic, local
 OpenAI-compatible servers) and ``replay:PATH``. A client knows nothing of prompts, answer formats, budgets, caches or
-transcripts: those live in :mod:`llm_policy_gen.session`. The non-LLM proposers (offline, q-learning, random) are
-not clients at all (see :mod:`llm_policy_gen.proposers`).
+transcripts: those live in the session (:mod:`llm_policy_gen.clients.session`). The non-LLM proposers (offline,
+q-learning, random) are not clients at all (see :mod:`llm_policy_gen.proposers`).
 
 Transport faults are handled by one retry policy (:class:`RetryPolicy`, :func:`call_with_retries`) shared by all SDK
 clients; the SDKs' own retries are switched off so that the policy is the only one. :func:`retry_after_seconds`

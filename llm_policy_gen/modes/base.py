@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import numpy as np
 
 if TYPE_CHECKING:
+    from ..clients.session import Answer, LLMSession
     from ..collect import Collector, Episode, Rollouts
     from ..config import TrainConfig
     from ..discretize import ActionDiscretizer, ObservationDiscretizer
@@ -25,7 +26,6 @@ if TYPE_CHECKING:
     from ..policy import Policy
     from ..prompt import HistoryEntry, PromptBuilder, PromptContext
     from ..proposers.base import Proposer
-    from ..session import Answer, LLMSession
 
 __all__ = ["RunServices", "Step", "Mode"]
 

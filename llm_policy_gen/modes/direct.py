@@ -36,13 +36,13 @@ from typing import Any
 import numpy as np
 
 from ..clients.base import Message
+from ..clients.session import Answer, LLMSession
 from ..collect import Rollouts
 from ..discretize import BoxDiscretizer
 from ..envs.spec import EnvSpec
 from ..formats import make_format
 from ..formats.base import AnswerFormat, FormatContext, Target
 from ..prompt import PromptBuilder
-from ..session import Answer, LLMSession
 from .base import RunServices, Step
 
 __all__ = ["DirectMode", "DirectPolicy", "observation_text"]

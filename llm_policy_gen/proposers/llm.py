@@ -6,8 +6,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..clients.base import Message
+from ..clients.session import Answer, LLMSession
 from ..prompt import PromptBuilder, PromptContext
-from ..session import Answer, LLMSession
 
 __all__ = ["LLMProposer"]
 

@@ -32,9 +32,9 @@ from typing import Any
 
 import numpy as np
 
+from ..clients.transcript import Transcript
 from ..discretize import BoxDiscretizer
 from ..prompt import PromptContext
-from ..session import Transcript
 from .base import TableSearch
 from .model import EmpiricalModel, model_tables
 from .population import LinearRuleSearch

@@ -31,11 +31,11 @@ from typing import Any
 
 import numpy as np
 
+from ..clients.transcript import Transcript
 from ..collect import Episode
 from ..errors import UserError
 from ..learner import optimistic_init, q_sweep
 from ..prompt import PromptContext
-from ..session import Transcript
 from .base import TableSearch
 
 __all__ = ["QLearningProposer"]

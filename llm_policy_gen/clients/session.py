@@ -3,14 +3,14 @@
 One place holds the call, the repair, the budget, the cost, the answer cache and the transcript:
 
 * :meth:`LLMSession.sample` asks for K candidates of one prompt **at once** (a thread per candidate, at most
-  ``max_concurrent`` calls in flight through the :class:`CallLimiter`). Each candidate is its own conversation: an
-  answer the :class:`~llm_policy_gen.formats.base.AnswerFormat` refuses goes back to the model with the errors, up to
-  ``repair_attempts`` more times. Each attempt is one call with its :class:`~llm_policy_gen.clients.base.CallKey`
+  ``max_concurrent`` calls in flight through the :class:`~.usage.CallLimiter`). Each candidate is its own
+  conversation: an answer the :class:`~llm_policy_gen.formats.base.AnswerFormat` refuses goes back to the model with
+  the errors, up to ``repair_attempts`` more times. Each attempt is one call with its :class:`~.base.CallKey`
   ``(iteration, candidate, attempt[, state])`` and one line of ``transcripts.jsonl``.
 * Where an answer comes from, in order: a call recorded before a resume (same key and messages: never sent again,
-  its tokens counted once), the on-disk answer cache, then the client.
+  its tokens counted once; :class:`~.transcript.RecordedCalls`), the on-disk answer cache, then the client.
 * The budget counts calls in flight: each call reserves its estimated cost before it starts and settles at its
-  real cost, so K concurrent calls cannot together pass ``--budget-usd``.
+  real cost, so K concurrent calls cannot together pass ``--budget-usd`` (:class:`~.usage.Budget`).
 * Every known secret (keys, URL passwords and their ``Basic`` form) is scrubbed from every string of an answer
   before anything is written, and again from every transcript line as it is written.
 * A call that fails after the retry policy is written as a failure (``failed: true`` and its ``error``), which is
@@ -24,37 +24,24 @@ One place holds the call, the repair, the budget, the cost, the answer cache and
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
-from dataclasses import dataclass, field, fields
-from pathlib import Path
-from typing import Any, Generic, Protocol, TypeVar
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
 
-from .clients.base import CallKey, Completion, LLMClient, Message, OutputSpec, Request, call_seed
-from .clients.cache import ResponseCache
-from .clients.common import SDKClient
-from .clients.keys import redact, redact_all
-from .errors import BackendAuthError, BackendError, BackendUnreachable, ProposalError, ReplayExhausted
-from .formats.base import AnswerFormat, FormatContext, Parsed
-from .pricing import cost_usd
-from .runlog import TRANSCRIPT_FIELDS, append_jsonl, check_fields, read_jsonl
+from ..errors import BackendAuthError, BackendError, BackendUnreachable, ProposalError, ReplayExhausted
+from ..formats.base import AnswerFormat, FormatContext, Parsed
+from ..pricing import cost_usd
+from .base import CallKey, Completion, LLMClient, Message, OutputSpec, Request, call_seed
+from .cache import ResponseCache
+from .common import SDKClient
+from .keys import redact, redact_all
+from .transcript import RecordedCalls, Transcript
+from .usage import Budget, CallLimiter, LocalLimiter, Usage
 
-__all__ = [
-    "Usage",
-    "Budget",
-    "CallLimiter",
-    "LocalLimiter",
-    "Transcript",
-    "RecordedCalls",
-    "Answer",
-    "LLMSession",
-    "messages_digest",
-]
+__all__ = ["Answer", "LLMSession", "MAX_ANSWER_CHARS"]
 
 V = TypeVar("V")
 
@@ -63,155 +50,6 @@ MAX_ANSWER_CHARS = 256 * 1024
 parsed, cached or sent back whole)."""
 QUOTE_CHARS = 4096
 """At most this much of an over-long answer, and of the errors, goes back to the model in a repair message."""
-
-
-@dataclass
-class Usage:
-    """Calls, tokens and cost, summed."""
-
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cached_input_tokens: int = 0
-    cost_usd: float = 0.0
-    calls: int = 0
-    """Answers received (from the client, the cache or a recorded call)."""
-    cached_calls: int = 0
-    """Answers from the on-disk cache (free)."""
-    failed_calls: int = 0
-    """Calls that failed after the retry policy."""
-    unpriced_calls: int = 0
-    """Paid calls of a model with no price (their cost is unknown)."""
-
-    def add(self, other: Usage) -> None:
-        for f in fields(self):
-            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
-
-    def minus(self, other: Usage) -> Usage:
-        return Usage(**{f.name: getattr(self, f.name) - getattr(other, f.name) for f in fields(self)})
-
-    def copy(self) -> Usage:
-        return Usage(**{f.name: getattr(self, f.name) for f in fields(self)})
-
-    def to_dict(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Usage:
-        return cls(**{f.name: d.get(f.name, 0) for f in fields(cls)})
-
-
-class Budget:
-    """A spending ceiling that counts calls in flight (thread-safe)."""
-
-    def __init__(self, limit_usd: float | None, spent_usd: float = 0.0) -> None:
-        self.limit = limit_usd
-        self.spent = float(spent_usd)
-        self.reserved = 0.0
-        self._lock = threading.Lock()
-
-    def reserve(self, estimate: float) -> bool:
-        """Hold ``estimate`` for a call about to start; False when it would pass the limit."""
-        with self._lock:
-            if self.limit is not None and self.spent + self.reserved + estimate > self.limit:
-                return False
-            self.reserved += estimate
-            return True
-
-    def settle(self, estimate: float, actual: float) -> None:
-        """Release a reservation and count what the call really cost."""
-        with self._lock:
-            self.reserved = max(0.0, self.reserved - estimate)
-            self.spent += actual
-
-
-class CallLimiter(Protocol):
-    """Bounds the calls in flight (and, optionally, their rate)."""
-
-    def slot(self) -> Any:
-        """A context manager held for the duration of one call."""
-        ...
-
-
-class LocalLimiter:
-    """At most ``max_concurrent`` calls at once in this process, and at most ``rpm`` starts per minute."""
-
-    def __init__(self, max_concurrent: int = 8, rpm: float | None = None) -> None:
-        self._sem = threading.BoundedSemaphore(max(1, int(max_concurrent)))
-        self.interval = 60.0 / rpm if rpm else 0.0
-        self._next = 0.0
-        self._lock = threading.Lock()
-
-    @contextmanager
-    def slot(self) -> Iterator[None]:
-        with self._sem:
-            if self.interval:
-                with self._lock:
-                    now = time.monotonic()
-                    start = max(now, self._next)
-                    self._next = start + self.interval
-                if start > now:
-                    time.sleep(start - now)
-            yield
-
-
-def messages_digest(messages: Sequence[Message] | Sequence[dict[str, str]]) -> str:
-    """A short hash of a conversation (to tell that a recorded call is the same call)."""
-    rows = [m.to_dict() if isinstance(m, Message) else {"role": m["role"], "content": m["content"]} for m in messages]
-    return hashlib.sha256(json.dumps(rows, sort_keys=True).encode("utf-8")).hexdigest()[:16]
-
-
-class Transcript:
-    """Appends one line per call to ``transcripts.jsonl`` (thread-safe), with the run's common fields."""
-
-    def __init__(self, path: Path | None, common: dict[str, Any]) -> None:
-        self.path = path
-        self.common = dict(common)
-        self._lock = threading.Lock()
-        self.lines_written = 0
-
-    def write(self, record: dict[str, Any]) -> None:
-        line = redact_all({**record, **{k: v for k, v in self.common.items() if k not in record}})
-        with self._lock:
-            if self.path is not None:
-                append_jsonl(self.path, line)
-            self.lines_written += 1
-
-
-class RecordedCalls:
-    """Answers of calls made before a resume, found by key and checked against the messages sent."""
-
-    def __init__(self, records: Sequence[dict[str, Any]] = ()) -> None:
-        self._by_key: dict[CallKey, dict[str, Any]] = {}
-        for r in records:
-            self._by_key[CallKey.of(r)] = r
-        self._lock = threading.Lock()
-
-    @classmethod
-    def from_transcript(cls, path: Path, after_iteration: int, on_torn: Callable[[str], None] | None = None
-                        ) -> tuple[RecordedCalls, list[dict[str, Any]]]:
-        """Split a transcript: lines of iterations up to ``after_iteration`` are kept, later ones become records
-        (``on_torn`` hears of a last line cut by a kill, which is dropped)."""
-        if not path.is_file():
-            return cls(), []
-        keep: list[dict[str, Any]] = []
-        later: list[dict[str, Any]] = []
-        rows = read_jsonl(path, on_torn=on_torn)
-        check_fields(rows, path, TRANSCRIPT_FIELDS)  # a reused call's fields are computed with: one line if bad
-        for r in rows:
-            (keep if int(r.get("iteration", 0)) <= after_iteration else later).append(r)
-        return cls(later), keep
-
-    def __len__(self) -> int:
-        return len(self._by_key)
-
-    def take(self, key: CallKey, messages: Sequence[Message]) -> dict[str, Any] | None:
-        """The recorded line of ``key`` if it was made with the same messages (used once)."""
-        with self._lock:
-            rec = self._by_key.get(key)
-            if rec is None or messages_digest(rec.get("messages", [])) != messages_digest(messages):
-                return None
-            del self._by_key[key]
-            return rec
 
 
 @dataclass
