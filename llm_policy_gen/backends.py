@@ -7,7 +7,7 @@ lazily, so a missing SDK matters only when it is used, and a misspelt name gets 
 
 A provider is one class in one file plus one registry line (entry point and ``kind="client"``): everything else it
 needs (key variables, base-URL variable, default model, profile, whether ``train`` may pick it without
-``--backend``, how "configured" is decided) are class variables of its :class:`~llm_policy_gen.clients.common.SDKClient`
+``--backend``, how "configured" is decided) are class variables of its :class:`~llm_policy_gen.clients.sdk.SDKClient`
 subclass, which the functions below ask (:func:`provider_classes`). The client modules import their SDKs only when a
 client is built, so asking the classes costs no SDK import. Other entries (``replay``, the proposers, a plain
 factory) carry their facts on the registry line (``default_model``, ``is_llm``, ``description``).
@@ -22,8 +22,8 @@ from .errors import BackendConfigError
 from .registry import Registry
 
 if TYPE_CHECKING:
-    from .clients.common import SDKClient
     from .clients.profiles import ClientProfile
+    from .clients.sdk import SDKClient
 
 __all__ = ["BACKENDS", "parse_backend_spec", "is_configured", "default_backend_spec", "list_backends", "is_client",
            "is_llm", "default_model", "provider_class", "provider_classes", "auto_order", "provider_variables",
@@ -57,7 +57,7 @@ def provider_class(name: str) -> type[SDKClient] | None:
     entry = BACKENDS.entry(name)
     if entry.info.get("kind") != "client" or "is_llm" in entry.info:  # the line itself holds the facts
         return None
-    from .clients.common import SDKClient
+    from .clients.sdk import SDKClient
 
     found = BACKENDS.load(name)
     return found if isinstance(found, type) and issubclass(found, SDKClient) else None

@@ -34,9 +34,9 @@ from .backends import BACKENDS, base_url_variable, default_backend_spec, is_clie
 from .checkpoint import load_checkpoint, save_checkpoint
 from .clients.base import ClientOptions, CountsTokens, LLMClient, Message, RetryPolicy, Sampling
 from .clients.cache import ResponseCache
-from .clients.common import SDKClient
 from .clients.keys import endpoint_notice, is_loopback_url, redact, remember_url, without_userinfo
 from .clients.replay import SOURCE_FIELDS
+from .clients.sdk import SDKClient
 from .clients.session import Answer, LLMSession
 from .clients.transcript import RecordedCalls, Transcript
 from .clients.usage import Budget, CallLimiter, LocalLimiter, Usage

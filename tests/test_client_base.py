@@ -1,7 +1,8 @@
 """The transport helpers every SDK client shares.
 
-``clients/base.py``: Retry-After, status classification, the retry loop and its timing; ``clients/common.py``: the
-structured-output fallback and the fault helpers; ``clients/profiles.py``: the provider profiles.
+``clients/base.py``: Retry-After, status classification, the retry loop and its timing; ``clients/faults.py``,
+``clients/structured.py`` and ``clients/sdk.py``: the fault helpers, the structured-output fallback and the request
+helpers; ``clients/profiles.py``: the provider profiles.
 """
 
 from __future__ import annotations
@@ -35,16 +36,11 @@ from llm_policy_gen.clients.base import (
     retry_after_seconds,
     timed_call_with_retries,
 )
-from llm_policy_gen.clients.common import (
-    StructuredOutput,
-    public_url,
-    schema_name,
-    split_system,
-    structured_refusal,
-    unreachable_reason,
-)
+from llm_policy_gen.clients.faults import unreachable_reason
 from llm_policy_gen.clients.gemini import GeminiClient
 from llm_policy_gen.clients.openai import OpenAIClient
+from llm_policy_gen.clients.sdk import public_url, split_system
+from llm_policy_gen.clients.structured import StructuredOutput, schema_name, structured_refusal
 from llm_policy_gen.errors import (
     BackendAuthError,
     BackendConfigError,
@@ -318,7 +314,7 @@ def test_unreachable_then_success() -> None:
     )
 
 
-# --- common: unreachable_reason --------------------------------------------------------------------------------------
+# --- faults: unreachable_reason --------------------------------------------------------------------------------------
 def _raised_from(outer: BaseException, inner: BaseException) -> BaseException:
     """``outer`` as an SDK raises it: ``raise outer from inner``."""
     try:
@@ -364,7 +360,7 @@ def test_other_faults_are_not_unreachable(exc: BaseException) -> None:
     assert unreachable_reason(exc, 0.5) is None
 
 
-# --- common: structured_refusal --------------------------------------------------------------------------------------
+# --- structured: structured_refusal ----------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     "text",
     [
@@ -396,7 +392,7 @@ def test_other_bad_requests_are_not_structured_refusals(text: str | None) -> Non
     assert structured_refusal(text) is None
 
 
-# --- common: StructuredOutput ----------------------------------------------------------------------------------------
+# --- structured: StructuredOutput ------------------------------------------------------------------------------------
 class Refused(Exception):
     pass
 
@@ -469,7 +465,7 @@ def test_mode_is_settable_within_the_offered_modes() -> None:
         modes.mode = "json_mode"
 
 
-# --- common: small helpers -------------------------------------------------------------------------------------------
+# --- sdk: small helpers ----------------------------------------------------------------------------------------------
 def test_public_url_drops_userinfo_and_keys(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-proj-secret-123456")
     assert public_url("https://user:pw@proxy.example/v1") == "https://proxy.example/v1"

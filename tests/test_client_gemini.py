@@ -13,7 +13,7 @@ from fakes.loopback import ANSWER_SCHEMA
 from google.genai import errors as genai_errors
 
 from llm_policy_gen.clients.base import ClientOptions, Message, OutputSpec, Request, RetryPolicy, Sampling
-from llm_policy_gen.clients.common import MalformedResponse, Unreachable
+from llm_policy_gen.clients.faults import MalformedResponse, Unreachable
 from llm_policy_gen.clients.gemini import GeminiClient, gemini_json_schema
 from llm_policy_gen.errors import BackendAuthError, BackendConfigError, BackendError, BackendUnreachable, UserError
 

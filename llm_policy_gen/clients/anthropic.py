@@ -3,7 +3,7 @@
 Wire choices (read from the installed SDK, ``anthropic/resources/messages/messages.py`` and ``anthropic/types``):
 
 * System messages go to the top-level ``system`` parameter (joined by a blank line); the rest are ``messages``.
-* Structured output, strongest first (see :mod:`.common` for the fallback):
+* Structured output, strongest first (see :mod:`.structured` for the fallback):
 
   - ``json_schema``: ``output_config={"format": {"type": "json_schema", "schema": S}}`` where ``S`` is our schema
     passed through the SDK's public :func:`anthropic.transform_schema` (the transform ``messages.parse`` applies:
@@ -23,7 +23,7 @@ Wire choices (read from the installed SDK, ``anthropic/resources/messages/messag
   short refusal text from ``stop_details``.
 * The SDK's own retries are off (``max_retries=0``); ``options.retry.timeout_s`` is the SDK's timeout.
 * The Messages API takes no seed: a repair is a new sample only by sampling itself; one of an answer asked at
-  temperature 0 is sent warmer (:meth:`~.common.SDKClient.temperature_for`) so that it cannot get the refused
+  temperature 0 is sent warmer (:meth:`~.sdk.SDKClient.temperature_for`) so that it cannot get the refused
   answer back.
 """
 
@@ -38,8 +38,10 @@ from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 from .base import ClientOptions, Completion, FaultKind, Request, http_status_fault, retry_after_seconds
-from .common import SDKClient, require, schema_name, split_system
+from .faults import require
 from .profiles import ClientProfile
+from .sdk import SDKClient, split_system
+from .structured import schema_name
 
 __all__ = ["ANTHROPIC_BASE_URL", "AnthropicClient", "accepts_temperature", "to_anthropic_schema"]
 

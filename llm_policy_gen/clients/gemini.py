@@ -1,8 +1,8 @@
 """Google Gemini through ``google-genai`` (the Gemini Developer API, never Vertex AI).
 
-One ``Client.models.generate_content`` call per attempt, under the shared retry policy (:mod:`.common`):
+One ``Client.models.generate_content`` call per attempt, under the shared retry policy (:mod:`.sdk`):
 
-* **Key**: ``GEMINI_API_KEY``, else ``GOOGLE_API_KEY`` (:meth:`~.common.SDKClient.find_key`). It is passed to the client
+* **Key**: ``GEMINI_API_KEY``, else ``GOOGLE_API_KEY`` (:meth:`~.sdk.SDKClient.find_key`). It is passed to the client
   explicitly, so our order wins over the SDK's own (which prefers ``GOOGLE_API_KEY``).
 * **Base URL**: ``options.base_url``, else ``GOOGLE_GEMINI_BASE_URL`` (the variable the SDK itself reads in
   ``google/genai/_base_url.py``), else the SDK's default endpoint. The API version is the SDK's default
@@ -31,8 +31,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..errors import BackendConfigError
 from .base import ClientOptions, Completion, FaultKind, Message, Request, http_status_fault, retry_after_seconds
-from .common import SDKClient, not_json, split_system
+from .faults import not_json
 from .profiles import ClientProfile
+from .sdk import SDKClient, split_system
 
 if TYPE_CHECKING:
     from google.genai import types as genai_types

@@ -16,7 +16,7 @@ __all__ = ["load_env", "first_value", "register_key_variables", "redact", "known
            "url_secrets", "variable_source", "without_userinfo", "is_loopback_url"]
 
 #: Every provider's key variables (each client class adds its own when it is defined, see
-#: :meth:`~.common.SDKClient.__init_subclass__`): their values are redacted, whatever the variable's name.
+#: :meth:`~.sdk.SDKClient.__init_subclass__`): their values are redacted, whatever the variable's name.
 _KEY_VARIABLES: set[str] = set()
 
 

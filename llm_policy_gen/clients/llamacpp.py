@@ -42,8 +42,8 @@ from typing import Any, ClassVar
 
 from ..errors import BackendConfigError
 from .base import ClientOptions, Completion, FaultKind, Request, call_seed
-from .common import SDKClient
 from .profiles import ClientProfile
+from .sdk import SDKClient
 
 __all__ = ["LlamaCppClient", "LocalModel", "load_model", "model_identity", "PROFILE"]
 

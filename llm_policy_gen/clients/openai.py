@@ -15,7 +15,7 @@ Providers:
   ``/v1`` appended); ``max_tokens``.
   :func:`server_answers` tells whether a server is listening there.
 
-Structured output, strongest first (see :mod:`.common` for the fallback): ``json_schema`` is
+Structured output, strongest first (see :mod:`.structured` for the fallback): ``json_schema`` is
 ``response_format={"type": "json_schema", "json_schema": {"name", "schema", "strict": True}}`` with the schema made
 strict by the SDK's own helper; ``json_mode`` is ``response_format={"type": "json_object"}``, to which every server
 but OpenAI's own gets the answer's schema as ``"schema"``; ``prompt`` sends no ``response_format``.
@@ -38,7 +38,7 @@ whose body names the structured-output field is a refusal, not a transient fault
 without retrying, and says so once (``extra["structured_output_fallback"]``).
 
 Local servers: ``ollama``, and ``openai`` with a base URL on a loopback address (not OpenAI's), are local
-(:mod:`.common`): 600 s per attempt unless ``--timeout`` is given, no retry of a timed-out attempt, and at most
+(:mod:`.sdk`): 600 s per attempt unless ``--timeout`` is given, no retry of a timed-out attempt, and at most
 ``options.local_concurrency`` calls at once.
 
 Seeds: every call sends ``seed=request.seed`` (OpenAI, vLLM, llama.cpp, LM Studio and Ollama take it), so that the K
@@ -50,8 +50,8 @@ Answer fields: ``finish_reason`` is the choice's (``length`` means truncated), `
 
 The SDK's own retries are off (``max_retries=0``); ``options.retry.timeout_s`` is the SDK's timeout, which httpx2
 applies to each phase of an attempt (connect, write, and each read), and the whole attempt's deadline
-(:mod:`.common`): an attempt past it has its connection shut down (the SDK's HTTP client reports each answer's
-connection through :meth:`~.common.SDKClient.http_event_hooks`), so that a trickling server stops sending at once.
+(:mod:`.deadline`): an attempt past it has its connection shut down (the SDK's HTTP client reports each answer's
+connection through :meth:`~.sdk.SDKClient.http_event_hooks`), so that a trickling server stops sending at once.
 """
 
 from __future__ import annotations
@@ -65,8 +65,10 @@ from urllib.parse import urlsplit
 from ..errors import BackendConfigError
 from . import keys
 from .base import AUTH_STATUSES, ClientOptions, Completion, FaultKind, Request, http_status_fault
-from .common import SDKClient, not_json, require, schema_name
+from .faults import not_json, require
 from .profiles import ClientProfile
+from .sdk import SDKClient
+from .structured import schema_name
 
 __all__ = ["OPENAI_BASE_URL", "OpenAIClient", "server_answers"]
 

@@ -36,8 +36,8 @@ from ..formats.base import AnswerFormat, FormatContext, Parsed
 from ..pricing import cost_usd
 from .base import CallKey, Completion, LLMClient, Message, OutputSpec, Request, call_seed
 from .cache import ResponseCache
-from .common import SDKClient
 from .keys import redact, redact_all
+from .sdk import SDKClient
 from .transcript import RecordedCalls, Transcript
 from .usage import Budget, CallLimiter, LocalLimiter, Usage
 

@@ -1,259 +1,61 @@
 """What the SDK clients (OpenAI, Anthropic, Gemini) share, so that each of them only speaks its provider's wire format.
 
-:class:`SDKClient` is their base: it checks the sampling settings against the provider's profile, runs every call
-under the one retry policy (:func:`~.base.timed_call_with_retries`), and turns the faults every SDK shares into the
-contract's fault kinds:
+:class:`SDKClient` is their base: a provider's facts as class variables (what ``--backend NAME`` needs, where its key
+and base URL come from), the sampling settings checked against the provider's profile, every call run under the one
+retry policy (:func:`~.base.timed_call_with_retries`), and the faults every SDK shares turned into the contract's
+fault kinds (:mod:`.faults`: an unreachable server, a timeout, a body that is not the provider's JSON). Around each
+attempt:
 
-* **Unreachable server.** A refused connection or a host name that does not resolve becomes :class:`Unreachable`
-  (fault kind ``"unreachable"``), a connect or read timeout :class:`TimedOut` (fault kind ``"timeout"``), whose
-  text names the underlying error; when no attempt of a call reached the server, the retry loop raises
-  :class:`~llm_policy_gen.errors.BackendUnreachable` naming the URL (without userinfo).
-* **A whole-attempt deadline.** The SDKs apply their timeout to each phase of an attempt (connect, write, each
-  read), so a server that sends its headers and then one byte a second is never timed out. Each attempt runs on a
-  worker thread and the caller waits at most ``retry.timeout_s`` (and half a second) for it: past that the attempt
-  is a :class:`DeadlinePassed` (retried as a timeout is, but counted as a failed call, not as a server that was never
-  reached), and its connection is shut down (:meth:`SDKClient._abandon`; each SDK's HTTP client reports its answers'
-  connections through :meth:`SDKClient.http_event_hooks`), so the worker thread ends with its next read.
+* **A whole-attempt deadline** (:mod:`.deadline`): each attempt runs on a worker thread, waited for at most
+  ``retry.timeout_s`` (and half a second); past that it is a :class:`~.faults.DeadlinePassed` and its connection is
+  shut down (each SDK's HTTP client reports its answers' connections through :meth:`SDKClient.http_event_hooks`).
 * **Local servers** (``local=True``: Ollama, an OpenAI-compatible server on a loopback address) get the local
   retry defaults (:meth:`~.base.RetryPolicy.resolved`: 600 s, no retry of a timed-out attempt) and at most
   ``options.local_concurrency`` calls at once (the other calls wait in the client).
-* **A 2xx body that is not the provider's JSON** (a proxy's HTML page, a JSON object without ``choices`` /
-  ``content`` / ``candidates``) becomes :class:`MalformedResponse` (fault kind ``"retry"``): never an
-  ``AttributeError`` from deep inside the answer's parsing.
-* **Structured output refused.** When the provider refuses the structured-output request itself (HTTP 400 from
-  the big providers; any 4xx or 5xx whose body names the structured-output field from a local server, such as
-  ``llama_cpp.server``'s 500), :class:`StructuredOutput` steps once to the next mode of
-  :data:`~.base.STRUCTURED_MODES` the provider offers and the same call is sent again at once, without a retry.
-  The mode sticks for the client's life (``SDKClient.structured_mode``, settable so that a resumed run can restore
-  it); the next successful completion carries
-  ``extra["structured_output_fallback"] = "<from> -> <to>: <reason>"`` so the session can say so once.
+* **Structured output refused** (:mod:`.structured`): the client steps once to the next mode the provider offers
+  and sends the same call again at once; the mode sticks (:attr:`SDKClient.structured_mode`).
 
 A provider's client implements four hooks: ``_send`` (one SDK call in a given mode), ``_read`` (the SDK's answer as a
 :class:`~.base.Completion`), ``_classify_sdk`` (its SDK's status errors) and ``_bad_request_text`` (the text of a 400,
 for the structured-output check).
 """
-
 from __future__ import annotations
 
 import dataclasses
 import functools
-import importlib
 import importlib.util
 import json
 import os
-import re
-import socket
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar
 
 from ..errors import BackendConfigError
 from . import keys
-from .base import STRUCTURED_MODES, ClientOptions, Completion, FaultKind, Message, Request, timed_call_with_retries
+from .base import ClientOptions, Completion, FaultKind, Message, Request, timed_call_with_retries
+from .deadline import AttemptDeadline
+from .faults import (
+    DeadlinePassed,
+    MalformedResponse,
+    TimedOut,
+    Unreachable,
+    is_timeout,
+    is_transport_fault,
+    not_json,
+    preview,
+    unreachable_reason,
+)
 from .profiles import ClientProfile
+from .structured import StructuredOutput, structured_refusal
 
-__all__ = [
-    "MalformedResponse",
-    "DeadlinePassed",
-    "TimedOut",
-    "Unreachable",
-    "is_timeout",
-    "StructuredOutput",
-    "SDKClient",
-    "public_url",
-    "schema_name",
-    "split_system",
-    "structured_refusal",
-    "unreachable_reason",
-]
-
-T = TypeVar("T")
-
-
-class MalformedResponse(Exception):
-    """A 2xx answer whose body is not the provider's JSON (retried under the policy)."""
-
-
-class Unreachable(Exception):
-    """No answer from the server: connection refused, DNS failure, or a connect or read timeout."""
-
-
-class TimedOut(Unreachable):
-    """No answer within the attempt's timeout: a phase of the attempt (connect, write, a read) timed out."""
-
-
-class DeadlinePassed(Exception):
-    """The attempt's whole-attempt deadline passed while the server was still answering (its bytes trickled in, each
-    within the SDK's per-read timeout): the server was reached, so the call failed rather than found no server."""
-
-
-def _http_modules() -> list[Any]:
-    """The HTTP packages the SDKs may use (httpx2 by default; legacy httpx when google-genai is told to)."""
-    found = []
-    for name in ("httpx2", "httpx"):
-        try:
-            found.append(importlib.import_module(name))
-        except ImportError:
-            continue
-    return found
-
-
-_HTTP = _http_modules()
-#: Timeouts of any phase (connect, read, write, pool): the server never answered in time.
-_TIMEOUTS: tuple[type[BaseException], ...] = (TimeoutError, *(m.TimeoutException for m in _HTTP))
-#: Failures to open a connection: refused, unresolvable host name, unroutable address.
-_CONNECT_FAILURES: tuple[type[BaseException], ...] = (
-    ConnectionRefusedError,
-    socket.gaierror,
-    *(m.ConnectError for m in _HTTP),
-)
-#: Other transport faults (the server hung up, a broken read): retried like a 5xx.
-_TRANSPORT_FAULTS: tuple[type[BaseException], ...] = (ConnectionError, *(m.TransportError for m in _HTTP))
-
-
-def _chain(exc: BaseException) -> Iterator[BaseException]:
-    """``exc`` and the exceptions it was raised from (SDKs wrap the HTTP package's error in their own)."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        yield current
-        current = current.__cause__ or current.__context__
-
-
-def is_timeout(exc: BaseException) -> bool:
-    """True when ``exc`` (or what it was raised from) is a timeout of some phase of an attempt."""
-    return any(isinstance(e, _TIMEOUTS) for e in _chain(exc))
-
-
-def unreachable_reason(exc: BaseException, timeout_s: float | None = None) -> str | None:
-    """A short text when ``exc`` means the server never answered (refused, DNS failure, timeout), else None."""
-    for e in _chain(exc):
-        if isinstance(e, _TIMEOUTS):
-            within = f" within {timeout_s:g} s" if timeout_s else ""
-            return f"no answer{within} ({type(e).__name__})"
-        if isinstance(e, _CONNECT_FAILURES):
-            return f"{type(e).__name__}: {e}"
-    return None
-
-
-def is_transport_fault(exc: BaseException) -> bool:
-    """True when ``exc`` (or what it was raised from) is a network fault other than an unreachable server."""
-    return any(isinstance(e, _TRANSPORT_FAULTS) for e in _chain(exc))
-
-
-#: Words of an error that refuses the structured-output request itself (a parameter or a schema feature).
-_STRUCTURED_WORDS = re.compile(
-    r"response_format|json_schema|json_object|output_config|output_format|response_?json_?schema|response_?schema"
-    r"|response_?mime_?type|input_schema|tool_choice|\btools?\b|\bschema\b",
-    re.IGNORECASE,
-)
-
-
-def structured_refusal(text: str | None, limit: int = 160) -> str | None:
-    """The short reason of an error whose ``text`` refuses structured output, else None (the error is handled as its
-    status says)."""
-    if not text or _STRUCTURED_WORDS.search(text) is None:
-        return None
-    line = " ".join(text.split())
-    return line if len(line) <= limit else line[: limit - 4].rstrip() + " ..."
-
-
-def _preview(text: str, limit: int = 80) -> str:
-    line = " ".join(text.split())
-    return repr(line if len(line) <= limit else line[:limit] + "...")
-
-
-def not_json(label: str, detail: str) -> MalformedResponse:
-    """The error of a 2xx body that is not ``label``'s JSON."""
-    return MalformedResponse(f"the body was not {label}'s JSON ({detail})")
-
-
-def require(value: T | None, what: str, label: str, kind: type | None = None) -> T:
-    """``value``, or :class:`MalformedResponse` when the answer lacks it (the SDKs fill missing fields with None) or
-    it is not a ``kind``."""
-    if value is None:
-        raise not_json(label, f"no {what}")
-    if kind is not None and not isinstance(value, kind):
-        raise not_json(label, f"{what} is a {type(value).__name__}, not a {kind.__name__}")
-    return value
-
-
-class StructuredOutput:
-    """The structured-output mode of one client and its one-way fallback; safe to share between threads.
-
-    Args:
-        modes: The modes the provider offers, strongest first (a subset of :data:`~.base.STRUCTURED_MODES`).
-    """
-
-    def __init__(self, modes: Sequence[str]) -> None:
-        self.modes = tuple(m for m in STRUCTURED_MODES if m in modes)
-        if not self.modes:
-            raise ValueError(f"no structured-output mode among {modes!r}")
-        self._mode = self.modes[0]
-        self._notes: list[str] = []
-        self._lock = threading.Lock()
-
-    @property
-    def mode(self) -> str:
-        """The mode the next structured call uses."""
-        return self._mode
-
-    @mode.setter
-    def mode(self, value: str) -> None:
-        if value not in self.modes:
-            raise BackendConfigError(f"structured-output mode {value!r} is not offered here; choose from {self.modes}")
-        with self._lock:
-            self._mode = value
-
-    def send(self, attempt: Callable[[str], T], refusal: Callable[[BaseException], str | None]) -> T:
-        """``attempt(mode)`` in the current mode; when ``refusal`` finds the provider refused that mode, step down and
-        send again at once (each mode is tried at most once per call)."""
-        tried: set[str] = set()
-        while True:
-            mode = self._mode
-            tried.add(mode)
-            try:
-                return attempt(mode)
-            except Exception as exc:
-                reason = refusal(exc) if mode != "prompt" else None
-                if reason is None or not self._step_past(mode, reason) or self._mode in tried:
-                    raise
-
-    def _step_past(self, refused: str, reason: str) -> bool:
-        """Leave ``refused`` for the next mode (once, whichever thread sees the refusal first); False if none is
-        left."""
-        with self._lock:
-            if self._mode != refused:  # another call already stepped down
-                return True
-            following = self.modes[self.modes.index(refused) + 1 :]
-            if not following:
-                return False
-            self._mode = following[0]
-            self._notes.append(f"{refused} -> {following[0]}: {reason}")
-            return True
-
-    def take_notes(self) -> str | None:
-        """The fallbacks not reported yet (``"<from> -> <to>: <reason>"``, joined by ``"; "``), once."""
-        with self._lock:
-            notes, self._notes = self._notes, []
-        return "; ".join(notes) or None
-
+__all__ = ["SDKClient", "public_url", "split_system"]
 
 def public_url(url: str) -> str:
     """``url`` without ``user:password@`` and with any known key removed (for config.json and error messages)."""
     return keys.redact(keys.without_userinfo(url))
-
-
-_NAME = re.compile(r"[^A-Za-z0-9_-]")
-
-
-def schema_name(name: str) -> str:
-    """``name`` as a schema or tool name the APIs accept (``[A-Za-z0-9_-]{1,64}``)."""
-    return _NAME.sub("_", name)[:64] or "answer"
 
 
 def split_system(messages: Sequence[Message]) -> tuple[str | None, list[Message]]:
@@ -267,11 +69,6 @@ def split_system(messages: Sequence[Message]) -> tuple[str | None, list[Message]
     if not turns:
         raise ValueError("a request needs at least one user message besides the system prompt")
     return ("\n\n".join(system) if system else None), turns
-
-
-#: The whole-attempt deadline is the timeout plus this, so that an SDK's own timeout of one silent phase (which fires
-#: at the timeout) is reported as what it is.
-_DEADLINE_GRACE_S = 0.5
 
 
 @dataclass
@@ -418,8 +215,8 @@ class SDKClient(ABC):
         """The server is on this machine: the local retry defaults and at most ``local_concurrency`` calls at once."""
         self.options = dataclasses.replace(options, retry=options.retry.resolved(self.local_server))
         self._slots = threading.BoundedSemaphore(max(1, options.local_concurrency)) if self.local_server else None
-        self._connections: dict[int, Any] = {}
-        """Attempt thread -> the connection its answer is coming on (:meth:`http_event_hooks`, :meth:`_abandon`)."""
+        self._deadline = AttemptDeadline()
+        """Each attempt's whole-attempt deadline, and its connection to shut down past it."""
         self.profile = profile
         self.base_url = base_url
         self.key_source = key_source
@@ -520,7 +317,7 @@ class SDKClient(ABC):
         label = self.profile.label
         try:
             if self.whole_attempt_deadline:
-                response = self._send_within_deadline(request, mode)
+                response = self._deadline.run(lambda: self._send(request, mode), self.options.retry.attempt_timeout_s)
             else:
                 response = self._send(request, mode)
         except json.JSONDecodeError as exc:
@@ -534,60 +331,17 @@ class SDKClient(ABC):
             raise (TimedOut if is_timeout(exc) else Unreachable)(reason) from exc
         if isinstance(response, (str, bytes)):  # the SDKs hand back the text of a non-JSON body
             text = response.decode("utf-8", "replace") if isinstance(response, bytes) else response
-            raise not_json(label, f"got {_preview(text)}")
+            raise not_json(label, f"got {preview(text)}")
         try:
             answer = self._read(response, mode)
         except (AttributeError, TypeError, KeyError, IndexError) as exc:  # a field of the wrong type
             raise not_json(label, f"{type(exc).__name__}: {exc}") from None
         return dataclasses.replace(answer, structured_output=mode)
 
-    def _send_within_deadline(self, request: Request, mode: str) -> Any:
-        """``_send`` on a worker thread, waited for at most ``retry.timeout_s`` in all (see the module doc)."""
-        timeout = self.options.retry.attempt_timeout_s
-        deadline = timeout + _DEADLINE_GRACE_S
-        outcome: list[Any] = []
-        done = threading.Event()
-
-        def work() -> None:
-            try:
-                outcome.append(("ok", self._send(request, mode)))
-            except BaseException as exc:  # handed to the caller as it is
-                outcome.append(("error", exc))
-            finally:
-                self._connections.pop(threading.get_ident(), None)
-                done.set()
-
-        worker = threading.Thread(target=work, name="llm-attempt", daemon=True)
-        worker.start()
-        if not done.wait(deadline):
-            self._abandon(worker)
-            raise DeadlinePassed(f"no whole answer within {timeout:g} s (the attempt's deadline)")
-        kind, value = outcome[0]
-        if kind == "error":
-            raise value
-        return value
-
     def http_event_hooks(self) -> dict[str, list[Callable[[Any], None]]]:
-        """``event_hooks`` for the SDK's HTTP client (httpx2 or httpx): once an answer's headers are in, its
-        connection is kept by attempt thread, so that :meth:`_abandon` can shut it down."""
-        return {"response": [self._remember_connection]}
-
-    def _remember_connection(self, response: Any) -> None:
-        stream = response.extensions.get("network_stream")
-        if stream is not None:
-            self._connections[threading.get_ident()] = stream
-
-    def _abandon(self, worker: threading.Thread) -> None:
-        """The attempt on ``worker`` passed its deadline: shut its connection down, so that the worker's next read
-        fails at once and a trickling server stops sending. Before the headers there is nothing to shut (the SDK's
-        per-read timeout ends that wait), nor for a client whose SDK does not install :meth:`http_event_hooks`."""
-        stream = self._connections.pop(worker.ident or 0, None)
-        sock = stream.get_extra_info("socket") if stream is not None else None
-        if sock is not None:
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:  # already closed
-                pass
+        """``event_hooks`` for the SDK's HTTP client (httpx2 or httpx), so that an attempt past its deadline has its
+        connection shut down (:meth:`.deadline.AttemptDeadline.event_hooks`)."""
+        return self._deadline.event_hooks()
 
     def _refusal(self, exc: BaseException) -> str | None:
         return structured_refusal(self._bad_request_text(exc))
