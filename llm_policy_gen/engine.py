@@ -32,10 +32,11 @@ import numpy as np
 from . import __version__
 from .backends import BACKENDS, base_url_variable, default_backend_spec, is_client, is_llm, parse_backend_spec
 from .checkpoint import load_checkpoint, save_checkpoint
-from .clients.base import ClientOptions, CountsTokens, LLMClient, Message, RetryPolicy, Sampling
+from .clients.base import ClientOptions, CountsTokens, LLMClient, Message, Sampling
 from .clients.cache import ResponseCache
 from .clients.keys import endpoint_notice, is_loopback_url, redact, remember_url, without_userinfo
 from .clients.replay import SOURCE_FIELDS
+from .clients.retry import RetryPolicy
 from .clients.sdk import SDKClient
 from .clients.session import Answer, LLMSession
 from .clients.transcript import RecordedCalls, Transcript

@@ -11,7 +11,8 @@ from fakes.anthropic_server import FAKE_KEY, FakeAnthropicServer, error, hang, o
 from fakes.loopback import ANSWER_SCHEMA
 
 from llm_policy_gen.clients.anthropic import AnthropicClient, accepts_temperature, to_anthropic_schema
-from llm_policy_gen.clients.base import ClientOptions, Message, OutputSpec, Request, RetryPolicy, Sampling
+from llm_policy_gen.clients.base import ClientOptions, Message, OutputSpec, Request, Sampling
+from llm_policy_gen.clients.retry import RetryPolicy
 from llm_policy_gen.errors import BackendAuthError, BackendConfigError, BackendError, BackendUnreachable, UserError
 
 MODEL = "claude-sonnet-4-6"

@@ -1,6 +1,6 @@
 """The transport helpers every SDK client shares.
 
-``clients/base.py``: Retry-After, status classification, the retry loop and its timing; ``clients/faults.py``,
+``clients/retry.py``: Retry-After, status classification, the retry loop and its timing; ``clients/faults.py``,
 ``clients/structured.py`` and ``clients/sdk.py``: the fault helpers, the structured-output fallback and the request
 helpers; ``clients/profiles.py``: the provider profiles.
 """
@@ -22,23 +22,18 @@ from fakes.loopback import ANSWER_SCHEMA, PROXY_VARIABLES, SilentServer, clear_e
 from llm_policy_gen.backends import all_profiles, get_profile
 from llm_policy_gen.clients import keys
 from llm_policy_gen.clients.anthropic import AnthropicClient
-from llm_policy_gen.clients.base import (
-    STRUCTURED_MODES,
-    ClientOptions,
+from llm_policy_gen.clients.base import STRUCTURED_MODES, ClientOptions, Message, OutputSpec, Request, Sampling
+from llm_policy_gen.clients.faults import unreachable_reason
+from llm_policy_gen.clients.gemini import GeminiClient
+from llm_policy_gen.clients.openai import OpenAIClient
+from llm_policy_gen.clients.retry import (
     FaultKind,
-    Message,
-    OutputSpec,
-    Request,
     RetryPolicy,
-    Sampling,
     call_with_retries,
     http_status_fault,
     retry_after_seconds,
     timed_call_with_retries,
 )
-from llm_policy_gen.clients.faults import unreachable_reason
-from llm_policy_gen.clients.gemini import GeminiClient
-from llm_policy_gen.clients.openai import OpenAIClient
 from llm_policy_gen.clients.sdk import public_url, split_system
 from llm_policy_gen.clients.structured import StructuredOutput, schema_name, structured_refusal
 from llm_policy_gen.errors import (

@@ -12,9 +12,10 @@ from fakes.gemini_server import FAKE_GEMINI_KEY, FakeGeminiServer, RecordedReque
 from fakes.loopback import ANSWER_SCHEMA
 from google.genai import errors as genai_errors
 
-from llm_policy_gen.clients.base import ClientOptions, Message, OutputSpec, Request, RetryPolicy, Sampling
+from llm_policy_gen.clients.base import ClientOptions, Message, OutputSpec, Request, Sampling
 from llm_policy_gen.clients.faults import MalformedResponse, Unreachable
 from llm_policy_gen.clients.gemini import GeminiClient, gemini_json_schema
+from llm_policy_gen.clients.retry import RetryPolicy
 from llm_policy_gen.errors import BackendAuthError, BackendConfigError, BackendError, BackendUnreachable, UserError
 
 MODEL = "gemini-3.8-flash"

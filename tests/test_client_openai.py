@@ -15,9 +15,10 @@ from fakes import openai_server
 from fakes.loopback import ANSWER_SCHEMA, SilentServer
 from fakes.openai_server import CHAT_PATH, FAKE_KEY, MODELS_PATH, FakeOpenAIServer, error, hang, ok, raw
 
-from llm_policy_gen.clients.base import ClientOptions, Message, OutputSpec, Request, RetryPolicy, Sampling
+from llm_policy_gen.clients.base import ClientOptions, Message, OutputSpec, Request, Sampling
 from llm_policy_gen.clients.ollama import OllamaClient
 from llm_policy_gen.clients.openai import OpenAIClient, _strict_schema, server_answers
+from llm_policy_gen.clients.retry import RetryPolicy
 from llm_policy_gen.errors import BackendAuthError, BackendConfigError, BackendError, BackendUnreachable, UserError
 
 fake_openai = openai_server.fake_openai  # the fixtures used below

@@ -32,19 +32,18 @@ from fakes.tables import TableResponder
 from llm_policy_gen.cli import main
 from llm_policy_gen.clients.anthropic import AnthropicClient
 from llm_policy_gen.clients.base import (
-    LOCAL_TIMEOUT_S,
     CallKey,
     ClientOptions,
     Message,
     OutputSpec,
     Request,
-    RetryPolicy,
     Sampling,
     call_seed,
 )
 from llm_policy_gen.clients.cache import cache_key
 from llm_policy_gen.clients.ollama import OllamaClient
 from llm_policy_gen.clients.openai import OpenAIClient
+from llm_policy_gen.clients.retry import LOCAL_TIMEOUT_S, RetryPolicy
 from llm_policy_gen.config import TrainConfig
 from llm_policy_gen.errors import BackendError, BackendUnreachable
 from llm_policy_gen.prompt import PromptBuilder, default_token_cap

@@ -37,9 +37,10 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
-from .base import ClientOptions, Completion, FaultKind, Request, http_status_fault, retry_after_seconds
+from .base import ClientOptions, Completion, Request
 from .faults import require
 from .profiles import ClientProfile
+from .retry import FaultKind, http_status_fault, retry_after_seconds
 from .sdk import SDKClient, split_system
 from .structured import schema_name
 

@@ -1,4 +1,4 @@
-"""The faults every SDK shares, sorted into the contract's fault kinds (:data:`~.base.FaultKind`).
+"""The faults every SDK shares, sorted into the contract's fault kinds (:data:`~.retry.FaultKind`).
 
 * **Unreachable server.** A refused connection or a host name that does not resolve becomes :class:`Unreachable`
   (fault kind ``"unreachable"``), a connect or read timeout :class:`TimedOut` (fault kind ``"timeout"``), whose

@@ -30,9 +30,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..errors import BackendConfigError
-from .base import ClientOptions, Completion, FaultKind, Message, Request, http_status_fault, retry_after_seconds
+from .base import ClientOptions, Completion, Message, Request
 from .faults import not_json
 from .profiles import ClientProfile
+from .retry import FaultKind, http_status_fault, retry_after_seconds
 from .sdk import SDKClient, split_system
 
 if TYPE_CHECKING:

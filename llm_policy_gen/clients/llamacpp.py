@@ -41,8 +41,9 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from ..errors import BackendConfigError
-from .base import ClientOptions, Completion, FaultKind, Request, call_seed
+from .base import ClientOptions, Completion, Request, call_seed
 from .profiles import ClientProfile
+from .retry import FaultKind
 from .sdk import SDKClient
 
 __all__ = ["LlamaCppClient", "LocalModel", "load_model", "model_identity", "PROFILE"]

@@ -64,9 +64,10 @@ from urllib.parse import urlsplit
 
 from ..errors import BackendConfigError
 from . import keys
-from .base import AUTH_STATUSES, ClientOptions, Completion, FaultKind, Request, http_status_fault
+from .base import ClientOptions, Completion, Request
 from .faults import not_json, require
 from .profiles import ClientProfile
+from .retry import AUTH_STATUSES, FaultKind, http_status_fault
 from .sdk import SDKClient
 from .structured import schema_name
 
@@ -244,7 +245,7 @@ class OpenAIClient(SDKClient):
         )
 
     def _classify_sdk(self, exc: BaseException) -> tuple[FaultKind, float | None] | None:
-        """An HTTP status by :func:`~.base.http_status_fault`; other connection errors retry."""
+        """An HTTP status by :func:`~.retry.http_status_fault`; other connection errors retry."""
         import openai
 
         if isinstance(exc, openai.APIStatusError):

@@ -2,7 +2,7 @@
 
 :class:`SDKClient` is their base: a provider's facts as class variables (what ``--backend NAME`` needs, where its key
 and base URL come from), the sampling settings checked against the provider's profile, every call run under the one
-retry policy (:func:`~.base.timed_call_with_retries`), and the faults every SDK shares turned into the contract's
+retry policy (:func:`~.retry.timed_call_with_retries`), and the faults every SDK shares turned into the contract's
 fault kinds (:mod:`.faults`: an unreachable server, a timeout, a body that is not the provider's JSON). Around each
 attempt:
 
@@ -10,7 +10,7 @@ attempt:
   ``retry.timeout_s`` (and half a second); past that it is a :class:`~.faults.DeadlinePassed` and its connection is
   shut down (each SDK's HTTP client reports its answers' connections through :meth:`SDKClient.http_event_hooks`).
 * **Local servers** (``local=True``: Ollama, an OpenAI-compatible server on a loopback address) get the local
-  retry defaults (:meth:`~.base.RetryPolicy.resolved`: 600 s, no retry of a timed-out attempt) and at most
+  retry defaults (:meth:`~.retry.RetryPolicy.resolved`: 600 s, no retry of a timed-out attempt) and at most
   ``options.local_concurrency`` calls at once (the other calls wait in the client).
 * **Structured output refused** (:mod:`.structured`): the client steps once to the next mode the provider offers
   and sends the same call again at once; the mode sticks (:attr:`SDKClient.structured_mode`).
@@ -35,7 +35,7 @@ from typing import Any, ClassVar
 
 from ..errors import BackendConfigError
 from . import keys
-from .base import ClientOptions, Completion, FaultKind, Message, Request, timed_call_with_retries
+from .base import ClientOptions, Completion, Message, Request
 from .deadline import AttemptDeadline
 from .faults import (
     DeadlinePassed,
@@ -49,6 +49,7 @@ from .faults import (
     unreachable_reason,
 )
 from .profiles import ClientProfile
+from .retry import FaultKind, timed_call_with_retries
 from .structured import StructuredOutput, structured_refusal
 
 __all__ = ["SDKClient", "public_url", "split_system"]
@@ -275,7 +276,7 @@ class SDKClient(ABC):
         return dataclasses.replace(answer, latency_s=latency, transport_attempts=call.sends, extra=extra)
 
     def classify(self, exc: BaseException) -> tuple[FaultKind, float | None]:
-        """The fault kind of ``exc`` for :func:`~.base.call_with_retries`."""
+        """The fault kind of ``exc`` for :func:`~.retry.call_with_retries`."""
         if isinstance(exc, MalformedResponse):
             return "retry", None
         if isinstance(exc, TimedOut):
