@@ -30,7 +30,8 @@ from .discretize import ActionDiscretizer, BoxDiscretizer, DiscreteDiscretizer, 
 from .envs.spec import EnvSpec
 from .formats.base import AnswerFormat, FormatContext, Target, dim_names, table_dims
 from .formats.edits import table_as_edits
-from .formats.rules import RuleSet, table_as_rules
+from .formats.rules import table_as_rules
+from .formats.ruleset import RuleSet
 from .memory import ExperienceMemory, StateEvidence
 from .templates import prompts_dir, template
 

@@ -13,7 +13,7 @@ from llm_policy_gen.envs import get_spec
 from llm_policy_gen.errors import ProposalError
 from llm_policy_gen.formats import FORMATS, make_format, table_format_names
 from llm_policy_gen.formats.base import FormatContext, Target
-from llm_policy_gen.formats.rules import RuleSet, RulesPolicy, feature_values
+from llm_policy_gen.formats.ruleset import RuleSet, RulesPolicy, feature_values
 from llm_policy_gen.policy import TablePolicy
 
 

@@ -32,7 +32,8 @@ from llm_policy_gen.formats.base import (
     with_enums,
     without_keywords,
 )
-from llm_policy_gen.formats.rules import asked_form, linear_form, output_levels
+from llm_policy_gen.formats.rules import asked_form
+from llm_policy_gen.formats.ruleset import linear_form, output_levels
 
 SPECS = ["FrozenLake-v1", "CartPole-v1", "Hopper-v5", "Pendulum-v1", "Taxi-v4"]
 """A grid world, CartPole (rules answers in the issue), Box actions in levels, a continuous-action task, and a single

@@ -2,7 +2,8 @@
 
 * ``table`` -- every row of the table (:mod:`.table`);
 * ``edits`` -- changes to the current table as boxes of bins (:mod:`.edits`);
-* ``rules`` -- a decision list and linear rules compiled into the table (:mod:`.rules`);
+* ``rules`` -- a decision list and linear rules compiled into the table (:mod:`.rules`; the rule language and its
+  compiler: :mod:`.ruleset`);
 * ``action`` -- one ``Action: N`` line, the direct mode's answer (:mod:`.action`).
 
 A new format is one file implementing :class:`~llm_policy_gen.formats.base.AnswerFormat` plus one

@@ -2,7 +2,7 @@
 
 Augmented Random Search (Mania, Guy and Recht 2018, "basic random search" with the top-``b`` directions and the
 reward-scaled step) over the parameters ``theta`` of the linear rules of the :mod:`rules answer format
-<llm_policy_gen.formats.rules>`: one rule per action dimension (levels form, fixed thresholds that cut ``[-1, 1]``
+<llm_policy_gen.formats.ruleset>`: one rule per action dimension (levels form, fixed thresholds that cut ``[-1, 1]``
 into ``levels`` equal parts) or one score per action (scores form). Each iteration the K candidates are
 ``theta + noise * delta_d`` and ``theta - noise * delta_d`` for ``K // 2`` random directions ``delta_d`` (with K odd,
 candidate 1 is ``theta`` itself). The run's keeper scores every candidate on the same test seeds; at the next call the
@@ -32,7 +32,7 @@ import numpy as np
 
 from ..discretize import DiscreteActions
 from ..formats.base import table_dims
-from ..formats.rules import RuleSet, feature_values, output_levels
+from ..formats.ruleset import RuleSet, feature_values, output_levels
 from ..prompt import PromptContext
 
 __all__ = ["LinearRuleSearch", "rule_geometry", "prior_theta"]
