@@ -492,8 +492,8 @@ def _settings_lines(meta: Mapping[str, Any], rows: Sequence[dict[str, Any]]) -> 
 def plot_curves(curves: Sequence[dict[str, Any]], out: Path, title: str, backends: Sequence[str] | None = None,
                 threshold: float | None = None, points: int = 300) -> Path:
     """Median and interquartile band per backend of step curves ``{"backend", "x", "y"}``; returns ``out``."""
-    from .figures import plt, save_figure
-    from .plots import figure_label, group_colours
+    from .plotting.curves import figure_label, group_colours
+    from .plotting.figure import plt, save_figure
 
     order = list(backends) if backends else list(dict.fromkeys(c["backend"] for c in curves))
     colours = dict(zip(order, group_colours(len(order)), strict=True))

@@ -675,7 +675,7 @@ def _finish(run: Run, stop_reason: str, interrupted: bool, held: HeldInterrupts)
     summary = run.summary(stop_reason, extra, state)
     write_json_atomic(run.dir.summary, summary)
     if run.cfg.plots and run.dir.events.exists():
-        from .plots import plot_run
+        from .plotting.curves import plot_run
 
         try:
             plot_run(run.dir.path)

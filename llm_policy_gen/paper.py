@@ -276,7 +276,8 @@ def generate(compare_dir: Path, out: Path) -> list[Path]:
 
 
 def _policy_figure(compare_dir: Path, kept: Sequence[dict[str, Any]], target: Path, put: Any) -> Path:
-    from .figures import load_run_policy, plot_policy
+    from .plotting.table import plot_policy
+    from .policy import load_run_policy
 
     ok = [r for r in kept if r["status"] == "ok" and r.get("best_eval_mean") is not None]
     best = max(ok, key=lambda r: (r["best_eval_mean"], -int(r["seed"])))

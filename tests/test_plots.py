@@ -16,7 +16,8 @@ from matplotlib.colors import to_hex
 
 from llm_policy_gen.cli import main
 from llm_policy_gen.errors import UserError
-from llm_policy_gen.plots import curves_figure, plt
+from llm_policy_gen.plotting.curves import curves_figure
+from llm_policy_gen.plotting.figure import plt
 
 ITERATIONS = 6
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import io
 import math
 import tempfile
 from collections.abc import Sequence
@@ -31,15 +30,15 @@ def file_uri(path: Path) -> str | None:
 
 
 def _figure(width: float, height: float) -> Any:
-    from matplotlib.figure import Figure
+    from ..plotting.figure import plt  # matplotlib, imported when a page is drawn
 
-    return Figure(figsize=(width, height), dpi=100, layout="constrained")
+    return plt.figure(figsize=(width, height), dpi=100, layout="constrained")
 
 
 def _png(fig: Any) -> str:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    return data_uri(buf.getvalue())
+    from ..plotting.figure import png_bytes
+
+    return data_uri(png_bytes(fig))
 
 
 def _steps(xs: Sequence[float | None], ys: Sequence[float | None]) -> tuple[list[float], list[float]]:
@@ -114,8 +113,8 @@ def usage_curves(its: Sequence[IterationView]) -> str | None:
 
 
 def policy_image(run_dir: Path) -> tuple[str | None, str]:
-    """The best table drawn by :func:`llm_policy_gen.figures.plot_policy`, or None and why not."""
-    from ..figures import plot_policy
+    """The best table drawn by :func:`llm_policy_gen.plotting.table.plot_policy`, or None and why not."""
+    from ..plotting.table import plot_policy
     from ..policy import load_run_policy
 
     if not (Path(run_dir) / "best_policy.json").is_file():
@@ -131,7 +130,7 @@ def policy_image(run_dir: Path) -> tuple[str | None, str]:
 
 def seed_curves(data: CompareData, threshold: float | None) -> str | None:
     """One panel per backend, one line per seed: the kept table's held-out mean against episodes."""
-    from ..plots import figure_label  # matplotlib, imported when a page is drawn
+    from ..plotting.curves import figure_label  # matplotlib, imported when a page is drawn
     order = [b for b in data.backends if any(c.get("backend") == b and c.get("x") for c in data.curves)]
     if not order:
         return None

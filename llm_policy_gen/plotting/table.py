@@ -1,13 +1,4 @@
-"""``llm-policy-gen plot``: redraw the curves of one or several runs, or draw a run's best table.
-
-::
-
-    llm-policy-gen plot RUN_DIR... --out FILE [--kind testing|training|both] [--window N] [--x-axis iterations|episodes]
-    llm-policy-gen plot RUN_DIR_OR_POLICY_JSON --policy --out FILE
-
-Curves come from :func:`llm_policy_gen.plots.plot_runs` (one run: raw and smoothed curves; several: the median and
-interquartile band per backend). ``--kind both`` writes ``FILE`` with ``-training`` and ``-testing`` added before the
-extension. ``--policy`` draws the table (:func:`plot_policy`):
+"""A run's best table, drawn (:func:`policy_figure`, :func:`plot_policy`; ``plot --policy``):
 
 * an observation of two or more binned dimensions: heat maps of the action, with the two dimensions that have the
   most bins on the axes and one panel per bin tuple of the others (CartPole: pole angle x angular velocity, in a
@@ -22,7 +13,6 @@ Actions are labelled so that they stay apart: the parts of a vector action lose 
 
 from __future__ import annotations
 
-import argparse
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -30,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from .discretize import (
+from ..discretize import (
     ActionDiscretizer,
     BoxActions,
     BoxDiscretizer,
@@ -38,42 +28,14 @@ from .discretize import (
     DiscreteDiscretizer,
     MultiDiscreteActions,
 )
-from .envs.spec import EnvSpec
-from .errors import SpecError, UserError
-from .policy import TablePolicy, load_run_policy
+from ..envs.spec import EnvSpec
+from ..policy import TablePolicy
+from .figure import check_image_path, plt, save_figure
 
+__all__ = ["plot_policy", "policy_figure", "action_labels", "box_layout", "grid_map", "MAX_PANELS"]
 
-class _LazyPyplot:
-    """The drawing calls of :data:`llm_policy_gen.plots.plt` (matplotlib's object API, no pyplot), imported on first use
-    so that the CLI starts fast."""
-
-    def __getattr__(self, name: str) -> Any:
-        from .plots import plt as pyplot
-
-        return getattr(pyplot, name)
-
-
-plt: Any = _LazyPyplot()
-
-__all__ = ["plot_policy", "policy_figure", "action_labels", "box_layout", "grid_map", "load_run_policy", "save_figure",
-           "add_parser", "IMAGE_SUFFIXES", "MAX_PANELS"]
-
-IMAGE_SUFFIXES = (".png", ".pdf", ".svg", ".jpg", ".jpeg")
 MAX_PANELS = 36
 _ARROWS = {"left": (-1.0, 0.0), "right": (1.0, 0.0), "up": (0.0, 1.0), "down": (0.0, -1.0)}
-
-
-def _check_out(out: Path) -> Path:
-    if out.suffix.lower() not in IMAGE_SUFFIXES:
-        raise UserError(f"bad --out {str(out)!r}: the file must end with one of {', '.join(IMAGE_SUFFIXES)}")
-    return out
-
-
-def save_figure(fig: Any, out: Path) -> Path:
-    """Save ``fig`` to ``out`` atomically and close it (see :func:`llm_policy_gen.plots.save_figure`)."""
-    from .plots import save_figure as save
-
-    return save(fig, out)
 
 
 #: Up to this many actions each gets its own colour and a legend entry (Hopper's 27 levels, Swimmer's 9); more
@@ -134,7 +96,7 @@ def observation_is_discrete_parts(spec: EnvSpec | None) -> bool:
     try:
         import gymnasium as gym
 
-        from .envs.generic import env_spaces
+        from ..envs.generic import env_spaces
 
         space, _ = env_spaces(spec.env_id, dict(spec.kwargs))
     except Exception:  # a drawing aid: without the space, bins are drawn as ranges
@@ -245,7 +207,7 @@ def grid_map(spec: EnvSpec | None, grid: tuple[int, int]) -> list[str] | None:
     if spec is None:
         return None
     try:
-        from .envs.make import make_env
+        from ..envs.make import make_env
 
         env = make_env(spec)
         try:
@@ -364,55 +326,5 @@ def policy_figure(policy: TablePolicy, spec: EnvSpec | None = None, title: str |
 
 def plot_policy(policy: TablePolicy, out: Path, spec: EnvSpec | None = None, title: str | None = None) -> Path:
     """Draw ``policy``'s table into ``out`` (:func:`policy_figure`)."""
-    out = _check_out(Path(out))
+    out = check_image_path(Path(out))
     return save_figure(policy_figure(policy, spec, title), out)
-
-
-# ---------------------------------------------------------------------------------------------------- CLI
-def add_parser(subparsers: Any) -> None:
-    """Register ``plot`` on the CLI's subparsers."""
-    p = subparsers.add_parser(
-        "plot", help="redraw the curves of runs, or draw a run's best table (--policy)",
-        description="Redraw training/testing curves of one or several runs, or (--policy) draw a run's table.")
-    p.add_argument("runs", nargs="+", help="run directories (or, with --policy, one run directory or policy JSON)")
-    p.add_argument("--out", required=True, help="image file to write (.png, .pdf, .svg)")
-    p.add_argument("--kind", choices=["testing", "training", "both"], default="testing",
-                   help="curves to draw (default testing; both writes FILE-training and FILE-testing)")
-    p.add_argument("--window", type=int, default=5, help="smoothing window in iterations (default 5)")
-    p.add_argument("--x-axis", default="iterations",
-                   help="x-axis of the curves: iterations (default) or episodes (environment episodes)")
-    p.add_argument("--policy", action="store_true", help="draw the best table instead of curves")
-    p.add_argument("--env", dest="env_id", help="with --policy: the environment id of a run whose environment is "
-                   "module:EnvId (its module is imported only when named here)")
-    p.set_defaults(func=_cmd_plot)
-
-
-def _cmd_plot(args: argparse.Namespace) -> int:
-    from .plots import plot_runs
-
-    out = _check_out(Path(args.out))
-    if args.window < 1:
-        raise UserError(f"bad --window {args.window}: accepted an integer >= 1")
-    if args.policy:
-        if len(args.runs) != 1:
-            raise UserError(f"--policy draws one table: give one run directory or policy file, got {len(args.runs)}")
-        policy, spec = load_run_policy(args.runs[0], args.env_id)
-        if spec is not None:  # what `evaluate` refuses as made for other settings is not drawn either
-            policy.check_against(spec)
-        written: Sequence[Path] = [plot_policy(policy, out, spec)]
-    else:
-        runs = [Path(r) for r in args.runs]
-        for r in runs:
-            if not r.is_dir():
-                raise UserError(f"{r} is not a run directory")
-        kinds = ["training", "testing"] if args.kind == "both" else [args.kind]
-        written = []
-        for kind in kinds:
-            target = out if len(kinds) == 1 else out.with_name(f"{out.stem}-{kind}{out.suffix}")
-            try:
-                written.append(plot_runs(runs, target, kind, args.window, args.x_axis))
-            except (KeyError, SpecError) as exc:
-                raise UserError(f"cannot draw the {kind} curves: {exc}") from None
-    for w in written:
-        print(f"wrote {w}")
-    return 0

@@ -1,4 +1,5 @@
-"""Curves of runs, drawn from their ``events.jsonl``: a run's ``training.png`` and ``testing.png``, and ``plot``.
+"""Curves of runs, drawn from their ``events.jsonl``: a run's ``training.png`` and ``testing.png``, and ``plot``'s
+curves.
 
 One run (the seed project's two plots):
 
@@ -26,51 +27,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import matplotlib
 import numpy as np
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
-from matplotlib.patches import Rectangle
 from matplotlib.ticker import MaxNLocator
 
-from .errors import UserError
-from .runlog import read_jsonl
-from .stats import quartile_band, step_curves
+from ..errors import UserError
+from ..runlog import read_jsonl
+from ..stats import quartile_band, step_curves
+from .figure import plt, save_figure
 
 __all__ = ["KINDS", "X_AXES", "RunCurves", "smooth", "load_events", "load_run", "group_colours", "figure_label",
-           "curves_figure", "plot_run", "plot_runs", "save_figure", "plt"]
+           "curves_figure", "plot_run", "plot_runs"]
 
 KINDS = ("testing", "training")
 X_AXES = ("iterations", "episodes")
 _X_LABELS = {"iterations": "iteration", "episodes": "environment episodes (training + test + confirmation)"}
 _GRID_POINTS = 300
-
-
-class _Figures:
-    """The few pyplot calls the package draws with, on matplotlib's object API: each figure has its own Agg canvas,
-    so no screen is needed, and importing or drawing selects no backend and leaves pyplot's state alone (a notebook
-    that imports the package keeps its own backend)."""
-
-    Rectangle = Rectangle
-
-    @staticmethod
-    def subplots(nrows: int = 1, ncols: int = 1, *, figsize: tuple[float, float] | None = None,
-                 dpi: float | None = None, **kw: Any) -> tuple[Figure, Any]:
-        fig = Figure(figsize=figsize, dpi=dpi)
-        FigureCanvasAgg(fig)
-        return fig, fig.subplots(nrows, ncols, **kw)
-
-    @staticmethod
-    def get_cmap(name: str, lut: int | None = None) -> Any:
-        cmap = matplotlib.colormaps[name]
-        return cmap if lut is None else cmap.resampled(lut)
-
-    @staticmethod
-    def close(fig: Figure) -> None:
-        """Nothing to release: no pyplot manager holds the figure."""
-
-
-plt = _Figures()
 
 
 def smooth(values: Sequence[float] | np.ndarray, window: int = 5) -> np.ndarray:
@@ -358,22 +329,6 @@ def plot_runs(run_dirs: Sequence[Path], out: Path, kind: str = "testing", window
               x_axis: str = "iterations") -> Path:
     """Write :func:`curves_figure` to ``out``."""
     return save_figure(curves_figure(run_dirs, kind, window, x_axis), Path(out))
-
-
-def save_figure(fig: Any, out: Path) -> Path:
-    """Save ``fig`` to ``out`` atomically (temporary file in the same folder, then rename) and close it."""
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.stem}.tmp{out.suffix}")
-    try:
-        fig.savefig(tmp)
-        tmp.replace(out)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    finally:
-        plt.close(fig)
-    return out
 
 
 def plot_run(run_dir: Path, window: int = 5, x_axis: str = "iterations") -> tuple[Path, Path]:
