@@ -15,7 +15,6 @@ and episode steps name their bins instead of a flat state index.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,13 +25,11 @@ import numpy as np
 
 from .clients.base import Message
 from .collect import Episode
-from .discretize import ActionDiscretizer, BoxDiscretizer, DiscreteDiscretizer, ObservationDiscretizer
+from .discretize import ActionDiscretizer, BoxDiscretizer, ObservationDiscretizer
 from .envs.spec import EnvSpec
 from .formats.base import AnswerFormat, FormatContext, Target, dim_names, table_dims
-from .formats.edits import table_as_edits
-from .formats.rules import table_as_rules
-from .formats.ruleset import RuleSet
 from .memory import ExperienceMemory, StateEvidence
+from .table_text import entry_text, table_text
 from .templates import prompts_dir, template
 
 __all__ = ["HistoryEntry", "PromptContext", "PromptBuilder", "prompts_dir", "CHARS_PER_TOKEN", "default_token_cap"]
@@ -255,7 +252,7 @@ class PromptBuilder:
                 if ev.counts[s, a] > 0:
                     parts.append(f"a{a} {int(ev.counts[s, a])}x {ev.q_mean[s, a]:.3g}")
             cur = ctx.current_table[s]
-            now = f"a{int(cur)}" if ctx.target.kind == "action" else _entry(cur)
+            now = f"a{int(cur)}" if ctx.target.kind == "action" else entry_text(cur)
             rows.append(f"s{int(s)} | {int(ev.visits[s])} | " + ", ".join(parts) + f" | now {now}")
         return rows
 
@@ -287,80 +284,8 @@ class PromptBuilder:
     def table(self, ctx: PromptContext) -> str:
         """The current table, as rows when it fits a third of the budget, else as regions of equal action; with
         rules answers, the rules it was compiled from (or, for a table that was not, a decision list equal to it)."""
-        if _by_rules(ctx):
-            return self._rules_text(ctx)
-        text = self._table_rows(ctx)
-        budget = self.limit // 3
-        if self.size(text) <= budget:
-            return text
-        what = ctx.target.field
-        lines = [f"The table as regions of equal {what} (bins of each listed dim, inclusive; unlisted dims: any):"]
-        regions = table_as_edits(np.asarray(ctx.current_table), ctx.observation)
-        used = self.size(lines[0])
-        for k, e in enumerate(regions):
-            cond = ", ".join(f"dim {c['dim']} {c['min_bin']}-{c['max_bin']}" for c in e["conditions"]) or "all states"
-            line = f"{cond}: {what} {_entry(e['entry'])}"
-            if used + self.size(line) + 1 > budget:
-                lines.append(f"({len(regions) - k} more regions not shown; the table has {len(ctx.current_table)} "
-                             "states)")
-                break
-            lines.append(line)
-            used += self.size(line) + 1
-        return "\n".join(lines)
-
-    def _rules_text(self, ctx: PromptContext) -> str:
-        budget = self.limit // 3
-        if ctx.current_source is not None and ctx.current_source.get("format") == "rules":
-            rules = RuleSet.from_dict(ctx.current_source)
-            head = "The current rules (the table is compiled from them):"
-        else:
-            rules = table_as_rules(np.asarray(ctx.current_table), ctx.observation, ctx.target)
-            head = "The current table, written as rules (it was not compiled from rules):"
-        otherwise = rules.otherwise
-        if otherwise is None:  # linear rules decide those states; the schema still asks for a value (then ignored)
-            otherwise = table_as_rules(np.asarray(ctx.current_table), ctx.observation, ctx.target).otherwise
-        body = {"cases": rules.cases, "linear": rules.linear, "otherwise": otherwise}
-        text = json.dumps(body, separators=(",", ":"))
-        if self.size(text) > budget:
-            shown = {**body, "cases": []}
-            kept: list[dict[str, Any]] = []
-            for case in rules.cases:
-                if self.size(json.dumps({**shown, "cases": [*kept, case]}, separators=(",", ":"))) > budget:
-                    break
-                kept.append(case)
-            text = json.dumps({**shown, "cases": kept}, separators=(",", ":")) + (
-                f"\n({len(rules.cases) - len(kept)} more cases not shown: the first {len(kept)} of "
-                f"{len(rules.cases)})")
-        return f"{head}\n{text}"
-
-    def _table_rows(self, ctx: PromptContext) -> str:
-        t = np.asarray(ctx.current_table)
-        obs = ctx.observation
-        if isinstance(obs, BoxDiscretizer) and len(obs.bins) > 1:
-            last = int(obs.bins[-1])
-            lines = [f"One line per bin tuple of the first dimensions; the {last} values are the "
-                     f"{ctx.target.field}s for {obs.dims[-1].name} bins 0..{last - 1}."]
-            for start in range(0, len(t), last):
-                prefix = obs.decode(start)[:-1]
-                vals = " ".join(_entry(a) for a in t[start : start + last])
-                lines.append(f"s{start}-{start + last - 1} {prefix}: {vals}")
-            return "\n".join(lines)
-        if isinstance(obs, DiscreteDiscretizer) and obs.grid is not None:
-            rows, cols = obs.grid
-            lines = [f"Grid rows top to bottom; values are the {ctx.target.field}s of the {cols} cells of the row."]
-            for r in range(rows):
-                lines.append(f"row {r} (s{r * cols}-{r * cols + cols - 1}): " + " ".join(
-                    _entry(a) for a in t[r * cols : (r + 1) * cols]))
-            return "\n".join(lines)
-        # Run-length ranges for anything else.
-        out, s = [], 0
-        while s < len(t):
-            e = s
-            while e + 1 < len(t) and t[e + 1] == t[s]:
-                e += 1
-            out.append(f"{s}-{e}:{_entry(t[s])}" if e > s else f"{s}:{_entry(t[s])}")
-            s = e + 1
-        return f"states:{ctx.target.field} " + " ".join(out)
+        return table_text(ctx.current_table, ctx.observation, ctx.target, self.limit // 3, self.size,
+                          ctx.current_source, rules=_by_rules(ctx))
 
     # ------------------------------------------------------------------ assembly
     def fields(self, ctx: PromptContext) -> dict[str, Any]:
@@ -423,10 +348,3 @@ def _terminal_counts(ev: StateEvidence) -> np.ndarray:
         return t[:, :, n].sum(axis=1) if t.size else np.zeros(n, dtype=np.int64)
     end = t.next_states == n
     return np.bincount(t.pairs[end] // t.n_actions, weights=t.counts[end], minlength=n)
-
-
-def _entry(x: Any) -> str:
-    """A table entry as prompt text: an action index, or a value with 3 significant digits."""
-    if isinstance(x, (int, np.integer)):
-        return str(int(x))
-    return f"{float(x):.3g}"
