@@ -98,7 +98,7 @@ bench: $(STAMP_DEV)
 
 COMPARE_DIR ?= logs/compare/CartPole-v1
 paper: $(STAMP_DEV)
-	$(BIN)/python -m llm_policy_gen.paper --compare-dir $(COMPARE_DIR) --out paper
+	$(BIN)/python tools/paper.py --compare-dir $(COMPARE_DIR) --out paper
 
 clean:
 	rm -rf $(VENV) build dist site *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -222,8 +222,8 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         print(f"suite: unknown task {unknown[0]!r}; accepted: {', '.join(BY_KEY)}", file=sys.stderr)
         return 2
-    from llm_policy_gen.compare import parse_seeds
     from llm_policy_gen.errors import UserError
+    from llm_policy_gen.sweep.plan import parse_seeds
 
     try:
         seeds = parse_seeds(args.seeds)

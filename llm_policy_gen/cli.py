@@ -326,7 +326,7 @@ def _add_optional(sub: Any) -> None:
     """Commands whose modules register themselves (compare, plot)."""
     import importlib
 
-    for module in ("llm_policy_gen.compare", "llm_policy_gen.plotting.command", "llm_policy_gen.report"):
+    for module in ("llm_policy_gen.sweep.compare", "llm_policy_gen.plotting.command", "llm_policy_gen.report"):
         try:
             mod = importlib.import_module(module)
         except ModuleNotFoundError as exc:

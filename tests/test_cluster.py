@@ -24,9 +24,10 @@ from fakes import openai_server
 from fakes.tables import FillThenGo
 
 from llm_policy_gen.cli import main
-from llm_policy_gen.compare import TIME_COLUMNS, read_results, run_compare
-from llm_policy_gen.ray_executor import DirSync, apply_changes, pack_dir, unpack_dir
 from llm_policy_gen.runlog import append_jsonl, read_jsonl, rewrite_jsonl, write_json_atomic
+from llm_policy_gen.sweep.compare import CompareConfig, run_compare
+from llm_policy_gen.sweep.results import TIME_COLUMNS, read_results
+from llm_policy_gen.sweep.sync import DirSync, apply_changes, pack_dir, unpack_dir
 
 fake_openai = openai_server.fake_openai
 needs_ray = pytest.mark.skipif(importlib.util.find_spec("ray") is None,
@@ -151,10 +152,11 @@ def test_the_provider_limit_holds_across_tasks_on_the_cluster(cluster: Any, fake
     gate = FillThenGo(3)  # held until 3 calls are in flight at once: no timing window
     fake_openai.responder = gate
     out = tmp_path / "cmp"
-    rows = run_compare("CartPole-v1", ["openai:gpt-4.1-mini"], [0, 1, 2, 3], out,
-                       {**SMALL, "iterations": 1, "candidates": 4, "cache": False, "confirm_episodes": 0},
-                       executor="ray", progress=False, max_concurrent_calls=3)
-    assert [r["status"] for r in rows] == ["ok"] * 4
+    rows = run_compare(CompareConfig(
+        "CartPole-v1", ["openai:gpt-4.1-mini"], [0, 1, 2, 3], out,
+        {**SMALL, "iterations": 1, "candidates": 4, "cache": False, "confirm_episodes": 0},
+        executor="ray", progress=False, max_concurrent_calls=3))
+    assert [r.status for r in rows] == ["ok"] * 4
     assert len(fake_openai.bodies) == 16 and gate.total == 16 and gate.peak == 3
     key = openai_server.FAKE_KEY.encode()
     assert [p for p in out.rglob("*") if p.is_file() and key in p.read_bytes()] == []
@@ -181,7 +183,7 @@ def test_a_sweep_survives_losing_a_node_and_equals_the_local_one(cluster: Any, t
     ray_s = time.perf_counter() - t0
     killer.join(timeout=5)
     assert killer.removed is not None, "no run was seen in flight on a worker node"
-    assert [r["status"] for r in read_results(out / "results.csv")] == ["ok"] * 6
+    assert [r.status for r in read_results(out / "results.csv")] == ["ok"] * 6
 
     events = read_jsonl(out / "sweep.jsonl")
     lost = [e for e in events if e["event"] == "lost"]

@@ -17,19 +17,13 @@ from fakes import openai_server
 from fakes.tables import FillThenGo
 
 from llm_policy_gen.cli import main
-from llm_policy_gen.compare import (
-    CSV_COLUMNS,
-    TIME_COLUMNS,
-    backend_stats,
-    parse_backends,
-    parse_seeds,
-    read_results,
-    run_compare,
-)
 from llm_policy_gen.engine import Run
 from llm_policy_gen.errors import UserError
 from llm_policy_gen.locks import LOCK_FILES
 from llm_policy_gen.runlog import read_jsonl
+from llm_policy_gen.sweep.compare import CompareConfig, run_compare
+from llm_policy_gen.sweep.plan import parse_backends, parse_seeds
+from llm_policy_gen.sweep.results import CSV_COLUMNS, TIME_COLUMNS, ResultRow, backend_stats, read_results
 
 fake_openai = openai_server.fake_openai
 SMALL = {"heldout_episodes": 10, "train_episodes": 2}
@@ -141,14 +135,14 @@ def test_sweep_writes_the_comparison_and_resumes(tmp_path: Path, capsys: pytest.
     for name in ("results.csv", "results.md", "curves.png", "curves.json", "compare.json", "sweep.jsonl"):
         assert (out / name).is_file(), name
     rows = read_results(out / "results.csv")
-    assert [(r["backend"], r["seed"], r["status"]) for r in rows] == [
+    assert [(r.backend, r.seed, r.status) for r in rows] == [
         ("offline", 0, "ok"), ("offline", 1, "ok"), ("random", 0, "ok"), ("random", 1, "ok")]
     with open(out / "results.csv", newline="") as fh:
         assert tuple(next(csv.reader(fh))) == CSV_COLUMNS
     for r in rows:
-        summary = json.loads((out / r["run_dir"] / "summary.json").read_text())
-        assert r["best_eval_mean"] == pytest.approx(summary["best_eval_mean"])
-        assert r["episodes_total"] == summary["episodes_total"] and r["iterations"] == 2
+        summary = json.loads((out / str(r.run_dir) / "summary.json").read_text())
+        assert r.best_eval_mean == pytest.approx(summary["best_eval_mean"])
+        assert r.episodes_total == summary["episodes_total"] and r.iterations == 2
         assert summary["best_eval_episodes"] == 10  # --config reached the runs
     md = (out / "results.md").read_text()
     assert "final eval mean [95% CI]" in md and "| random | no | 2/2 |" in md and "--iterations 2" in md
@@ -156,16 +150,16 @@ def test_sweep_writes_the_comparison_and_resumes(tmp_path: Path, capsys: pytest.
     curves = json.loads((out / "curves.json").read_text())["runs"]
     assert len(curves) == 4 and all(len(c["x"]) == 2 for c in curves)
     first = numbers(out / "results.csv")
-    stamp = (out / rows[0]["run_dir"] / "summary.json").stat().st_mtime_ns
+    stamp = (out / str(rows[0].run_dir) / "summary.json").stat().st_mtime_ns
 
     # A re-run skips every finished run; how it runs (workers, limits) may change.
     assert main([*argv, "--max-concurrent-calls", "2"]) == 0
     assert "4 of 4 runs finished earlier: skipped" in capsys.readouterr().err
-    assert (out / rows[0]["run_dir"] / "summary.json").stat().st_mtime_ns == stamp
+    assert (out / str(rows[0].run_dir) / "summary.json").stat().st_mtime_ns == stamp
     assert numbers(out / "results.csv") == first
 
     # A run killed before its summary was written resumes from its checkpoint, in the same directory.
-    (out / rows[3]["run_dir"] / "summary.json").unlink()
+    (out / str(rows[3].run_dir) / "summary.json").unlink()
     assert main(argv) == 0
     assert "3 of 4 runs finished earlier: skipped; 1 started earlier: resumed" in capsys.readouterr().err
     assert numbers(out / "results.csv") == first
@@ -198,9 +192,9 @@ def test_an_interrupted_run_resumes_and_is_never_a_result(tmp_path: Path, monkey
         assert main(frozen_lake(tmp_path, out, iterations=4)) == 130
     capsys.readouterr()
     rows = read_results(out / "results.csv")
-    assert [(r["backend"], r["seed"], r["status"]) for r in rows] == [
+    assert [(r.backend, r.seed, r.status) for r in rows] == [
         ("offline", 0, "ok"), ("offline", 1, "ok"), ("random", 0, "interrupted"), ("random", 1, "interrupted")]
-    assert all(r["best_eval_mean"] is None and r["iterations"] is None for r in rows if r["status"] != "ok")
+    assert all(r.best_eval_mean is None and r.iterations is None for r in rows if not r.ok)
     run = out / "runs" / "FrozenLake-v1" / "random_s0"
     assert json.loads((run / "summary.json").read_text())["stop_reason"] == "interrupted"
     assert "| random | no | 0/2 |" in (out / "results.md").read_text()
@@ -212,7 +206,7 @@ def test_an_interrupted_run_resumes_and_is_never_a_result(tmp_path: Path, monkey
     assert "resuming" in (run / "compare.log").read_text() and "after iteration 2" in (run / "compare.log").read_text()
     assert [e["iteration"] for e in read_jsonl(run / "events.jsonl")] == [1, 2, 3, 4]
     assert numbers(out / "results.csv") == numbers(clean / "results.csv")
-    assert all(r["stop_reason"] == "iterations done" for r in read_results(out / "results.csv"))
+    assert all(r.stop_reason == "iterations done" for r in read_results(out / "results.csv"))
 
 
 def test_other_settings_under_the_same_out_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -260,36 +254,36 @@ def test_a_failed_run_is_a_row_not_the_end(tmp_path: Path, monkeypatch: pytest.M
         assert main(argv) == 1
     assert "1 of 2 runs failed" in capsys.readouterr().err
     rows = read_results(out / "results.csv")
-    assert [r["status"] for r in rows] == ["failed", "ok"]
-    assert rows[0]["error"] == "RuntimeError: the backend broke" and rows[0]["best_eval_mean"] is None
+    assert [r.status for r in rows] == ["failed", "ok"]
+    assert rows[0].error == "RuntimeError: the backend broke" and rows[0].best_eval_mean is None
     assert "## Failed runs" in (out / "results.md").read_text()
     # A re-run runs the failed run and keeps the finished one.
     assert main(argv) == 0
-    assert [r["status"] for r in read_results(out / "results.csv")] == ["ok", "ok"]
+    assert [r.status for r in read_results(out / "results.csv")] == ["ok", "ok"]
 
 
 def test_backend_stats_from_known_rows() -> None:
-    def row(backend: str, seed: int, score: float, solved_at: int | None) -> dict[str, object]:
-        return {"backend": backend, "seed": seed, "status": "ok", "is_llm": False, "best_eval_mean": score,
-                "solved": solved_at is not None, "episodes_to_solve": solved_at, "llm_calls": 30,
-                "input_tokens": 100, "output_tokens": 50, "cost_usd": 0.5, "wall_s": 2.0}
+    def row(backend: str, seed: int, score: float, solved_at: int | None) -> ResultRow:
+        return ResultRow(backend=backend, seed=seed, status="ok", is_llm=False, best_eval_mean=score,
+                         solved=solved_at is not None, episodes_to_solve=solved_at, llm_calls=30,
+                         input_tokens=100, output_tokens=50, cost_usd=0.5, wall_s=2.0)
 
     rows = [row("a", 0, 0.0, None), row("a", 1, 10.0, 40), row("b", 0, 5.0, 10), row("b", 1, 5.0, 30),
-            {"backend": "b", "seed": 2, "status": "failed", "error": "boom"}]
+            ResultRow(backend="b", seed=2, status="failed", error="boom")]
     a, b = backend_stats(rows)
     assert (a.score.estimate, a.score.low, a.score.high) == (5.0, 0.0, 10.0)
     assert a.median_episodes_to_solve is None and a.solve_rate == 0.5
     assert (b.ok, b.runs, b.median_episodes_to_solve, b.solve_rate) == (2, 3, 20.0, 1.0)
     assert (b.calls, b.tokens, b.cost_usd, b.wall_s) == (30.0, 150.0, 1.0, 2.0)
-    assert np.isnan(backend_stats([{"backend": "c", "seed": 0, "status": "failed"}])[0].score.estimate)
+    assert np.isnan(backend_stats([ResultRow(backend="c", seed=0, status="failed")])[0].score.estimate)
 
 
 @pytest.mark.slow
 def test_process_pool_gives_the_same_numbers(tmp_path: Path) -> None:
-    common = dict(env_id="CartPole-v1", backends=["offline", "q-learning"], seeds=[0, 1], settings=
-                  {**SMALL, "iterations": 2}, progress=False)
-    run_compare(out=tmp_path / "one", workers=1, **common)  # type: ignore[arg-type]
-    run_compare(out=tmp_path / "two", workers=2, **common)  # type: ignore[arg-type]
+    common: dict[str, Any] = dict(env_id="CartPole-v1", backends=["offline", "q-learning"], seeds=[0, 1],
+                                  settings={**SMALL, "iterations": 2}, progress=False)
+    run_compare(CompareConfig(out=tmp_path / "one", workers=1, **common))
+    run_compare(CompareConfig(out=tmp_path / "two", workers=2, **common))
     assert numbers(tmp_path / "one" / "results.csv") == numbers(tmp_path / "two" / "results.csv")
 
 
@@ -297,19 +291,19 @@ def test_process_pool_gives_the_same_numbers(tmp_path: Path) -> None:
 @pytest.mark.skipif(importlib.util.find_spec("ray") is None,
                     reason="ray is not installed (pip install 'llm-policy-gen[ray]')")
 def test_ray_executor_gives_the_same_numbers(tmp_path: Path) -> None:
-    common = dict(env_id="CartPole-v1", backends=["offline", "random"], seeds=[0, 1], settings=
-                  {**SMALL, "iterations": 2}, progress=False)
-    run_compare(out=tmp_path / "local", executor="local", **common)  # type: ignore[arg-type]
-    rows = run_compare(out=tmp_path / "ray", executor="ray", workers=2, **common)  # type: ignore[arg-type]
-    assert all(r["status"] == "ok" for r in rows)
+    common: dict[str, Any] = dict(env_id="CartPole-v1", backends=["offline", "random"], seeds=[0, 1],
+                                  settings={**SMALL, "iterations": 2}, progress=False)
+    run_compare(CompareConfig(out=tmp_path / "local", executor="local", **common))
+    rows = run_compare(CompareConfig(out=tmp_path / "ray", executor="ray", workers=2, **common))
+    assert all(r.ok for r in rows)
     assert numbers(tmp_path / "local" / "results.csv") == numbers(tmp_path / "ray" / "results.csv")
     assert json.loads((tmp_path / "ray" / "compare.json").read_text())["executor"] == "ray"
     # The tasks ran the package Ray shipped (runtime_env working_dir), and the driver wrote their files.
     started = [e for e in read_jsonl(tmp_path / "ray" / "sweep.jsonl") if e["event"] == "started"]
     assert len(started) == 4 and all("runtime_resources" in e["package"] for e in started)
     for r in rows:
-        local = tmp_path / "local" / r["run_dir"]
-        assert sorted(p.name for p in (tmp_path / "ray" / r["run_dir"]).iterdir()) == \
+        local = tmp_path / "local" / str(r.run_dir)
+        assert sorted(p.name for p in (tmp_path / "ray" / str(r.run_dir)).iterdir()) == \
             sorted(p.name for p in local.iterdir() if p.name not in LOCK_FILES)  # the local writer's lock file
 
 
@@ -347,13 +341,13 @@ def test_the_budget_stops_the_sweeps_spending_at_the_ceiling(fake_openai: Any, t
     assert main(llm_sweep(tmp_path, out, "--workers", "2", "--budget-usd", str(ceiling), seeds="0-1",
                           iterations=4)) == 0, capsys.readouterr().err
     rows = read_results(out / "results.csv")
-    spent = sum(r["cost_usd"] for r in rows)
-    calls = [t for r in rows if (out / r["run_dir"] / "transcripts.jsonl").is_file()
-             for t in read_jsonl(out / r["run_dir"] / "transcripts.jsonl")]
+    spent = sum(r.cost_usd or 0.0 for r in rows)
+    calls = [t for r in rows if (out / str(r.run_dir) / "transcripts.jsonl").is_file()
+             for t in read_jsonl(out / str(r.run_dir) / "transcripts.jsonl")]
     assert sum(t["cost_usd"] for t in calls) == pytest.approx(spent, abs=1e-4)
     assert 0.7 * ceiling < spent <= ceiling  # stopped at the ceiling: short of it by less than the calls in flight
     assert len(calls) < 2 * 4 * 4  # calls were refused
-    assert all(r["status"] == "ok" and r["stop_reason"] == "budget reached" for r in rows)
+    assert all(r.ok and r.stop_reason == "budget reached" for r in rows)
     md = (out / "results.md").read_text()
     assert f"Budget: USD {ceiling:.4f} for the whole sweep" in md and "2 runs ended when the next call" in md
     assert json.loads((out / "compare.json").read_text())["limits"]["calls_refused_by_budget"] >= 2

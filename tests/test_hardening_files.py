@@ -25,8 +25,8 @@ from fakes import openai_server
 from test_hardening import CORRIDOR  # a user's own environment module, registering LPGCorridor-v0
 
 from llm_policy_gen.cli import main
-from llm_policy_gen.compare import run_compare
 from llm_policy_gen.runlog import read_jsonl
+from llm_policy_gen.sweep.compare import CompareConfig, run_compare
 
 ROOT = Path(__file__).resolve().parents[1]
 fake_openai = openai_server.fake_openai
@@ -208,8 +208,9 @@ def test_a_module_that_fails_while_it_is_imported_is_one_line(tmp_path: Path) ->
 # ----------------------------------------------------------------------------------------------- item 7: reports
 def comparison(tmp_path: Path) -> Path:
     out = tmp_path / "cmp"
-    run_compare("FrozenLake-v1", ["offline"], [0], out, {"iterations": 1, "candidates": 1, "heldout_episodes": 5,
-                                                         "plots": False}, progress=False)
+    run_compare(CompareConfig("FrozenLake-v1", ["offline"], [0], out, {"iterations": 1, "candidates": 1,
+                                                                       "heldout_episodes": 5, "plots": False},
+                              progress=False))
     return out
 
 

@@ -433,10 +433,11 @@ def test_the_comparison_pages_runs_table_fits_a_1200_pixel_window(tmp_path: Path
 def test_a_long_backend_name_is_shortened_in_the_comparisons_figures(tmp_path: Path) -> None:
     import matplotlib
 
-    from llm_policy_gen.compare import plot_curves
+    from llm_policy_gen.sweep.figures import plot_curves
+    from llm_policy_gen.sweep.results import Curve
 
     long = "replay:/data/" + "a-rather-long-folder-name/" * 4 + "run_0001/transcripts.jsonl"
-    curves = [{"backend": b, "seed": 0, "x": [0.0, 50.0, 100.0], "y": [0.0, 0.5, 1.0]} for b in ("offline", long)]
+    curves = [Curve(b, 0, [0.0, 50.0, 100.0], [0.0, 0.5, 1.0]) for b in ("offline", long)]
     with matplotlib.rc_context({"svg.fonttype": "none"}):  # the labels as text in the SVG
         svg = plot_curves(curves, tmp_path / "curves.svg", "FrozenLake-v1").read_text()
     assert "replay:…" in svg and "run_0001/transcripts.jsonl (median of 1)" in svg

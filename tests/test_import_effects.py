@@ -19,7 +19,7 @@ os.umask = lambda mask: (umask_calls.append(mask), real_umask(mask))[1]
 import matplotlib
 raw_backend = lambda: dict.__getitem__(matplotlib.rcParams, "backend")
 before = raw_backend()
-import llm_policy_gen.cli, llm_policy_gen.compare, llm_policy_gen.plotting.command, llm_policy_gen.loggers
+import llm_policy_gen.cli, llm_policy_gen.sweep.compare, llm_policy_gen.plotting.command, llm_policy_gen.loggers
 import llm_policy_gen.plotting.curves, llm_policy_gen.plotting.table, llm_policy_gen.runlog
 out = {"import": {"pyplot": "matplotlib.pyplot" in sys.modules, "backend_changed": raw_backend() != before,
                   "umask_calls": list(umask_calls)}}

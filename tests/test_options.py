@@ -13,9 +13,10 @@ from typing import Any
 
 import pytest
 
-from llm_policy_gen import compare, config, engine
+from llm_policy_gen import config, engine
 from llm_policy_gen.cli import main
 from llm_policy_gen.config import OPTIONS, TrainConfig
+from llm_policy_gen.sweep import plan
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -165,7 +166,7 @@ def test_the_lists_read_from_the_fields_are_todays() -> None:
     assert set(engine.RESUME_OPTIONS) == {"iterations", "max_episodes", "progress", "quiet", "plots", "patience",
                                           "budget_usd", "timeout_s", "max_retries", "max_concurrent_calls", "cache",
                                           "llm_threads", "local_concurrency"}
-    assert set(compare.OPERATIONAL_SETTINGS) == {
+    assert set(plan.OPERATIONAL_SETTINGS) == {
         "logs_dir", "run_id", "explicit", "progress", "quiet", "plots", "log", "timeout_s", "max_retries",
         "max_concurrent_calls", "unreachable_after", "cache", "cache_dir", "llm_threads", "local_concurrency"}
     assert engine.RESUME_OPTIONS[0] == "iterations"  # the refusal's list starts with the most common one

@@ -1,25 +1,44 @@
-"""The paper's generated tables and figures come from a comparison directory; LLM rows need real calls."""
+"""The paper's generated tables and figures come from a comparison directory; LLM rows need real calls.
+
+The builder is a script beside the package, ``tools/paper.py`` (what ``make paper`` runs): these tests load it from
+its file, and one runs it as ``make`` does."""
 
 from __future__ import annotations
 
 import csv
+import importlib.util
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
-from llm_policy_gen import paper
-from llm_policy_gen.compare import CSV_COLUMNS, run_compare
+from llm_policy_gen.sweep.compare import CompareConfig, run_compare
+from llm_policy_gen.sweep.results import CSV_COLUMNS
 
 ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "tools" / "paper.py"
+
+
+def _load_script() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("paper", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+paper = _load_script()
 
 
 @pytest.fixture(scope="module")
 def comparison(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("cmp")
-    run_compare("FrozenLake-v1", ["offline", "random", "offline@advisor"], [0, 1], out,
-                {"iterations": 2, "heldout_episodes": 10, "train_episodes": 2}, progress=False)
+    run_compare(CompareConfig("FrozenLake-v1", ["offline", "random", "offline@advisor"], [0, 1], out,
+                              {"iterations": 2, "heldout_episodes": 10, "train_episodes": 2}, progress=False))
     return out
 
 
@@ -96,6 +115,14 @@ def test_without_pdflatex_it_stops_after_the_generated_files(comparison: Path, t
     assert (out / "generated" / "results_table.tex").is_file() and not (out / "main.pdf").exists()
 
 
+def test_the_script_runs_as_make_paper_runs_it(comparison: Path, tmp_path: Path) -> None:
+    out = paper_dir(tmp_path)
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--compare-dir", str(comparison), "--out", str(out),
+                           "--no-pdf"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert f"wrote {out / 'generated' / 'numbers.tex'}" in proc.stdout
+
+
 def test_missing_comparison_is_a_user_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert paper.main(["--compare-dir", str(tmp_path / "none"), "--out", str(tmp_path)]) == 2
     assert "not a comparison directory" in capsys.readouterr().err
@@ -131,5 +158,5 @@ def test_rows_naming_a_folder_outside_the_comparison_are_left_out(comparison: Pa
         w.writeheader()
         w.writerows(rows)
     kept = paper.inside_rows(cmp, paper.read_results(cmp / "results.csv"))
-    assert {str(r["seed"]) for r in kept if r["backend"] == "offline"} == {"0", "1"}
+    assert {r.seed for r in kept if r.backend == "offline"} == {0, 1}
     paper.generate(cmp, paper_dir(tmp_path))  # the planted config.json is never read

@@ -17,11 +17,12 @@ from fakes.tables import TableResponder, out_of_range_answer
 from run_helpers import cfg, quiet
 
 from llm_policy_gen.cli import main
-from llm_policy_gen.compare import backend_stats, read_results, run_compare
 from llm_policy_gen.engine import train
 from llm_policy_gen.envs import get_spec
 from llm_policy_gen.report import write_report
 from llm_policy_gen.runlog import read_jsonl, write_json_atomic
+from llm_policy_gen.sweep.compare import CompareConfig, run_compare
+from llm_policy_gen.sweep.results import backend_stats, read_results
 
 fake_openai = openai_server.fake_openai
 
@@ -193,8 +194,9 @@ def test_run_report_in_chromium_shows_the_held_out_mean_and_every_call(tmp_path:
 def test_comparison_report_in_chromium_has_every_backends_row(tmp_path: Path) -> None:
     chromium()
     out = tmp_path / "cmp"
-    run_compare("CartPole-v1", ["offline", "random"], [0, 1], out,
-                {"iterations": 2, "candidates": 2, "heldout_episodes": 20, "plots": False}, progress=False)
+    run_compare(CompareConfig("CartPole-v1", ["offline", "random"], [0, 1], out,
+                              {"iterations": 2, "candidates": 2, "heldout_episodes": 20, "plots": False},
+                              progress=False))
     assert main(["report", str(out), "--run-reports"]) == 0
     page = out / "report.html"
     assert_screenshot_shows_a_page(page, tmp_path)

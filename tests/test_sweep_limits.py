@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from llm_policy_gen.clients.usage import Budget
-from llm_policy_gen.sweep_limits import SharedBudget, SharedLimiter, SweepLimits, managed_limits, provider_key
+from llm_policy_gen.sweep.limits import SharedBudget, SharedLimiter, SweepLimits, managed_limits, provider_key
 
 
 def peak_in_flight(limits: SweepLimits, key: str, holders: int, calls: int, seconds: float = 0.05) -> int:

@@ -66,7 +66,7 @@ def write_report(target: Path, out: Path | None = None, run_reports: bool = Fals
                 d = data.run_dir(row)
                 if d is not None:
                     page = _write(d / REPORT_NAME, render_run(load_run(d)))
-                    links[str(row.get("run_dir"))] = page.resolve()
+                    links[str(row.run_dir)] = page.resolve()
                     written.append(page)
         return [*written, _write(out, render_compare(data, out, links))]
     if is_run_dir(target):

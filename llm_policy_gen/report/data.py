@@ -15,6 +15,7 @@ from typing import Any
 
 from ..errors import UserError
 from ..runlog import EVENT_FIELDS, TRANSCRIPT_FIELDS, RunDir, check_fields, read_json, read_jsonl
+from ..sweep.results import Curve, ResultRow, SweepRecord, curves_from_json, read_results
 
 __all__ = ["IterationView", "RunData", "CompareData", "load_run", "load_compare", "is_run_dir", "is_compare_dir",
            "REPORT_NAME"]
@@ -183,28 +184,28 @@ def load_run(path: Path) -> RunData:
 
 @dataclass
 class CompareData:
-    """A comparison directory: its parameters, result rows, curve points and run directories."""
+    """A comparison directory: its record, result rows, curve points and run directories."""
 
     path: Path
-    meta: dict[str, Any]
-    rows: list[dict[str, Any]]
-    curves: list[dict[str, Any]]
+    record: SweepRecord
+    rows: list[ResultRow]
+    curves: list[Curve]
     missing: list[str] = field(default_factory=list)
 
     @property
     def env_id(self) -> str:
-        return str(self.meta.get("env_id") or "unknown environment")
+        return str(self.record.env_id or "unknown environment")
 
     @property
     def backends(self) -> list[str]:
-        order = list(self.meta.get("backends") or [])
-        return order + [b for b in dict.fromkeys(r["backend"] for r in self.rows) if b not in order]
+        order = list(self.record.backends)
+        return order + [b for b in dict.fromkeys(r.backend for r in self.rows) if b not in order]
 
-    def run_dir(self, row: dict[str, Any]) -> Path | None:
+    def run_dir(self, row: ResultRow) -> Path | None:
         """The row's run directory, when it is one inside this comparison folder; a ``run_dir`` that is absolute,
         leads out of the folder (``..``, a link) or holds a symbolic link is ignored, so a page never reads or
         writes elsewhere."""
-        rel = row.get("run_dir")
+        rel = row.run_dir
         if not rel:
             return None
         if Path(str(rel)).is_absolute() or ".." in Path(str(rel)).parts:
@@ -225,12 +226,10 @@ class CompareData:
 
 def load_compare(path: Path) -> CompareData:
     """Read a comparison directory written by ``llm-policy-gen compare``."""
-    from ..compare import read_results
-
     p = Path(path)
     if not is_compare_dir(p):
         raise UserError(f"{p} is not a comparison directory (no results.csv); give the folder `compare` printed")
-    meta = _read_json(p / "compare.json") or {}
+    record = SweepRecord.from_json(_read_json(p / "compare.json") or {})
     if not (p / "results.csv").is_file():
         raise UserError(f"{p} holds no results.csv yet (the sweep has not finished); run `llm-policy-gen compare` "
                         "again to finish it")
@@ -238,7 +237,6 @@ def load_compare(path: Path) -> CompareData:
         rows = read_results(p / "results.csv")
     except (ValueError, KeyError) as exc:
         raise UserError(f"{p / 'results.csv'} cannot be read: {exc}") from None
-    curves_file = _read_json(p / "curves.json") or {}
-    curves = [c for c in curves_file.get("runs", []) if isinstance(c, dict)]
+    curves = curves_from_json(_read_json(p / "curves.json") or {})
     missing = [n for n in ("compare.json", "curves.json", "curves.png") if not (p / n).is_file()]
-    return CompareData(p, meta, rows, curves, missing)
+    return CompareData(p, record, rows, curves, missing)

@@ -131,7 +131,7 @@ def policy_image(run_dir: Path) -> tuple[str | None, str]:
 def seed_curves(data: CompareData, threshold: float | None) -> str | None:
     """One panel per backend, one line per seed: the kept table's held-out mean against episodes."""
     from ..plotting.curves import figure_label  # matplotlib, imported when a page is drawn
-    order = [b for b in data.backends if any(c.get("backend") == b and c.get("x") for c in data.curves)]
+    order = [b for b in data.backends if any(c.backend == b and c.x for c in data.curves)]
     if not order:
         return None
     cols = min(3, len(order))
@@ -140,8 +140,8 @@ def seed_curves(data: CompareData, threshold: float | None) -> str | None:
     axes = fig.subplots(rows, cols, squeeze=False, sharey=True)
     for k, b in enumerate(order):
         ax = axes[k // cols][k % cols]
-        for c in (c for c in data.curves if c.get("backend") == b and c.get("x")):
-            ax.step(c["x"], c["y"], where="post", linewidth=1.3, label=f"seed {c.get('seed')}")
+        for c in (c for c in data.curves if c.backend == b and c.x):
+            ax.step(c.x, c.y, where="post", linewidth=1.3, label=f"seed {c.seed}")
         if threshold is not None:
             ax.axhline(threshold, color="gray", linewidth=1, linestyle=":")
         ax.set_title(figure_label(b), fontsize=9)

@@ -189,12 +189,13 @@ def render_run(run: RunData) -> str:
 def render_compare(data: CompareData, out: Path, run_reports: dict[str, Path] | None = None) -> str:
     """The comparison page; ``run_reports`` maps a result row's run_dir to its own report file (linked, as is a
     run's ``report.html`` made earlier)."""
-    from ..compare import backend_stats, plot_curves
+    from ..sweep.figures import plot_curves
+    from ..sweep.results import backend_stats
     from .data import load_run
 
     template = _environment().get_template("compare.html.j2")
-    meta = data.meta
-    threshold = meta.get("reward_threshold")
+    record = data.record
+    threshold = record.reward_threshold
     curves = file_uri(data.path / "curves.png")
     if curves is None and data.curves:
         import tempfile
@@ -206,7 +207,7 @@ def render_compare(data: CompareData, out: Path, run_reports: dict[str, Path] | 
     for row in data.rows:
         d = data.run_dir(row)
         run = load_run(d) if d is not None else None
-        report = (run_reports or {}).get(str(row.get("run_dir")))
+        report = (run_reports or {}).get(str(row.run_dir))
         if report is None and d is not None and (d / REPORT_NAME).is_file():
             report = d / REPORT_NAME  # made earlier (`report RUN_DIR` or --run-reports)
         link = _relative_link(report, Path(out)) if report is not None else None
@@ -214,13 +215,12 @@ def render_compare(data: CompareData, out: Path, run_reports: dict[str, Path] | 
         if test is None and run and run.iterations:
             test = run.iterations[-1].best_test
         runs.append({"row": row, "run": run, "cards": run_cards(run, compact=True) if run else [], "link": link,
-                     "anchor": f"run-{slug(str(row.get('backend')))}-s{row.get('seed')}", "test_mean": test})
-    settings = meta.get("settings") or {}
+                     "anchor": f"run-{slug(str(row.backend))}-s{row.seed}", "test_mean": test})
     return str(template.render(
         kind="compare", data=data, version=__version__, generated=_generated(), packed="",
-        seeds_text=meta.get("seeds_text") or ",".join(str(x) for x in meta.get("seeds", [])) or "?",
-        iterations=meta.get("iterations"), command=meta.get("command", ""), threshold=threshold,
-        heldout_episodes=count(settings.get("heldout_episodes", 100)),
+        seeds_text=record.seeds_text or ",".join(str(x) for x in record.seeds) or "?",
+        iterations=record.iterations, command=record.command, threshold=threshold,
+        heldout_episodes=count(record.heldout_episodes),
         stats=backend_stats(data.rows, data.backends), curves=curves, seeds_fig=seed_curves(data, threshold),
         runs=runs,
     ))

@@ -2,14 +2,18 @@
 
 ::
 
-    python -m llm_policy_gen.paper --compare-dir DIR --out paper      # what `make paper` runs
+    python tools/paper.py --compare-dir DIR --out paper      # what `make paper` runs
+
+A script beside the package, not part of it: it reads the comparison through :mod:`llm_policy_gen.sweep.results`
+(and draws with :mod:`llm_policy_gen.sweep.figures` and :mod:`llm_policy_gen.plotting`), like any other reader.
 
 Writes into ``OUT/generated/``:
 
 * ``numbers.tex`` -- ``\\newcommand`` macros for every number the text quotes (environment, bins, seeds,
   iterations, episode counts, statistics settings), read from ``DIR/compare.json``, ``DIR/results.csv`` and the
   runs' ``config.json``;
-* ``results_table.tex`` -- the per-backend table of ``results.md`` (same statistics, :mod:`llm_policy_gen.compare`);
+* ``results_table.tex`` -- the per-backend table of ``results.md`` (the same statistics,
+  :func:`llm_policy_gen.sweep.results.backend_stats`);
 * ``ranking.tex`` -- one generated paragraph: backends ordered by final score, which intervals overlap;
 * ``llm_status.tex`` -- which LLM backends are reported and which were left out (see below);
 * ``curves.png`` (median and interquartile band per backend), ``policy.png`` (the best run's table) and
@@ -38,10 +42,11 @@ from typing import Any
 
 import numpy as np
 
-from .compare import backend_stats, load_curves, plot_curves, read_results, split_entry
-from .errors import UserError
-from .runlog import read_jsonl, write_bytes_atomic
-from .stats import DEFAULT_CONFIDENCE, DEFAULT_RESAMPLES, DEFAULT_SEED
+from llm_policy_gen.errors import UserError
+from llm_policy_gen.runlog import read_jsonl, write_bytes_atomic
+from llm_policy_gen.stats import DEFAULT_CONFIDENCE, DEFAULT_RESAMPLES, DEFAULT_SEED
+from llm_policy_gen.sweep.figures import plot_curves
+from llm_policy_gen.sweep.results import ResultRow, SweepRecord, backend_stats, load_curves, read_results, split_entry
 
 __all__ = ["has_real_calls", "select_rows", "latex_escape", "generate", "build_pdf", "main"]
 
@@ -67,23 +72,23 @@ def has_real_calls(run_dir: Path) -> bool:
     return False
 
 
-def inside_rows(compare_dir: Path, rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+def inside_rows(compare_dir: Path, rows: Sequence[ResultRow]) -> list[ResultRow]:
     """The rows whose ``run_dir`` (if any) is a run directory inside the comparison folder, as the report reads them:
     a row naming an absolute path, ``..``, a link or a folder with links in it is left out, so the paper never reads
     a file from elsewhere."""
-    from .report.data import CompareData
+    from llm_policy_gen.report.data import CompareData
 
-    folder = CompareData(Path(compare_dir), {}, list(rows), [])
-    return [r for r in rows if r.get("status") != "ok" or not r.get("run_dir") or folder.run_dir(r) is not None]
+    folder = CompareData(Path(compare_dir), SweepRecord(), list(rows), [])
+    return [r for r in rows if not r.ok or not r.run_dir or folder.run_dir(r) is not None]
 
 
-def select_rows(compare_dir: Path, rows: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
+def select_rows(compare_dir: Path, rows: Sequence[ResultRow]) -> tuple[list[ResultRow], list[str]]:
     """The rows the paper may report, and a note per LLM run left out."""
     kept, dropped = [], []
     for r in rows:
-        if r["status"] == "ok" and r.get("is_llm"):
-            if not r.get("run_dir") or not has_real_calls(Path(compare_dir) / r["run_dir"]):
-                dropped.append(f"{r['backend']} seed {r['seed']}")
+        if r.ok and r.is_llm:
+            if not r.run_dir or not has_real_calls(Path(compare_dir) / r.run_dir):
+                dropped.append(f"{r.backend} seed {r.seed}")
                 continue
         kept.append(r)
     return kept, dropped
@@ -97,27 +102,27 @@ def _fmt(x: float | None, digits: int = 1) -> str:
     return "--" if x is None or not np.isfinite(x) else f"{x:,.{digits}f}".replace(",", "{,}")
 
 
-def _first_config(compare_dir: Path, rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+def _first_config(compare_dir: Path, rows: Sequence[ResultRow]) -> dict[str, Any]:
     for r in rows:
-        if r["status"] == "ok" and r.get("run_dir"):
-            p = Path(compare_dir) / r["run_dir"] / "config.json"
+        if r.ok and r.run_dir:
+            p = Path(compare_dir) / r.run_dir / "config.json"
             if p.is_file():
                 return dict(json.loads(p.read_text(encoding="utf-8")))
     raise UserError(f"{compare_dir}: no finished run with a config.json; run `llm-policy-gen compare` first")
 
 
-def _backend_config(compare_dir: Path, rows: Sequence[dict[str, Any]], backend: str) -> dict[str, Any]:
+def _backend_config(compare_dir: Path, rows: Sequence[ResultRow], backend: str) -> dict[str, Any]:
     for r in rows:
-        if r["backend"] == backend and r["status"] == "ok" and r.get("run_dir"):
-            p = Path(compare_dir) / r["run_dir"] / "config.json"
+        if r.backend == backend and r.ok and r.run_dir:
+            p = Path(compare_dir) / r.run_dir / "config.json"
             if p.is_file():
                 return dict(json.loads(p.read_text(encoding="utf-8")).get("backend", {}))
     return {}
 
 
-def numbers_tex(meta: dict[str, Any], cfg: dict[str, Any], rows: Sequence[dict[str, Any]],
-                kept: Sequence[dict[str, Any]], qcfg: dict[str, Any]) -> str:
-    from .envs.spec import EnvSpec
+def numbers_tex(record: SweepRecord, cfg: dict[str, Any], rows: Sequence[ResultRow], kept: Sequence[ResultRow],
+                qcfg: dict[str, Any]) -> str:
+    from llm_policy_gen.envs.spec import EnvSpec
 
     c = cfg["config"]
     spec = EnvSpec.from_dict(cfg["env_spec"])
@@ -125,12 +130,12 @@ def numbers_tex(meta: dict[str, Any], cfg: dict[str, Any], rows: Sequence[dict[s
     bins = r" $\times$ ".join(str(d.bins) for d in dims) if dims else str(spec.n_states)
     thr = spec.reward_threshold
     macros = {
-        "EnvId": meta["env_id"],
-        "SeedsText": meta.get("seeds_text", ""),
-        "NSeeds": len(meta["seeds"]),
-        "NBackends": len(meta["backends"]),
+        "EnvId": record.env_id,
+        "SeedsText": record.seeds_text,
+        "NSeeds": len(record.seeds),
+        "NBackends": len(record.backends),
         "NRuns": len(rows),
-        "NRunsOk": sum(r["status"] == "ok" for r in rows),
+        "NRunsOk": sum(r.ok for r in rows),
         "NRunsReported": len(kept),
         "Iterations": c["iterations"],
         "TrainEpisodes": c["train_episodes"],
@@ -152,34 +157,34 @@ def numbers_tex(meta: dict[str, Any], cfg: dict[str, Any], rows: Sequence[dict[s
         "BootSeed": DEFAULT_SEED,
         "BootConfidence": f"{100 * DEFAULT_CONFIDENCE:g}",
         "PackageVersion": cfg.get("version", ""),
-        "CompareCommand": meta.get("command", ""),
+        "CompareCommand": record.command,
         "QAlpha": qcfg.get("alpha", "--"),
         "QGamma": qcfg.get("gamma", "--"),
-        "Modes": ", ".join(dict.fromkeys(row_mode(rows, b) for b in meta["backends"])),
+        "Modes": ", ".join(dict.fromkeys(row_mode(rows, b) for b in record.backends)),
         "LearnerAlpha": c.get("learner_alpha", "--"),
         "LearnerGamma": c.get("learner_gamma", "--"),
         "PotentialBound": c.get("potential_bound", "--"),
         "AdviceProb": c.get("advice_prob", "--"),
         "AdviceDecay": c.get("advice_decay", "--"),
     }
-    lines = ["% Generated by python -m llm_policy_gen.paper from the comparison directory; do not edit."]
+    lines = ["% Generated by python tools/paper.py from the comparison directory; do not edit."]
     for k, v in macros.items():
         lines.append(_macro(k, v) if k not in ("BootResamples", "Bins") else f"\\newcommand{{\\{k}}}{{{v}}}")
     return "\n".join(lines) + "\n"
 
 
-def row_mode(rows: Sequence[dict[str, Any]], backend: str) -> str:
+def row_mode(rows: Sequence[ResultRow], backend: str) -> str:
     """The mode of a backend entry's runs (``BACKEND@MODE`` names it; else the rows' ``mode`` column, else table)."""
     named = split_entry(backend)[1]
     if named:
         return named
-    return next((str(r["mode"]) for r in rows if r["backend"] == backend and r.get("mode")), "table")
+    return next((str(r.mode) for r in rows if r.backend == backend and r.mode), "table")
 
 
-def results_table_tex(kept: Sequence[dict[str, Any]], backends: Sequence[str]) -> str:
+def results_table_tex(kept: Sequence[ResultRow], backends: Sequence[str]) -> str:
     stats = [s for s in backend_stats(kept, backends) if s.runs]
     lines = [
-        "% Generated by python -m llm_policy_gen.paper; do not edit.",
+        "% Generated by python tools/paper.py; do not edit.",
         r"\setlength{\tabcolsep}{4pt}",
         r"\begin{tabular}{llccrrrrr}",
         r"\toprule",
@@ -200,7 +205,7 @@ def results_table_tex(kept: Sequence[dict[str, Any]], backends: Sequence[str]) -
     return "\n".join(lines)
 
 
-def ranking_tex(kept: Sequence[dict[str, Any]], backends: Sequence[str]) -> str:
+def ranking_tex(kept: Sequence[ResultRow], backends: Sequence[str]) -> str:
     stats = [s for s in backend_stats(kept, backends) if s.score.n]
     if not stats:
         return "No run finished, so there is nothing to rank.\n"
@@ -223,8 +228,8 @@ def ranking_tex(kept: Sequence[dict[str, Any]], backends: Sequence[str]) -> str:
     return text + "\n"
 
 
-def llm_status_tex(kept: Sequence[dict[str, Any]], dropped: Sequence[str]) -> str:
-    llm = sorted({r["backend"] for r in kept if r.get("is_llm")})
+def llm_status_tex(kept: Sequence[ResultRow], dropped: Sequence[str]) -> str:
+    llm = sorted({r.backend for r in kept if r.is_llm})
     if llm:
         text = ("Rows for language-model backends (" + ", ".join(latex_escape(b) for b in llm) + ") come from runs "
                 "whose transcripts hold real, non-cached calls.")
@@ -245,10 +250,10 @@ def generate(compare_dir: Path, out: Path) -> list[Path]:
     if not meta_path.is_file():
         raise UserError(f"{compare_dir} is not a comparison directory (no compare.json); run `llm-policy-gen "
                         f"compare --env ID --backends ... --out {compare_dir}` first")
-    meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    record = SweepRecord.from_json(json.loads(meta_path.read_text(encoding="utf-8")))
     rows = inside_rows(compare_dir, read_results(compare_dir / "results.csv"))
     kept, dropped = select_rows(compare_dir, rows)
-    backends = [b for b in meta["backends"] if any(r["backend"] == b for r in kept)]
+    backends = [b for b in record.backends if any(r.backend == b for r in kept)]
     gen = Path(out) / "generated"
     gen.mkdir(parents=True, exist_ok=True)
     cfg = _first_config(compare_dir, kept)
@@ -259,32 +264,32 @@ def generate(compare_dir: Path, out: Path) -> list[Path]:
         write_bytes_atomic(gen / name, text.encode("utf-8"))
         written.append(gen / name)
 
-    put("numbers.tex", numbers_tex(meta, cfg, rows, kept, qcfg))
+    put("numbers.tex", numbers_tex(record, cfg, rows, kept, qcfg))
     put("results_table.tex", results_table_tex(kept, backends))
     put("ranking.tex", ranking_tex(kept, backends))
     put("llm_status.tex", llm_status_tex(kept, dropped))
-    failed = [r for r in rows if r["status"] != "ok"]
+    failed = [r for r in rows if not r.ok]
     put("failed.tex", ("Failed runs (not in the table): " + "; ".join(
-        f"{latex_escape(r['backend'])} seed {r['seed']}: {latex_escape(r['error'])}" for r in failed) + ".\n")
+        f"{latex_escape(r.backend)} seed {r.seed}: {latex_escape(r.error)}" for r in failed) + ".\n")
         if failed else "No run failed.\n")
-    keys = {(r["backend"], r["seed"]) for r in kept if r["status"] == "ok"}
-    curves = [c for c in load_curves(compare_dir) if (c["backend"], c["seed"]) in keys]
-    written.append(plot_curves(curves, gen / "curves.png", f"{meta['env_id']}: kept table over seeds", backends,
-                               meta.get("reward_threshold")))
+    keys = {(r.backend, r.seed) for r in kept if r.ok}
+    curves = [c for c in load_curves(compare_dir) if (c.backend, c.seed) in keys]
+    written.append(plot_curves(curves, gen / "curves.png", f"{record.env_id}: kept table over seeds", backends,
+                               record.reward_threshold))
     written.append(_policy_figure(compare_dir, kept, gen / "policy.png", put))
     return written
 
 
-def _policy_figure(compare_dir: Path, kept: Sequence[dict[str, Any]], target: Path, put: Any) -> Path:
-    from .plotting.table import plot_policy
-    from .policy import load_run_policy
+def _policy_figure(compare_dir: Path, kept: Sequence[ResultRow], target: Path, put: Any) -> Path:
+    from llm_policy_gen.plotting.table import plot_policy
+    from llm_policy_gen.policy import load_run_policy
 
-    ok = [r for r in kept if r["status"] == "ok" and r.get("best_eval_mean") is not None]
-    best = max(ok, key=lambda r: (r["best_eval_mean"], -int(r["seed"])))
-    policy, spec = load_run_policy(Path(compare_dir) / best["run_dir"])
+    ok = [r for r in kept if r.ok and r.best_eval_mean is not None]
+    best = max(ok, key=lambda r: (r.best_eval_mean or 0.0, -int(r.seed)))
+    policy, spec = load_run_policy(Path(compare_dir) / str(best.run_dir))
     put("policy_caption.tex", "\\newcommand{\\PolicyCaption}{The kept table of the best run: "
-        f"{latex_escape(best['backend'])}, seed {best['seed']}, held-out mean {_fmt(best['best_eval_mean'], 2)}.}}\n")
-    return plot_policy(policy, target, spec, title=f"{policy.env_id}: {best['backend']} seed {best['seed']}")
+        f"{latex_escape(best.backend)}, seed {best.seed}, held-out mean {_fmt(best.best_eval_mean, 2)}.}}\n")
+    return plot_policy(policy, target, spec, title=f"{policy.env_id}: {best.backend} seed {best.seed}")
 
 
 def build_pdf(out: Path, log: Any = print) -> Path | None:
@@ -312,7 +317,7 @@ def build_pdf(out: Path, log: Any = print) -> Path | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m llm_policy_gen.paper",
+    parser = argparse.ArgumentParser(prog="python tools/paper.py",
                                      description="Generate the paper's tables and figures, then build the PDF.")
     parser.add_argument("--compare-dir", required=True, help="a directory written by `llm-policy-gen compare`")
     parser.add_argument("--out", default="paper", help="the paper directory holding main.tex (default paper)")

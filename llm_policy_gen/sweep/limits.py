@@ -3,7 +3,7 @@
 ``compare`` gives all its runs one :class:`SweepLimits`: per provider, at most ``max_concurrent`` calls in flight and
 at most ``rpm`` call starts a minute; for the whole sweep, one budget that counts calls in flight. The object reaches
 the runs through whatever they share: itself when they run in this process, a :mod:`multiprocessing` manager for a
-local process pool (:func:`managed_limits`), a Ray actor on a cluster (:mod:`llm_policy_gen.ray_executor`). A run
+local process pool (:func:`managed_limits`), a Ray actor on a cluster (:mod:`llm_policy_gen.sweep.ray`). A run
 sees it through the engine's two seams, :class:`SharedLimiter` (a :class:`~llm_policy_gen.clients.usage.CallLimiter`)
 and :class:`SharedBudget` (a :class:`~llm_policy_gen.clients.usage.Budget`).
 
@@ -26,7 +26,7 @@ from contextlib import contextmanager
 from multiprocessing.managers import BaseManager
 from typing import Any, Protocol, cast
 
-from .clients.usage import Budget
+from ..clients.usage import Budget
 
 __all__ = ["DEFAULT_MAX_CONCURRENT_CALLS", "Limits", "SweepLimits", "SharedLimiter", "SharedBudget", "provider_key",
            "managed_limits"]
@@ -190,8 +190,8 @@ class SharedBudget(Budget):
 def provider_key(backend: str, base_url: str | None = None) -> str:
     """The limit a run's calls count against: the backend name, plus the base URL (``--base-url`` or the SDK's
     variable) when one is set."""
-    from .backends import base_url_variable, parse_backend_spec
-    from .clients.keys import without_userinfo
+    from ..backends import base_url_variable, parse_backend_spec
+    from ..clients.keys import without_userinfo
 
     name, _ = parse_backend_spec(backend)
     variable = base_url_variable(name)
@@ -209,7 +209,7 @@ _LimitsManager.register("SweepLimits", SweepLimits)
 @contextmanager
 def managed_limits(**kwargs: Any) -> Iterator[Limits]:
     """A :class:`SweepLimits` in a manager process (spawned; a Unix socket), as a proxy that pickles into workers."""
-    from .locks import die_with_parent
+    from ..locks import die_with_parent
 
     manager = _LimitsManager(ctx=mp.get_context("spawn"))
     manager.start(die_with_parent, (os.getpid(),))  # it ends with the sweep, even a killed one

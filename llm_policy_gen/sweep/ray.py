@@ -8,17 +8,17 @@ Where things live:
   driver has them) travel in its task's arguments, not through ``runtime_env``, which Ray's dashboard shows; so does
   the price table ``LLM_POLICY_GEN_PRICES`` names.
 * **Files.** A task runs in a scratch folder on its node and never touches ``--out``. It is a streaming generator:
-  at most every :data:`POLL_S` seconds it yields what changed in its run directory -- the checkpoint first, then new
-  lines of the JSONL files, new, rewritten and deleted files -- and the driver writes that under ``--out`` at once.
-  The driver's copy is at most one poll behind and always resumable: the engine's resume drops whatever is newer
-  than the checkpoint and answers the recorded calls of the unfinished iteration from their record.
+  at most every :data:`POLL_S` seconds it yields what changed in its run directory (:mod:`.sync`: the checkpoint
+  first, then new lines of the JSONL files, new, rewritten and deleted files) and the driver writes that under
+  ``--out`` at once. The driver's copy is at most one poll behind and always resumable: the engine's resume drops
+  whatever is newer than the checkpoint and answers the recorded calls of the unfinished iteration from their record.
 * **Node failures.** Tasks run with ``max_retries=0``. Ray's own retry would run a generator again from its first
   arguments (the run directory as it was when the task was submitted), and refuses a replay that yields a different
   number of objects. Instead, when the node or worker of a task dies, the driver gives back the call slots and
   budget reservations the attempt held and submits the run again with its run directory as the driver holds it, up
   to :data:`NODE_RETRIES` times; the new attempt, on a live node, resumes from that checkpoint (or starts afresh when
   there is none). A run's result is taken once, from the attempt that finished it.
-* **Provider limits and the budget.** One :class:`~llm_policy_gen.sweep_limits.SweepLimits` actor, pinned to the
+* **Provider limits and the budget.** One :class:`~llm_policy_gen.sweep.limits.SweepLimits` actor, pinned to the
   driver's node, serves every task.
 
 ``sweep.jsonl`` in ``--out`` records each attempt: the node it started on, a lost node, the iteration a new attempt
@@ -33,158 +33,29 @@ import shutil
 import socket
 import tempfile
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any
 
-from .errors import UserError, missing_extra
-from .runlog import read_jsonl, write_bytes_atomic
+from ..errors import UserError, missing_extra
+from ..runlog import write_bytes_atomic
+from .limits import SweepLimits
+from .sync import DirSync, apply_changes, pack_dir, resume_point, unpack_dir
+from .task import Done, Note, RunTask, TaskResult, failed_result, run_one
 
-if TYPE_CHECKING:
-    from .sweep_task import RunTask
-
-__all__ = ["NODE_RETRIES", "POLL_S", "Change", "DirSync", "pack_dir", "unpack_dir", "apply_changes", "Job",
-           "RayLimits", "run_job", "execute_ray"]
+__all__ = ["NODE_RETRIES", "POLL_S", "Job", "RayLimits", "run_job", "check_address", "execute_ray"]
 
 NODE_RETRIES = 3
 """Times a run is submitted again after its node or worker died."""
 POLL_S = 0.25
 """How often a task looks for changed files to hand back."""
-CHECKPOINT = "checkpoint.npz"
-
-Change = tuple[str, str, int, bytes]
-"""``(kind, path relative to the run directory, offset, data)``; kind is ``write``, ``append`` or ``delete``."""
-Done = Callable[["RunTask", dict[str, Any]], None]
-Note = Callable[[dict[str, Any]], None]
-
-
-# ---------------------------------------------------------------------------------------------------- files
-def _files(root: Path) -> dict[str, os.stat_result]:
-    """Files under ``root`` by relative path, without the temporary files of atomic writes (dot names)."""
-    out: dict[str, os.stat_result] = {}
-    if not root.is_dir():
-        return out
-    for p in root.rglob("*"):
-        if p.name.startswith("."):
-            continue
-        try:
-            st = p.stat()
-        except OSError:  # replaced or removed while we looked
-            continue
-        if p.is_file():
-            out[p.relative_to(root).as_posix()] = st
-    return out
-
-
-def _checkpoint_first(rel: str) -> tuple[bool, str]:
-    return rel != CHECKPOINT, rel
-
-
-class DirSync:
-    """What changed in a directory since the last look, as :data:`Change` s the driver applies in order.
-
-    The checkpoint comes first, so a copy that applies the changes in order never holds a checkpoint newer than its
-    events, transcripts and policies (the engine's resume handles the other way round). A JSONL file that grew in
-    place travels as its new bytes only.
-    """
-
-    def __init__(self, root: Path) -> None:
-        self.root = Path(root)
-        self._seen: dict[str, tuple[int, int, int]] = {}
-
-    def mark(self) -> None:
-        """Take the directory as it is now as already handed over."""
-        self._seen = {rel: (st.st_ino, st.st_size, st.st_mtime_ns) for rel, st in _files(self.root).items()}
-
-    def changes(self) -> list[Change]:
-        now = _files(self.root)
-        out: list[Change] = []
-        for rel in sorted(now, key=_checkpoint_first):
-            st = now[rel]
-            old = self._seen.get(rel)
-            if old == (st.st_ino, st.st_size, st.st_mtime_ns):
-                continue
-            path = self.root / rel
-            grown = old is not None and rel.endswith(".jsonl") and old[0] == st.st_ino and st.st_size >= old[1]
-            try:
-                if grown:
-                    assert old is not None
-                    with open(path, "rb") as fh:
-                        fh.seek(old[1])
-                        data = fh.read()
-                    change: Change = ("append", rel, old[1], data)
-                    size = old[1] + len(data)
-                else:
-                    data = path.read_bytes()
-                    change, size = ("write", rel, 0, data), len(data)
-            except FileNotFoundError:
-                continue
-            self._seen[rel] = (st.st_ino, size, st.st_mtime_ns)
-            out.append(change)
-        for rel in sorted(set(self._seen) - set(now)):
-            del self._seen[rel]
-            out.append(("delete", rel, 0, b""))
-        return out
-
-
-def _inside(root: Path, rel: str) -> Path:
-    parts = PurePosixPath(rel).parts
-    if not parts or PurePosixPath(rel).is_absolute() or ".." in parts:
-        raise ValueError(f"refusing a path outside the run directory: {rel!r}")
-    return root.joinpath(*parts)
-
-
-def pack_dir(root: Path) -> dict[str, bytes]:
-    """Every file of ``root`` (a run directory) by relative path."""
-    return {rel: (Path(root) / rel).read_bytes() for rel in sorted(_files(Path(root)))}
-
-
-def unpack_dir(root: Path, files: Mapping[str, bytes]) -> None:
-    for rel, data in files.items():
-        write_bytes_atomic(_inside(Path(root), rel), data)
-
-
-def apply_changes(root: Path, changes: Sequence[Change]) -> None:
-    """Apply a task's changes to the driver's copy of its run directory."""
-    for kind, rel, offset, data in changes:
-        path = _inside(Path(root), rel)
-        if kind == "delete":
-            path.unlink(missing_ok=True)
-        elif kind == "write":
-            write_bytes_atomic(path, data)
-        elif kind == "append":
-            size = path.stat().st_size if path.exists() else 0
-            if size < offset:
-                raise RuntimeError(f"{path} has {size} bytes here but the task appended at byte {offset}")
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with open(path, "r+b" if path.exists() else "wb") as fh:
-                fh.truncate(offset)
-                fh.seek(offset)
-                fh.write(data)
-        else:
-            raise ValueError(f"unknown change {kind!r} for {rel}")
-
-
-def resume_point(run_dir: Path) -> tuple[int, float]:
-    """(iteration of the run's checkpoint, cost of the recorded calls after it, which a resume counts again)."""
-    from .checkpoint import load_checkpoint
-
-    done = 0
-    if (run_dir / CHECKPOINT).is_file():
-        try:
-            done = int(load_checkpoint(run_dir / CHECKPOINT)["iteration"])
-        except UserError:
-            done = 0
-    transcripts = run_dir / "transcripts.jsonl"
-    later = read_jsonl(transcripts) if transcripts.is_file() else []
-    return done, sum(float(r.get("cost_usd") or 0.0) for r in later if int(r.get("iteration", 0)) > done)
 
 
 # ---------------------------------------------------------------------------------------------------- the task
 class RayLimits:
-    """The sweep's :class:`~llm_policy_gen.sweep_limits.Limits` through its Ray actor (pickles into tasks)."""
+    """The sweep's :class:`~llm_policy_gen.sweep.limits.Limits` through its Ray actor (pickles into tasks)."""
 
     def __init__(self, handle: Any) -> None:
         self.handle = handle
@@ -259,8 +130,6 @@ def run_job(job: Job) -> Iterator[dict[str, Any]]:
     ``{"kind": "done", "result": ...}``."""
     import ray
 
-    from .sweep_task import failed_result, run_one
-
     scratch = Path(tempfile.mkdtemp(prefix="llm-policy-gen-run-"))
     try:
         env = dict(job.env)
@@ -295,7 +164,8 @@ def run_job(job: Job) -> Iterator[dict[str, Any]]:
         changes = sync.changes()
         if changes:
             yield {"kind": "files", "changes": changes}
-        yield {"kind": "done", "result": box.get("result") or failed_result(task, box.get("error", "no result"))}
+        result: TaskResult = box.get("result") or failed_result(task, box.get("error", "no result"))
+        yield {"kind": "done", "result": result}
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
@@ -368,7 +238,7 @@ def stage_package(folder: Path) -> Path:
     package it holds, first on the workers' path."""
     import llm_policy_gen
 
-    from .templates import prompts_dir
+    from ..templates import prompts_dir
 
     skip = shutil.ignore_patterns("__pycache__", "*.pyc", ".*")
     shutil.copytree(Path(llm_policy_gen.__file__).resolve().parent, folder / "llm_policy_gen", ignore=skip)
@@ -378,7 +248,7 @@ def stage_package(folder: Path) -> Path:
 
 def _provider_env(task: RunTask) -> dict[str, str | None]:
     """The run's provider variables as the driver has them; the prompts are the shipped ones."""
-    from .backends import parse_backend_spec, provider_variables
+    from ..backends import parse_backend_spec, provider_variables
 
     name, _ = parse_backend_spec(task.backend_spec)
     names = provider_variables(name)
@@ -409,9 +279,6 @@ def execute_ray(tasks: Sequence[RunTask], workers: int | None, on_done: Done, li
     ray = _import_ray()
     from ray.exceptions import RayError, RayTaskError
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-    from .sweep_limits import SweepLimits
-    from .sweep_task import failed_result
 
     prices = _price_file()
     stage = Path(tempfile.mkdtemp(prefix="llm-policy-gen-ship-"))
@@ -471,7 +338,7 @@ def execute_ray(tasks: Sequence[RunTask], workers: int | None, on_done: Done, li
                 elif msg["kind"] == "done":
                     att.done = True
                     note({"event": "done", "run": att.task.run_id, "attempt": att.number,
-                          "status": msg["result"]["row"]["status"]})
+                          "status": msg["result"].row.status})
                     on_done(att.task, msg["result"])
         return shared.report()
     finally:

@@ -1,0 +1,344 @@
+"""``llm-policy-gen compare``: every (backend, seed) pair through the same engine, then the table and the curves.
+
+::
+
+    llm-policy-gen compare --env CartPole-v1 --backends offline,q-learning,random --seeds 0-4 \\
+        [--iterations N] [--workers N] [--executor local|ray] [--config FILE.toml] [--out DIR] \\
+        [--max-concurrent-calls N] [--rpm N] [--budget-usd X]
+
+Each pair is one run of :mod:`llm_policy_gen.run` in its own run directory ``OUT/runs/<env>/<entry>_s<seed>``
+(the usual files of a run; ``<entry>`` is the ``--backends`` entry made a file name: ``offline_s0``,
+``offline-reward_s0``). The comparison directory gets (:mod:`.results`):
+
+* ``results.csv`` -- one row per run: its summary numbers with ``status=ok``, or ``status=failed`` (or
+  ``interrupted``) with the error and no numbers (a failed run never stops the sweep);
+* ``results.md`` -- the settings every run shared, then per backend: final eval mean (the best table's mean on the
+  held-out episodes) with a 95 % percentile-bootstrap interval over seeds (:func:`llm_policy_gen.stats.bootstrap_ci`:
+  10,000 resamples, seed 0), median episodes to solve (unsolved runs count as never solving), solve rate, calls,
+  tokens, cost and wall time; the budget and the runs it stopped;
+* ``curves.png`` -- the best table's held-out mean against environment episodes, median and interquartile band per
+  backend over seeds; ``curves.json`` holds the points it was drawn from;
+* ``compare.json`` -- the sweep's parameters, the settings that decide its results, and its limits' report;
+* ``sweep.jsonl`` -- one line per attempt of a run: started (and on which node), lost, resumed, done.
+
+**Before the first run** every argument is checked (:mod:`.plan`) -- each entry's settings, environment, mode and
+backend, its key included (each entry's run is built, not started) -- so a bad input ends the command at once with
+exit 2.
+
+**Re-running the same command** keeps what is done: a run that finished (all its iterations, or a legitimate stop:
+patience, ``--max-episodes``, the budget, a replay that ran out) is skipped; an interrupted or failed run resumes from
+its checkpoint (:func:`llm_policy_gen.run.resume`), never from scratch; a directory without a run's
+``config.json`` (killed before it started) is replaced. Settings that decide results cannot change under the same
+``--out``: another environment, ``--iterations`` or training setting is refused with exit 2 naming the settings that
+differ. How a sweep runs may change: ``--workers``, ``--executor``, the provider limits, timeouts and retries.
+
+**Provider limits and the budget** are the sweep's, shared by all its runs (:mod:`.limits`): at most
+``--max-concurrent-calls`` calls in flight per provider (default 8), at most ``--rpm`` call starts a minute per
+provider (default: no limit), and ``--budget-usd`` for the sweep's total cost: once the next call could pass it, no
+call starts and every LLM run ends cleanly with ``stop_reason`` "budget reached". Costs of earlier invocations count.
+
+``--executor local`` runs one run after another in this process (``--workers`` 1, the default) or in a pool of
+``--workers`` spawned processes (:mod:`.local`); ``--executor ray`` submits each run as a Ray task (:mod:`.ray`:
+joins ``RAY_ADDRESS`` or starts a local instance; no shared disk needed; a run whose node dies resumes on another
+node from the last checkpoint the driver received). Runs are seeded, so both executors give the same numbers (wall
+times excepted).
+
+Exit codes: 0 when every run finished, 1 when some failed (the files are written all the same), 2 for bad input, 130
+when interrupted (the files then say which runs a re-run will resume).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import shutil
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from .. import __version__
+from ..console import plural
+from ..errors import UserError, missing_extra
+from ..locks import FolderLock
+from ..runlog import append_jsonl, slug, write_bytes_atomic
+from .figures import plot_curves
+from .limits import DEFAULT_MAX_CONCURRENT_CALLS
+from .plan import check_same_sweep, committed_cost, experiment, plan, preflight, resolved, survey
+from .results import ResultRow, SweepRecord, results_markdown, write_curves, write_results
+from .task import RunTask, TaskResult, failed_result, result_from_summary
+
+__all__ = ["CompareConfig", "run_compare", "add_parser"]
+
+
+@dataclass(frozen=True)
+class CompareConfig:
+    """One comparison: what to run and how. Checked when made (a bad value is a :class:`UserError` naming its flag)."""
+
+    env_id: str
+    """The gymnasium id (``--env``)."""
+    backends: list[str]
+    """``BACKEND`` or ``BACKEND@MODE`` entries (``--backends``), in the table's order."""
+    seeds: list[int]
+    """The seeds of every entry (``--seeds``)."""
+    out: Path
+    """The comparison directory (``--out``)."""
+    settings: dict[str, Any] = field(default_factory=dict)
+    """TrainConfig settings of every run (``--config``, ``--iterations``)."""
+    executor: str = "local"
+    """``local`` (this process or a process pool) or ``ray``."""
+    workers: int | None = None
+    """Parallel runs (local: 1 when None; Ray: a local instance's CPUs)."""
+    progress: bool = True
+    """A progress bar on a terminal, one line per finished run otherwise."""
+    command: str = ""
+    """The command line, as ``compare.json`` and ``results.md`` quote it."""
+    seeds_text: str = ""
+    """``--seeds`` as given (default: the seeds, comma-separated)."""
+    max_concurrent_calls: int = DEFAULT_MAX_CONCURRENT_CALLS
+    """Calls in flight at once per provider, over all runs."""
+    rpm: float | None = None
+    """Call starts per minute per provider, over all runs (None: no limit)."""
+    budget_usd: float | None = None
+    """The sweep's spending ceiling (None: none)."""
+
+    def __post_init__(self) -> None:
+        if self.executor not in ("local", "ray"):
+            raise UserError(f"bad --executor {self.executor!r}: accepted local or ray")
+        if self.executor == "ray" and importlib.util.find_spec("ray") is None:
+            raise missing_extra("--executor ray needs ray", "ray")
+        _check_number("--workers", self.workers, "an integer >= 1", lambda v: v >= 1)
+        _check_number("--max-concurrent-calls", self.max_concurrent_calls, "an integer >= 1", lambda v: v >= 1)
+        _check_number("--rpm", self.rpm, "a number > 0", lambda v: v > 0)
+        _check_number("--budget-usd", self.budget_usd, "a number >= 0", lambda v: v >= 0)
+
+    @property
+    def run_settings(self) -> dict[str, Any]:
+        """The settings every run gets: :attr:`settings`, and the budget."""
+        extra = {} if self.budget_usd is None else {"budget_usd": float(self.budget_usd)}
+        return {**self.settings, **extra}
+
+
+def _check_number(name: str, value: float | None, accepted: str, ok: Callable[[float], bool]) -> None:
+    if value is not None and not ok(value):
+        raise UserError(f"bad {name} {value:g}: accepted {accepted}")
+
+
+class _Display:
+    """Progress over runs: a bar on a terminal, one line per finished run otherwise."""
+
+    def __init__(self, total: int, desc: str, enabled: bool) -> None:
+        self.total, self.count = total, 0
+        self.bar: Any = None
+        if enabled and sys.stderr.isatty():
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, desc=desc, unit="run", file=sys.stderr, dynamic_ncols=True)
+        self.enabled = enabled
+
+    def done(self, task: RunTask, row: ResultRow, note: str = "") -> None:
+        self.count += 1
+        if row.ok:
+            best = "n/a" if row.best_eval_mean is None else f"{row.best_eval_mean:.2f}"
+            what = f"best {best}, {'solved' if row.solved else 'not solved'}"
+        else:
+            what = f"{row.status.upper()}: {row.error}"
+        msg = f"[{self.count}/{self.total}] {task.backend} seed {task.seed}: {what}{note}"
+        if self.bar is not None:
+            self.bar.set_postfix_str(f"{task.backend} s{task.seed}")
+            self.bar.update(1)
+            self.bar.write(msg, file=sys.stderr)
+        elif self.enabled:
+            print(msg, file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _public(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """``settings`` as compare.json, results.md and the console show them: a base URL without its password."""
+    from ..clients.keys import without_userinfo
+
+    out = dict(settings)
+    if isinstance(out.get("base_url"), str):
+        out["base_url"] = without_userinfo(out["base_url"])
+    return out
+
+
+def run_compare(config: CompareConfig) -> list[ResultRow]:
+    """Check everything, run the sweep (skipping finished runs, resuming started ones) and write the comparison
+    files; return the result rows. A Ctrl-C still writes the files (unfinished runs as ``interrupted``), then
+    re-raises."""
+    from ..config import TrainConfig
+    from ..envs import get_spec
+
+    c = config
+    settings = c.run_settings
+    spec = get_spec(c.env_id)
+    cfg = TrainConfig.build((settings, "compare settings"), ({"env_id": c.env_id}, "compare"))
+    sweep = {k: v for k, v in experiment(resolved(cfg)).items() if k not in ("backend", "seed")}
+    out = Path(c.out).resolve()
+    tasks = plan(c.env_id, c.backends, c.seeds, out, settings)
+    if out.is_dir():  # a sweep writing the folder now refuses this one at once, before any check or run is built
+        with FolderLock(out, "the comparison folder"):
+            pass
+    check_same_sweep(out, sweep, tasks, survey(tasks))
+    preflight(tasks)
+    if c.executor == "ray" and os.environ.get("RAY_ADDRESS"):
+        from .ray import check_address
+
+        check_address(os.environ["RAY_ADDRESS"])
+
+    # Everything is checked: from here on, files are written.
+    out.mkdir(parents=True, exist_ok=True)
+    with FolderLock(out, "the comparison folder"):  # one compare writes it at a time
+        found = survey(tasks)  # as the last writer left them
+        limits: dict[str, Any] = {"max_concurrent": c.max_concurrent_calls, "rpm": c.rpm, "budget_usd": c.budget_usd,
+                                  "spent_usd": sum(committed_cost(t, found[t.run_id]) for t in tasks)}
+        record = SweepRecord(
+            version=__version__, env_id=c.env_id, backends=list(c.backends), seeds=list(c.seeds),
+            seeds_text=c.seeds_text or ",".join(map(str, c.seeds)), iterations=cfg.iterations,
+            settings={**_public(settings), "heldout_episodes": cfg.heldout_episodes}, experiment=sweep,
+            executor=c.executor, workers=c.workers, command=c.command, reward_threshold=spec.reward_threshold,
+            limits={"max_concurrent_calls": c.max_concurrent_calls, "rpm": c.rpm, "budget_usd": c.budget_usd},
+            started=datetime.now(UTC).isoformat(timespec="seconds"),
+        )
+        record.write(out)
+        results: dict[tuple[str, int], TaskResult] = {}
+        display = _Display(len(tasks), f"compare {c.env_id}", c.progress)
+        todo: list[RunTask] = []
+        for t in tasks:
+            f = found[t.run_id]
+            if f.state == "finished" and f.summary is not None:
+                results[(t.backend, t.seed)] = result_from_summary(t, f.summary)
+                display.done(t, results[(t.backend, t.seed)].row, " (finished earlier, skipped)")
+                continue
+            if f.state == "stale":
+                shutil.rmtree(t.run_dir)
+            todo.append(t)
+        resumed = {t.run_id for t in todo if found[t.run_id].state == "started"}
+        if len(todo) < len(tasks) or resumed:
+            print(f"{len(tasks) - len(todo)} of {plural(len(tasks), 'run')} finished earlier: skipped"
+                  + (f"; {len(resumed)} started earlier: resumed from their checkpoints" if resumed else ""),
+                  file=sys.stderr)
+
+        def note(event: dict[str, Any]) -> None:
+            append_jsonl(out / "sweep.jsonl", {"time": datetime.now(UTC).isoformat(timespec="milliseconds"), **event})
+
+        def on_done(t: RunTask, res: TaskResult) -> None:
+            results[(t.backend, t.seed)] = res
+            display.done(t, res.row, " (resumed)" if t.run_id in resumed else "")
+
+        t0 = time.perf_counter()
+        interrupted = False
+        try:
+            if c.executor == "ray":
+                from .ray import execute_ray
+
+                record.limits = execute_ray(todo, c.workers, on_done, limits, note)
+            else:
+                from .local import execute_local
+
+                record.limits = execute_local(todo, c.workers or 1, on_done, limits, note)
+        except KeyboardInterrupt:
+            interrupted = True
+        finally:
+            display.close()
+        ordered = [results.get((t.backend, t.seed)) or failed_result(
+            t, "interrupted before it finished; run the same command again to resume it", "interrupted")
+            for t in tasks]
+        rows = [r.row for r in ordered]
+        record.finished = datetime.now(UTC).isoformat(timespec="seconds")
+        record.sweep_wall_s = round(time.perf_counter() - t0, 3)
+        record.interrupted = interrupted
+        record.write(out)
+        write_results(out / "results.csv", rows)
+        curves = [r.curve for r in ordered if r.row.ok]
+        write_curves(out, c.env_id, curves)
+        write_bytes_atomic(out / "results.md", results_markdown(record, rows).encode("utf-8"))
+        plot_curves(curves, out / "curves.png", f"{c.env_id}: kept table over seeds", c.backends,
+                    spec.reward_threshold)
+        if interrupted:
+            raise KeyboardInterrupt
+        return rows
+
+
+# ---------------------------------------------------------------------------------------------------- CLI
+def add_parser(subparsers: Any) -> None:
+    """Register ``compare`` on the CLI's subparsers."""
+    p = subparsers.add_parser(
+        "compare", help="run backends x seeds through the loop; results table and curves",
+        description="Run every (backend, seed) pair, each in its own run directory, and write results.csv, "
+        "results.md and curves.png. Every argument (keys included) is checked before the first run. Re-running "
+        "the same command skips finished runs and resumes interrupted ones; other settings under the same --out "
+        "are refused. Exit 1 when some run failed.")
+    p.add_argument("--env", dest="env_id", required=True, help="gymnasium id (see `envs`)")
+    p.add_argument("--backends", required=True,
+                   help="comma-separated BACKEND or BACKEND@MODE entries, e.g. offline,q-learning,random,"
+                   "openai:gpt-4.1-mini")
+    p.add_argument("--seeds", default="0-4", help="seed range A-B or list 0,1,2 (default 0-4)")
+    p.add_argument("--iterations", type=int, help="proposal rounds per run (default 30)")
+    p.add_argument("--workers", type=int,
+                   help="parallel runs (local default 1; a local Ray instance: its CPUs, default all)")
+    p.add_argument("--executor", choices=["local", "ray"], default="local",
+                   help="local (default) or ray (joins RAY_ADDRESS, else starts a local instance)")
+    p.add_argument("--config", help="TOML file with train settings applied to every run")
+    p.add_argument("--out", help="comparison directory (default logs/compare/<env-id>)")
+    p.add_argument("--max-concurrent-calls", type=int, default=DEFAULT_MAX_CONCURRENT_CALLS,
+                   help=f"calls in flight at once per provider, over all runs (default {DEFAULT_MAX_CONCURRENT_CALLS})")
+    p.add_argument("--rpm", type=float, help="call starts per minute per provider, over all runs (default: no limit)")
+    p.add_argument("--budget-usd", type=float,
+                   help="the sweep's spending ceiling: no call starts once it could pass it; runs end cleanly")
+    p.add_argument("--no-progress", action="store_true", help="no progress display")
+    p.set_defaults(func=_cmd_compare)
+
+
+def _command(args: argparse.Namespace, backends: list[str]) -> str:
+    """The command line as the files quote it (a password in a value redacted)."""
+    from ..clients.keys import redact
+
+    command = f"llm-policy-gen compare --env {args.env_id} --backends {','.join(backends)} --seeds {args.seeds}"
+    for flag, value in (("--iterations", args.iterations), ("--workers", args.workers),
+                        ("--config", args.config), ("--out", args.out), ("--rpm", args.rpm),
+                        ("--budget-usd", args.budget_usd)):
+        if value is not None:
+            command += f" {flag} {redact(str(value))}"
+    if args.max_concurrent_calls != DEFAULT_MAX_CONCURRENT_CALLS:
+        command += f" --max-concurrent-calls {args.max_concurrent_calls}"
+    if args.executor != "local":
+        command += f" --executor {args.executor}"
+    return command
+
+
+def _cmd_compare(args: argparse.Namespace) -> int:
+    from ..clients.keys import load_env, remember_url
+    from ..config import TrainConfig, load_config_file
+    from .plan import parse_backends, parse_seeds
+
+    load_env()
+    seeds = parse_seeds(args.seeds)
+    backends = parse_backends(args.backends)
+    settings: dict[str, Any] = load_config_file(args.config) if args.config else {}
+    for fixed in ("env_id", "backend", "seed", "logs_dir", "run_id"):
+        settings.pop(fixed, None)
+    remember_url(settings.get("base_url") if isinstance(settings.get("base_url"), str) else None)
+    cli: dict[str, Any] = {} if args.iterations is None else {"iterations": args.iterations}
+    TrainConfig.build((settings, f"config file {args.config}"), (cli, "command line"))  # every setting, checked now
+    settings.update(cli)
+    out = Path(args.out) if args.out else Path("logs") / "compare" / slug(args.env_id)
+    rows = run_compare(CompareConfig(
+        env_id=args.env_id, backends=backends, seeds=seeds, out=out, settings=settings, executor=args.executor,
+        workers=args.workers, progress=not args.no_progress, command=_command(args, backends), seeds_text=args.seeds,
+        max_concurrent_calls=args.max_concurrent_calls, rpm=args.rpm, budget_usd=args.budget_usd))
+    print((out / "results.md").read_text(encoding="utf-8"))
+    print(f"comparison directory: {out}")
+    failed = [r for r in rows if not r.ok]
+    if failed:
+        print(f"{len(failed)} of {plural(len(rows), 'run')} failed (see results.md)", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,213 @@
+"""The grid of a sweep and the checks before its first run.
+
+:func:`plan` makes one :class:`~.task.RunTask` per (``--backends`` entry, seed); :func:`survey` reads what an earlier
+invocation left of each (:class:`Found`); :func:`check_same_sweep` refuses a comparison folder that holds a sweep or
+runs made with settings that decide results differently (:data:`~llm_policy_gen.config.OPERATIONAL_SETTINGS` may
+change); :func:`preflight` builds each entry's run, without starting it, so that a bad environment, mode, backend or
+key ends the command before any run starts.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..config import OPERATIONAL_SETTINGS  # what may differ between invocations of one sweep
+from ..errors import UserError
+from ..runlog import to_jsonable
+from .results import SweepRecord, finished, split_entry
+from .task import RunTask
+
+if TYPE_CHECKING:
+    from ..config import TrainConfig
+    from ..envs.spec import EnvSpec
+
+__all__ = ["OPERATIONAL_SETTINGS", "parse_seeds", "parse_backends", "plan", "Found", "survey", "committed_cost",
+           "experiment", "resolve", "differences", "check_same_sweep", "preflight"]
+
+
+# ---------------------------------------------------------------------------------------------------- parsing
+def parse_seeds(text: str) -> list[int]:
+    """``"0-4"`` -> [0, 1, 2, 3, 4]; ``"0,2,7"`` and mixes (``"0-2,9"``) too. Bad input is a UserError."""
+    accepted = "A-B with 0 <= A <= B, or comma-separated integers >= 0 (e.g. 0-4 or 0,2,7)"
+    seeds: list[int] = []
+    for part in str(text).replace(" ", "").split(","):
+        m = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
+        if not m:
+            raise UserError(f"bad --seeds {text!r}: accepted {accepted}")
+        lo = int(m.group(1))
+        hi = int(m.group(2)) if m.group(2) is not None else lo
+        if hi < lo:
+            raise UserError(f"bad --seeds {text!r}: range {lo}-{hi} is empty; accepted {accepted}")
+        seeds.extend(s for s in range(lo, hi + 1) if s not in seeds)
+    return seeds
+
+
+def parse_backends(text: str) -> list[str]:
+    """Comma-separated ``BACKEND`` or ``BACKEND@MODE`` entries, each checked by the backend and mode registries."""
+    from ..backends import parse_backend_spec
+    from ..modes import MODES
+
+    out: list[str] = []
+    for part in str(text).split(","):
+        entry = part.strip()
+        if not entry:
+            continue
+        spec, mode = split_entry(entry)
+        parse_backend_spec(spec)
+        if mode is not None and mode not in MODES:
+            raise MODES.unknown(mode)
+        if entry not in out:
+            out.append(entry)
+    if not out:
+        raise UserError(f"bad --backends {text!r}: give comma-separated backend specs, e.g. offline,q-learning,random")
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------- the grid
+def plan(env_id: str, backends: Sequence[str], seeds: Sequence[int], out: Path,
+         settings: Mapping[str, Any]) -> list[RunTask]:
+    """Every (backend, seed) task of the sweep, backend-major."""
+    out = Path(out).resolve()
+    return [RunTask(env_id, b, s, str(out), dict(settings)) for b in backends for s in seeds]
+
+
+@dataclass
+class Found:
+    """What an earlier invocation left of one run."""
+
+    state: str
+    """``new`` (nothing), ``finished``, ``started`` (resumable) or ``stale`` (a directory without config.json)."""
+    summary: dict[str, Any] | None = None
+    config: dict[str, Any] | None = None
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _found(task: RunTask) -> Found:
+    d = task.run_dir
+    if not d.exists():
+        return Found("new")
+    record = _read_json(d / "config.json")
+    if record is None or not isinstance(record.get("config"), dict):
+        return Found("stale")
+    summary = _read_json(d / "summary.json")
+    done = summary is not None and finished(summary)
+    return Found("finished" if done else "started", summary, record["config"])
+
+
+def survey(tasks: Sequence[RunTask]) -> dict[str, Found]:
+    """What is on disk of each task, by run id."""
+    return {t.run_id: _found(t) for t in tasks}
+
+
+def committed_cost(task: RunTask, found: Found) -> float:
+    """What a run already spent, as far as its checkpoint (or its final summary) records it."""
+    if found.state == "finished" and found.summary is not None:
+        return float(found.summary.get("cost_usd") or 0.0)
+    ckpt = task.run_dir / "checkpoint.npz"
+    if found.state != "started" or not ckpt.is_file():
+        return 0.0
+    from ..checkpoint import load_checkpoint
+
+    try:
+        return float(load_checkpoint(ckpt).get("usage", {}).get("cost_usd") or 0.0)
+    except UserError:
+        return 0.0
+
+
+# ---------------------------------------------------------------------------------------------------- settings
+def experiment(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The settings of a resolved config that decide a run's results (JSON values, as config.json holds them)."""
+    return {k: v for k, v in to_jsonable(dict(config)).items() if k not in OPERATIONAL_SETTINGS}
+
+
+def resolve(cfg: TrainConfig) -> tuple[EnvSpec, TrainConfig]:
+    """The run's env spec, and ``cfg`` with the spec's train defaults applied (as ``train`` does)."""
+    from ..engine import resolve_spec
+
+    spec = resolve_spec(cfg)
+    return spec, (cfg.with_env_defaults(spec.train_defaults) if spec.train_defaults else cfg)
+
+
+def resolved(cfg: TrainConfig) -> dict[str, Any]:
+    """``cfg`` as the engine records it in config.json."""
+    return resolve(cfg)[1].to_dict()
+
+
+def differences(before: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
+    """``"iterations 5 (this command: 8)"`` for every key of both whose value differs (a setting only one side
+    knows came with another version of the package; its default keeps the old behaviour)."""
+    out = []
+    for k in sorted(set(before) & set(now)):
+        if json.dumps(before.get(k), sort_keys=True) != json.dumps(now.get(k), sort_keys=True):
+            out.append(f"{k} {json.dumps(before.get(k))} (this command: {json.dumps(now.get(k))})")
+    return out
+
+
+def _refuse_other_settings(out: Path, what: str, diffs: Sequence[str]) -> UserError:
+    return UserError(f"--out {out} holds {what} with other settings: {'; '.join(diffs)}; re-run with those settings "
+                     "to continue it, or give another --out")
+
+
+def check_same_sweep(out: Path, sweep: Mapping[str, Any], tasks: Sequence[RunTask],
+                     found: Mapping[str, Found]) -> None:
+    """Refuse (UserError) when ``out`` holds a sweep or runs made with settings that decide results differently."""
+    before = _read_json(out / "compare.json")
+    if before is not None:
+        record = SweepRecord.from_json(before)
+        recorded = record.experiment
+        if recorded is None or not isinstance(recorded, dict):  # a comparison written before the record existed
+            recorded = {"env_id": record.env_id or None, "iterations": record.iterations}
+            now = {k: sweep.get(k) for k in recorded}
+        else:
+            now = dict(sweep)
+        diffs = differences(recorded, now)
+        if diffs:
+            raise _refuse_other_settings(out, "a comparison", diffs)
+    for task in tasks:
+        f = found[task.run_id]
+        if f.config is not None:
+            diffs = differences(experiment(f.config), experiment(resolved(task.config())))
+            if diffs:
+                raise _refuse_other_settings(out, f"the run {task.run_dir.relative_to(out)}", diffs)
+
+
+def preflight(tasks: Sequence[RunTask]) -> None:
+    """Everything a run would refuse before its first iteration, for every task, before any run starts: the
+    settings of every (entry, seed), and each entry's environment, mode and backend (its key included) by building
+    its run in a scratch folder without starting it. Says, once per entry, where its calls will go and where that
+    base URL and the key came from."""
+    from ..console import Console
+    from ..engine import Run
+    from ..modes import MODES
+    from ..runlog import RunDir
+
+    built: set[str] = set()
+    for task in tasks:
+        cfg = task.config()  # every (entry, seed): a bad seed is refused here
+        if task.backend in built:
+            continue
+        built.add(task.backend)
+        spec, cfg = resolve(cfg)
+        if cfg.mode not in MODES:
+            raise MODES.unknown(cfg.mode)
+        with tempfile.TemporaryDirectory(prefix="llm-policy-gen-check-") as tmp:
+            console = Console(cfg.iterations, task.backend, enabled=False, sink=lambda s: None)
+            run = Run(cfg, spec, MODES.load(cfg.mode)(), RunDir(Path(tmp)), console)
+            run.logger.close()
+            run.collector.close()
+            if run.endpoint is not None:
+                print(run.endpoint, file=sys.stderr)

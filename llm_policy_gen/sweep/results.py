@@ -1,0 +1,357 @@
+"""What a sweep leaves in its comparison directory, as typed records with their readers and writers.
+
+* ``results.csv`` -- one :class:`ResultRow` per run (:data:`CSV_COLUMNS`), :func:`write_results` / :func:`read_results`;
+* ``curves.json`` -- one :class:`Curve` per finished run, :func:`write_curves` / :func:`load_curves`;
+* ``compare.json`` -- the sweep's :class:`SweepRecord`;
+* ``results.md`` -- :func:`results_markdown`, from :func:`backend_stats` (the bootstrap summary per backend).
+
+Reports and the paper read a comparison through this module only; nothing here runs a sweep.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..console import plural
+from ..errors import UserError
+from ..run.stop import StopKind, StopReason
+from ..runlog import write_bytes_atomic, write_json_atomic
+from ..stats import DEFAULT_RESAMPLES, DEFAULT_SEED, Interval, bootstrap_ci, median_censored
+
+__all__ = ["CSV_COLUMNS", "TIME_COLUMNS", "split_entry", "finished", "ResultRow", "Curve", "SweepRecord",
+           "write_results", "read_results", "write_curves", "load_curves", "BackendStats", "backend_stats",
+           "results_markdown"]
+
+#: Columns of ``results.csv``, in order.
+CSV_COLUMNS = (
+    "backend", "mode", "seed", "status", "error", "is_llm", "model", "best_eval_mean", "best_eval_std", "solved",
+    "episodes_to_solve", "iterations", "episodes_total", "env_steps_total", "llm_calls", "cached_calls",
+    "input_tokens", "output_tokens", "cost_usd", "stop_reason", "wall_s", "run_dir",
+)
+#: Columns that measure time, not results (they differ between two runs of the same sweep).
+TIME_COLUMNS = ("wall_s",)
+_INTS = ("seed", "episodes_to_solve", "iterations", "episodes_total", "env_steps_total", "llm_calls", "cached_calls",
+         "input_tokens", "output_tokens")
+_FLOATS = ("best_eval_mean", "best_eval_std", "cost_usd", "wall_s")
+_BOOLS = ("is_llm", "solved")
+
+
+def split_entry(entry: str) -> tuple[str, str | None]:
+    """A ``--backends`` entry: ``"offline@reward"`` -> ``("offline", "reward")``, ``"gemini"`` -> ``("gemini", None)``.
+    """
+    spec, sep, mode = entry.rpartition("@")
+    return (spec, mode) if sep and spec else (entry, None)
+
+
+def finished(summary: Mapping[str, Any]) -> bool:
+    """True when a run's summary says it ended for good (all iterations or a legitimate stop)."""
+    stop = StopReason.parse(summary.get("stop_reason"))
+    return stop is not None and stop.finished
+
+
+# ---------------------------------------------------------------------------------------------------- results.csv
+@dataclass(kw_only=True)
+class ResultRow:
+    """One run of a sweep, one line of ``results.csv``: its summary's numbers with ``status`` ``ok``, or
+    ``failed`` / ``interrupted`` with the error and no numbers. Numbers keep the type the run's summary gave them."""
+
+    backend: str
+    """The ``--backends`` entry (``BACKEND`` or ``BACKEND@MODE``)."""
+    mode: str | None = None
+    seed: int
+    status: str
+    """``ok``, ``failed`` or ``interrupted``."""
+    error: str | None = None
+    is_llm: bool | None = None
+    model: str | None = None
+    best_eval_mean: float | None = None
+    """The kept table's mean on the held-out episodes."""
+    best_eval_std: float | None = None
+    solved: bool | None = None
+    episodes_to_solve: int | None = None
+    iterations: int | None = None
+    episodes_total: int | None = None
+    env_steps_total: int | None = None
+    llm_calls: int | None = None
+    cached_calls: int | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cost_usd: float | None = None
+    stop_reason: str | None = None
+    wall_s: float | None = None
+    run_dir: str | None = None
+    """The run directory relative to the comparison directory ("" when it was never made)."""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    @property
+    def stop(self) -> StopReason | None:
+        return StopReason.parse(self.stop_reason)
+
+    @classmethod
+    def from_summary(cls, summary: Mapping[str, Any], **given: Any) -> ResultRow:
+        """The summary's values of every column, then ``given`` (backend, mode, seed, status, ...)."""
+        return cls(**{**{c: summary.get(c) for c in CSV_COLUMNS}, **given})
+
+    def csv_cells(self) -> dict[str, Any]:
+        return {c: _csv_value(getattr(self, c)) for c in CSV_COLUMNS}
+
+    @classmethod
+    def from_csv(cls, cells: Mapping[str, str | None]) -> ResultRow:
+        """A row of ``results.csv`` with typed values (None for empty cells; unknown columns are ignored)."""
+        values = {c: _parse_cell(c, cells.get(c) or "") for c in CSV_COLUMNS}
+        return cls(**{**values, "backend": values["backend"] or "", "status": values["status"] or ""})
+
+
+def _csv_value(v: Any) -> Any:
+    if v is None:
+        return ""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float):
+        return repr(round(v, 6))
+    return v
+
+
+def _parse_cell(column: str, text: str) -> Any:
+    if text == "":
+        return None
+    if column in _BOOLS:
+        return text == "true"
+    if column in _INTS:
+        return int(float(text))
+    if column in _FLOATS:
+        return float(text)
+    return text
+
+
+def write_results(path: Path, rows: Iterable[ResultRow]) -> None:
+    """``results.csv`` (atomically)."""
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=list(CSV_COLUMNS), lineterminator="\n")
+    w.writeheader()
+    for r in rows:
+        w.writerow(r.csv_cells())
+    write_bytes_atomic(Path(path), buf.getvalue().encode("utf-8"))
+
+
+def read_results(path: Path) -> list[ResultRow]:
+    """The rows of a ``results.csv``; a missing file is a :class:`UserError` saying how to make it."""
+    p = Path(path)
+    if not p.is_file():
+        raise UserError(f"{p} does not exist; run `llm-policy-gen compare ... --out {p.parent}` first")
+    with open(p, encoding="utf-8", newline="") as fh:
+        return [ResultRow.from_csv(r) for r in csv.DictReader(fh)]
+
+
+# ---------------------------------------------------------------------------------------------------- curves.json
+@dataclass
+class Curve:
+    """A finished run's kept table: held-out mean (``y``) against environment episodes (``x``), a step curve."""
+
+    backend: str
+    seed: int
+    x: list[float] = field(default_factory=list)
+    y: list[float] = field(default_factory=list)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Curve:
+        return cls(str(data.get("backend")), int(data.get("seed") or 0), list(data.get("x") or []),
+                   list(data.get("y") or []))
+
+
+def write_curves(out: Path, env_id: str, curves: Iterable[Curve]) -> None:
+    """``out/curves.json``: the points ``curves.png`` is drawn from."""
+    write_json_atomic(Path(out) / "curves.json", {"env_id": env_id, "metric": "heldout_mean",
+                                                  "runs": [asdict(c) for c in curves]})
+
+
+def load_curves(out: Path) -> list[Curve]:
+    """The curves of a comparison directory (``curves.json``); a missing file is a :class:`UserError`."""
+    p = Path(out) / "curves.json"
+    if not p.is_file():
+        raise UserError(f"{p} does not exist; run `llm-policy-gen compare ... --out {Path(out)}` first")
+    return curves_from_json(json.loads(p.read_text(encoding="utf-8")))
+
+
+def curves_from_json(data: Mapping[str, Any]) -> list[Curve]:
+    """The curves of a ``curves.json`` object (entries that are not objects are skipped)."""
+    return [Curve.from_json(c) for c in data.get("runs", []) if isinstance(c, dict)]
+
+
+# ---------------------------------------------------------------------------------------------------- compare.json
+@dataclass(kw_only=True)
+class SweepRecord:
+    """``compare.json``: the sweep's parameters, the settings that decide its results, its limits' report. Written
+    when the sweep starts (without the last three fields) and again when it ends."""
+
+    package: str = "llm-policy-gen"
+    version: str = ""
+    env_id: str = ""
+    backends: list[str] = field(default_factory=list)
+    seeds: list[int] = field(default_factory=list)
+    seeds_text: str = ""
+    iterations: int | None = None
+    settings: dict[str, Any] = field(default_factory=dict)
+    """The settings given (base URL without its password), and ``heldout_episodes``."""
+    experiment: dict[str, Any] | None = None
+    """Every setting that decides results (none in files of earlier versions)."""
+    executor: str = "local"
+    workers: int | None = None
+    command: str = ""
+    reward_threshold: float | None = None
+    limits: dict[str, Any] = field(default_factory=dict)
+    """The provider limits and budget asked for; at the end, :meth:`~llm_policy_gen.sweep.limits.SweepLimits.report`."""
+    started: str = ""
+    finished: str | None = None
+    sweep_wall_s: float | None = None
+    interrupted: bool | None = None
+
+    @property
+    def heldout_episodes(self) -> Any:
+        return self.settings.get("heldout_episodes", 100)
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        if self.finished is None:
+            for k in ("finished", "sweep_wall_s", "interrupted"):
+                del out[k]
+        return out
+
+    def write(self, out: Path) -> None:
+        write_json_atomic(Path(out) / "compare.json", self.to_json())
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> SweepRecord:
+        """A record from a ``compare.json`` of any version (a missing or null value takes the default)."""
+        return cls(**{f.name: data[f.name] for f in fields(cls) if data.get(f.name) is not None})
+
+
+# ---------------------------------------------------------------------------------------------------- the summary
+@dataclass
+class BackendStats:
+    """One line of ``results.md``: a backend's runs summed up over seeds."""
+
+    backend: str
+    is_llm: bool
+    runs: int
+    ok: int
+    score: Interval
+    """Mean final held-out score with its percentile-bootstrap interval over seeds."""
+    median_episodes_to_solve: float | None
+    solve_rate: float
+    calls: float
+    tokens: float
+    cost_usd: float
+    wall_s: float
+
+
+def _mean(values: Sequence[float]) -> float:
+    return float(np.mean(values)) if values else float("nan")
+
+
+def backend_stats(rows: Sequence[ResultRow], backends: Sequence[str] | None = None) -> list[BackendStats]:
+    """Per-backend aggregates of result rows (in ``backends`` order, else first appearance)."""
+    order = list(backends) if backends else list(dict.fromkeys(r.backend for r in rows))
+    out = []
+    for b in order:
+        mine = [r for r in rows if r.backend == b]
+        ok = [r for r in mine if r.ok]
+        out.append(BackendStats(
+            backend=b,
+            is_llm=any(bool(r.is_llm) for r in ok),
+            runs=len(mine),
+            ok=len(ok),
+            score=bootstrap_ci([r.best_eval_mean for r in ok if r.best_eval_mean is not None]),
+            median_episodes_to_solve=median_censored([r.episodes_to_solve if r.solved else None for r in ok]),
+            solve_rate=(sum(bool(r.solved) for r in ok) / len(ok)) if ok else float("nan"),
+            calls=_mean([float(r.llm_calls or 0) for r in ok]),
+            tokens=_mean([float((r.input_tokens or 0) + (r.output_tokens or 0)) for r in ok]),
+            cost_usd=float(sum(float(r.cost_usd or 0) for r in ok)),
+            wall_s=_mean([float(r.wall_s or 0) for r in ok]),
+        ))
+    return out
+
+
+def _f(x: float | None, digits: int = 1) -> str:
+    return "n/a" if x is None or not np.isfinite(x) else f"{x:,.{digits}f}"
+
+
+def results_markdown(record: SweepRecord, rows: Sequence[ResultRow]) -> str:
+    """The text of ``results.md``."""
+    lines = [
+        f"# Comparison on {record.env_id}",
+        "",
+        f"Seeds {record.seeds_text} ({plural(len(record.seeds), 'run')} per backend), "
+        f"{plural(record.iterations or 0, 'iteration')} per run. Command: `{record.command}`",
+        "",
+        *_settings_lines(record, rows),
+        "| backend | LLM | runs ok | final eval mean [95% CI] | median episodes to solve | solve rate | "
+        "calls / run | tokens / run | cost USD (total) | wall s / run |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for s in backend_stats(rows, record.backends):
+        med = "not reached" if s.median_episodes_to_solve is None else f"{s.median_episodes_to_solve:,.0f}"
+        rate = "n/a" if not np.isfinite(s.solve_rate) else f"{100 * s.solve_rate:.0f}%"
+        lines.append(
+            f"| {s.backend} | {'yes' if s.is_llm else 'no'} | {s.ok}/{s.runs} | {s.score.format(1)} | {med} | "
+            f"{rate} | {_f(s.calls, 1)} | {_f(s.tokens, 0)} | {s.cost_usd:.4f} | {_f(s.wall_s, 1)} |"
+        )
+    lines += [
+        "",
+        f"- Final eval mean: the kept table's mean return on {record.heldout_episodes} held-out episodes "
+        f"(`best_eval_mean` of each run's summary), averaged over seeds; the interval is a percentile bootstrap over "
+        f"seeds ({DEFAULT_RESAMPLES:,} resamples, seed {DEFAULT_SEED}). With few seeds it is optimistic (narrow).",
+        "- Median episodes to solve: environment episodes (training + test + confirmation, held-out excluded) "
+        "until the kept table's held-out mean first reached the reward threshold; runs that never solved count as "
+        "never solving, so the median is \"not reached\" when half the runs or more did not solve.",
+        "- Calls: calls to the backend. Backends with LLM = no (offline optimiser, q-learning, random) are not "
+        "language models; their calls cost nothing.",
+        "- Curves: `curves.png` (median and interquartile band over seeds of the kept table's held-out mean "
+        "against environment episodes).",
+    ]
+    failed = [r for r in rows if not r.ok]
+    if failed:
+        lines += ["", "## Failed runs", "",
+                  "Runs without a result: their numbers are in no line above. Running the same command again resumes "
+                  "them from their checkpoints.", ""]
+        lines += [f"- {r.backend} seed {r.seed} ({r.status}): {r.error}" for r in failed]
+    return "\n".join(lines) + "\n"
+
+
+def _settings_lines(record: SweepRecord, rows: Sequence[ResultRow]) -> list[str]:
+    """What every run shared: the settings given, the provider limits and the budget (and what it stopped)."""
+    given = {k: v for k, v in record.settings.items() if k not in ("iterations", "budget_usd")}
+    lines = []
+    if given:
+        lines.append("Settings of every run: " + ", ".join(f"`{k}` = {json.dumps(v)}" for k, v in sorted(given.items()))
+                     + " (the rest are the defaults; `compare.json` holds them all).")
+    limits = record.limits
+    if limits:
+        rpm = f"at most {limits['rpm']:g} call starts a minute" if limits.get("rpm") else "no rate limit"
+        lines.append(f"Provider limits shared by all runs: at most {limits['max_concurrent_calls']} calls in flight "
+                     f"per provider, {rpm}.")
+    if limits.get("budget_usd") is not None:
+        stopped = [r for r in rows if r.ok and r.stop is not None and r.stop.kind is StopKind.BUDGET]
+        cost = sum(float(r.cost_usd or 0) for r in rows)
+        text = (f"Budget: USD {limits['budget_usd']:.4f} for the whole sweep (`--budget-usd`); its runs cost USD "
+                f"{cost:.4f} in all (USD {limits.get('spent_usd', cost):.4f} counted by the budget).")
+        if stopped:
+            names = ", ".join(f"{r.backend} seed {r.seed} after {r.iterations}" for r in stopped)
+            text += (f" {plural(len(stopped), 'run')} ended when the next call could have passed it (stop reason "
+                     f"\"{stopped[0].stop_reason}\"): {names} iterations; their numbers come from fewer "
+                     "iterations than asked for.")
+        else:
+            text += " No run was stopped by it."
+        lines.append(text)
+    return [*lines, ""] if lines else []

@@ -1,0 +1,169 @@
+"""One run of a sweep: the task, running or resuming it in its directory, and its row of results.csv.
+
+A :class:`RunTask` is everything a run needs, picklable, so that it can go to this process, a process pool
+(:mod:`.local`) or a Ray task (:mod:`.ray`) alike. :func:`run_one` starts the run, or resumes it with
+:func:`llm_policy_gen.run.resume` when its directory already holds a started run, under the sweep's shared limits
+(:mod:`.limits`), and never raises for a failed run: the failure becomes its row. A run counts as a result only when
+it finished (:func:`~.results.finished`): all its iterations, or a legitimate stop (patience, ``--max-episodes``, the
+budget, a replay that ran out); an interrupted or failed run is a row without numbers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..run.stop import StopKind, StopReason
+from ..runlog import read_jsonl, slug, write_bytes_atomic, write_json_atomic
+from .limits import Limits, SharedBudget, SharedLimiter, provider_key
+from .results import Curve, ResultRow, finished, split_entry
+
+if TYPE_CHECKING:
+    from ..config import TrainConfig
+
+__all__ = ["ERROR_MARKER", "RunTask", "TaskResult", "Done", "Note", "failed_result", "result_from_summary",
+           "error_text", "run_one"]
+
+ERROR_MARKER = "compare_error.json"
+"""Written into a run directory whose run raised (the error of its row); removed when the run resumes."""
+
+
+@dataclass(frozen=True)
+class RunTask:
+    """One (backend, seed) run of a sweep; picklable, so it can go to a process pool or a Ray task."""
+
+    env_id: str
+    backend: str
+    """The ``--backends`` entry: ``BACKEND`` or ``BACKEND@MODE``."""
+    seed: int
+    out: str
+    """The comparison directory (absolute)."""
+    settings: dict[str, Any] = field(default_factory=dict)
+    """Other TrainConfig settings (from --config, --iterations and --budget-usd)."""
+
+    @property
+    def run_id(self) -> str:
+        return f"{slug(self.backend)}_s{self.seed}"
+
+    @property
+    def backend_spec(self) -> str:
+        """The backend spec without its ``@MODE``."""
+        return split_entry(self.backend)[0]
+
+    @property
+    def mode(self) -> str:
+        """The entry's mode (``BACKEND@MODE``), else the sweep's (table by default)."""
+        return split_entry(self.backend)[1] or str(self.settings.get("mode", "table"))
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.out) / "runs" / slug(self.env_id) / self.run_id
+
+    def config(self) -> TrainConfig:
+        """The run's settings as ``train`` gets them (every value checked: a bad one is a UserError)."""
+        from ..config import TrainConfig
+
+        return TrainConfig.build((self.settings, "compare settings"), (
+            {"env_id": self.env_id, "backend": self.backend_spec, "mode": self.mode, "seed": self.seed,
+             "logs_dir": str(Path(self.out) / "runs"), "run_id": self.run_id, "progress": False},
+            "compare",
+        ))
+
+
+@dataclass
+class TaskResult:
+    """What one run of a sweep gives back: its row, its curve, and the lines its run logged."""
+
+    row: ResultRow
+    curve: Curve
+    log: list[str] = field(default_factory=list)
+
+
+Done = Callable[[RunTask, TaskResult], None]
+"""What an executor calls with each run's result, as the run ends."""
+Note = Callable[[dict[str, Any]], None]
+"""What an executor calls with each event of an attempt (a line of ``sweep.jsonl``)."""
+
+
+def _relative_dir(task: RunTask) -> str:
+    return str(task.run_dir.relative_to(task.out)) if task.run_dir.exists() else ""
+
+
+def failed_result(task: RunTask, error: str, status: str = "failed", stop_reason: str | None = None) -> TaskResult:
+    """A row without numbers: the run has no result (yet)."""
+    row = ResultRow(backend=task.backend, mode=task.mode, seed=task.seed, status=status, error=error,
+                    stop_reason=stop_reason, run_dir=_relative_dir(task))
+    return TaskResult(row, Curve(task.backend, task.seed))
+
+
+def _curve_from_events(task: RunTask, events: Iterable[Mapping[str, Any]]) -> Curve:
+    """(episodes_total, best table's held-out mean -- or best_eval_mean where no held-out mean was logged)."""
+    curve = Curve(task.backend, task.seed)
+    for e in events:
+        y = e.get("heldout_mean", e.get("best_eval_mean"))
+        if y is None or e.get("episodes_total") is None:
+            continue
+        curve.x.append(float(e["episodes_total"]))
+        curve.y.append(float(y))
+    return curve
+
+
+def result_from_summary(task: RunTask, summary: Mapping[str, Any]) -> TaskResult:
+    """The row and curve of a run that wrote ``summary``: its numbers when it finished, else no result."""
+    if not finished(summary):
+        stop = StopReason.parse(str(summary.get("stop_reason") or "no stop reason"))
+        assert stop is not None
+        status = "interrupted" if stop.kind is StopKind.INTERRUPTED else "failed"
+        return failed_result(task, f"{stop} after iteration {summary.get('iterations', 0)}; run the same command "
+                             "again to resume it", status, stop.text)
+    row = ResultRow.from_summary(summary, backend=task.backend, mode=task.mode, seed=task.seed, status="ok",
+                                 error="", run_dir=_relative_dir(task))
+    events = task.run_dir / "events.jsonl"
+    return TaskResult(row, _curve_from_events(task, read_jsonl(events) if events.is_file() else []))
+
+
+def error_text(exc: BaseException) -> str:
+    from ..clients.keys import redact
+
+    lines = redact(str(exc)).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}"[:300]
+
+
+def run_one(task: RunTask, limits: Limits | None = None, holder: str = "") -> TaskResult:
+    """Run one task, or resume it when its directory holds a started run; never raises for a failed run.
+
+    ``limits`` (the sweep's) bounds its calls and its spending, in the name of ``holder``.
+    """
+    from ..engine import resume, train
+
+    logs: list[str] = []
+    shared: dict[str, Any] = {}
+    if limits is not None:
+        holder = holder or task.run_id
+        shared = {"limiter": SharedLimiter(limits, provider_key(task.backend_spec, task.settings.get("base_url")),
+                                           holder),
+                  "budget": SharedBudget(limits, holder)}
+    try:
+        if (task.run_dir / "config.json").is_file():
+            (task.run_dir / ERROR_MARKER).unlink(missing_ok=True)
+            # The sweep's own environment and endpoint, named again: a module:EnvId environment is imported and a
+            # remote base URL is called on resume only when named (config.json has no password either).
+            url = task.settings.get("base_url")
+            overrides = {"env_id": task.env_id, **({"base_url": url} if url else {}),
+                         **{k: task.settings[k] for k in ("prices_file", "cache_dir") if task.settings.get(k)}}
+            result = resume(task.run_dir, overrides, log=logs.append, **shared)
+        else:
+            result = train(task.config(), log=logs.append, **shared)
+        if Path(result.run_dir) != task.run_dir:  # pragma: no cover - the sweep removes stale directories first
+            raise RuntimeError(f"run went to {result.run_dir}, expected {task.run_dir}")
+        out = result_from_summary(task, result.summary)
+    except Exception as exc:  # a failed run is a row of the table, never the end of the sweep
+        out = failed_result(task, error_text(exc))
+        if task.run_dir.is_dir():
+            write_json_atomic(task.run_dir / ERROR_MARKER, {"error": out.row.error})
+    out.log = logs
+    if task.run_dir.is_dir() and logs:
+        write_bytes_atomic(task.run_dir / "compare.log", ("\n".join(logs) + "\n").encode("utf-8"))
+    return out
