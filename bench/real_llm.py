@@ -149,8 +149,8 @@ def initial_heldout(run_dir: Path) -> float:
     """The initial table's mean over the run's held-out seeds (what the LLM's tables must beat)."""
     from llm_policy_gen.collect import Collector
     from llm_policy_gen.config import TrainConfig
-    from llm_policy_gen.engine import resolve_spec
     from llm_policy_gen.keeper import SeedPlan
+    from llm_policy_gen.run import resolve_spec
 
     record = json.loads((run_dir / "config.json").read_text())
     cfg = TrainConfig.model_validate(record["config"])

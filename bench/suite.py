@@ -93,7 +93,7 @@ def run_one(goal: Goal, backend: str, seed: int, out: Path, keep_policies: bool 
     """One run (in a worker process); returns its record. Reuses a finished run's summary."""
     os.environ["LLM_POLICY_GEN_WORKERS"] = "1"
     from llm_policy_gen.config import TrainConfig
-    from llm_policy_gen.engine import resume, train
+    from llm_policy_gen.run import resume, train
     from llm_policy_gen.runlog import read_jsonl
 
     run_id = f"{goal.key}_{backend}_s{seed}"

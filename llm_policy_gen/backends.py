@@ -33,7 +33,8 @@ __all__ = ["BACKENDS", "parse_backend_spec", "is_configured", "default_backend_s
 #: ``default_model``, ``is_llm`` and ``description``.
 BACKENDS: Registry[Any] = Registry("backend", "--backend")
 BACKENDS.register("offline", "llm_policy_gen.proposers.offline:OfflineProposer", kind="proposer", default_model="",
-                  is_llm=False, description="deterministic non-LLM optimiser; the baseline every LLM must beat")
+                  is_llm=False, description="deterministic non-LLM optimiser; the baseline every LLM must beat",
+                  notice="a deterministic optimiser, NOT an LLM (the baseline every LLM must beat)")
 BACKENDS.register("replay", "llm_policy_gen.clients.replay:ReplayClient", kind="client", default_model="",
                   is_llm=False, description="answers each call with the recorded answer of a transcripts.jsonl")
 BACKENDS.register("gemini", "llm_policy_gen.clients.gemini:GeminiClient", kind="client")
@@ -42,7 +43,7 @@ BACKENDS.register("anthropic", "llm_policy_gen.clients.anthropic:AnthropicClient
 BACKENDS.register("ollama", "llm_policy_gen.clients.ollama:OllamaClient", kind="client")
 BACKENDS.register("llamacpp", "llm_policy_gen.clients.llamacpp:LlamaCppClient", kind="client")
 BACKENDS.register("q-learning", "llm_policy_gen.proposers.qlearning:QLearningProposer", kind="proposer",
-                  default_model="", is_llm=False,
+                  default_model="", is_llm=False, writes_values=False,
                   description="classic tabular Q-learning on the same discretization (baseline, not an LLM)")
 BACKENDS.register("random", "llm_policy_gen.proposers.random:RandomProposer", kind="proposer", default_model="",
                   is_llm=False, description="uniformly random tables (baseline, not an LLM)")

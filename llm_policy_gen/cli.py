@@ -94,7 +94,7 @@ def _name_list(text: str) -> list[str]:
 def _cmd_train(args: argparse.Namespace) -> int:
     from .clients.keys import load_env
     from .config import TrainConfig, load_config_file
-    from .engine import resume, train
+    from .run import resume, train
 
     load_env()
     cli: dict[str, Any] = {n: getattr(args, n) for n in _TRAIN_OPTIONS if getattr(args, n) is not None}

@@ -12,8 +12,8 @@ from run_helpers import LAKE8, answer, cfg, kill_and_resume, path_advice, quiet,
 
 from llm_policy_gen.cli import main
 from llm_policy_gen.discretize import DiscreteDiscretizer
-from llm_policy_gen.engine import train
 from llm_policy_gen.learner import LearnerPolicy, QLearner
+from llm_policy_gen.run import train
 from llm_policy_gen.runlog import read_jsonl
 
 

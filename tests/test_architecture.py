@@ -116,7 +116,10 @@ def test_the_checker_finds_a_cycle():
 
 def test_early_stages_never_import_later_ones():
     g = read_graph()
-    later = {"llm_policy_gen.engine", "llm_policy_gen.cli", "llm_policy_gen.compare", "llm_policy_gen.modes"}
+    later = {m for m in g if m in ("llm_policy_gen.run", "llm_policy_gen.sweep")
+             or m.startswith(("llm_policy_gen.run.", "llm_policy_gen.sweep."))}
+    later |= {"llm_policy_gen.cli", "llm_policy_gen.modes"}
+    assert "llm_policy_gen.run.driver" in later
 
     def reach(start: str) -> set[str]:
         seen, todo = set(), [start]
@@ -134,6 +137,23 @@ def test_early_stages_never_import_later_ones():
     for client in ("openai", "anthropic", "gemini"):
         client = f"llm_policy_gen.clients.{client}"
         assert "llm_policy_gen.prompt" not in reach(client) and "llm_policy_gen.clients.session" not in reach(client)
+
+
+def test_the_driver_imports_few_package_modules():
+    """The iteration driver sees the run's services, records and stops, not the parts behind them."""
+    g = read_graph()
+    assert len(g["llm_policy_gen.run.driver"]) < 12, sorted(g["llm_policy_gen.run.driver"])
+    assert "llm_policy_gen.keeper" not in g["llm_policy_gen.run.driver"]
+
+
+def test_modes_reach_the_run_only_through_its_services():
+    """No mode imports the run package or the keeper: what a mode may do is RunServices (mypy checks the modes
+    against it, so a mode that reached for the keeper or the collector through ``run`` would not type-check)."""
+    g = read_graph()
+    for mode in (m for m in g if m.startswith("llm_policy_gen.modes.")):
+        assert not {w for w in g[mode] if w == "llm_policy_gen.run" or w.startswith("llm_policy_gen.run.")}, mode
+        if mode != "llm_policy_gen.modes.base":  # the seam itself names the keeper's Verdict, a record
+            assert "llm_policy_gen.keeper" not in g[mode], mode
 
 
 def test_no_test_module_changes_the_environment_when_imported():

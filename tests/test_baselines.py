@@ -10,7 +10,6 @@ import pytest
 from llm_policy_gen.backends import BACKENDS, parse_backend_spec
 from llm_policy_gen.collect import Episode
 from llm_policy_gen.config import TrainConfig
-from llm_policy_gen.engine import train
 from llm_policy_gen.envs import get_spec
 from llm_policy_gen.errors import BackendConfigError, UserError
 from llm_policy_gen.formats import make_format
@@ -19,6 +18,7 @@ from llm_policy_gen.memory import ExperienceMemory
 from llm_policy_gen.prompt import PromptContext
 from llm_policy_gen.proposers.qlearning import QLearningProposer
 from llm_policy_gen.proposers.random import RandomProposer
+from llm_policy_gen.run import train
 from llm_policy_gen.runlog import read_jsonl
 
 

@@ -11,8 +11,8 @@ import pytest
 
 from llm_policy_gen.checkpoint import load_checkpoint, save_checkpoint
 from llm_policy_gen.config import TrainConfig
-from llm_policy_gen.engine import train
 from llm_policy_gen.errors import UserError
+from llm_policy_gen.run import train
 
 
 def state() -> dict[str, Any]:

@@ -17,9 +17,9 @@ from fakes import openai_server
 from fakes.tables import FillThenGo
 
 from llm_policy_gen.cli import main
-from llm_policy_gen.engine import Run
 from llm_policy_gen.errors import UserError
 from llm_policy_gen.locks import LOCK_FILES
+from llm_policy_gen.run import Run
 from llm_policy_gen.runlog import read_jsonl
 from llm_policy_gen.sweep.compare import CompareConfig, run_compare
 from llm_policy_gen.sweep.plan import parse_backends, parse_seeds
@@ -237,7 +237,7 @@ def test_other_settings_under_the_same_out_are_refused(tmp_path: Path, capsys: p
 
 def test_a_failed_run_is_a_row_not_the_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                            capsys: pytest.CaptureFixture[str]) -> None:
-    import llm_policy_gen.engine as engine
+    import llm_policy_gen.run as engine
 
     real = engine.train
 

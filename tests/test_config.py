@@ -11,9 +11,9 @@ import pytest
 
 from llm_policy_gen.cli import main
 from llm_policy_gen.config import SEED_MAX, TrainConfig, load_config_file
-from llm_policy_gen.engine import train
 from llm_policy_gen.envs import get_spec
 from llm_policy_gen.errors import UserError
+from llm_policy_gen.run import train
 
 
 def refused(values: dict[str, Any], source: str = "config file c.toml") -> str:

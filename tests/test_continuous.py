@@ -9,13 +9,13 @@ import pytest
 from llm_policy_gen.collect import Collector, default_workers, fresh_env_per_episode
 from llm_policy_gen.config import TrainConfig
 from llm_policy_gen.discretize import BoxActions, action_discretizer_from_spec
-from llm_policy_gen.engine import train
 from llm_policy_gen.envs import get_spec
 from llm_policy_gen.envs.spec import EnvSpec
 from llm_policy_gen.errors import SpecError
 from llm_policy_gen.formats import AUTO_EDITS_ABOVE, resolve_format_name
 from llm_policy_gen.memory import ExperienceMemory, SparseTransitions, expected_next, transition_totals
 from llm_policy_gen.policy import TablePolicy
+from llm_policy_gen.run import train
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -24,12 +24,12 @@ from run_helpers import quiet
 from llm_policy_gen.backends import BACKENDS
 from llm_policy_gen.cli import main
 from llm_policy_gen.clients.base import ClientOptions, Completion, Request
-from llm_policy_gen.engine import train
 from llm_policy_gen.envs import get_spec
 from llm_policy_gen.errors import BackendError, ProposalError
 from llm_policy_gen.formats.action import parse_action
 from llm_policy_gen.keeper import seed_ranges
 from llm_policy_gen.modes.direct import observation_text
+from llm_policy_gen.run import train
 from llm_policy_gen.runlog import read_jsonl
 
 fake_openai = openai_server.fake_openai

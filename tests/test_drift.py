@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 from run_helpers import ROOT, cfg
 
-from llm_policy_gen.engine import train
+from llm_policy_gen.run import train
 from llm_policy_gen.runlog import read_jsonl
 
 

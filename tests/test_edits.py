@@ -7,7 +7,6 @@ import pytest
 
 from llm_policy_gen.config import TrainConfig
 from llm_policy_gen.discretize import BoxDiscretizer, DimSpec, DiscreteActions, DiscreteDiscretizer
-from llm_policy_gen.engine import train
 from llm_policy_gen.envs import get_spec
 from llm_policy_gen.errors import ProposalError
 from llm_policy_gen.formats import make_format
@@ -15,6 +14,7 @@ from llm_policy_gen.formats.base import MAX_ERRORS, FormatContext, Target, table
 from llm_policy_gen.formats.edits import EditsFormat, describe_edit_dims, table_as_edits
 from llm_policy_gen.formats.table import TableFormat
 from llm_policy_gen.policy import TablePolicy
+from llm_policy_gen.run import train
 from llm_policy_gen.runlog import read_jsonl
 
 CARTPOLE = BoxDiscretizer([DimSpec("x", -2.4, 2.4, 3), DimSpec("v", -3, 3, 3), DimSpec("angle", -0.2, 0.2, 6),

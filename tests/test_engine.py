@@ -10,8 +10,8 @@ import pytest
 from run_helpers import cfg as run_cfg
 from run_helpers import kill_and_resume, quiet
 
-from llm_policy_gen.engine import resume, train
 from llm_policy_gen.errors import UserError
+from llm_policy_gen.run import resume, train
 from llm_policy_gen.runlog import read_jsonl
 
 EVENT_KEYS = {"iteration", "train_return", "eval_mean", "eval_returns", "best_eval_mean", "accepted",

@@ -15,12 +15,12 @@ from matplotlib.patches import FancyArrow
 from llm_policy_gen.cli import main
 from llm_policy_gen.config import TrainConfig
 from llm_policy_gen.discretize import BoxActions, BoxDiscretizer, DimSpec, DiscreteActions, DiscreteDiscretizer
-from llm_policy_gen.engine import train
 from llm_policy_gen.envs import get_spec
 from llm_policy_gen.envs.spec import EnvSpec
 from llm_policy_gen.plotting.figure import plt
 from llm_policy_gen.plotting.table import action_labels, grid_map, plot_policy, policy_figure
 from llm_policy_gen.policy import TablePolicy, load_run_policy
+from llm_policy_gen.run import train
 
 PNG = b"\x89PNG\r\n\x1a\n"
 ROOT = Path(__file__).resolve().parents[1]

@@ -6,11 +6,11 @@ import pytest
 
 from llm_policy_gen.cli import main
 from llm_policy_gen.config import TrainConfig
-from llm_policy_gen.engine import resolve_spec, train
 from llm_policy_gen.envs import get_spec
 from llm_policy_gen.envs.generic import MAX_DEFAULT_STATES, default_bins, generic_spec, sample_observations
 from llm_policy_gen.envs.gymdoc import parse_gym_doc
 from llm_policy_gen.errors import SpecError
+from llm_policy_gen.run import resolve_spec, train
 from llm_policy_gen.runlog import read_jsonl
 
 GENERIC = ["MountainCar-v0", "Acrobot-v1", "LunarLander-v3", "CliffWalking-v1", "Taxi-v4"]

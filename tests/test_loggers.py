@@ -12,9 +12,9 @@ from run_helpers import cfg as run_cfg
 from run_helpers import quiet
 
 from llm_policy_gen.cli import main
-from llm_policy_gen.engine import Run, resume, train
 from llm_policy_gen.errors import UserError
 from llm_policy_gen.loggers import CSVWriter, TensorBoardWriter, make_writers, scalars
+from llm_policy_gen.run import Run, resume, train
 from llm_policy_gen.runlog import read_jsonl
 
 cfg = partial(run_cfg, env_id="CartPole-v1", heldout_episodes=20, cache=True, log=["csv", "tensorboard"])

@@ -215,7 +215,7 @@ def test_model_search_exploits_what_it_learned_and_explores_what_it_did_not():
 
 def test_a_resumed_population_search_gives_the_uninterrupted_run(tmp_path):
     from llm_policy_gen.config import TrainConfig
-    from llm_policy_gen.engine import resume, train
+    from llm_policy_gen.run import resume, train
 
     def cfg(run_id, iterations):
         return TrainConfig(env_id="CartPole-v1", backend="offline", output_format="rules", candidates=5,

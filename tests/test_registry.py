@@ -17,14 +17,14 @@ from run_helpers import cfg, quiet
 from llm_policy_gen.backends import BACKENDS, parse_backend_spec
 from llm_policy_gen.checkpoint import load_checkpoint
 from llm_policy_gen.cli import main
-from llm_policy_gen.engine import resume, train
 from llm_policy_gen.errors import BackendConfigError, ProposalError, UserError
 from llm_policy_gen.formats import FORMATS, make_format, resolve_format_name
 from llm_policy_gen.formats.base import AnswerFormat, FormatContext, Parsed, Target
 from llm_policy_gen.modes import MODES
-from llm_policy_gen.modes.base import Mode, RunServices, Step
+from llm_policy_gen.modes.base import Mode, RunServices, Setup, Step
 from llm_policy_gen.policy import TablePolicy
 from llm_policy_gen.registry import Registry
+from llm_policy_gen.run import resume, train
 from llm_policy_gen.runlog import read_jsonl
 
 run_cfg = partial(cfg, env_id="CartPole-v1", iterations=2, heldout_episodes=5, candidates=2, cache=True)
@@ -176,29 +176,26 @@ class SingleMode:
 
     name = "single"
     needs_session = False
+    judges_candidates = True
 
     def __init__(self) -> None:
         self.fmt: AnswerFormat[Any] | None = None
         self.target: Target | None = None
         self.asked = 0
 
-    def prepare(self, run: RunServices, resumed: bool) -> dict[str, Any]:
-        self.fmt = make_format(resolve_format_name(run.cfg.output_format, run.observation.n_states))
-        self.target = Target("action", n_actions=run.actions.n_actions)
+    def prepare(self, setup: Setup, resumed: bool) -> dict[str, Any]:
+        self.fmt = make_format(resolve_format_name(setup.cfg.output_format, setup.observation.n_states))
+        self.target = Target("action", n_actions=setup.actions.n_actions)
         return {"output_format": self.fmt.name, "candidates_forced": 1}
 
     def start(self, run: RunServices) -> None:
-        _, first = run.keeper.score_best(1)
-        run.count(first)
-        run.measure_best(0)
-        run.save_best()
+        run.start_from_initial()
 
     def iterate(self, run: RunServices, iteration: int) -> Step:
         assert self.fmt is not None and self.target is not None
-        train_eps = run.train_episodes(run.keeper.best_table, iteration, run.cfg.explore_epsilon)
-        best_mean, extra = run.keeper.score_best(iteration)
-        run.count(extra)
-        ctx = run.context(iteration, self.fmt, self.target, run.keeper.best_table, best_mean)
+        train_eps = run.train_episodes(run.best_table, iteration, run.cfg.explore_epsilon)
+        best_mean = run.score_best(iteration)
+        ctx = run.context(iteration, self.fmt, self.target, run.best_table, best_mean)
         answers = run.propose(ctx, 1)
         self.asked += len(answers)
         verdict = run.judge([a.parsed.value if a.parsed else None for a in answers], iteration)

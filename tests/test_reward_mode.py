@@ -12,7 +12,6 @@ from run_helpers import LAKE8, answer, cfg, goal_distances, kill_and_resume, qui
 
 from llm_policy_gen.cli import main
 from llm_policy_gen.collect import Collector, Episode
-from llm_policy_gen.engine import resolve_spec, train
 from llm_policy_gen.envs import get_spec
 from llm_policy_gen.formats import make_format
 from llm_policy_gen.formats.base import Target
@@ -21,6 +20,7 @@ from llm_policy_gen.learner import QLearner
 from llm_policy_gen.memory import ExperienceMemory
 from llm_policy_gen.prompt import PromptContext
 from llm_policy_gen.proposers.potential import potential_tables, prior_potential
+from llm_policy_gen.run import resolve_spec, train
 from llm_policy_gen.runlog import read_jsonl
 
 

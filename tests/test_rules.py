@@ -8,13 +8,13 @@ import pytest
 from llm_policy_gen.cli import main
 from llm_policy_gen.collect import Collector
 from llm_policy_gen.config import TrainConfig
-from llm_policy_gen.engine import train
 from llm_policy_gen.envs import get_spec
 from llm_policy_gen.errors import ProposalError
 from llm_policy_gen.formats import FORMATS, make_format, table_format_names
 from llm_policy_gen.formats.base import FormatContext, Target
 from llm_policy_gen.formats.ruleset import RuleSet, RulesPolicy, feature_values
 from llm_policy_gen.policy import TablePolicy
+from llm_policy_gen.run import train
 
 
 def fctx(spec, target=None, current=None):

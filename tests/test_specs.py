@@ -9,11 +9,11 @@ import pytest
 from llm_policy_gen.cli import main
 from llm_policy_gen.collect import Collector
 from llm_policy_gen.config import TrainConfig
-from llm_policy_gen.engine import resolve_spec
 from llm_policy_gen.envs import get_spec, shipped_env_ids
 from llm_policy_gen.envs.registry import SPEC_DIR, spec_variants, variant_id
 from llm_policy_gen.errors import UserError
 from llm_policy_gen.prompt import PromptBuilder
+from llm_policy_gen.run import resolve_spec
 
 ALL = sorted([*shipped_env_ids(), *spec_variants()])
 GOAL_TASKS = ["InvertedPendulum-v5", "MountainCarContinuous-v0", "MountainCar-v0", "Acrobot-v1", "Pendulum-v1",

@@ -6,7 +6,7 @@ learner (:class:`~llm_policy_gen.learner.QLearner`, same discretisation) takes t
 (``explore_epsilon``); it learns from the environment's own reward. Every iteration the model revises its advice from
 the evidence and the learner's current greedy table; K candidates are K advice tables, each trained into its own copy
 of the learner from the same state on the same seeds, and the keeper judges each copy's **greedy table** -- never the
-advice itself (:class:`~llm_policy_gen.learner.LearnerMode`).
+advice itself (:class:`~llm_policy_gen.modes.learner.LearnerMode`).
 
 Prompts: ``prompts/advisor_system.md``, ``prompts/advisor_user.md``. With the ``offline`` backend (not an LLM) the
 advice is the offline optimiser's table.
@@ -19,11 +19,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..formats.base import Target
-from ..learner import LearnerMode, LearnerPolicy, QLearner
+from ..learner import LearnerPolicy, QLearner
+from .learner import LearnerMode
 
 if TYPE_CHECKING:
     from ..prompt import PromptContext
-    from .base import RunServices
+    from .base import RunServices, Setup
 
 __all__ = ["AdvisorMode", "advice_probability"]
 
@@ -40,11 +41,11 @@ class AdvisorMode(LearnerMode):
     templates = ("advisor_system.md", "advisor_user.md")
     what = "advice"
 
-    def make_target(self, run: RunServices) -> Target:
-        return Target("action", n_actions=run.actions.n_actions)
+    def make_target(self, setup: Setup) -> Target:
+        return Target("action", n_actions=setup.actions.n_actions)
 
     def initial(self, run: RunServices) -> np.ndarray:
-        return np.asarray(run.keeper.best_table, dtype=np.int64).copy()
+        return np.asarray(run.best_table, dtype=np.int64).copy()
 
     def _p(self, run: RunServices, iteration: int) -> float:
         return advice_probability(run.cfg.advice_prob, run.cfg.advice_decay, iteration)

@@ -1,7 +1,7 @@
 """The seam between the engine and a mode: what a mode may ask of a run, and what it reports back.
 
 A :class:`Mode` decides what a candidate is, how it becomes a policy and how it is judged; the engine
-(:mod:`llm_policy_gen.engine`) owns everything else: the iteration loop, the stops (iterations, ``--max-episodes``,
+(:mod:`llm_policy_gen.run`) owns everything else: the iteration loop, the stops (iterations, ``--max-episodes``,
 budget, patience, an unreachable backend), the counters, events, checkpoints and the summary. A mode reaches the
 run only through :class:`RunServices`, so a new mode is one file plus one registry line and never imports the
 engine.
@@ -15,47 +15,44 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import numpy as np
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
     from ..clients.session import Answer, LLMSession
-    from ..collect import Collector, Episode, Rollouts
+    from ..collect import Episode, Rollouts
     from ..config import TrainConfig
     from ..discretize import ActionDiscretizer, ObservationDiscretizer
     from ..envs.spec import EnvSpec
     from ..formats.base import AnswerFormat, Target
-    from ..keeper import Keeper, SeedPlan, Verdict
-    from ..memory import ExperienceMemory
+    from ..keeper import Verdict
     from ..policy import Policy
-    from ..prompt import HistoryEntry, PromptBuilder, PromptContext
-    from ..proposers.base import Proposer
+    from ..prompt import PromptBuilder, PromptContext
 
-__all__ = ["RunServices", "Step", "Mode"]
+__all__ = ["Setup", "RunServices", "Step", "Mode", "stopped_before_any_answer", "first_stop"]
 
 
-class RunServices(Protocol):
-    """What the engine's run offers a mode."""
+@dataclass(frozen=True)
+class Setup:
+    """What a mode may read before the run is built (:meth:`Mode.prepare`)."""
 
     cfg: TrainConfig
     spec: EnvSpec
     observation: ObservationDiscretizer
     actions: ActionDiscretizer
-    plan: SeedPlan
-    collector: Collector
-    memory: ExperienceMemory
-    keeper: Keeper
+
+
+class RunServices(Protocol):
+    """What the run offers a mode. Every episode a service plays is counted by the service (memory, totals, the
+    next prompt's fresh episodes); the keeper and the collector stay the run's."""
+
+    cfg: TrainConfig
+    spec: EnvSpec
+    observation: ObservationDiscretizer
+    actions: ActionDiscretizer
     builder: PromptBuilder
-    history: list[HistoryEntry]
-    rng: np.random.Generator
-    iteration: int
-    """The last finished iteration."""
-    episodes_total: int
-    heldout_total: int
-    best_heldout: Rollouts | None
-    """The kept policy's held-out measurement (reported, never used to decide)."""
-    solved_at: int | None
-    solved_iteration: int | None
 
     @property
-    def proposer(self) -> Proposer | None:
-        """The backend as a proposer (None in modes that need a session instead)."""
+    def iteration(self) -> int:
+        """The last finished iteration."""
         ...
 
     @property
@@ -63,12 +60,32 @@ class RunServices(Protocol):
         """The LLM session (None for the non-LLM proposers)."""
         ...
 
+    @property
+    def best_table(self) -> np.ndarray:
+        """The kept table."""
+        ...
+
+    @property
+    def best_source(self) -> dict[str, Any] | None:
+        """The kept table's source (the rules it compiles from), if any."""
+        ...
+
+    @property
+    def best_iteration(self) -> int:
+        """The iteration that adopted the kept table (0: the initial table)."""
+        ...
+
     def log(self, text: str) -> None:
         """One line for the console."""
         ...
 
-    def count(self, episodes: list[Episode]) -> None:
-        """Add episodes that fed a decision to the memory and to the totals."""
+    def start_from_initial(self) -> list[Episode]:
+        """A table mode's start: the initial table scored on the first test seeds and measured on the held-out seeds,
+        ``best_policy.json`` written; returns the scoring episodes."""
+        ...
+
+    def score_best(self, iteration: int) -> float | None:
+        """The kept table's test mean at ``iteration`` (its missing test episodes played and counted)."""
         ...
 
     def train_episodes(self, policy: Policy | np.ndarray, iteration: int, epsilon: float = 0.0,
@@ -77,8 +94,14 @@ class RunServices(Protocol):
         ...
 
     def train_seeds(self, n: int | None = None) -> list[int]:
-        """Reserve the next ``n`` (default ``train_episodes``) training seeds, for a mode that runs its own training
-        episodes on them (several candidates on the same seeds) and counts them with :meth:`count`."""
+        """Reserve the next ``n`` (default ``train_episodes``) training seeds, for a mode that runs several
+        candidates on the same seeds (:meth:`train_on`)."""
+        ...
+
+    def train_on(self, policy: Policy, seeds: Sequence[int], iteration: int,
+                 each: Callable[[Episode], object]) -> list[Episode]:
+        """One episode per seed, ``each`` called after every episode (a learner learning as it goes); the episodes
+        are counted together at the end."""
         ...
 
     def context(self, iteration: int, fmt: AnswerFormat[Any], target: Target, current: np.ndarray,
@@ -101,12 +124,9 @@ class RunServices(Protocol):
         """Write a policy file (``best_policy.json`` or ``policies/iter_NNNN.json``) into the run directory."""
         ...
 
-    def measure_best(self, iteration: int) -> None:
-        """Measure the kept table on the held-out seeds (reported, never used to decide)."""
-        ...
-
-    def save_best(self, meta: dict[str, Any] | None = None) -> None:
-        """Write ``best_policy.json`` from the keeper's table (its iteration is the keeper's; ``meta`` adds fields)."""
+    def measure_heldout(self, policy: Policy | np.ndarray, iteration: int) -> Rollouts:
+        """``policy`` on the held-out seeds, kept as the run's best measurement (reported, never used to decide), for
+        a mode whose policy is not the keeper's table."""
         ...
 
 
@@ -130,6 +150,20 @@ class Step:
     """True when the iteration did nothing worth recording (every call stopped before any answer)."""
 
 
+def stopped_before_any_answer(answers: list[Answer[Any]]) -> Step | None:
+    """The step of an iteration whose every call stopped (a budget reached, a replay run out) before any answer,
+    failure or error: nothing to judge or record, and the run ends. None when there is something to judge."""
+    stops = [a.stop for a in answers if a.stop]
+    if stops and not any(a.ok or a.failed or a.errors for a in answers):
+        return Step([], None, answers, stop=stops[0], skipped=True)
+    return None
+
+
+def first_stop(answers: list[Answer[Any]]) -> str | None:
+    """Why the run must end after this iteration, if a call said so."""
+    return next((a.stop for a in answers if a.stop), None)
+
+
 @runtime_checkable
 class Mode(Protocol):
     """What a candidate is and how it is judged."""
@@ -137,10 +171,12 @@ class Mode(Protocol):
     name: str
     needs_session: bool
     """True for modes that ask the model directly (direct mode); the non-LLM proposers cannot serve them."""
+    judges_candidates: bool
+    """True for modes whose keeper judges candidate tables (the run notes when none was ever accepted)."""
 
-    def prepare(self, run: RunServices, resumed: bool) -> dict[str, Any]:
-        """Called once before the first iteration this process runs (``resumed``: state comes from a checkpoint
-        next); returns facts for config.json (the answer format, ...)."""
+    def prepare(self, setup: Setup, resumed: bool) -> dict[str, Any]:
+        """Called once, before the run's backend is built (``resumed``: state comes from a checkpoint next);
+        returns facts for config.json (the answer format, ...)."""
         ...
 
     def start(self, run: RunServices) -> None:

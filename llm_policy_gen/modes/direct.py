@@ -37,13 +37,12 @@ import numpy as np
 
 from ..clients.base import Message
 from ..clients.session import Answer, LLMSession
-from ..collect import Rollouts
 from ..discretize import BoxDiscretizer
 from ..envs.spec import EnvSpec
 from ..formats import make_format
 from ..formats.base import AnswerFormat, FormatContext, Target
 from ..prompt import PromptBuilder
-from .base import RunServices, Step
+from .base import RunServices, Setup, Step
 
 __all__ = ["DirectMode", "DirectPolicy", "observation_text"]
 
@@ -169,6 +168,7 @@ class DirectMode:
 
     name = "direct"
     needs_session = True
+    judges_candidates = False
 
     def __init__(self) -> None:
         self.policy: DirectPolicy | None = None
@@ -176,8 +176,8 @@ class DirectMode:
         self.best_iteration = 0
         """The iteration whose batch set ``best_batch``."""
 
-    def prepare(self, run: RunServices, resumed: bool) -> dict[str, Any]:
-        return {"output_format": "action", "fallback_action": int(run.spec.default_action),
+    def prepare(self, setup: Setup, resumed: bool) -> dict[str, Any]:
+        return {"output_format": "action", "fallback_action": int(setup.spec.default_action),
                 "fallback_rule": "spec default_action for invalid answers, failed calls and states left unasked"}
 
     def _policy(self, run: RunServices) -> DirectPolicy:
@@ -220,14 +220,8 @@ class DirectMode:
     def finish(self, run: RunServices) -> dict[str, Any]:
         policy = self._policy(run)
         policy.phase, policy.log = "heldout", []
-        seeds = [run.plan.heldout(j) for j in range(run.cfg.heldout_episodes)]
         stopped_before = policy.stop
-        held: Rollouts = run.collector.evaluate(policy, seeds)
-        run.best_heldout = held
-        run.heldout_total += len(seeds)
-        threshold = run.spec.reward_threshold
-        if threshold is not None and held.mean >= threshold and run.solved_at is None:
-            run.solved_at, run.solved_iteration = run.episodes_total, run.iteration
+        held = run.measure_heldout(policy, run.iteration)
         run.save_policy("best_policy.json", policy.table(), {
             "mode": "direct", "states_asked": sorted(policy.answers), "fallback_action": policy.fallback,
             "heldout_mean": held.mean})

@@ -6,7 +6,8 @@ target: full table or edits, or any registered format that supports values). The
 the iteration's training episodes: potential-based shaping (Ng, Harada and Russell 1999), which leaves the optimal
 policy unchanged. K candidates are K potentials, each trained into its own copy of the learner from the same state
 on the same seeds; the keeper judges each copy's greedy table on the environment's own reward (the shaped return is
-never a result), and the run goes on with the copy that scored best (:class:`~llm_policy_gen.learner.LearnerMode`).
+never a result), and the run goes on with the copy that scored best
+(:class:`~llm_policy_gen.modes.learner.LearnerMode`).
 
 The prompt (``prompts/reward_system.md``, ``prompts/reward_user.md``) shows how the learner did under each earlier
 potential -- its training return, its greedy table's test mean, kept or not (Eureka-style reflection) -- with the
@@ -22,20 +23,16 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..backends import parse_backend_spec
+from ..backends import BACKENDS, parse_backend_spec
 from ..errors import UserError
 from ..formats.base import Target
-from ..learner import LearnerMode
+from .learner import LearnerMode
 
 if TYPE_CHECKING:
     from ..prompt import PromptContext
-    from .base import RunServices
+    from .base import RunServices, Setup
 
-__all__ = ["RewardMode", "NO_POTENTIALS"]
-
-#: Backends that write action tables only, so they cannot answer a potential.
-NO_POTENTIALS = ("q-learning",)
-
+__all__ = ["RewardMode"]
 
 class RewardMode(LearnerMode):
     """The model shapes the learner's reward."""
@@ -44,14 +41,14 @@ class RewardMode(LearnerMode):
     templates = ("reward_system.md", "reward_user.md")
     what = "potential"
 
-    def check_backend(self, run: RunServices) -> None:
-        name, _ = parse_backend_spec(run.cfg.backend or "offline")
-        if name in NO_POTENTIALS:
+    def check_backend(self, setup: Setup) -> None:
+        name, _ = parse_backend_spec(setup.cfg.backend or "offline")
+        if BACKENDS.entry(name).info.get("writes_values", True) is False:
             raise UserError(f"--mode reward needs a backend that writes a potential (an LLM, replay:PATH, offline or "
                             f"random); {name} writes action tables only: use it with --mode table or advisor")
 
-    def make_target(self, run: RunServices) -> Target:
-        bound = float(run.cfg.potential_bound)
+    def make_target(self, setup: Setup) -> Target:
+        bound = float(setup.cfg.potential_bound)
         return Target("value", low=-bound, high=bound, meaning="shaping potential of the state")
 
     def initial(self, run: RunServices) -> np.ndarray:

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..formats import make_format, resolve_format_name
 from ..formats.base import AnswerFormat, Target
-from .base import RunServices, Step
+from .base import RunServices, Setup, Step, first_stop, stopped_before_any_answer
 
 __all__ = ["TableMode"]
 
@@ -23,41 +23,37 @@ class TableMode:
 
     name = "table"
     needs_session = False
+    judges_candidates = True
 
     def __init__(self) -> None:
         self.fmt: AnswerFormat[Any] | None = None
         self.target: Target | None = None
 
-    def prepare(self, run: RunServices, resumed: bool) -> dict[str, Any]:
-        name = resolve_format_name(run.cfg.output_format, run.observation.n_states)
+    def prepare(self, setup: Setup, resumed: bool) -> dict[str, Any]:
+        name = resolve_format_name(setup.cfg.output_format, setup.observation.n_states)
         self.fmt = make_format(name)
-        self.target = Target("action", n_actions=run.actions.n_actions)
+        self.target = Target("action", n_actions=setup.actions.n_actions)
         return {"output_format": name}
 
     def start(self, run: RunServices) -> None:
         """Score the initial table on the first test seeds and the held-out seeds."""
-        _, first = run.keeper.score_best(1)
-        run.count(first)
-        run.measure_best(0)
-        run.save_best()
+        run.start_from_initial()
 
     def iterate(self, run: RunServices, iteration: int) -> Step:
         assert self.fmt is not None and self.target is not None
         # Until a table beats the initial one there is nothing to exploit: training episodes act at random.
-        epsilon = 1.0 if run.keeper.best_iteration == 0 else run.cfg.explore_epsilon
-        train = run.train_episodes(run.keeper.best_table, iteration, epsilon)
-        best_mean, extra = run.keeper.score_best(iteration)
-        run.count(extra)
-        ctx = run.context(iteration, self.fmt, self.target, run.keeper.best_table, best_mean,
-                          current_source=run.keeper.best_source)
+        epsilon = 1.0 if run.best_iteration == 0 else run.cfg.explore_epsilon
+        train = run.train_episodes(run.best_table, iteration, epsilon)
+        best_mean = run.score_best(iteration)
+        ctx = run.context(iteration, self.fmt, self.target, run.best_table, best_mean, current_source=run.best_source)
         answers = run.propose(ctx, run.cfg.candidates)
-        stops = [a.stop for a in answers if a.stop]
-        if stops and not any(a.ok or a.failed or a.errors for a in answers):
-            return Step(train, epsilon, answers, stop=stops[0], skipped=True)
+        stopped = stopped_before_any_answer(answers)
+        if stopped is not None:  # nothing to judge; the run ends (its training episodes are not recorded)
+            return stopped
         tables: list[np.ndarray | None] = [a.parsed.value if a.parsed else None for a in answers]
         sources = [a.parsed.source if a.parsed else None for a in answers]
         verdict = run.judge(tables, iteration, sources)
-        return Step(train, epsilon, answers, verdict, verdict.accepted, stop=stops[0] if stops else None)
+        return Step(train, epsilon, answers, verdict, verdict.accepted, stop=first_stop(answers))
 
     def finish(self, run: RunServices) -> dict[str, Any]:
         return {}

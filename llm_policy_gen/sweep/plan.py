@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import re
 import sys
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -136,7 +135,7 @@ def experiment(config: Mapping[str, Any]) -> dict[str, Any]:
 
 def resolve(cfg: TrainConfig) -> tuple[EnvSpec, TrainConfig]:
     """The run's env spec, and ``cfg`` with the spec's train defaults applied (as ``train`` does)."""
-    from ..engine import resolve_spec
+    from ..run import resolve_spec
 
     spec = resolve_spec(cfg)
     return spec, (cfg.with_env_defaults(spec.train_defaults) if spec.train_defaults else cfg)
@@ -190,10 +189,7 @@ def preflight(tasks: Sequence[RunTask]) -> None:
     settings of every (entry, seed), and each entry's environment, mode and backend (its key included) by building
     its run in a scratch folder without starting it. Says, once per entry, where its calls will go and where that
     base URL and the key came from."""
-    from ..console import Console
-    from ..engine import Run
-    from ..modes import MODES
-    from ..runlog import RunDir
+    from ..run import check_backend, prepare
 
     built: set[str] = set()
     for task in tasks:
@@ -201,13 +197,6 @@ def preflight(tasks: Sequence[RunTask]) -> None:
         if task.backend in built:
             continue
         built.add(task.backend)
-        spec, cfg = resolve(cfg)
-        if cfg.mode not in MODES:
-            raise MODES.unknown(cfg.mode)
-        with tempfile.TemporaryDirectory(prefix="llm-policy-gen-check-") as tmp:
-            console = Console(cfg.iterations, task.backend, enabled=False, sink=lambda s: None)
-            run = Run(cfg, spec, MODES.load(cfg.mode)(), RunDir(Path(tmp)), console)
-            run.logger.close()
-            run.collector.close()
-            if run.endpoint is not None:
-                print(run.endpoint, file=sys.stderr)
+        endpoint = check_backend(prepare(cfg))
+        if endpoint is not None:
+            print(endpoint, file=sys.stderr)

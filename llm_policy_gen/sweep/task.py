@@ -136,7 +136,7 @@ def run_one(task: RunTask, limits: Limits | None = None, holder: str = "") -> Ta
 
     ``limits`` (the sweep's) bounds its calls and its spending, in the name of ``holder``.
     """
-    from ..engine import resume, train
+    from ..run import resume, train
 
     logs: list[str] = []
     shared: dict[str, Any] = {}

@@ -1,0 +1,156 @@
+"""The one backend factory: ``--backend`` to a proposer, and for LLM clients the session the calls go through.
+
+:func:`make_backend` is all a run (and ``compare``'s checks) asks: a non-LLM proposer is built from its registry line;
+an LLM client (or ``replay:PATH``) gets the run's client options, its prompt cap in tokens where it knows its
+tokenizer, the answer cache, the call limiter and the budget, wrapped in an
+:class:`~llm_policy_gen.clients.session.LLMSession` and an :class:`~llm_policy_gen.proposers.llm.LLMProposer`. Before
+the first call the endpoint is said: where the calls go, and where the base URL and the key came from.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..backends import BACKENDS, base_url_variable, is_client, parse_backend_spec
+from ..clients.base import ClientOptions, CountsTokens, LLMClient, Sampling
+from ..clients.cache import ResponseCache
+from ..clients.keys import endpoint_notice, remember_url
+from ..clients.replay import SOURCE_FIELDS
+from ..clients.retry import RetryPolicy
+from ..clients.sdk import SDKClient
+from ..clients.session import LLMSession
+from ..clients.transcript import RecordedCalls, Transcript
+from ..clients.usage import Budget, CallLimiter, LocalLimiter
+from ..config import TrainConfig
+from ..errors import UserError
+from ..pricing import DEFAULT_PRICES, price_of
+from ..prompt import PromptBuilder, default_token_cap
+from ..proposers.base import Proposer
+from ..proposers.llm import LLMProposer
+
+__all__ = ["Backend", "make_backend", "client_options", "default_cache_dir"]
+
+
+@dataclass
+class Backend:
+    """What ``--backend`` became: the proposer every mode asks, the session of an LLM client (None otherwise), and
+    the endpoint notice of a client that calls a server (None otherwise)."""
+
+    name: str
+    model: str
+    proposer: Proposer
+    session: LLMSession | None
+    endpoint: str | None
+
+    @property
+    def client(self) -> LLMClient | None:
+        return self.session.client if self.session is not None else None
+
+    def describe(self) -> dict[str, Any]:
+        return self.session.client.describe() if self.session is not None else self.proposer.describe()
+
+
+def default_cache_dir() -> Path:
+    """``$XDG_CACHE_HOME/llm-policy-gen/responses`` (``~/.cache`` without the variable)."""
+    root = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(root) / "llm-policy-gen" / "responses"
+
+
+def client_options(cfg: TrainConfig) -> ClientOptions:
+    remember_url(cfg.base_url)  # its password is redacted from everything this process writes
+    return ClientOptions(
+        base_url=cfg.base_url,
+        retry=RetryPolicy(max_retries=cfg.max_retries, timeout_s=cfg.timeout_s),  # None: by the server's kind
+        sampling=Sampling(temperature=cfg.temperature, max_output_tokens=cfg.max_output_tokens),
+        local_concurrency=cfg.local_concurrency,
+        n_ctx=cfg.n_ctx,
+        threads=cfg.llm_threads,
+    )
+
+
+def make_backend(cfg: TrainConfig, needs_session: bool, mode_name: str, transcript: Transcript,
+                 builder: PromptBuilder, log: Callable[[str], None], *, recorded: RecordedCalls | None = None,
+                 limiter: CallLimiter | None = None, budget: Budget | None = None) -> Backend:
+    """The run's backend (see the module doc); ``needs_session``: the mode asks the model directly, which a
+    proposer that writes whole tables cannot serve."""
+    name, model = parse_backend_spec(cfg.backend or "offline")
+    factory = BACKENDS.load(name)
+    if not is_client(name):
+        if needs_session:
+            raise UserError(f"--mode {mode_name} needs a backend that answers free text (an LLM or "
+                            f"replay:PATH), not {name!r}, which writes whole tables; use --mode table with it")
+        return Backend(name, model, factory(seed=cfg.seed, transcript=transcript), None, None)
+    client: LLMClient
+    if name == "replay":
+        client = factory(model)
+        _check_replay_source(client, transcript)
+    else:
+        client = factory(model, client_options(cfg))
+    free = isinstance(client, SDKClient) and client.free
+    _check_budget_is_priced(cfg, client.provider, client.model, client.is_llm and not free)
+    _fit_prompts_and_samples(cfg, client, builder, log)
+    described = client.describe()
+    endpoint = None
+    if "base_url" in described:  # a client that calls a server: say where, and where URL and key came from
+        endpoint = endpoint_notice(f"{client.provider}:{client.model}", str(described["base_url"] or ""),
+                                   bool(cfg.base_url), base_url_variable(name), str(described.get("key_source") or ""))
+        log(endpoint)
+    cache = None
+    if cfg.cache and client.is_llm:
+        folder = Path(cfg.cache_dir) if cfg.cache_dir else default_cache_dir()
+        base_url = str(client.describe().get("base_url", "") or "")
+        identity = client.cache_identity if isinstance(client, SDKClient) else client.model
+        cache = ResponseCache(folder, client.provider, identity, base_url, client_options(cfg).sampling)
+    session = LLMSession(
+        client, transcript, repair_attempts=cfg.repair_attempts, budget=budget or Budget(cfg.budget_usd),
+        prices_file=cfg.prices_file, cache=cache, recorded=recorded,
+        limiter=limiter or LocalLimiter(cfg.max_concurrent_calls), max_concurrent=cfg.max_concurrent_calls,
+        log=log, seed=cfg.seed, max_answer_chars=cfg.max_answer_chars,
+    )
+    return Backend(name, model, LLMProposer(session, builder), session, endpoint)
+
+
+def _check_budget_is_priced(cfg: TrainConfig, provider: str, model: str, is_llm: bool) -> None:
+    """``--budget-usd`` needs the model's price: without one every call costs "unknown" and the budget cannot hold."""
+    if cfg.budget_usd is None or not is_llm:
+        return
+    if price_of(provider, model, cfg.prices_file) is None:
+        table = cfg.prices_file or os.environ.get("LLM_POLICY_GEN_PRICES") or str(DEFAULT_PRICES)
+        raise UserError(
+            f"--budget-usd needs a price for {provider}:{model} and the price table {table} has none; "
+            f"add [{provider}] \"{model}\" = {{ input = USD_PER_MTOK, output = USD_PER_MTOK }} there "
+            "or pass --prices FILE"
+        )
+
+
+def _fit_prompts_and_samples(cfg: TrainConfig, client: LLMClient, builder: PromptBuilder,
+                             log: Callable[[str], None]) -> None:
+    """Prompts in tokens where the client knows its tokenizer (``--max-prompt-tokens``), and a note where K
+    candidates are likely to be identical samples."""
+    if isinstance(client, CountsTokens):
+        cap = cfg.max_prompt_tokens or default_token_cap(cfg.max_prompt_chars, client.context_tokens,
+                                                         cfg.max_output_tokens)
+        builder.measure_in_tokens(cap, client.count_tokens)
+    elif cfg.max_prompt_tokens is not None and client.is_llm:
+        log(f"note: --max-prompt-tokens has no effect on {client.provider} (its tokenizer is not known "
+            f"here); prompts are capped at --max-prompt-chars {cfg.max_prompt_chars}")
+    if cfg.temperature == 0 and cfg.candidates > 1 and client.is_llm:
+        seeds = isinstance(client, SDKClient) and client.takes_seed
+        why = ("each call carries its own seed, but at temperature 0 most models decode greedily" if seeds
+               else f"{client.provider} takes no seed")
+        log(f"warning: --temperature 0 with --candidates {cfg.candidates}: the candidates are likely "
+            f"identical samples of one prompt ({why}); give a --temperature above 0 for distinct ones")
+
+
+def _check_replay_source(client: Any, transcript: Transcript) -> None:
+    """Refuse a transcript made for another environment, table size, mode or answer format."""
+    mine = dict(transcript.common)
+    for f in SOURCE_FIELDS:
+        theirs = client.source.get(f)
+        if theirs is not None and mine.get(f) not in (None, "") and theirs != mine.get(f):
+            raise UserError(f"replay file {client.path} was recorded with {f} {theirs!r}, this run has "
+                            f"{mine.get(f)!r}; replay it with the recorded run's settings")

@@ -1,0 +1,199 @@
+"""The iteration driver, one for every mode: stops, records, checkpoints, and a summary however the run ends.
+
+Stops, checked before each iteration: ``--iterations``, ``--max-episodes`` (counted training, test and confirmation
+episodes), ``--patience``; after an iteration: the budget, a replay that ran out, and an unreachable backend
+(``unreachable_after`` iterations in a row without one answered call; when the very first call of a run reaches no
+server, the run stops at once with an error naming the URL). After each iteration the driver appends the iteration's
+record (``events.jsonl`` and the other writers), then writes ``checkpoint.npz`` atomically, with Ctrl-C held back so
+that the two go together.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import time
+
+from ..backends import base_url_variable
+from ..clients.keys import redact
+from ..errors import BackendAuthError, BackendUnreachable, EndpointError, NoCallSucceeded, RunInterrupted
+from ..locks import HeldInterrupts
+from ..runlog import write_json_atomic
+from .counters import rollouts_from_state
+from .records import RunResult, Summary, event_record, summary_record
+from .services import Run
+from .stop import StopKind, StopReason
+
+__all__ = ["execute"]
+
+
+def _endpoint_error(run: Run, exc: BaseException) -> Exception:
+    """The run's first call reached no server: a user error when the URL is the user's own setting."""
+    var = base_url_variable(run.backend_name)
+    user_set = bool(run.cfg.base_url) or bool(os.environ.get(var, "").strip())
+    msg = f"{redact(str(exc))}; no call of this run reached the server"
+    if user_set:
+        return EndpointError(f"{msg} (check --base-url / {var})")
+    return BackendUnreachable(msg)
+
+
+def _drive(run: Run, first: int) -> tuple[StopReason, bool]:
+    """Iterations ``first..cfg.iterations``; returns the stop reason and whether the run ended inside an iteration
+    it did not finish (a replay that ran out, a budget reached before any answer), whose episodes are not counted."""
+    cfg, c, session = run.cfg, run.counters, run.session
+    stop = StopReason.iterations_done()
+    for iteration in range(first, cfg.iterations + 1):
+        if cfg.max_episodes is not None and c.episodes_total >= cfg.max_episodes:
+            stop = StopReason.episodes(c.episodes_total, cfg.max_episodes)
+            break
+        if cfg.patience and c.since_best >= cfg.patience:
+            stop = StopReason.patience(cfg.patience)
+            break
+        t_iter = time.perf_counter()
+        before = run.usage.copy()
+        ok_before = session.calls_ok if session is not None else 0
+        tried_before = session.calls_tried if session is not None else 0
+        step = run.mode.iterate(run, iteration)
+        if session is not None:
+            tried = session.calls_tried - tried_before
+            answered = session.calls_ok - ok_before
+            if tried and not answered:
+                if session.calls_ok == 0 and any(a.unreachable for a in step.answers):
+                    raise _endpoint_error(run, BackendUnreachable(next(a.errors[0] for a in step.answers
+                                                                       if a.unreachable)))
+                c.unreachable_streak += 1
+            elif answered:
+                c.unreachable_streak = 0
+        if step.skipped:
+            stop = StopReason.parse(step.stop) or StopReason.of(StopKind.STOPPED)
+            run.log(f"run ends: {stop}")
+            return stop, True
+        with HeldInterrupts():  # the iteration's record and its checkpoint go together (a Ctrl-C waits for both)
+            c.iteration = iteration
+            c.since_best = 0 if step.accepted else c.since_best + 1
+            c.accepted_count += int(step.accepted)
+            rec = event_record(run, step, iteration, t_iter, run.usage.minus(before))
+            run.logger.write(dict(rec))
+            run.checkpoint()
+        if step.stop is not None:
+            stop = StopReason.parse(step.stop) or StopReason.of(StopKind.STOPPED)
+            run.log(f"run ends: {stop}")
+            break
+        if c.unreachable_streak >= cfg.unreachable_after:
+            stop = StopReason.of(StopKind.UNREACHABLE)
+            run.log(f"run ends: {cfg.unreachable_after} iterations in a row without one answered call")
+            break
+    _check_some_call_succeeded(run)
+    return stop, False
+
+
+def _check_some_call_succeeded(run: Run) -> None:
+    """A run whose calls all failed ends with exit 1 and one line naming the first error and the URL, whatever
+    ``--unreachable-after`` says: never "0 calls" and exit 0."""
+    session = run.session
+    if session is None or session.calls_ok or not session.usage.failed_calls:
+        return
+    error = session.first_error or "no error recorded"
+    url = str(session.client.describe().get("base_url") or "")
+    where = f" ({url})" if url and url not in error else ""
+    n = session.usage.failed_calls
+    raise NoCallSucceeded(f"no call of this run succeeded ({n} failed call{'s' if n != 1 else ''}); the first "
+                          f"error{where}: {error}")
+
+
+def _finish(run: Run, stop: StopReason, interrupted: bool, held: HeldInterrupts) -> Summary:
+    """Write summary.json (and the plots): from the last committed state when the run was interrupted or ended
+    inside an unfinished iteration. Called with Ctrl-C held back (``held``), except in the mode's own ending."""
+    state = run.committed if interrupted and run.committed is not None else None
+    extra: dict[str, object] = {}
+    if state is not None:
+        # The files must agree with the summary: the best policy as of the last finished iteration, and no policy
+        # file of the iteration that did not finish.
+        run.keeper.load_state_dict(state["keeper"])
+        run.best_heldout = rollouts_from_state(state["heldout"])
+        run.save_best()
+        for p in (run.dir.path / "policies").glob("iter_*.json"):
+            if p.stem[5:].isdigit() and int(p.stem[5:]) > int(state["iteration"]):
+                p.unlink()
+    else:
+        try:
+            with held.allowed():  # the mode's ending may call the model: a Ctrl-C cuts it short
+                extra = run.mode.finish(run)
+        except (KeyboardInterrupt, Exception) as exc:  # the summary must still be written
+            extra = {"finish_error": f"{type(exc).__name__}: {redact(str(exc))[:200]}"}
+    summary = summary_record(run, stop, dict(extra), state)
+    write_json_atomic(run.dir.summary, summary)
+    if run.cfg.plots and run.dir.events.exists():
+        from ..plotting.curves import plot_run
+
+        try:
+            plot_run(run.dir.path)
+        except Exception as exc:  # matplotlib errors are many and varied; the run's data is already safe
+            run.log(f"warning: plots not written: {exc}")
+    return summary
+
+
+def execute(run: Run, first: int) -> RunResult:
+    """Drive ``run`` from iteration ``first`` to its end, and write its summary however it ends."""
+    stop = StopReason.iterations_done()
+    interrupted = ended_inside = False
+    try:
+        stop, ended_inside = _drive(run, first)
+    except KeyboardInterrupt:
+        stop, interrupted = StopReason.of(StopKind.INTERRUPTED), True
+        raise RunInterrupted(str(run.dir.path), _kept(run)) from None
+    except BackendAuthError:
+        stop, interrupted = StopReason.of(StopKind.CREDENTIALS), True
+        raise
+    except (BackendUnreachable, EndpointError):
+        stop, interrupted = StopReason.of(StopKind.UNREACHABLE), True
+        raise
+    except NoCallSucceeded:
+        stop, interrupted = StopReason.of(StopKind.FAILED, "no call succeeded"), True
+        raise
+    except OSError as exc:
+        stop, interrupted = StopReason.of(StopKind.FAILED, str(exc.strerror or exc)), True
+        if exc.errno == errno.ENOSPC:
+            raise _disk_full(run, exc) from None
+        raise
+    except Exception as exc:
+        stop = StopReason.of(StopKind.FAILED, f"{type(exc).__name__}: {redact(str(exc))[:200]}")
+        interrupted = True
+        raise
+    finally:
+        with HeldInterrupts(raise_after=False) as late:  # the closing files are written whole, Ctrl-C or not
+            run.logger.close()
+            run.collector.close()
+            summary = None
+            try:
+                summary = _finish(run, stop, interrupted or ended_inside, late)
+            except OSError as exc:
+                if not interrupted:
+                    if exc.errno == errno.ENOSPC:
+                        raise _disk_full(run, exc) from None
+                    raise
+    if late.cut:  # a Ctrl-C cut the mode's ending short (its files are whole): the run says it was interrupted
+        raise RunInterrupted(str(run.dir.path), _kept(run))
+    assert summary is not None
+    if summary["never_accepted"] and run.mode.judges_candidates:
+        run.log("note: no candidate was ever accepted; the best policy is the initial table")
+    return RunResult(run.dir.path, dict(summary))
+
+
+def _disk_full(run: Run, exc: OSError) -> OSError:
+    """ENOSPC as one line: where the run is, what it keeps (the iterations up to its last checkpoint) and how to go
+    on. JSONL lines that did not fit were cut back and JSON files are replaced whole, so nothing kept is torn."""
+    done = _kept(run)
+    kept = f"keeps iterations 1..{done}" if done else "keeps its configuration but no finished iteration"
+    cache = run.session.cache if run.session is not None else None
+    if cache is not None and exc.filename == str(cache.dir):  # the answer cache may sit on another disk
+        return OSError(exc.errno, f"disk full while writing the answer cache {cache.dir}; the run directory "
+                       f"{run.dir.path} {kept} (resume with `train --resume {run.dir.path} --no-cache`, or without "
+                       "--no-cache once the cache has room)")
+    return OSError(exc.errno, f"disk full while writing {exc.filename or 'the run directory'}; the run directory "
+                   f"{run.dir.path} {kept} (resume with `train --resume {run.dir.path}` once there is room)")
+
+
+def _kept(run: Run) -> int:
+    """The last iteration the run directory keeps (its last checkpoint's)."""
+    return int(run.committed["iteration"]) if run.committed is not None else 0

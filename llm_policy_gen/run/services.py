@@ -1,0 +1,288 @@
+"""One run's parts and the services a mode may use (:class:`~llm_policy_gen.modes.base.RunServices`).
+
+:class:`Run` owns the environment's discretizers, the collector, the experience memory, the keeper, the backend, the
+counters and the run directory. A mode reaches them only through the services: every episode a service plays is
+counted (memory, totals and the prompt's fresh episodes) by the service itself, so no mode can forget to count, and
+no mode touches the keeper or the collector.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..backends import is_llm
+from ..clients.session import Answer, LLMSession
+from ..clients.transcript import RecordedCalls, Transcript
+from ..clients.usage import Budget, CallLimiter, Usage
+from ..collect import Collector, Episode, Rollouts
+from ..config import TrainConfig
+from ..console import Console
+from ..envs.spec import EnvSpec
+from ..formats.base import AnswerFormat, Target
+from ..keeper import Keeper, SeedPlan, Verdict
+from ..memory import ExperienceMemory, episodes_from_state, episodes_state
+from ..modes.base import Mode, Setup
+from ..policy import Policy, TablePolicy
+from ..prompt import HistoryEntry, PromptBuilder, PromptContext
+from ..runlog import JsonlWriter, Logger, RunDir
+from .backend import make_backend
+from .counters import Counters, rollouts_from_state
+
+__all__ = ["Run"]
+
+
+class Run:
+    """One run: what every mode shares, the counters, and the run directory (implements ``RunServices``)."""
+
+    def __init__(self, cfg: TrainConfig, spec: EnvSpec, mode: Mode, run_dir: RunDir, console: Console,
+                 recorded: RecordedCalls | None = None, resumed: bool = False, limiter: CallLimiter | None = None,
+                 budget: Budget | None = None) -> None:
+        self.cfg, self.spec, self.mode, self.dir, self.console = cfg, spec, mode, run_dir, console
+        self.t_start = time.perf_counter()
+        self.observation = spec.observation_discretizer()
+        self.actions = spec.action_discretizer()
+        self.plan = SeedPlan(cfg.seed)
+        self.collector = Collector(spec)
+        self.memory = ExperienceMemory(self.observation.n_states, self.actions.n_actions, cfg.memory_capacity,
+                                       cfg.gamma, cfg.best_k)
+        self.keeper = Keeper(self.collector, spec.default_table(), cfg.seed, cfg.eval_start, cfg.eval_max,
+                             cfg.eval_rise_every, cfg.confirm_episodes, cfg.confirm_z,
+                             cfg.confirm_batches, fresh_test_seeds=cfg.test_seeds == "fresh")
+        self.builder = PromptBuilder(max_chars=cfg.max_prompt_chars)
+        self.rng = np.random.default_rng([cfg.seed, 7])
+        self.history: list[HistoryEntry] = []
+        self.pending: list[Episode] = []
+        self.counters = Counters()
+        self.best_heldout: Rollouts | None = None
+        self.replaced_heldout: Rollouts | None = None
+        """The held-out measurement of the table the last adoption replaced (logged with that adoption)."""
+        self.wall_before = 0.0
+        """Wall seconds spent by earlier processes of this run (resume)."""
+        self.mode_facts = mode.prepare(Setup(cfg, spec, self.observation, self.actions), resumed)
+        self.transcript = Transcript(self.dir.transcripts, {
+            "env_id": spec.env_id, "n_states": self.observation.n_states, "n_actions": self.actions.n_actions,
+            "mode": mode.name, "format": self.mode_facts.get("output_format", ""),
+        })
+        self._local_usage = Usage()
+        """Calls of a non-LLM proposer (free; counted so that runs compare call for call)."""
+        self._shared_budget = budget is not None
+        self.backend = make_backend(cfg, mode.needs_session, mode.name, self.transcript, self.builder, self.log,
+                                    recorded=recorded, limiter=limiter, budget=budget)
+        self.backend_name, self.model = self.backend.name, self.backend.model
+        self.endpoint = self.backend.endpoint
+        """Where the calls go and where its base URL and key came from (said before the first call)."""
+        from ..loggers import make_writers  # --log csv,tensorboard
+
+        self.logger = Logger([JsonlWriter(self.dir.events), console, *make_writers(cfg.log, self.dir.path)])
+        self.committed: dict[str, Any] | None = None
+
+    # ------------------------------------------------------------------ backend
+    @property
+    def session(self) -> LLMSession | None:
+        return self.backend.session
+
+    @property
+    def usage(self) -> Usage:
+        return self.backend.session.usage if self.backend.session is not None else self._local_usage
+
+    @property
+    def is_llm(self) -> bool:
+        return is_llm(self.backend_name)
+
+    # ------------------------------------------------------------------ the kept table, read only
+    @property
+    def best_table(self) -> np.ndarray:
+        return self.keeper.best_table
+
+    @property
+    def best_source(self) -> dict[str, Any] | None:
+        return self.keeper.best_source
+
+    @property
+    def best_iteration(self) -> int:
+        return self.keeper.best_iteration
+
+    @property
+    def iteration(self) -> int:
+        """The last finished iteration."""
+        return self.counters.iteration
+
+    @property
+    def episodes_total(self) -> int:
+        return self.counters.episodes_total
+
+    # ------------------------------------------------------------------ services for modes
+    def log(self, text: str) -> None:
+        self.console.notice(text)
+
+    def _count(self, episodes: list[Episode]) -> None:
+        self.memory.add(episodes)
+        self.pending.extend(episodes)
+        self.counters.episodes_total += len(episodes)
+        self.counters.steps_total += sum(e.length for e in episodes)
+
+    def start_from_initial(self) -> list[Episode]:
+        """A table mode's start: the initial table scored on the first test seeds and measured on the held-out
+        seeds, ``best_policy.json`` written; returns the scoring episodes."""
+        _, first = self.keeper.score_best(1)
+        self._count(first)
+        self.measure_best(0)
+        self.save_best()
+        return first
+
+    def score_best(self, iteration: int) -> float | None:
+        """The kept table's test mean at ``iteration`` (its missing test episodes played and counted)."""
+        best_mean, extra = self.keeper.score_best(iteration)
+        self._count(extra)
+        return best_mean
+
+    def train_episodes(self, policy: Policy | np.ndarray, iteration: int, epsilon: float = 0.0,
+                       n: int | None = None) -> list[Episode]:
+        episodes = self.collector.collect(policy, self.train_seeds(n), epsilon, self.rng, iteration)
+        self._count(episodes)
+        return episodes
+
+    def train_on(self, policy: Policy, seeds: Sequence[int], iteration: int,
+                 each: Callable[[Episode], object]) -> list[Episode]:
+        """One episode per seed (seeds from :meth:`train_seeds`), ``each`` called after every episode (a learner
+        learning as it goes); the episodes are counted together at the end."""
+        episodes = []
+        for s in seeds:
+            ep = self.collector.collect(policy, [s], iteration=iteration)[0]
+            each(ep)
+            episodes.append(ep)
+        self._count(episodes)
+        return episodes
+
+    def train_seeds(self, n: int | None = None) -> list[int]:
+        n = self.cfg.train_episodes if n is None else n
+        seeds = [self.plan.train(self.counters.train_counter + j) for j in range(n)]
+        self.counters.train_counter += n
+        return seeds
+
+    def context(self, iteration: int, fmt: AnswerFormat[Any], target: Target, current: np.ndarray,
+                best_mean: float | None, **kw: Any) -> PromptContext:
+        return PromptContext(
+            spec=self.spec, observation=self.observation, actions=self.actions, iteration=iteration,
+            current_table=current, best_eval_mean=best_mean, eval_episodes=self.keeper.n_eval(iteration),
+            memory=self.memory, evidence=self.memory.evidence(), fmt=fmt, target=target,
+            history=list(self.history), best_k=self.cfg.best_k, worst_k=self.cfg.worst_k, seed=self.cfg.seed,
+            candidates=self.cfg.candidates, mode=self.mode.name, fresh=list(self.pending), **kw,
+        )
+
+    def propose(self, ctx: PromptContext, k: int) -> list[Answer[Any]]:
+        messages = self.builder.build(ctx)
+        self.counters.prompt_sizes.append(sum(len(m.content) for m in messages))
+        answers = self.backend.proposer.propose(ctx, messages, k)
+        if self.backend.session is None:
+            for a in answers:
+                self._local_usage.add(a.usage)
+        self.pending = []
+        return answers
+
+    def judge(self, tables: list[np.ndarray | None], iteration: int,
+              sources: list[dict[str, Any] | None] | None = None) -> Verdict:
+        verdict = self.keeper.judge(tables, iteration, sources)
+        self._count(verdict.episodes)
+        meta: dict[str, Any] = {"iteration": iteration, "candidate_means": verdict.test_means,
+                                "accepted": verdict.accepted}
+        if verdict.chosen is not None:
+            k = verdict.chosen
+            table = tables[k]
+            assert table is not None
+            meta.update(candidate=k + 1, eval_mean=verdict.test_means[k], eval_returns=verdict.test_returns[k])
+            self.save_policy(f"policies/iter_{iteration:04d}.json", table, meta, sources[k] if sources else None)
+        else:  # no valid candidate: the kept table stands
+            meta.update(candidate=None)
+            self.save_policy(f"policies/iter_{iteration:04d}.json", self.keeper.best_table, meta,
+                             self.keeper.best_source)
+        if verdict.accepted:
+            self.measure_best(iteration)
+            self.save_best({"eval_mean": verdict.chosen_mean})
+        return verdict
+
+    def save_policy(self, path_name: str, table: np.ndarray, meta: dict[str, Any],
+                    source: dict[str, Any] | None = None) -> None:
+        TablePolicy(self.spec.env_id, self.observation, self.actions, np.asarray(table), meta,
+                    dict(self.spec.kwargs), source).save(self.dir.path / path_name)
+
+    def save_best(self, meta: dict[str, Any] | None = None) -> None:
+        adopted = [h.eval_mean for h in self.history if h.iteration == self.keeper.best_iteration and h.accepted]
+        self.save_policy("best_policy.json", self.keeper.best_table,
+                         {"iteration": self.keeper.best_iteration, "heldout_mean": self.heldout_mean,
+                          "heldout_seeds": [self.plan.heldout(0), self.plan.heldout(self.cfg.heldout_episodes - 1)],
+                          **({"eval_mean": adopted[0]} if adopted else {}), **(meta or {})}, self.keeper.best_source)
+
+    def measure_best(self, iteration: int) -> None:
+        """The kept table on the held-out seeds: reported, never used to decide."""
+        self.replaced_heldout = self.best_heldout
+        self.measure_heldout(self.keeper.best_table, iteration)
+
+    def measure_heldout(self, policy: Policy | np.ndarray, iteration: int) -> Rollouts:
+        """``policy`` on the held-out seeds, kept as the run's best measurement (a mode whose policy is not the
+        keeper's table, as direct mode's at its end); reported, never used to decide."""
+        seeds = [self.plan.heldout(j) for j in range(self.cfg.heldout_episodes)]
+        self.best_heldout = self.collector.evaluate(policy, seeds)
+        self.counters.heldout_total += len(seeds)
+        threshold = self.spec.reward_threshold
+        c = self.counters
+        if c.solved_at is None and threshold is not None and self.best_heldout.mean >= threshold:
+            c.solved_at, c.solved_iteration = c.episodes_total, iteration
+        return self.best_heldout
+
+    @property
+    def heldout_mean(self) -> float | None:
+        return self.best_heldout.mean if self.best_heldout is not None else None
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self) -> dict[str, Any]:
+        """Everything ``checkpoint.npz`` holds: the counters, the random streams, the memory, the keeper, the
+        backend's and the mode's state."""
+        held = self.best_heldout
+        return {
+            **self.counters.to_state(),
+            "wall_s": self.wall_before + time.perf_counter() - self.t_start,
+            "heldout": None if held is None else {"seeds": held.seeds, "returns": held.returns,
+                                                  "lengths": held.lengths},
+            "history": [h.to_dict() for h in self.history],
+            "pending": episodes_state(self.pending),
+            "rng": self.rng.bit_generator.state,
+            "memory": self.memory.state_dict(),
+            "keeper": self.keeper.state_dict(),
+            "proposer": self.backend.proposer.state_dict(),
+            "session": self.backend.session.state_dict() if self.backend.session is not None else {},
+            "usage": self.usage.to_dict(),
+            "mode": self.mode.state_dict(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.counters = Counters.from_state(state)
+        self.wall_before = float(state["wall_s"])
+        self.best_heldout = rollouts_from_state(state["heldout"])
+        self.history = [HistoryEntry.from_dict(h) for h in state["history"]]
+        self.pending = episodes_from_state(state["pending"])
+        self.rng.bit_generator.state = state["rng"]
+        self.memory.load_state_dict(state["memory"])
+        self.keeper.load_state_dict(state["keeper"])
+        self.backend.proposer.load_state_dict(state["proposer"])
+        if self.backend.session is not None:
+            self.backend.session.load_state_dict(state["session"], restore_budget=not self._shared_budget)
+        else:
+            self._local_usage = Usage.from_dict(state["usage"])
+        self.mode.load_state_dict(state["mode"])
+
+    def mode_start(self) -> None:
+        """A new run's start (the mode's, e.g. scoring the initial table), then checkpoint 0."""
+        self.mode.start(self)
+        self.checkpoint()
+
+    def checkpoint(self) -> None:
+        from ..checkpoint import save_checkpoint
+
+        state = self.state_dict()
+        save_checkpoint(self.dir.checkpoint, state)
+        self.committed = state
