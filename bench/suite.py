@@ -1,7 +1,7 @@
 """The goal table of issue 10, measured: offline, q-learning and random on the standard tasks, seeds 0-2.
 
     python bench/suite.py [--tasks cartpole,taxi,...] [--backends offline,q-learning,random] [--seeds 0-2]
-                          [--workers N] [--out logs/bench/suite] [--list]
+                          [--workers N] [--out ~/llm-policy-gen-bench/suite] [--list]
 
 Every (task, backend, seed) is one ``train`` run with ``--max-episodes`` at the task's budget (and the spec's own
 training defaults: answer format, candidates, test seeds), in its own run directory under ``OUT/runs``; a run whose
@@ -10,10 +10,15 @@ where it stopped. Runs go to ``--workers``
 processes (each run in one process: ``LLM_POLICY_GEN_WORKERS=1``), which is where parallelism pays on a small
 machine: the episodes of one run are short batches, whole runs are independent.
 
+``OUT`` defaults to a folder outside the work tree (``~/llm-policy-gen-bench/suite``), so that the suite, longer
+than a session, goes on across sessions and work trees.
+
 Written to ``OUT``: ``results.json`` (one record per run) and ``suite.md``: per task and backend the median over
-seeds of the final held-out mean (100 episodes), the same kept table's held-out mean as of the last iteration that
-ended within the budget (the run may pass the budget in its last iteration, by at most one iteration's episodes),
-the episodes used, wall and CPU seconds, and the goal and anchor numbers beside them.
+seeds of the final held-out mean (100 episodes), the worst seed and the count of seeds that meet the goal, the same
+three figures for the kept table as of the last iteration that ended within the budget (the run may pass the budget
+in its last iteration, by at most one iteration's episodes), the episodes used, wall and CPU seconds, and the goal
+and anchor numbers beside them. ``bench/peers.py`` adds its columns (Stable-Baselines' PPO, DQN, SAC on the same
+tasks) through :func:`write_report`, which keeps them (``report.json``) when the suite rewrites ``suite.md``.
 
 Runs of tables over 100,000 states lose their per-iteration policy files afterwards (``policies/iter_*.json``, several
 MB each, one per iteration; ``--keep-policies`` keeps them); ``best_policy.json`` stays.
@@ -33,9 +38,12 @@ import statistics
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+DEFAULT_OUT = Path.home() / "llm-policy-gen-bench" / "suite"
+"""Outside the work tree: the suite is longer than a session and resumes from here."""
 
 
 @dataclass(frozen=True)
@@ -162,43 +170,152 @@ def _fmt(x: float | None, goal: Goal | None = None) -> str:
     return f"{x:,.{digits}f}"
 
 
-def markdown(records: list[dict[str, Any]], note: str) -> str:
+def seed_stats(goal: Goal, values: list[float | None]) -> tuple[float | None, str]:
+    """The worst seed's value and the count of seeds that meet the goal, as ``"8/10"`` (a missing value counts as
+    not met)."""
+    vals = [float(v) for v in values if v is not None]
+    return (min(vals) if vals else None), f"{sum(_met(goal, v) for v in values)}/{len(values)}"
+
+
+@dataclass(frozen=True)
+class PeerCell:
+    """One task's figures from a method outside the suite (``bench/peers.py``), shown as a column of ``suite.md``."""
+
+    task: str
+    column: str
+    """The column's header, e.g. ``"sbx PPO"``."""
+    values: tuple[float | None, ...]
+    """Held-out mean per seed (None: the run failed)."""
+    capped: int = 0
+    """Seeds whose run was stopped at the time cap before its episode budget."""
+    error: str | None = None
+
+
+def ratio(peer: float | None, offline: float | None) -> float | None:
+    """How the peer compares with ``offline``, above 1 when it scores better: peer / offline for positive scores,
+    offline / peer for negative ones; None when the signs differ or either is zero (no ratio means anything)."""
+    if peer is None or offline is None or peer == 0 or offline == 0 or (peer > 0) != (offline > 0):
+        return None
+    return peer / offline if offline > 0 else offline / peer
+
+
+def _peer_text(goal: Goal, cell: PeerCell, offline: float | None) -> str:
+    if cell.error is not None:
+        return f"failed: {cell.error}"
+    med = _median(list(cell.values))
+    r = ratio(med, offline)
+    seeds = ", ".join(_fmt(v, goal) for v in cell.values)
+    worst, met = seed_stats(goal, list(cell.values))
+    capped = f"; capped {cell.capped}/{len(cell.values)}" if cell.capped else ""
+    return (f"**{_fmt(med, goal)}** ({seeds}); worst {_fmt(worst, goal)}, met {met}; "
+            f"{'no ratio to offline' if r is None else f'{r:.2f}x offline'}{capped}")
+
+
+def markdown(records: list[dict[str, Any]], note: str, peers: list[PeerCell] | tuple[PeerCell, ...] = ()) -> str:
+    columns = list(dict.fromkeys(c.column for c in peers))
+    cells = {(c.task, c.column): c for c in peers}
     lines = [
         "# Goal table (bench/suite.py)", "", note, "",
         "Held-out mean over 100 episodes of the kept table, median of the seeds (each seed's value in brackets); "
-        "'within' is the same as of the last iteration that ended within the budget; episodes are all counted "
-        "episodes (training, test, confirmation); 'reached' is the median episode count at which the kept table's "
-        "held-out mean first met the goal (- if not in every seed: the count of seeds that met it is given).", "",
-        "| task | goal | budget | backend | held-out (seeds) | within budget | episodes used | reached | wall s | "
-        "CPU s | today | anchors |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "'worst' is the worst seed's and 'met' the count of seeds that meet the goal; 'within' is the same three "
+        "as of the last iteration that ended within the budget (median; worst, met), the measure the goals are "
+        "judged on; episodes are all counted episodes (training, test, confirmation); 'reached' is the median "
+        "episode count at which the kept table's held-out mean first met the goal (- if not in every seed: the count "
+        "of seeds that met it is given).", "",
     ]
+    if columns:
+        lines += [
+            "Peer columns (bench/peers.py, on the first row of each task): the held-out mean over the same 100 "
+            "held-out seeds of a Stable-Baselines (JAX) agent trained for the task's episode budget in training "
+            "episodes, default hyperparameters, median of its seeds (each seed's in brackets), the worst seed and "
+            "the seeds that meet the goal, and the ratio of the median to offline's (above 1: better than offline; "
+            "offline / peer for negative scores). 'capped k/N': k runs were stopped at the time cap before their "
+            "budget.", ""]
+    header = ["task", "goal", "budget", "backend", "held-out (seeds)", "worst", "met", "within budget (worst, met)",
+              "episodes used", "reached", "wall s", "CPU s", "today", "anchors", *columns]
+    lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for goal in GOALS:
         rows = [r for r in records if r["task"] == goal.key]
+        offline = _median([r.get("heldout") for r in rows if r["backend"] == "offline" and "heldout" in r])
+        peer_txt = [_peer_text(goal, cells[(goal.key, c)], offline) if (goal.key, c) in cells else ""
+                    for c in columns]
+        goal_txt = f"{'=' if goal.exact else '>='} {_fmt(goal.goal, goal)}"
+        task = goal.env_id + "".join(f" --{k.replace('_', '-')} {v}" for k, v in goal.settings)
+        first = True
         for backend in BACKENDS:
             rs = sorted((r for r in rows if r["backend"] == backend), key=lambda r: r["seed"])
             if not rs:
                 continue
-            goal_txt = f"{'=' if goal.exact else '>='} {_fmt(goal.goal, goal)}"
-            task = goal.env_id + "".join(f" --{k.replace('_', '-')} {v}" for k, v in goal.settings)
+            extra = peer_txt if first else [""] * len(columns)
+            first = False
             if any("error" in r or "skipped" in r for r in rs):
                 why = next(r.get("error") or r.get("skipped") for r in rs if "error" in r or "skipped" in r)
-                lines.append(f"| {task} | {goal_txt} | {goal.budget:,} | {backend} | not run: {why} | | | | | "
-                             f"| {goal.today} | {goal.anchors} |")
+                lines.append("| " + " | ".join([task, goal_txt, f"{goal.budget:,}", backend, f"not run: {why}",
+                                                *[""] * 7, goal.today, goal.anchors, *extra]) + " |")
                 continue
             held = _median([r["heldout"] for r in rs])
             seeds = ", ".join(_fmt(r["heldout"], goal) for r in rs)
+            worst, met = seed_stats(goal, [r["heldout"] for r in rs])
+            within = [r["heldout_within"] for r in rs]
+            w_worst, w_met = seed_stats(goal, within)
             reached = [r["reached_at"] for r in rs]
             n_met = sum(x is not None for x in reached)
             reached_txt = f"{_median(reached):,.0f}" if n_met == len(rs) else f"- ({n_met}/{len(rs)} seeds)"
             cpu = _median([r.get("cpu_s") for r in rs])
-            lines.append(
-                f"| {task} | {goal_txt} | {goal.budget:,} | {backend} | **{_fmt(held, goal)}** ({seeds}) | "
-                f"{_fmt(_median([r['heldout_within'] for r in rs]), goal)} | "
-                f"{_median([r['episodes'] for r in rs]):,.0f} | {reached_txt} | "
-                f"{_median([r['wall_s'] for r in rs]):,.0f} | {'-' if cpu is None else f'{cpu:,.0f}'} | "
-                f"{goal.today} | {goal.anchors} |")
+            lines.append("| " + " | ".join([
+                task, goal_txt, f"{goal.budget:,}", backend, f"**{_fmt(held, goal)}** ({seeds})", _fmt(worst, goal),
+                met, f"{_fmt(_median(within), goal)} ({_fmt(w_worst, goal)}, {w_met})",
+                f"{_median([r['episodes'] for r in rs]):,.0f}", reached_txt,
+                f"{_median([r['wall_s'] for r in rs]):,.0f}", "-" if cpu is None else f"{cpu:,.0f}",
+                goal.today, goal.anchors, *extra]) + " |")
+        if first and any(peer_txt):  # peers measured on a task the suite has not run yet
+            lines.append("| " + " | ".join([task, goal_txt, f"{goal.budget:,}", "(suite not run)", *[""] * 8,
+                                            goal.today, goal.anchors, *peer_txt]) + " |")
     return "\n".join(lines) + "\n"
+
+
+def read_results(out: Path) -> list[dict[str, Any]]:
+    """The suite's records in ``OUT/results.json`` (none yet: empty)."""
+    f = out / "results.json"
+    return list(json.loads(f.read_text())) if f.is_file() else []
+
+
+def write_report(out: Path, note: str | None = None, peers: list[PeerCell] | None = None) -> Path:
+    """Write ``OUT/suite.md`` from ``results.json``. The note and the peer columns given are kept in
+    ``OUT/report.json``; one not given is taken from there, so the suite and ``bench/peers.py`` each rewrite the
+    page without dropping the other's part."""
+    kept_file = out / "report.json"
+    kept = json.loads(kept_file.read_text()) if kept_file.is_file() else {}
+    if note is None:
+        note = str(kept.get("note", ""))
+    if peers is None:
+        peers = [PeerCell(**{**c, "values": tuple(c["values"])}) for c in kept.get("peers", [])]
+    kept_file.write_text(json.dumps({"note": note, "peers": [asdict(c) for c in peers]}, indent=1))
+    records = sorted(read_results(out), key=lambda r: (r["task"], r["seed"]))
+    page = out / "suite.md"
+    page.write_text(markdown(records, note, peers))
+    return page
+
+
+def list_tasks() -> None:
+    for g in GOALS:
+        print(f"{g.key:<22} {g.env_id:<26} goal {g.goal:>8g} within {g.budget:>6,} episodes")
+
+
+def tasks_and_seeds(prog: str, tasks: str, seeds: str) -> tuple[list[str], list[int]] | None:
+    """The task keys of ``--tasks`` and the seeds of ``--seeds``; None after printing what is wrong in one line."""
+    unknown = [t for t in tasks.split(",") if t not in BY_KEY]
+    if unknown:
+        print(f"{prog}: unknown task {unknown[0]!r}; accepted: {', '.join(BY_KEY)}", file=sys.stderr)
+        return None
+    from llm_policy_gen.errors import UserError
+    from llm_policy_gen.sweep.plan import parse_seeds
+
+    try:
+        return tasks.split(","), parse_seeds(seeds)
+    except UserError as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -207,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--backends", default=",".join(BACKENDS))
     ap.add_argument("--seeds", default="0-2")
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
-    ap.add_argument("--out", default="logs/bench/suite")
+    ap.add_argument("--out", default=str(DEFAULT_OUT), help="results folder (default outside the work tree)")
     ap.add_argument("--baseline-max-states", type=int, default=5000,
                     help="run q-learning and random only on tables up to this many states")
     ap.add_argument("--keep-policies", action="store_true",
@@ -215,24 +332,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--list", action="store_true", help="list the tasks and exit")
     args = ap.parse_args(argv)
     if args.list:
-        for g in GOALS:
-            print(f"{g.key:<22} {g.env_id:<26} goal {g.goal:>8g} within {g.budget:>6,} episodes")
+        list_tasks()
         return 0
-    unknown = [t for t in args.tasks.split(",") if t not in BY_KEY]
-    if unknown:
-        print(f"suite: unknown task {unknown[0]!r}; accepted: {', '.join(BY_KEY)}", file=sys.stderr)
+    parsed = tasks_and_seeds("suite", args.tasks, args.seeds)
+    if parsed is None:
         return 2
-    from llm_policy_gen.errors import UserError
-    from llm_policy_gen.sweep.plan import parse_seeds
-
-    try:
-        seeds = parse_seeds(args.seeds)
-    except UserError as exc:
-        print(f"suite: {exc}", file=sys.stderr)
-        return 2
+    tasks, seeds = parsed
     from llm_policy_gen.envs import get_spec
 
-    out = Path(args.out)
+    out = Path(args.out).expanduser()
     out.mkdir(parents=True, exist_ok=True)
     results_file = out / "results.json"
     records: dict[tuple[str, str, int], dict[str, Any]] = {}
@@ -240,7 +348,7 @@ def main(argv: list[str] | None = None) -> int:
         for r in json.loads(results_file.read_text()):
             records[(r["task"], r["backend"], r["seed"])] = r
     jobs: list[tuple[Goal, str, int]] = []
-    for key in args.tasks.split(","):
+    for key in tasks:
         goal = BY_KEY[key]
         n_states = get_spec(goal.env_id).n_states
         for backend in args.backends.split(","):
@@ -268,11 +376,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{key[0]} {key[1]} seed {key[2]}: {shown}", flush=True)
             results_file.write_text(json.dumps(sorted(records.values(), key=lambda r: (r["task"], r["backend"],
                                                                                        r["seed"])), indent=1))
+    results_file.write_text(json.dumps(sorted(records.values(), key=lambda r: (r["task"], r["backend"], r["seed"])),
+                                       indent=1))  # the skipped ones too, when nothing ran
     note = (f"Measured on {os.cpu_count()} cores shared with other work (load average {load:.1f} at the start), "
             f"{args.workers} runs at a time; wall seconds are inflated by the sharing, CPU seconds much less. "
             f"This invocation took {time.time() - started:,.0f} s.")
-    (out / "suite.md").write_text(markdown(sorted(records.values(), key=lambda r: (r["task"], r["seed"])), note))
-    print(f"wrote {out / 'suite.md'} and {results_file}")
+    print(f"wrote {write_report(out, note)} and {results_file}")
     return 0
 
 
