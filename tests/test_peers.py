@@ -1,0 +1,138 @@
+"""bench/peers.py and the report of bench/suite.py: episode budget, time cap, peer columns with the ratio to offline,
+worst seed and goal count. The logic needs no sbx; one end-to-end run does (skipped without the `peers` extra)."""
+
+from __future__ import annotations
+
+import importlib
+import json
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent / "bench"
+
+
+@pytest.fixture
+def bench(monkeypatch: pytest.MonkeyPatch) -> tuple[ModuleType, ModuleType]:
+    """(suite, peers), imported as the scripts import each other (bench/ first on the path)."""
+    monkeypatch.syspath_prepend(str(BENCH))
+    return importlib.import_module("suite"), importlib.import_module("peers")
+
+
+def _suite_record(task: str, seed: int, heldout: float, within: float, backend: str = "offline") -> dict:
+    return {"task": task, "env_id": "CartPole-v1", "backend": backend, "seed": seed, "budget": 100,
+            "heldout": heldout, "heldout_within": within, "episodes": 110, "reached_at": 50 if heldout >= 475 else None,
+            "wall_s": 1.0, "cpu_s": 1.0, "iterations": 3, "stop": "max_episodes"}
+
+
+def _peer_record(task: str, algo: str, seed: int, heldout: float | None, budget: int = 100,
+                 capped: bool = False) -> dict:
+    rec = {"task": task, "env_id": "CartPole-v1", "algo": algo, "seed": seed, "budget": budget}
+    if heldout is None:
+        return {**rec, "error": "RuntimeError: boom"}
+    return {**rec, "heldout": heldout, "episodes": budget, "timesteps": 2000, "capped": capped}
+
+
+def test_budget_clock_stops_at_the_episode_budget(bench):
+    _, peers = bench
+    clock = peers.BudgetClock(budget=3, cap_s=600.0)
+    finished = iter((0, 1, 0, 0, 1, 0, 1, 0))
+    while clock.tick(next(finished), cpu_now=1.0):
+        pass
+    assert next(finished) == 0  # stopped at the step that finished the third episode
+    assert (clock.episodes, clock.steps, clock.capped) == (3, 7, False)
+
+
+def test_budget_clock_caps_on_cpu_time_and_says_so(bench):
+    _, peers = bench
+    clock = peers.BudgetClock(budget=100, cap_s=600.0, start_cpu=50.0)
+    assert clock.tick(1, cpu_now=649.0)
+    assert not clock.tick(1, cpu_now=651.0)
+    assert clock.capped and clock.episodes == 2
+    # the budget reached at the same step wins: not capped
+    late = peers.BudgetClock(budget=1, cap_s=1.0)
+    assert not late.tick(1, cpu_now=5.0) and not late.capped
+
+
+def test_timestep_bound_and_algorithms(bench):
+    _, peers = bench
+    assert peers.timestep_bound(100, 500) == 50_000
+    with pytest.raises(ValueError, match="got 0"):
+        peers.timestep_bound(0, 500)
+    assert peers.algos_for(True) == ("ppo", "dqn")
+    assert peers.algos_for(False) == ("ppo", "sac")
+
+
+def test_ratio_is_above_one_when_the_peer_is_better(bench):
+    suite, _ = bench
+    assert suite.ratio(250.0, 500.0) == 0.5
+    assert suite.ratio(-100.0, -200.0) == 2.0  # less negative: better
+    assert suite.ratio(-150.0, -120.0) == pytest.approx(0.8)
+    assert suite.ratio(10.0, -5.0) is None and suite.ratio(None, 1.0) is None and suite.ratio(0.0, 3.0) is None
+
+
+def test_seed_stats_worst_and_count(bench):
+    suite, _ = bench
+    cart = suite.BY_KEY["cartpole"]
+    assert suite.seed_stats(cart, [500.0, 224.0, 480.0, None]) == (224.0, "2/4")
+    cliff = suite.BY_KEY["cliffwalking"]  # an exact goal
+    assert suite.seed_stats(cliff, [-13.0, -12.0, -15.0]) == (-15.0, "1/3")
+
+
+def test_suite_md_has_worst_met_and_peer_columns(bench):
+    suite, peers = bench
+    records = [_suite_record("cartpole", 0, 500.0, 480.0), _suite_record("cartpole", 1, 300.0, 290.0),
+               _suite_record("cartpole", 2, 490.0, 470.0), _suite_record("cartpole", 0, 150.0, 150.0, "random")]
+    peer_records = [_peer_record("cartpole", "ppo", 0, 245.0), _peer_record("cartpole", "ppo", 1, 200.0, capped=True),
+                    _peer_record("cartpole", "ppo", 2, None), _peer_record("cartpole", "dqn", 0, 9.0, budget=5),
+                    *[_peer_record("taxi", "dqn", s, -200.0) for s in range(2)]]
+    taxi = suite.BY_KEY["taxi"]
+    for r in peer_records[-2:]:
+        r["budget"] = taxi.budget
+    cells = peers.cells(peer_records)
+    # a run at another budget (a test's) is not a column; a failed seed is a missing value, not a failed cell
+    assert [(c.task, c.column, c.values, c.capped) for c in cells] == [
+        ("cartpole", "sbx PPO", (245.0, 200.0, None), 1), ("taxi", "sbx DQN", (-200.0, -200.0), 0)]
+    page = suite.markdown(records, "a note", cells)
+    lines = page.splitlines()
+    header = next(line for line in lines if line.startswith("| task"))
+    assert header.endswith("| sbx PPO | sbx DQN |") and "| worst | met | within budget (worst, met) |" in header
+    n_cols = header.count("|")
+    rows = [line for line in lines if line.startswith("| ") and not line.startswith("| task")]
+    assert all(row.count("|") == n_cols for row in rows), rows
+    offline = next(r for r in rows if "| offline |" in r)
+    assert "**490.0** (500.0, 300.0, 490.0) | 300.0 | 2/3 | 470.0 (290.0, 1/3) |" in offline
+    # the peer cell: median 222.5 of two seeds, ratio to offline's 490.0, one capped run of three
+    assert "**222.5** (245.0, 200.0, -); worst 200.0, met 0/3; 0.45x offline; capped 1/3" in offline
+    random_row = next(r for r in rows if "| random |" in r)
+    assert random_row.endswith("|  |  |")  # peers only on the task's first row
+    taxi_row = next(r for r in rows if r.startswith("| Taxi-v4"))
+    assert "(suite not run)" in taxi_row and "no ratio to offline" in taxi_row
+
+
+def test_write_report_keeps_the_other_scripts_part(bench, tmp_path):
+    suite, peers = bench
+    (tmp_path / "results.json").write_text(json.dumps([_suite_record("cartpole", 0, 500.0, 480.0)]))
+    suite.write_report(tmp_path, note="suite note")
+    peers_cells = peers.cells([_peer_record("cartpole", "ppo", 0, 125.0)])
+    suite.write_report(tmp_path, peers=peers_cells)  # bench/peers.py: the suite's note stays
+    page = (tmp_path / "suite.md").read_text()
+    assert "suite note" in page and "0.25x offline" in page
+    suite.write_report(tmp_path, note="a later suite note")  # the suite again: the peer column stays
+    page = (tmp_path / "suite.md").read_text()
+    assert "a later suite note" in page and "0.25x offline" in page and "\nsuite note\n" not in page
+
+
+@pytest.mark.slow
+def test_one_peer_run_end_to_end(bench, monkeypatch):
+    pytest.importorskip("sbx")
+    _, peers = bench
+    for name, value in peers.ONE_THREAD.items():  # run_one sets them for its process: undone after the test
+        monkeypatch.setenv(name, value)
+    rec = peers.run_one("cartpole", "ppo", 0, cap_s=600.0, budget=3, heldout_episodes=4)
+    assert "error" not in rec, rec
+    assert rec["episodes"] == 3 and not rec["capped"] and rec["heldout_episodes"] == 4
+    assert 8.0 <= rec["heldout"] <= 500.0
+    capped = peers.run_one("cartpole", "ppo", 0, cap_s=0.0, budget=1000, heldout_episodes=2)
+    assert capped["capped"] and capped["episodes"] < 1000
