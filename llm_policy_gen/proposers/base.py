@@ -59,6 +59,8 @@ class TableSearch:
     is_llm = False
     label = "not an LLM"
     """What transcripts show as the answering model."""
+    phase = "propose"
+    """What transcripts show as the call's phase."""
 
     def __init__(self, seed: int = 0, transcript: Transcript | None = None) -> None:
         self.seed = int(seed)
@@ -81,7 +83,7 @@ class TableSearch:
             except ProposalError as exc:  # a renderer bug, never a silent success
                 answer.errors = exc.errors
             self.transcript.write({
-                **CallKey(ctx.iteration, c, 1).to_dict(), "phase": "propose", "backend": self.name,
+                **CallKey(ctx.iteration, c, 1).to_dict(), "phase": self.phase, "backend": self.name,
                 "model": self.label, "messages": [m.to_dict() for m in messages],
                 "prompt_chars": sum(len(m.content) for m in messages), "response_text": text,
                 "response_model": self.label, "valid": answer.ok, "errors": answer.errors,

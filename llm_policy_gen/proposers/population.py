@@ -173,16 +173,33 @@ class LinearRuleSearch:
         self.updates += 1
         return f"step {self.updates} along the best {n_top} of {len(pairs_ok)} directions"
 
-    def propose(self, ctx: PromptContext, k: int) -> list[tuple[RuleSet, str]]:
-        """K rule sets around ``theta`` (see the module docstring), each with a one-line rationale."""
+    search_name = "random search over linear rules"
+    """How rationales name the search."""
+
+    def start(self, theta: np.ndarray, ctx: PromptContext) -> None:
+        """Search from ``theta`` with the task's own settings (its spec's ``[search]`` table), nothing pending."""
+        self.theta = np.asarray(theta, dtype=np.float64)
+        self.pending_iteration, self.pending = 0, np.zeros((0, 0, 0))
+        tuned = ctx.spec.search  # the task's own settings, where its spec gives them
+        self.noise0 = self.noise = float(tuned.get("noise", self.noise0))
+        self.step, self.top = float(tuned.get("step", self.step)), float(tuned.get("top", self.top))
+
+    def _begin(self, ctx: PromptContext) -> None:
+        """Start from the prior rule when the search has no ``theta`` of this task's shape yet."""
         form, thresholds = rule_geometry(ctx)
         n_dims = len(feature_values(ctx.observation))
         if self.theta is None or self.theta.shape != (len(thresholds), n_dims + 1):
-            self.theta = prior_theta(ctx, form)
-            self.pending_iteration, self.pending = 0, np.zeros((0, 0, 0))
-            tuned = ctx.spec.search  # the task's own settings, where its spec gives them
-            self.noise0 = self.noise = float(tuned.get("noise", self.noise0))
-            self.step, self.top = float(tuned.get("step", self.step)), float(tuned.get("top", self.top))
+            self.start(prior_theta(ctx, form), ctx)
+
+    def candidate(self, params: np.ndarray, ctx: PromptContext) -> RuleSet:
+        """The rule set of the parameters ``params`` (``theta`` plus an offset)."""
+        form, thresholds = rule_geometry(ctx)
+        return self.rules(params, form, thresholds)
+
+    def propose(self, ctx: PromptContext, k: int) -> list[tuple[RuleSet, str]]:
+        """K rule sets around ``theta`` (see the module docstring), each with a one-line rationale."""
+        self._begin(ctx)
+        assert self.theta is not None
         what = self._update(ctx)
         rng = np.random.default_rng([self.seed, ctx.iteration, 17])
         shape = self.theta.shape
@@ -200,8 +217,7 @@ class LinearRuleSearch:
                 offsets += [delta, -delta]
                 roles += [f"direction {d} +", f"direction {d} -"]
         self.pending_iteration, self.pending, self.pending_noise = ctx.iteration, np.asarray(offsets), self.noise
-        return [(self.rules(self.theta + off, form, thresholds),
-                 f"random search over linear rules ({what}; noise {self.noise:.3g}): {role}")
+        return [(self.candidate(self.theta + off, ctx), f"{self.search_name} ({what}; noise {self.noise:.3g}): {role}")
                 for off, role in zip(offsets, roles, strict=True)]
 
     @staticmethod
