@@ -99,6 +99,10 @@ class TrainConfig(BaseModel):
                            ge=0, resume=True)
     best_k: int = _field(4, "an integer >= 0", "Best episodes shown in the prompt.", ge=0, flag=None)
     worst_k: int = _field(1, "an integer >= 0", "Worst episodes shown in the prompt.", ge=0, flag=None)
+    evidence: Literal["extremes", "summary", "both"] = _field(
+        "extremes", "extremes, summary or both", "Episodes the prompt shows: the best and worst ones (extremes); "
+        "statistics of the recent episodes per observation dimension (returns, lengths, how they ended) and the "
+        "median episode (summary); or both.")
     memory_capacity: int = _field(200, "an integer >= 1", "Episodes kept in the experience memory.", ge=1, flag=None)
     gamma: float = _field(0.98, "a number in (0, 1)", "Discount of the per-state return-to-go evidence.", gt=0.0,
                           lt=1.0, flag=None)
@@ -110,6 +114,9 @@ class TrainConfig(BaseModel):
                                            "tokens and the context less room for the answer.", ge=200)
     output_format: str = _field("auto", "auto, table, edits, rules, or another registered format",
                                 "Answer format; auto: table up to 1,000 states, edits above.")
+    refine: int = _field(0, "an integer >= 0", "Rules answers from an LLM: after each model call, this many "
+                         "iterations in which the population search tunes the numbers of the kept rules without "
+                         "calling the model (0: every iteration asks the model).", ge=0)
     repair_attempts: int = _field(2, "an integer >= 0", "Follow-up calls with the validation errors when an "
                                   "answer is refused.", ge=0)
     base_url: str | None = _field(None, "a URL", "Provider base URL (else the SDK's own variable).")

@@ -1,4 +1,5 @@
-"""The experience memory: episodes kept across iterations, best/worst selection and per-state evidence.
+"""The experience memory: episodes kept across iterations, their selection (best, worst, recent, median), aggregate
+statistics and per-state evidence.
 
 Per-state evidence summarises every kept step, so a prompt can carry it with a size that does not grow with
 episode length: for each state the number of visits and, per action, how often it was taken and the mean
@@ -26,6 +27,9 @@ __all__ = [
     "DENSE_TRANSITIONS_MAX",
     "transition_totals",
     "expected_next",
+    "EpisodeStats",
+    "episode_stats",
+    "median_episode",
 ]
 
 DENSE_TRANSITIONS_MAX = 1_000_000
@@ -105,6 +109,58 @@ class StateEvidence:
     reward_sum: np.ndarray
     """(n_states, n_actions) sum of immediate rewards over every step (divide by ``transitions.sum(-1)``)."""
     gamma: float
+
+
+@dataclass(frozen=True)
+class EpisodeStats:
+    """Aggregate statistics of some episodes: their returns, lengths and ends, and per table dimension of their
+    states the values visited (a value per bin, e.g. its centre in the observation's units)."""
+
+    returns: np.ndarray
+    """(n_episodes,) return of each episode."""
+    lengths: np.ndarray
+    """(n_episodes,) steps of each episode."""
+    terminated: int
+    """Episodes the environment ended (a fall, a goal)."""
+    truncated: int
+    """Episodes cut by the time limit."""
+    mean: np.ndarray
+    """(n_dims,) mean value over every step."""
+    std: np.ndarray
+    low: np.ndarray
+    """(n_dims,) smallest value visited."""
+    high: np.ndarray
+    last: np.ndarray
+    """(n_dims,) mean value at the episodes' last steps (where they ended)."""
+
+
+def episode_stats(episodes: Sequence[Episode], sizes: Sequence[int], values: Sequence[np.ndarray]) -> EpisodeStats:
+    """:class:`EpisodeStats` of ``episodes`` (at least one with a step); ``sizes`` are the table's dimensions and
+    ``values[j][b]`` the value of bin ``b`` of dimension ``j``."""
+    eps = [e for e in episodes if e.length]
+    if not eps:
+        raise ValueError("episode_stats needs an episode with at least one step")
+    dims = tuple(int(n) for n in sizes)
+    bins = np.unravel_index(np.concatenate([e.states for e in eps]).astype(np.int64), dims)
+    last = np.unravel_index(np.array([e.states[-1] for e in eps], dtype=np.int64), dims)
+    per_dim = [np.asarray(values[j], dtype=np.float64)[b] for j, b in enumerate(bins)]
+    at_end = [np.asarray(values[j], dtype=np.float64)[b] for j, b in enumerate(last)]
+    return EpisodeStats(
+        returns=np.array([e.ret for e in eps]), lengths=np.array([e.length for e in eps], dtype=np.int64),
+        terminated=sum(e.terminated for e in eps), truncated=sum(e.truncated and not e.terminated for e in eps),
+        mean=np.array([v.mean() for v in per_dim]), std=np.array([v.std() for v in per_dim]),
+        low=np.array([v.min() for v in per_dim]), high=np.array([v.max() for v in per_dim]),
+        last=np.array([v.mean() for v in at_end]),
+    )
+
+
+def median_episode(episodes: Sequence[Episode]) -> Episode | None:
+    """The episode of median return (the lower of the middle two for an even count; among equal returns the one
+    that came later); None without episodes."""
+    if not episodes:
+        return None
+    order = sorted(range(len(episodes)), key=lambda i: (episodes[i].ret, -i))
+    return episodes[order[(len(order) - 1) // 2]]
 
 
 def episodes_state(episodes: Sequence[Episode]) -> dict[str, Any]:
@@ -199,6 +255,10 @@ class ExperienceMemory:
         """The ``k`` lowest-return episodes (newest first among ties)."""
         order = sorted(range(len(self.episodes)), key=lambda i: (self.episodes[i].ret, -i))
         return [self.episodes[i] for i in order[: max(0, k)]]
+
+    def recent(self, k: int) -> list[Episode]:
+        """The last ``k`` episodes to join that are still kept, in arrival order."""
+        return self.episodes[-k:] if k > 0 else []
 
     def evidence(self, horizon: int | None = None) -> StateEvidence:
         """Per-state visits, action counts, mean discounted return-to-go and transitions."""

@@ -1,11 +1,16 @@
 """Building the messages a backend sees, from templates under ``prompts/``.
 
 The prompt holds the task and its reward, the meaning of every bin and action, the physics hints, the scores of
-earlier proposals (deduplicated, rounded to the precision shown, best last, as OPRO does), the best and worst
-episodes (their last steps only), per-state evidence, the current table and the exact output format. Its size is
-bounded: episode excerpts have a fixed length, and evidence rows are added only while the prompt stays under
-``max_chars`` characters, or, for a backend that knows its model's tokenizer (:meth:`PromptBuilder.measure_in_tokens`),
-under a number of tokens: the same cuts, measured by the tokenizer.
+earlier proposals (deduplicated, rounded to the precision shown, best last, as OPRO does), the episodes, per-state
+evidence, the current table and the exact output format. Which episodes (``--evidence``): the best and worst ones,
+their last steps only (``extremes``, the default); statistics of the recent episodes -- returns, lengths, how they
+ended, per observation dimension the mean, spread and range of the values visited and their mean where the episodes
+ended -- and the median episode by return (``summary``: R2PO found that a model shown single best and worst episodes
+fixates on single failures); or both. Its size is bounded: episode excerpts have a fixed length, and evidence rows are
+added only while the prompt stays under ``max_chars`` characters, or, for a backend that knows its model's tokenizer
+(:meth:`PromptBuilder.measure_in_tokens`), under a number of tokens: the same cuts, measured by the tokenizer. With
+``summary`` or ``both``, lines of the episode section are cut the same way (last lines first) when the prompt would
+pass the cap even without evidence rows.
 
 With the ``rules`` answer format the table may be far too big to print (Hopper over all eleven observations), so the
 prompt never shows it: the current table appears as the rules it was compiled from, the evidence is summarised per
@@ -25,14 +30,18 @@ import numpy as np
 
 from .clients.base import Message
 from .collect import Episode
-from .discretize import ActionDiscretizer, BoxDiscretizer, ObservationDiscretizer
+from .discretize import ActionDiscretizer, BoxDiscretizer, DiscreteDiscretizer, ObservationDiscretizer
 from .envs.spec import EnvSpec
 from .formats.base import AnswerFormat, FormatContext, Target, dim_names, table_dims
-from .memory import ExperienceMemory, StateEvidence
+from .memory import ExperienceMemory, StateEvidence, episode_stats, median_episode
 from .table_text import entry_text, table_text
 from .templates import prompts_dir, template
 
-__all__ = ["HistoryEntry", "PromptContext", "PromptBuilder", "prompts_dir", "CHARS_PER_TOKEN", "default_token_cap"]
+__all__ = ["HistoryEntry", "PromptContext", "PromptBuilder", "prompts_dir", "CHARS_PER_TOKEN", "default_token_cap",
+           "EVIDENCE_KINDS"]
+
+#: What ``--evidence`` accepts: which episodes the prompt shows (see the module docstring).
+EVIDENCE_KINDS = ("extremes", "summary", "both")
 
 #: Characters per token of this project's prompts (digits, bin ranges, JSON): a 12,000-character prompt was about 6,100
 #: tokens of Qwen2.5's tokenizer (issue 18). Turns the character cap into tokens for :func:`default_token_cap`.
@@ -129,8 +138,16 @@ class PromptBuilder:
         max_chars: int = 12000,
         steps_per_episode: int = 12,
         history_len: int = 12,
+        evidence: str = "extremes",
+        recent_episodes: int = 20,
     ) -> None:
+        if evidence not in EVIDENCE_KINDS:
+            raise ValueError(f"bad evidence {evidence!r}: accepted {', '.join(EVIDENCE_KINDS)}")
         self.dir = Path(templates) if templates else prompts_dir()
+        self.evidence = evidence
+        """Which episodes the prompt shows: ``extremes``, ``summary`` or ``both`` (see the module docstring)."""
+        self.recent_episodes = int(recent_episodes)
+        """How many of the latest episodes the summary describes."""
         self.max_chars = int(max_chars)
         self.steps_per_episode = int(steps_per_episode)
         self.history_len = int(history_len)
@@ -223,20 +240,57 @@ class PromptBuilder:
         )
 
     def episodes(self, ctx: PromptContext) -> str:
+        return "\n".join(self.episode_lines(ctx))
+
+    def episode_lines(self, ctx: PromptContext) -> list[str]:
+        """The episode section, one line each: a header, then per :attr:`evidence` the summary of the recent
+        episodes with the median one, and the best and worst episodes (the lines a cut drops first come last)."""
         mem = ctx.memory
         if not len(mem):
-            return "(no episodes yet)"
+            return ["(no episodes yet)"]
         lines = [f"{len(mem)} episodes in memory."]
         sizes = table_dims(ctx.observation) if _by_rules(ctx) and len(table_dims(ctx.observation)) > 1 else None
         if sizes is not None:
             lines[0] += " States are shown as their bins, one digit (or number) per dimension in order."
-        best = mem.best(ctx.best_k)
-        worst = [e for e in mem.worst(ctx.worst_k) if all(e is not b for b in best)]
-        for i, ep in enumerate(best):
-            lines.append(self.episode_text(ep, f"best {i + 1} (iteration {ep.iteration})", sizes))
-        for i, ep in enumerate(worst):
-            lines.append(self.episode_text(ep, f"worst {i + 1} (iteration {ep.iteration})", sizes))
-        return "\n".join(lines)
+        if self.evidence != "extremes":
+            lines += self.summary_lines(ctx, sizes)
+        if self.evidence != "summary":
+            best = mem.best(ctx.best_k)
+            worst = [e for e in mem.worst(ctx.worst_k) if all(e is not b for b in best)]
+            for i, ep in enumerate(best):
+                lines.append(self.episode_text(ep, f"best {i + 1} (iteration {ep.iteration})", sizes))
+            for i, ep in enumerate(worst):
+                lines.append(self.episode_text(ep, f"worst {i + 1} (iteration {ep.iteration})", sizes))
+        return lines
+
+    def summary_lines(self, ctx: PromptContext, sizes: tuple[int, ...] | None = None) -> list[str]:
+        """Statistics of the last :attr:`recent_episodes` episodes and the median one (by return) of them."""
+        recent = [e for e in ctx.memory.recent(self.recent_episodes) if e.length]
+        if not recent:
+            return []
+        obs = ctx.observation
+        values, unit = _bin_values(obs)
+        st = episode_stats(recent, table_dims(obs), values)
+        r, n = st.returns, len(recent)
+        first, last = min(e.iteration for e in recent), max(e.iteration for e in recent)
+        when = f"iteration {first}" if first == last else f"iterations {first}-{last}"
+        cut = n - st.terminated - st.truncated
+        lines = [
+            f"Summary of the last {n} episodes ({when}): return mean {_num(float(r.mean()))}, median "
+            f"{_num(float(np.median(r)))}, std {_num(float(r.std()))}, min {_num(float(r.min()))}, max "
+            f"{_num(float(r.max()))}; length mean {_num(float(st.lengths.mean()))} steps, min {int(st.lengths.min())}, "
+            f"max {int(st.lengths.max())}; ended: {st.terminated} terminated, {st.truncated} at the time limit"
+            + (f", {cut} cut" if cut else "") + ".",
+        ]
+        median = median_episode(recent)
+        assert median is not None
+        lines.append(self.episode_text(median, f"median episode (iteration {median.iteration})", sizes))
+        lines.append(f"Per dimension over every step of these episodes ({unit}): mean, std, min..max; mean at the "
+                     "last step:")
+        for j, name in enumerate(dim_names(obs)):
+            mean, std, low, high, end = (_g(a[j]) for a in (st.mean, st.std, st.low, st.high, st.last))
+            lines.append(f"dim {j} {name}: mean {mean}, std {std}, {low}..{high}; last step {end}")
+        return lines
 
     def evidence_rows(self, ctx: PromptContext) -> list[str]:
         if _by_rules(ctx):
@@ -316,6 +370,15 @@ class PromptBuilder:
         system_text = self.template(system)
         rows = self.evidence_rows(ctx)
         base = tmpl.safe_substitute(fields, evidence="")
+        if self.evidence != "extremes":  # the episode lines are cut like evidence rows when even they do not fit
+            lines = self.episode_lines(ctx)
+            shown = len(lines)
+            whole = self.size("\n".join(rows)) if _by_rules(ctx) else 0  # rows a rules prompt never cuts
+            while shown > 1 and self.size(base) + whole + self.size(system_text) + 40 > self.limit:
+                shown -= 1
+                fields["episodes"] = "\n".join(
+                    [*lines[:shown], f"({len(lines) - shown} lines left out to fit the prompt's cap)"])
+                base = tmpl.safe_substitute(fields, evidence="")
         # Per-dimension summaries (rules answers) are one line per dimension: always kept whole.
         budget = 10**9 if _by_rules(ctx) else self.limit - self.size(base) - self.size(system_text) - 40
         kept: list[str] = []
@@ -338,6 +401,20 @@ class PromptBuilder:
 def _by_rules(ctx: PromptContext) -> bool:
     """True when answers are rules: the prompt shows rules and summaries, never the table."""
     return ctx.fmt.name == "rules"
+
+
+def _g(x: float) -> str:
+    """A statistic with 3 significant digits (a bin centre that is 0 up to rounding shows as 0)."""
+    return f"{round(float(x), 9) + 0.0:.3g}"
+
+
+def _bin_values(observation: ObservationDiscretizer) -> tuple[list[np.ndarray], str]:
+    """Per table dimension the value of each bin, and what the values are: the bin centres in the observation's
+    units for a ``Box`` observation, else the bin indices (grid rows and columns, or the state index)."""
+    if isinstance(observation, BoxDiscretizer):
+        return [(b[:-1] + b[1:]) / 2 for b in observation.boundaries], "bin centres in the observation's units"
+    what = "grid rows and columns" if isinstance(observation, DiscreteDiscretizer) and observation.grid else "bins"
+    return [np.arange(n, dtype=np.float64) for n in table_dims(observation)], what
 
 
 def _terminal_counts(ev: StateEvidence) -> np.ndarray:
