@@ -5,6 +5,10 @@ an LLM client (or ``replay:PATH``) gets the run's client options, its prompt cap
 tokenizer, the answer cache, the call limiter and the budget, wrapped in an
 :class:`~llm_policy_gen.clients.session.LLMSession` and an :class:`~llm_policy_gen.proposers.llm.LLMProposer`. Before
 the first call the endpoint is said: where the calls go, and where the base URL and the key came from.
+
+The prompt's episode section is chosen here too (``--evidence``, on the builder every proposer is asked through), and
+``--refine N`` wraps the LLM proposer in a :class:`~llm_policy_gen.proposers.refine.RefiningProposer` (rules answers
+from an LLM client or ``replay:`` only; any other combination is refused before a run starts).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from ..pricing import DEFAULT_PRICES, price_of
 from ..prompt import PromptBuilder, default_token_cap
 from ..proposers.base import Proposer
 from ..proposers.llm import LLMProposer
+from ..proposers.refine import RefiningProposer
 
 __all__ = ["Backend", "make_backend", "client_options", "default_cache_dir"]
 
@@ -78,6 +83,8 @@ def make_backend(cfg: TrainConfig, needs_session: bool, mode_name: str, transcri
     """The run's backend (see the module doc); ``needs_session``: the mode asks the model directly, which a
     proposer that writes whole tables cannot serve."""
     name, model = parse_backend_spec(cfg.backend or "offline")
+    _check_refine(cfg, name, needs_session, mode_name)
+    builder.evidence = cfg.evidence
     factory = BACKENDS.load(name)
     if not is_client(name):
         if needs_session:
@@ -111,7 +118,25 @@ def make_backend(cfg: TrainConfig, needs_session: bool, mode_name: str, transcri
         limiter=limiter or LocalLimiter(cfg.max_concurrent_calls), max_concurrent=cfg.max_concurrent_calls,
         log=log, seed=cfg.seed, max_answer_chars=cfg.max_answer_chars,
     )
-    return Backend(name, model, LLMProposer(session, builder), session, endpoint)
+    proposer: Proposer = LLMProposer(session, builder)
+    if cfg.refine:
+        proposer = RefiningProposer(proposer, cfg.refine, cfg.seed, transcript)
+    return Backend(name, model, proposer, session, endpoint)
+
+
+def _check_refine(cfg: TrainConfig, name: str, needs_session: bool, mode_name: str) -> None:
+    """``--refine`` tunes the numbers of rules a model wrote: it needs rules answers from an LLM (or replay)."""
+    if not cfg.refine:
+        return
+    if not is_client(name):
+        raise UserError(f"--refine {cfg.refine} needs an LLM backend (or replay:PATH) to write the rules it refines, "
+                        f"not {name!r}; give --backend PROVIDER[:MODEL] or drop --refine")
+    if needs_session:
+        raise UserError(f"--refine {cfg.refine} does not apply to --mode {mode_name}, which asks the model for each "
+                        "action; use it with --mode table")
+    if cfg.output_format != "rules":
+        raise UserError(f"--refine {cfg.refine} needs --output-format rules (it tunes the numbers of rules), not "
+                        f"{cfg.output_format!r}")
 
 
 def _check_budget_is_priced(cfg: TrainConfig, provider: str, model: str, is_llm: bool) -> None:
