@@ -107,12 +107,12 @@ def _cmd_train(args: argparse.Namespace) -> int:
     else:
         file_settings = load_config_file(args.config) if args.config else {}
         if "env_id" not in cli and isinstance(file_settings.get("env_id"), str):
-            from .envs.registry import check_env_named
+            from .envs.catalog import check_env_named
 
             # a config file (maybe another's run's config.json) imports a module:EnvId module only when named
             check_env_named(file_settings["env_id"], None, f"the config file {args.config}")
         if args.spec:
-            from .envs.registry import variant_id
+            from .envs.catalog import variant_id
 
             env = cli.get("env_id") or file_settings.get("env_id") or TrainConfig.model_fields["env_id"].default
             cli["env_id"] = variant_id(str(env), args.spec)
@@ -183,7 +183,7 @@ def _add_evaluate(sub: Any) -> None:
 def _load_policy_and_spec(target: str, env_kwargs: dict[str, Any] | None = None,
                           env_id: str | None = None) -> tuple[Any, Any]:
     from .envs import get_spec
-    from .envs.overrides import apply_env_kwargs
+    from .envs.tailor import apply_env_kwargs
     from .policy import load_run_policy
 
     policy, spec = load_run_policy(target, env_id)
@@ -259,7 +259,7 @@ def _add_envs(sub: Any) -> None:
 
 def _cmd_envs(args: argparse.Namespace) -> int:
     from .envs import get_spec, shipped_env_ids
-    from .envs.registry import spec_variants
+    from .envs.catalog import spec_variants
     from .formats import resolve_format_name
 
     rows: list[dict[str, Any]] = []

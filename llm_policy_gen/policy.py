@@ -234,10 +234,10 @@ def load_run_policy(target: str | Path, env_id: str | None = None) -> tuple[Tabl
     """The best table of a run directory (or a policy file) and, when known, the run's env spec.
 
     ``env_id`` is the ``--env`` the command line named: a policy or run whose environment is ``module:EnvId`` is
-    refused unless it names the same (see :func:`~llm_policy_gen.envs.registry.check_env_named`), before anything
+    refused unless it names the same (see :func:`~llm_policy_gen.envs.catalog.check_env_named`), before anything
     is imported.
     """
-    from .envs.registry import check_env_named
+    from .envs.catalog import check_env_named
     from .envs.spec import EnvSpec
 
     path = Path(target)
@@ -260,7 +260,7 @@ def load_run_policy(target: str | Path, env_id: str | None = None) -> tuple[Tabl
     if spec is None:
         try:
             from .envs import get_spec  # imported here: envs is heavier than a policy file
-            from .envs.overrides import apply_env_kwargs
+            from .envs.tailor import apply_env_kwargs
 
             spec = get_spec(policy.env_id)
             if policy.env_kwargs is not None and policy.env_kwargs != spec.kwargs:

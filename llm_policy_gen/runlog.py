@@ -26,7 +26,8 @@ import numpy as np
 
 from .errors import UserError
 
-__all__ = ["write_json_atomic", "write_bytes_atomic", "append_jsonl", "read_jsonl", "read_json", "run_id_problem",
+__all__ = ["write_json_atomic", "write_bytes_atomic", "append_jsonl", "read_jsonl", "read_json", "read_json_object",
+           "run_id_problem",
            "check_fields", "EVENT_FIELDS", "TRANSCRIPT_FIELDS",
            "rewrite_jsonl", "RunDir", "to_jsonable", "slug", "KVWriter", "JsonlWriter", "Logger", "current_umask"]
 
@@ -157,6 +158,22 @@ def _json_line(path: Path, number: int, raw: bytes) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise UserError(f"{where} is not a JSON object (it holds a {type(value).__name__})")
     return value
+
+
+def read_json_object(path: Path, *, lenient: bool = False) -> dict[str, Any] | None:
+    """The JSON object a run or comparison file holds, or None when the file is missing or holds no object. A file
+    that cannot be read as JSON is a :class:`UserError` naming it (:func:`read_json`), or None when ``lenient`` (a
+    scan over folders that may hold anything)."""
+    p = Path(path)
+    if not p.is_file():
+        return None
+    try:
+        data = read_json(p)
+    except UserError:
+        if lenient:
+            return None
+        raise
+    return data if isinstance(data, dict) else None
 
 
 def read_json(path: Path) -> Any:

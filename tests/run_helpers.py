@@ -19,7 +19,7 @@ from gymnasium.envs.toy_text.frozen_lake import MAPS
 
 from llm_policy_gen.config import TrainConfig
 from llm_policy_gen.envs import get_spec
-from llm_policy_gen.envs.overrides import apply_env_kwargs
+from llm_policy_gen.envs.tailor import apply_env_kwargs
 from llm_policy_gen.formats.base import FormatContext, Target
 from llm_policy_gen.formats.table import TableFormat
 from llm_policy_gen.runlog import read_jsonl

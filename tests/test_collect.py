@@ -3,7 +3,7 @@ import pytest
 
 from llm_policy_gen.collect import Collector
 from llm_policy_gen.envs import get_spec
-from llm_policy_gen.envs.overrides import apply_env_kwargs
+from llm_policy_gen.envs.tailor import apply_env_kwargs
 from llm_policy_gen.policy import Policy, TablePolicy
 
 

@@ -4,7 +4,7 @@ from llm_policy_gen.cli import main
 from llm_policy_gen.collect import Collector
 from llm_policy_gen.config import TrainConfig
 from llm_policy_gen.envs import get_spec
-from llm_policy_gen.envs.overrides import MAX_BINS, apply_dims_bins, apply_env_kwargs
+from llm_policy_gen.envs.tailor import MAX_BINS, apply_dims_bins, apply_env_kwargs
 from llm_policy_gen.errors import SpecError
 from llm_policy_gen.policy import TablePolicy
 from llm_policy_gen.run import resolve_spec, train

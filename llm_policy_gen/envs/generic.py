@@ -17,7 +17,7 @@ scaled to the bounds; 2 levels when 3 would give more than :data:`MAX_ACTIONS` a
 
 A space no table can hold (images, dicts, text) raises :class:`~llm_policy_gen.errors.SpecError` at once. A 1-D
 ``Box`` with too many dimensions for the default budget gives a spec whose ``refusal`` says so; ``--dims`` (and
-``--bins``) then pick what to tabulate (see :mod:`llm_policy_gen.envs.overrides`).
+``--bins``) then pick what to tabulate (see :mod:`llm_policy_gen.envs.tailor`).
 """
 
 from __future__ import annotations

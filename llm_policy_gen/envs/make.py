@@ -36,8 +36,8 @@ def make_env(spec: EnvSpec, render_mode: str | None = None) -> gym.Env:  # type:
         kwargs["render_mode"] = render_mode
     if spec.max_episode_steps is not None:
         kwargs.setdefault("max_episode_steps", spec.max_episode_steps)
+    from .catalog import import_env_module
     from .generic import make_checked
-    from .registry import import_env_module
 
     import_env_module(spec.env_id)  # a module that cannot be imported: one line, not gymnasium's traceback
     env = make_checked(spec.env_id, kwargs, disable_env_checker=True)

@@ -21,7 +21,6 @@ one colour, its median over runs a line and its interquartile range a band, with
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +30,7 @@ import numpy as np
 from matplotlib.ticker import MaxNLocator
 
 from ..errors import UserError
-from ..runlog import read_jsonl
+from ..runlog import read_json_object, read_jsonl
 from ..stats import quartile_band, step_curves
 from .figure import plt, save_figure
 
@@ -61,14 +60,6 @@ def load_events(run_dir: Path) -> list[dict[str, Any]]:
     if not path.is_file():
         raise UserError(f"{run_dir} is not a run directory (no events.jsonl)")
     return read_jsonl(path)
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
 
 
 def _section(record: dict[str, Any], key: str) -> dict[str, Any]:
@@ -118,8 +109,8 @@ def load_run(run_dir: Path) -> RunCurves:
     """The curves of the run in ``run_dir`` (its events, and the backend, mode and threshold of its config)."""
     rd = Path(run_dir)
     events = [e for e in load_events(rd) if e.get("iteration") is not None]
-    record = _read_json(rd / "config.json")
-    summary = _read_json(rd / "summary.json")
+    record = read_json_object(rd / "config.json", lenient=True) or {}
+    summary = read_json_object(rd / "summary.json", lenient=True) or {}
     cfg = _section(record, "config")
     spec = _section(record, "env_spec")
     backend = str(cfg.get("backend") or summary.get("backend") or "run")

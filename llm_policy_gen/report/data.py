@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UserError
-from ..runlog import EVENT_FIELDS, TRANSCRIPT_FIELDS, RunDir, check_fields, read_json, read_jsonl
+from ..runlog import EVENT_FIELDS, TRANSCRIPT_FIELDS, RunDir, check_fields, read_json_object, read_jsonl
 from ..sweep.results import Curve, ResultRow, SweepRecord, curves_from_json, read_results
 
 __all__ = ["IterationView", "RunData", "CompareData", "load_run", "load_compare", "is_run_dir", "is_compare_dir",
@@ -22,13 +22,6 @@ __all__ = ["IterationView", "RunData", "CompareData", "load_run", "load_compare"
 
 REPORT_NAME = "report.html"
 """The page's file name inside the directory it reports on (the default ``--out``)."""
-
-
-def _read_json(path: Path) -> dict[str, Any] | None:
-    if not path.is_file():
-        return None
-    data = read_json(path)  # a broken file is one line naming it
-    return data if isinstance(data, dict) else None
 
 
 def _read_lines(path: Path) -> list[dict[str, Any]]:
@@ -166,8 +159,8 @@ def load_run(path: Path) -> RunData:
     if not is_run_dir(p):
         raise UserError(f"{p} is not a run directory (no events.jsonl or summary.json); give the folder `train` "
                         "printed")
-    config = _read_json(p / "config.json") or {}
-    summary = _read_json(p / "summary.json")
+    config = read_json_object(p / "config.json") or {}
+    summary = read_json_object(p / "summary.json")
     events = _read_lines(p / "events.jsonl")
     check_fields(events, p / "events.jsonl", EVENT_FIELDS)
     events.sort(key=lambda e: int(e.get("iteration", 0)))
@@ -229,7 +222,7 @@ def load_compare(path: Path) -> CompareData:
     p = Path(path)
     if not is_compare_dir(p):
         raise UserError(f"{p} is not a comparison directory (no results.csv); give the folder `compare` printed")
-    record = SweepRecord.from_json(_read_json(p / "compare.json") or {})
+    record = SweepRecord.from_json(read_json_object(p / "compare.json") or {})
     if not (p / "results.csv").is_file():
         raise UserError(f"{p} holds no results.csv yet (the sweep has not finished); run `llm-policy-gen compare` "
                         "again to finish it")
@@ -237,6 +230,6 @@ def load_compare(path: Path) -> CompareData:
         rows = read_results(p / "results.csv")
     except (ValueError, KeyError) as exc:
         raise UserError(f"{p / 'results.csv'} cannot be read: {exc}") from None
-    curves = curves_from_json(_read_json(p / "curves.json") or {})
+    curves = curves_from_json(read_json_object(p / "curves.json") or {})
     missing = [n for n in ("compare.json", "curves.json", "curves.png") if not (p / n).is_file()]
     return CompareData(p, record, rows, curves, missing)

@@ -40,7 +40,7 @@ class Prepared:
 
 def resolve_spec(cfg: TrainConfig) -> EnvSpec:
     """The env spec with the config's overrides (env kwargs, dims, bins, binning) applied."""
-    from ..envs.overrides import apply_dims_bins, apply_env_kwargs
+    from ..envs.tailor import apply_dims_bins, apply_env_kwargs
 
     spec = apply_env_kwargs(get_spec(cfg.env_id), cfg.env_kwargs)
     if cfg.dims is not None or cfg.bins is not None:

@@ -45,8 +45,8 @@ def resume(run_dir: Path, overrides: dict[str, Any] | None = None, log: Callable
 def _check_resume_env(rd: RunDir, record: dict[str, Any], spec: EnvSpec, given: str | None) -> None:
     """A ``module:EnvId`` run imports its module only when ``--env`` names it again; a module that cannot be
     imported (or an environment gymnasium cannot make) is one line, before any file of the run changes."""
+    from ..envs.catalog import check_env_named
     from ..envs.make import make_env
-    from ..envs.registry import check_env_named
 
     settings = record.get("config")
     recorded = settings.get("env_id") if isinstance(settings, dict) else None

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..config import OPERATIONAL_SETTINGS  # what may differ between invocations of one sweep
 from ..errors import UserError
-from ..runlog import to_jsonable
+from ..runlog import read_json_object, to_jsonable
 from .results import SweepRecord, finished, split_entry
 from .task import RunTask
 
@@ -87,22 +87,14 @@ class Found:
     config: dict[str, Any] | None = None
 
 
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
 def _found(task: RunTask) -> Found:
     d = task.run_dir
     if not d.exists():
         return Found("new")
-    record = _read_json(d / "config.json")
+    record = read_json_object(d / "config.json", lenient=True)
     if record is None or not isinstance(record.get("config"), dict):
         return Found("stale")
-    summary = _read_json(d / "summary.json")
+    summary = read_json_object(d / "summary.json", lenient=True)
     done = summary is not None and finished(summary)
     return Found("finished" if done else "started", summary, record["config"])
 
@@ -164,7 +156,7 @@ def _refuse_other_settings(out: Path, what: str, diffs: Sequence[str]) -> UserEr
 def check_same_sweep(out: Path, sweep: Mapping[str, Any], tasks: Sequence[RunTask],
                      found: Mapping[str, Found]) -> None:
     """Refuse (UserError) when ``out`` holds a sweep or runs made with settings that decide results differently."""
-    before = _read_json(out / "compare.json")
+    before = read_json_object(out / "compare.json", lenient=True)
     if before is not None:
         record = SweepRecord.from_json(before)
         recorded = record.experiment

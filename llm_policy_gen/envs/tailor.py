@@ -22,8 +22,8 @@ import gymnasium as gym
 
 from ..discretize import DimSpec
 from ..errors import SpecError
+from .catalog import complete_spec, shipped_env_ids
 from .generic import DEFAULT_BINS, box_dims, env_spaces, generic_spec, grid_of
-from .registry import complete_spec, shipped_env_ids
 from .spec import EnvSpec
 
 __all__ = ["MAX_BINS", "MAX_STATES", "apply_dims_bins", "apply_env_kwargs"]

@@ -1,4 +1,4 @@
-"""The registry of environment specs: shipped TOML specs, and a generic spec for any other gymnasium id.
+"""The catalog of environment specs: shipped TOML specs, and a generic spec for any other gymnasium id.
 
 ``specs/ENV_ID.toml`` is the default spec of ``ENV_ID``; ``specs/ENV_ID.VARIANT.toml`` is a variant of it (for
 example ``Hopper-v5.rich``: a table over all eleven observations next to the seed project's four), selected by the
