@@ -6,9 +6,8 @@ tokenizer, the answer cache, the call limiter and the budget, wrapped in an
 :class:`~llm_policy_gen.clients.session.LLMSession` and an :class:`~llm_policy_gen.proposers.llm.LLMProposer`. Before
 the first call the endpoint is said: where the calls go, and where the base URL and the key came from.
 
-The prompt's episode section is chosen here too (``--evidence``, on the builder every proposer is asked through), and
 ``--refine N`` wraps the LLM proposer in a :class:`~llm_policy_gen.proposers.refine.RefiningProposer` (rules answers
-from an LLM client or ``replay:`` only; any other combination is refused before a run starts).
+from an LLM client or ``replay:`` only; :func:`~llm_policy_gen.run.prepare.prepare` refuses any other combination).
 """
 
 from __future__ import annotations
@@ -83,8 +82,6 @@ def make_backend(cfg: TrainConfig, needs_session: bool, mode_name: str, transcri
     """The run's backend (see the module doc); ``needs_session``: the mode asks the model directly, which a
     proposer that writes whole tables cannot serve."""
     name, model = parse_backend_spec(cfg.backend or "offline")
-    _check_refine(cfg, name, needs_session, mode_name)
-    builder.evidence = cfg.evidence
     factory = BACKENDS.load(name)
     if not is_client(name):
         if needs_session:
@@ -122,21 +119,6 @@ def make_backend(cfg: TrainConfig, needs_session: bool, mode_name: str, transcri
     if cfg.refine:
         proposer = RefiningProposer(proposer, cfg.refine, cfg.seed, transcript)
     return Backend(name, model, proposer, session, endpoint)
-
-
-def _check_refine(cfg: TrainConfig, name: str, needs_session: bool, mode_name: str) -> None:
-    """``--refine`` tunes the numbers of rules a model wrote: it needs rules answers from an LLM (or replay)."""
-    if not cfg.refine:
-        return
-    if not is_client(name):
-        raise UserError(f"--refine {cfg.refine} needs an LLM backend (or replay:PATH) to write the rules it refines, "
-                        f"not {name!r}; give --backend PROVIDER[:MODEL] or drop --refine")
-    if needs_session:
-        raise UserError(f"--refine {cfg.refine} does not apply to --mode {mode_name}, which asks the model for each "
-                        "action; use it with --mode table")
-    if cfg.output_format != "rules":
-        raise UserError(f"--refine {cfg.refine} needs --output-format rules (it tunes the numbers of rules), not "
-                        f"{cfg.output_format!r}")
 
 
 def _check_budget_is_priced(cfg: TrainConfig, provider: str, model: str, is_llm: bool) -> None:

@@ -12,7 +12,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..backends import BACKENDS, default_backend_spec, is_llm, parse_backend_spec
+from ..backends import BACKENDS, default_backend_spec, is_client, is_llm, parse_backend_spec
 from ..config import TrainConfig
 from ..envs import get_spec
 from ..envs.spec import EnvSpec
@@ -72,6 +72,7 @@ def prepare(cfg: TrainConfig, spec: EnvSpec | None = None) -> Prepared:
             raise UserError(f"bad --output-format {cfg.output_format!r}: it answers one action, not a table; accepted: "
                             f"auto, {', '.join(table_format_names())}")
     mode: Mode = MODES.load(cfg.mode)()
+    _check_refine(cfg, name, mode)
     notice = BACKENDS.entry(name).info.get("notice")
     if notice:
         notes.append(f"backend: {name} -- {notice}")
@@ -79,6 +80,21 @@ def prepare(cfg: TrainConfig, spec: EnvSpec | None = None) -> Prepared:
         notes.append(f"note: --temperature has no effect on {name} (no language model is sampled)")
     load_prices(cfg.prices_file)  # a missing or broken price file is refused before anything starts
     return Prepared(cfg, spec, mode, name, notes)
+
+
+def _check_refine(cfg: TrainConfig, name: str, mode: Mode) -> None:
+    """``--refine`` tunes the numbers of rules a model wrote: it needs rules answers from an LLM (or replay)."""
+    if not cfg.refine:
+        return
+    if not is_client(name):
+        raise UserError(f"--refine {cfg.refine} needs an LLM backend (or replay:PATH) to write the rules it refines, "
+                        f"not {name!r}; give --backend PROVIDER[:MODEL] or drop --refine")
+    if mode.needs_session:
+        raise UserError(f"--refine {cfg.refine} does not apply to --mode {mode.name}, which asks the model for each "
+                        "action; use it with --mode table")
+    if cfg.output_format != "rules":
+        raise UserError(f"--refine {cfg.refine} needs --output-format rules (it tunes the numbers of rules), not "
+                        f"{cfg.output_format!r}")
 
 
 def check_backend(prepared: Prepared) -> str | None:

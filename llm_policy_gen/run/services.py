@@ -52,7 +52,7 @@ class Run:
         self.keeper = Keeper(self.collector, spec.default_table(), cfg.seed, cfg.eval_start, cfg.eval_max,
                              cfg.eval_rise_every, cfg.confirm_episodes, cfg.confirm_z,
                              cfg.confirm_batches, fresh_test_seeds=cfg.test_seeds == "fresh")
-        self.builder = PromptBuilder(max_chars=cfg.max_prompt_chars)
+        self.builder = PromptBuilder(max_chars=cfg.max_prompt_chars, evidence=cfg.evidence)
         self.rng = np.random.default_rng([cfg.seed, 7])
         self.history: list[HistoryEntry] = []
         self.pending: list[Episode] = []
