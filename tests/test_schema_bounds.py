@@ -531,3 +531,21 @@ def test_grammars_stay_small(env_id: str, record_property: Any) -> None:
         grammar = gbnf(make_format(name).json_schema(fctx(env_id)))
         record_property(f"{name}_grammar", f"{len(grammar)} chars, {time.perf_counter() - start:.3f} s")
         assert len(grammar) < 20_000, (name, len(grammar))
+
+
+def test_the_in_process_grammar_keeps_control_characters_out_of_strings() -> None:
+    """llama-cpp-python's converter lets a raw line break into a JSON string (Qwen2.5-Coder-0.5B wrote multi-line
+    rationales that no JSON parser takes); the in-process backend's grammar allows only what JSON allows there."""
+    pytest.importorskip("llama_cpp.llama_grammar")
+    from llm_policy_gen.clients.llamacpp import schema_grammar
+
+    fmt, ctx = make_format("table"), fctx("FrozenLake-v1")
+    schema = fmt.json_schema(ctx)
+    answer = json.loads(fmt.render(ctx.current, ctx, "why"))
+    raw = in_grammar_order({**answer, "rationale": "two\nlines"}, schema).replace("\\n", "\n")
+    escaped = in_grammar_order({**answer, "rationale": "two\nlines"}, schema)
+    assert "\n" in raw and "\\n" in escaped
+    assert grammar_regex(gbnf(schema)).fullmatch(raw)  # the converter's own grammar: the bug this works around
+    ours = grammar_regex(schema_grammar(schema))
+    assert not ours.fullmatch(raw)
+    assert ours.fullmatch(escaped)

@@ -207,6 +207,21 @@ def model_identity(model: LocalModel) -> dict[str, Any]:
     }
 
 
+#: A character inside a JSON string as JSON allows it: llama-cpp-python's converter (0.3.36) lets any character but a
+#: quote or a backslash through, raw line breaks and other control characters included, which no JSON parser takes
+#: (Qwen2.5-Coder-0.5B wrote multi-line rationales: 4 of 60 FrozenLake answers were refused for it, in process and
+#: through ``llama_cpp.server``, which uses the same converter); llama.cpp's own converter excludes them, as here.
+_LOOSE_CHAR = r'char ::= [^"\\] | '
+_JSON_CHAR = r'char ::= [^"\\\x7F\x00-\x1F] | '
+
+
+def schema_grammar(schema: dict[str, Any]) -> str:
+    """The GBNF grammar of ``schema`` (keys in the schema's own order), with JSON's own string characters."""
+    from llama_cpp.llama_grammar import json_schema_to_gbnf
+
+    return json_schema_to_gbnf(json.dumps(schema)).replace(_LOOSE_CHAR, _JSON_CHAR)
+
+
 #: Free-text fields of an answer (its ``rationale``) are capped in the grammar: a small model otherwise writes on for
 #: thousands of tokens (SmolLM2-135M did, several minutes a call on 2 cores). Only the grammar sees the cap; the
 #: validator takes any length (the rationale is shown, never used).
@@ -286,9 +301,10 @@ class LlamaCppClient(SDKClient):
             text = json.dumps(capped, sort_keys=True)  # the cache key; the converter gets the schema's own order,
             if text not in self._model.grammars:  # which is the order of the keys in the answer it allows
                 try:
-                    self._model.grammars[text] = LlamaGrammar.from_json_schema(json.dumps(capped), verbose=False)
+                    gbnf = schema_grammar(capped)
                 except Exception as exc:  # the converter raises plain exceptions for what it does not support
                     raise _SchemaRefused(f"llama.cpp cannot turn the json_schema into a grammar: {exc}") from None
+                self._model.grammars[text] = LlamaGrammar.from_string(gbnf, verbose=False)
             return self._model.grammars[text]
         if mode == "json_mode":
             if "" not in self._model.grammars:
