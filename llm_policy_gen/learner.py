@@ -19,7 +19,9 @@ learner has, so a potential that changes a lot from one iteration to the next co
 :class:`LearnerPolicy` is how the learner acts in its training episodes: with probability ``p`` the advised action
 of the state (advisor mode), otherwise with probability ``epsilon`` a uniformly random action, otherwise the greedy
 action of Q with ties broken at random. :meth:`QLearner.greedy` (ties: the lowest action) is the table the keeper
-judges, always on the environment's own reward.
+judges, always on the environment's own reward. With advice (``p > 0``) both first cap every action the learner has
+never taken in a state at the advised action's value (:func:`advised_values`; the learner counts its ``visits``),
+and the judged table breaks ties towards the advice.
 
 The modes that use them live in :mod:`llm_policy_gen.modes.learner`.
 """
@@ -34,7 +36,7 @@ import numpy as np
 from .collect import Episode
 from .discretize import ObservationDiscretizer
 
-__all__ = ["QLearner", "LearnerPolicy", "optimistic_init"]
+__all__ = ["QLearner", "LearnerPolicy", "advised_values", "optimistic_init"]
 
 
 def optimistic_init(episodes: Sequence[Episode], gamma: float) -> float:
@@ -65,6 +67,20 @@ def q_sweep(q: np.ndarray, episodes: Sequence[Episode], alpha: float, gamma: flo
     return n
 
 
+def advised_values(q: np.ndarray, visits: np.ndarray, advice: np.ndarray) -> np.ndarray:
+    """``q`` with every action never taken in a state worth at most the advised action of that state.
+
+    An untried action keeps its optimistic start value, which is as high as values go (CartPole: 100), while the
+    advised action, once taken, is learned down to what it really earns; left as they are, the greedy table would
+    pick the untried action in every state that only the advice visited, the opposite of the advice. Capping
+    untried actions at the advised action's value lets the learner's own experience, never its optimism, overrule
+    the advice (with ties to the advice, what Wiewiora, Cottrell and Elkan 2003 call look-ahead advice with an
+    infinitesimal bonus)."""
+    adv = np.asarray(advice, dtype=np.int64)
+    qa = q[np.arange(q.shape[0]), adv][:, None]
+    return np.where(visits == 0, np.minimum(q, qa), q)
+
+
 class QLearner:
     """Tabular Q-learning with an optional shaping potential (see the module docstring)."""
 
@@ -74,6 +90,8 @@ class QLearner:
         self.gamma = float(gamma)
         self.q_init = float(q_init)
         self.q = np.full((int(n_states), int(n_actions)), self.q_init)
+        self.visits = np.zeros((int(n_states), int(n_actions)), dtype=np.int64)
+        """How often each (state, action) was taken in the episodes learned from."""
         self.updates = 0
         self.episodes = 0
 
@@ -85,20 +103,32 @@ class QLearner:
     def learn(self, episodes: Sequence[Episode], potential: np.ndarray | None = None) -> int:
         """One sweep over each episode's steps in order; returns the number of updates."""
         n = q_sweep(self.q, episodes, self.alpha, self.gamma, potential)
+        for ep in episodes:
+            np.add.at(self.visits, (ep.states, ep.actions), 1)
         self.updates += n
         self.episodes += len(episodes)
         return n
 
-    def greedy(self) -> np.ndarray:
-        """``argmax_a Q(s, a)`` per state; ties take the lowest action."""
-        return np.argmax(self.q, axis=1).astype(np.int64)
+    def greedy(self, advice: np.ndarray | None = None) -> np.ndarray:
+        """``argmax_a Q(s, a)`` per state; ties take the lowest action.
+
+        With ``advice`` (an action per state), the values are first :func:`resolved <advised_values>` by it and ties
+        take the advised action."""
+        if advice is None:
+            return np.argmax(self.q, axis=1).astype(np.int64)
+        adv = np.asarray(advice, dtype=np.int64)
+        q = advised_values(self.q, self.visits, adv)
+        rows = np.arange(q.shape[0])
+        return np.where(q[rows, adv] >= q.max(axis=1), adv, np.argmax(q, axis=1)).astype(np.int64)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"q": self.q.copy(), "q_init": self.q_init, "alpha": self.alpha, "gamma": self.gamma,
-                "updates": self.updates, "episodes": self.episodes}
+        return {"q": self.q.copy(), "visits": self.visits.copy(), "q_init": self.q_init, "alpha": self.alpha,
+                "gamma": self.gamma, "updates": self.updates, "episodes": self.episodes}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.q = np.asarray(state["q"], dtype=np.float64).copy()
+        visits = state.get("visits")  # absent in checkpoints written before visits were counted
+        self.visits = np.zeros(self.q.shape, np.int64) if visits is None else np.asarray(visits, np.int64).copy()
         self.q_init = float(state["q_init"])
         self.alpha = float(state["alpha"])
         self.gamma = float(state["gamma"])
@@ -129,6 +159,8 @@ class LearnerPolicy:
         q = self.learner.q[states]
         n, na = q.shape
         u = self.rng.random((n, 3))
+        if self.advice is not None and self.p_advice > 0.0:  # untried actions no better than the advised one
+            q = advised_values(q, self.learner.visits[states], self.advice[states])
         # Greedy with random tie-breaking: the first maximum after adding a tiny random jitter to tied entries only.
         ties = q >= q.max(axis=1, keepdims=True)
         pick = np.argmax(ties * (1.0 + self.rng.random((n, na))), axis=1)

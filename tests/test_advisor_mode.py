@@ -11,6 +11,7 @@ import pytest
 from run_helpers import LAKE8, answer, cfg, kill_and_resume, path_advice, quiet, write_replay
 
 from llm_policy_gen.cli import main
+from llm_policy_gen.collect import Episode
 from llm_policy_gen.discretize import DiscreteDiscretizer
 from llm_policy_gen.learner import LearnerPolicy, QLearner
 from llm_policy_gen.run import train
@@ -19,7 +20,7 @@ from llm_policy_gen.runlog import read_jsonl
 
 def policy(p: float, epsilon: float, advice: np.ndarray, q: np.ndarray, seed: int = 0) -> LearnerPolicy:
     learner = QLearner(*q.shape)
-    learner.load_state_dict({**learner.state_dict(), "q": q})
+    learner.load_state_dict({**learner.state_dict(), "q": q, "visits": np.ones(q.shape, np.int64)})  # learned
     return LearnerPolicy(learner, DiscreteDiscretizer(q.shape[0]), np.random.default_rng(seed), epsilon, advice, p)
 
 
@@ -43,6 +44,32 @@ def test_greedy_ties_are_broken_at_random_in_training_and_by_the_lowest_action_w
     assert set(acts.tolist()) == {0, 1, 2}
     learner = QLearner(4, 3)
     assert learner.greedy().tolist() == [0, 0, 0, 0]
+
+
+def one_step(state: int, action: int, reward: float) -> Episode:
+    return Episode(0, np.array([state]), np.array([action]), np.array([reward]), True, False)
+
+
+def test_optimism_about_untried_actions_does_not_overrule_the_advice() -> None:
+    # CartPole-like: reward 1 a step, optimistic start 100 = 1 / (1 - gamma); every episode here ends at once.
+    learner = QLearner(3, 2, alpha=0.5, gamma=0.99, q_init=100.0)
+    # State 0: only the advised action 1 was taken (its value fell to 50.5); action 0 is untried and still at 100.
+    # State 1: both tried, and action 1 earned more than the advised action 0. State 2: nothing tried.
+    learner.learn([one_step(0, 1, 1.0), one_step(1, 0, 0.0), one_step(1, 1, 1.0)])
+    advice = np.array([1, 0, 1])
+    assert learner.greedy().tolist() == [0, 1, 0]  # plain greedy: the untried action beats the advice
+    # With the advice: untried actions are worth no more than the advised one and ties go to the advice, while
+    # what the learner tried itself overrules the advice (state 1).
+    assert learner.greedy(advice).tolist() == [1, 1, 1]
+    # Training steps see the same values (ties broken at random there): in state 0 the untried action is tried
+    # no more often than the advised one while the learner is advised, and always when it is not.
+    states = np.zeros(200, dtype=np.int64)
+    advised = LearnerPolicy(learner, DiscreteDiscretizer(3), np.random.default_rng(0), 0.0, advice, 1e-12).act(states)
+    assert set(advised.tolist()) == {0, 1} and 0.4 < float(np.mean(advised == 1)) < 0.6
+    alone = LearnerPolicy(learner, DiscreteDiscretizer(3), np.random.default_rng(0), 0.0, advice, 0.0).act(states)
+    assert set(alone.tolist()) == {0}
+    # The visits are part of the learner's state: a copy judges the same table.
+    assert learner.copy().greedy(advice).tolist() == [1, 1, 1]
 
 
 def test_the_advice_probability_decays_every_iteration(tmp_path: Path) -> None:
@@ -69,8 +96,10 @@ def test_good_advice_makes_the_learner_solve_the_big_lake_and_only_the_learner_i
     assert results["followed"].summary["best_eval_mean"] == 1.0
     # Advice the learner never follows teaches it nothing: the same perfect advice, judged as the learner's table.
     assert results["ignored"].summary["best_eval_mean"] == 0.0
+    # The kept table is the learner's greedy table with the advice resolving what the learner never tried; on this
+    # deterministic lake nothing it tried contradicted the path, so it is the advice.
     kept = json.loads((results["followed"].run_dir / "best_policy.json").read_text())["table"]
-    assert kept != advice.tolist()  # the learner's greedy table, not the advice
+    assert kept == advice.tolist()
 
 
 def test_an_advised_run_through_the_cli_prints_its_mode(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

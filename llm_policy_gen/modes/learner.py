@@ -3,7 +3,8 @@
 What the reward and advisor modes share (each is a few hooks over it): one iteration asks for
 K candidates (potentials or advice tables), trains one copy of the learner per distinct valid candidate from the same
 starting state on the same training seeds (each copy explores with its own random stream, so that the K copies
-gather different experience; equal candidates train once), gives the K greedy tables to the keeper, and carries on
+gather different experience; equal candidates train once), gives the K greedy tables (the advisor: resolved by
+its advice, :meth:`LearnerMode.judged`) to the keeper, and carries on
 with the learner of the candidate whose greedy table scored best on the test seeds (the keeper adopts it as the best
 table only if it also passes the paired confirmation). Then that learner also sweeps, under its own potential, the
 other candidates' training episodes and every episode the keeper ran to judge them (test and confirmation
@@ -111,6 +112,10 @@ class LearnerMode:
                   iteration: int) -> LearnerPolicy:
         return LearnerPolicy(learner, run.observation, rng, run.cfg.explore_epsilon)
 
+    def judged(self, run: RunServices, learner: QLearner, value: np.ndarray, iteration: int) -> np.ndarray:
+        """The table the keeper judges for a learner trained under candidate ``value``: its greedy table."""
+        return learner.greedy()
+
     def potential(self, value: np.ndarray) -> np.ndarray | None:
         """The shaping potential a candidate gives the learner (None: no shaping)."""
         return None
@@ -184,7 +189,7 @@ class LearnerMode:
                 same = _Candidate(value, learner.copy(), self.describe(value, run))
                 self.train(run, same, seeds, iteration, len({id(c) for c in cands if c is not None}))
             cands.append(same)
-        tables = [c.learner.greedy() if c is not None else None for c in cands]
+        tables = [self.judged(run, c.learner, c.value, iteration) if c is not None else None for c in cands]
         verdict = run.judge(tables, iteration)
         k = verdict.chosen
         chosen = cands[k] if k is not None else None
