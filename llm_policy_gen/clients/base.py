@@ -217,6 +217,13 @@ class LLMClient(Protocol):
         ...
 
 
+def is_free(client: LLMClient) -> bool:
+    """True when a client's calls cost nothing (a model on this machine: no price is looked up, a budget needs none).
+    An optional attribute ``free`` of the client says so (:class:`~llm_policy_gen.clients.sdk.SDKClient` subclasses set
+    it on the class); a client without it is priced."""
+    return bool(getattr(client, "free", False))
+
+
 @runtime_checkable
 class CountsTokens(Protocol):
     """What a client that knows its model's tokenizer offers (the in-process llama.cpp model does), so that the

@@ -34,10 +34,9 @@ from typing import Any, Generic, TypeVar
 from ..errors import BackendAuthError, BackendError, BackendUnreachable, ProposalError, ReplayExhausted
 from ..formats.base import AnswerFormat, FormatContext, Parsed
 from ..pricing import cost_usd
-from .base import CallKey, Completion, LLMClient, Message, OutputSpec, Request, call_seed
+from .base import CallKey, Completion, LLMClient, Message, OutputSpec, Request, call_seed, is_free
 from .cache import ResponseCache
 from .keys import redact, redact_all
-from .sdk import SDKClient
 from .transcript import RecordedCalls, Transcript
 from .usage import Budget, CallLimiter, LocalLimiter, Usage
 
@@ -112,7 +111,7 @@ class LLMSession:
         self.repair_attempts = int(repair_attempts)
         self.budget = budget or Budget(None)
         self.prices_file = prices_file
-        self._free = isinstance(client, SDKClient) and client.free
+        self._free = is_free(client)
         """A model on this machine: calls cost 0 and need no price."""
         self.cache = cache
         self.recorded = recorded or RecordedCalls()

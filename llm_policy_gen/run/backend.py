@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..backends import BACKENDS, base_url_variable, is_client, parse_backend_spec
-from ..clients.base import ClientOptions, CountsTokens, LLMClient, Sampling
+from ..clients.base import ClientOptions, CountsTokens, LLMClient, Sampling, is_free
 from ..clients.cache import ResponseCache
 from ..clients.keys import endpoint_notice, remember_url
 from ..clients.replay import SOURCE_FIELDS
@@ -94,8 +94,7 @@ def make_backend(cfg: TrainConfig, needs_session: bool, mode_name: str, transcri
         _check_replay_source(client, transcript)
     else:
         client = factory(model, client_options(cfg))
-    free = isinstance(client, SDKClient) and client.free
-    _check_budget_is_priced(cfg, client.provider, client.model, client.is_llm and not free)
+    _check_budget_is_priced(cfg, client.provider, client.model, client.is_llm and not is_free(client))
     _fit_prompts_and_samples(cfg, client, builder, log)
     described = client.describe()
     endpoint = None
