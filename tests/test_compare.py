@@ -262,6 +262,22 @@ def test_a_failed_run_is_a_row_not_the_end(tmp_path: Path, monkeypatch: pytest.M
     assert [r.status for r in read_results(out / "results.csv")] == ["ok", "ok"]
 
 
+def test_a_spec_variant_is_compared_where_its_runs_go(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--env FrozenLake-v1.8x8`` (a spec variant): its runs go under the gymnasium id's folder, as ``train`` puts
+    them, and are results, not failures (they were reported failed when the sweep looked under the variant's id)."""
+    out = tmp_path / "cmp"
+    argv = ["compare", "--env", "FrozenLake-v1.8x8", "--backends", "offline", "--seeds", "0", "--iterations", "1",
+            "--config", str(config_file(tmp_path)), "--out", str(out), "--no-progress"]
+    assert main(argv) == 0, capsys.readouterr().err
+    rows = read_results(out / "results.csv")
+    assert [r.status for r in rows] == ["ok"] and rows[0].run_dir == "runs/FrozenLake-v1/offline_s0"
+    assert json.loads((out / rows[0].run_dir / "config.json").read_text())["config"]["env_id"] == "FrozenLake-v1.8x8"
+    summary = (out / rows[0].run_dir / "summary.json").read_bytes()
+    assert main(argv) == 0  # a second invocation finds the finished run and keeps it as it is
+    assert (out / rows[0].run_dir / "summary.json").read_bytes() == summary
+    assert [r.status for r in read_results(out / "results.csv")] == ["ok"]
+
+
 def test_backend_stats_from_known_rows() -> None:
     def row(backend: str, seed: int, score: float, solved_at: int | None) -> ResultRow:
         return ResultRow(backend=backend, seed=seed, status="ok", is_llm=False, best_eval_mean=score,

@@ -20,7 +20,7 @@ from ..config import read_toml
 from ..errors import SpecError, UserError
 from .spec import EnvSpec
 
-__all__ = ["SPEC_DIR", "shipped_env_ids", "spec_variants", "variant_id", "get_spec", "load_spec_file",
+__all__ = ["SPEC_DIR", "shipped_env_ids", "spec_variants", "variant_id", "gym_id", "get_spec", "load_spec_file",
            "complete_spec", "import_env_module", "check_env_named"]
 
 SPEC_DIR = Path(__file__).with_name("specs")
@@ -53,6 +53,12 @@ def shipped_env_ids() -> list[str]:
 def spec_variants(env_id: str | None = None) -> list[str]:
     """Ids ``ENV_ID.VARIANT`` of the shipped spec variants (of ``env_id`` only, when given)."""
     return [k for k in _spec_files()[1] if env_id is None or k.startswith(env_id + ".")]
+
+
+def gym_id(env_id: str) -> str:
+    """The gymnasium id behind a spec id: ``ENV_ID`` of a shipped variant ``ENV_ID.VARIANT``, else ``env_id`` itself
+    (the folder a run of it goes to under ``--logs-dir``)."""
+    return env_id.rpartition(".")[0] if env_id in _spec_files()[1] else env_id
 
 
 def variant_id(env_id: str, variant: str | None) -> str:

@@ -59,7 +59,11 @@ class RunTask:
 
     @property
     def run_dir(self) -> Path:
-        return Path(self.out) / "runs" / slug(self.env_id) / self.run_id
+        """Where ``train`` puts the run: under the gymnasium id's folder (``FrozenLake-v1`` for the spec variant
+        ``FrozenLake-v1.8x8``)."""
+        from ..envs.catalog import gym_id
+
+        return Path(self.out) / "runs" / slug(gym_id(self.env_id)) / self.run_id
 
     def config(self) -> TrainConfig:
         """The run's settings as ``train`` gets them (every value checked: a bad one is a UserError)."""
