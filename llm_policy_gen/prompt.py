@@ -30,9 +30,10 @@ import numpy as np
 
 from .clients.base import Message
 from .collect import Episode
-from .discretize import ActionDiscretizer, BoxDiscretizer, DiscreteDiscretizer, ObservationDiscretizer
+from .discretize import ActionDiscretizer, BoxDiscretizer, ObservationDiscretizer
 from .envs.spec import EnvSpec
-from .formats.base import AnswerFormat, FormatContext, Target, dim_names, table_dims
+from .evidence_text import bin_values, dimension_lines, evidence_by_dimension, num
+from .formats.base import AnswerFormat, FormatContext, Target, table_dims
 from .memory import ExperienceMemory, StateEvidence, episode_stats, median_episode
 from .table_text import entry_text, table_text
 from .templates import prompts_dir, template
@@ -123,12 +124,6 @@ class PromptContext:
         return FormatContext(self.observation, self.actions, self.current_table, self.target, self.spec)
 
 
-def _num(x: float | None, digits: int = 1) -> str:
-    if x is None or not np.isfinite(x):
-        return "n/a"
-    return f"{x:.{digits}f}"
-
-
 class PromptBuilder:
     """Renders :class:`PromptContext` into messages with the templates of ``prompts/``."""
 
@@ -201,7 +196,7 @@ class PromptBuilder:
             return "(no earlier candidates yet)"
         seen: dict[tuple[str, bool], HistoryEntry] = {}
         for h in ctx.history[-self.history_len * 4 :]:
-            seen[(_num(h.eval_mean), h.accepted)] = h  # keep the latest of equal outcomes
+            seen[(num(h.eval_mean), h.accepted)] = h  # keep the latest of equal outcomes
         entries = sorted(seen.values(), key=lambda h: (-1e18 if h.eval_mean is None else h.eval_mean, h.iteration))
         out = []
         for h in entries[-self.history_len :]:
@@ -215,7 +210,7 @@ class PromptBuilder:
                 verdict = "best on the test episodes but not confirmed on fresh episodes, reverted"
             else:
                 verdict = "not better, reverted"
-            out.append(f"{who}: {_num(h.eval_mean)} on {h.eval_episodes} episodes, {verdict}, "
+            out.append(f"{who}: {num(h.eval_mean)} on {h.eval_episodes} episodes, {verdict}, "
                        f"{h.n_changed} states changed")
         return "\n".join(out)
 
@@ -236,7 +231,7 @@ class PromptBuilder:
         )
         what = "bins" if sizes is not None else "state"
         return (
-            f"- {label}: return {_num(ep.ret)}, {ep.length} steps, {end}. Last steps (t:{what}:action:reward): {steps}"
+            f"- {label}: return {num(ep.ret)}, {ep.length} steps, {end}. Last steps (t:{what}:action:reward): {steps}"
         )
 
     def episodes(self, ctx: PromptContext) -> str:
@@ -269,32 +264,27 @@ class PromptBuilder:
         if not recent:
             return []
         obs = ctx.observation
-        values, unit = _bin_values(obs)
+        values, unit = bin_values(obs)
         st = episode_stats(recent, table_dims(obs), values)
         r, n = st.returns, len(recent)
         first, last = min(e.iteration for e in recent), max(e.iteration for e in recent)
         when = f"iteration {first}" if first == last else f"iterations {first}-{last}"
         cut = n - st.terminated - st.truncated
         lines = [
-            f"Summary of the last {n} episodes ({when}): return mean {_num(float(r.mean()))}, median "
-            f"{_num(float(np.median(r)))}, std {_num(float(r.std()))}, min {_num(float(r.min()))}, max "
-            f"{_num(float(r.max()))}; length mean {_num(float(st.lengths.mean()))} steps, min {int(st.lengths.min())}, "
+            f"Summary of the last {n} episodes ({when}): return mean {num(float(r.mean()))}, median "
+            f"{num(float(np.median(r)))}, std {num(float(r.std()))}, min {num(float(r.min()))}, max "
+            f"{num(float(r.max()))}; length mean {num(float(st.lengths.mean()))} steps, min {int(st.lengths.min())}, "
             f"max {int(st.lengths.max())}; ended: {st.terminated} terminated, {st.truncated} at the time limit"
             + (f", {cut} cut" if cut else "") + ".",
         ]
         median = median_episode(recent)
         assert median is not None
         lines.append(self.episode_text(median, f"median episode (iteration {median.iteration})", sizes))
-        lines.append(f"Per dimension over every step of these episodes ({unit}): mean, std, min..max; mean at the "
-                     "last step:")
-        for j, name in enumerate(dim_names(obs)):
-            mean, std, low, high, end = (_g(a[j]) for a in (st.mean, st.std, st.low, st.high, st.last))
-            lines.append(f"dim {j} {name}: mean {mean}, std {std}, {low}..{high}; last step {end}")
-        return lines
+        return lines + dimension_lines(st, obs, unit)
 
     def evidence_rows(self, ctx: PromptContext) -> list[str]:
         if _by_rules(ctx):
-            return self.evidence_by_dimension(ctx)
+            return evidence_by_dimension(ctx.evidence, ctx.observation)
         ev = ctx.evidence
         order = np.argsort(-ev.visits, kind="stable")
         rows = []
@@ -308,31 +298,6 @@ class PromptBuilder:
             cur = ctx.current_table[s]
             now = f"a{int(cur)}" if ctx.target.kind == "action" else entry_text(cur)
             rows.append(f"s{int(s)} | {int(ev.visits[s])} | " + ", ".join(parts) + f" | now {now}")
-        return rows
-
-    def evidence_by_dimension(self, ctx: PromptContext) -> list[str]:
-        """The evidence summed over every dimension but one: per bin, the share of visits, the mean discounted
-        return-to-go of the steps there (G) and the share of episode ends there (rules answers: the table is not
-        shown, so the evidence cannot be by state either)."""
-        ev = ctx.evidence
-        sizes = table_dims(ctx.observation)
-        total = int(ev.visits.sum())
-        if not total:
-            return []
-        visits = ev.visits.reshape(sizes)
-        g_sum = np.nansum(np.where(ev.counts > 0, ev.q_mean * ev.counts, 0.0), axis=1).reshape(sizes)
-        g_n = ev.counts.sum(axis=1).reshape(sizes)
-        ends = _terminal_counts(ev).reshape(sizes)
-        n_ends = max(1, int(ends.sum()))
-        names = dim_names(ctx.observation)
-        rows = [f"Summed over the other dimensions ({ctx.observation.n_states} states, {total} steps, "
-                f"{int(ends.sum())} episode ends); per bin: share of steps, mean G, share of ends:"]
-        for j, name in enumerate(names):
-            axes = tuple(i for i in range(len(sizes)) if i != j)
-            v, gs, gn, e = (a.sum(axis=axes) if axes else a for a in (visits, g_sum, g_n, ends))
-            parts = [f"b{b} {100 * v[b] / total:.0f}% G {_num(gs[b] / gn[b] if gn[b] else None, 3)} "
-                     f"end {100 * e[b] / n_ends:.0f}%" for b in range(sizes[j]) if v[b]]
-            rows.append(f"dim {j} {name}: " + " | ".join(parts))
         return rows
 
     def table(self, ctx: PromptContext) -> str:
@@ -350,7 +315,7 @@ class PromptBuilder:
             "n_states": ctx.observation.n_states,
             "state_meaning": self.state_meaning(ctx),
             "eval_episodes": ctx.eval_episodes,
-            "best_eval": _num(ctx.best_eval_mean),
+            "best_eval": num(ctx.best_eval_mean),
             "history": self.history(ctx),
             "iteration": ctx.iteration,
             "episodes": self.episodes(ctx),
@@ -401,27 +366,3 @@ class PromptBuilder:
 def _by_rules(ctx: PromptContext) -> bool:
     """True when answers are rules: the prompt shows rules and summaries, never the table."""
     return ctx.fmt.name == "rules"
-
-
-def _g(x: float) -> str:
-    """A statistic with 3 significant digits (a bin centre that is 0 up to rounding shows as 0)."""
-    return f"{round(float(x), 9) + 0.0:.3g}"
-
-
-def _bin_values(observation: ObservationDiscretizer) -> tuple[list[np.ndarray], str]:
-    """Per table dimension the value of each bin, and what the values are: the bin centres in the observation's
-    units for a ``Box`` observation, else the bin indices (grid rows and columns, or the state index)."""
-    if isinstance(observation, BoxDiscretizer):
-        return [(b[:-1] + b[1:]) / 2 for b in observation.boundaries], "bin centres in the observation's units"
-    what = "grid rows and columns" if isinstance(observation, DiscreteDiscretizer) and observation.grid else "bins"
-    return [np.arange(n, dtype=np.float64) for n in table_dims(observation)], what
-
-
-def _terminal_counts(ev: StateEvidence) -> np.ndarray:
-    """(n_states,) transitions that ended an episode (terminated) from each state."""
-    t = ev.transitions
-    n = ev.visits.size
-    if isinstance(t, np.ndarray):
-        return t[:, :, n].sum(axis=1) if t.size else np.zeros(n, dtype=np.int64)
-    end = t.next_states == n
-    return np.bincount(t.pairs[end] // t.n_actions, weights=t.counts[end], minlength=n)

@@ -8,6 +8,7 @@ import numpy as np
 
 from llm_policy_gen.collect import Episode
 from llm_policy_gen.envs import get_spec
+from llm_policy_gen.evidence_text import evidence_by_dimension
 from llm_policy_gen.formats import make_format
 from llm_policy_gen.formats.base import Target
 from llm_policy_gen.memory import ExperienceMemory
@@ -154,7 +155,7 @@ def test_rules_prompts_show_the_rules_and_summaries_never_the_table():
 def test_per_dimension_evidence_adds_up():
     spec = get_spec("CartPole-v1")
     ctx = context(spec, 30, 4, fmt="rules")
-    rows = PromptBuilder().evidence_by_dimension(ctx)
+    rows = evidence_by_dimension(ctx.evidence, ctx.observation)
     steps = int(ctx.evidence.visits.sum())
     assert f"{steps} steps" in rows[0] and len(rows) == 1 + 4
     shares = [float(part.split()[1].rstrip("%")) for part in rows[3].split(": ", 1)[1].split(" | ")]
