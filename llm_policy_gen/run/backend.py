@@ -88,12 +88,13 @@ def make_backend(cfg: TrainConfig, needs_session: bool, mode_name: str, transcri
             raise UserError(f"--mode {mode_name} needs a backend that answers free text (an LLM or "
                             f"replay:PATH), not {name!r}, which writes whole tables; use --mode table with it")
         return Backend(name, model, factory(seed=cfg.seed, transcript=transcript), None, None)
+    options = client_options(cfg)
     client: LLMClient
     if name == "replay":
         client = factory(model)
         _check_replay_source(client, transcript)
     else:
-        client = factory(model, client_options(cfg))
+        client = factory(model, options)
     _check_budget_is_priced(cfg, client.provider, client.model, client.is_llm and not is_free(client))
     _fit_prompts_and_samples(cfg, client, builder, log)
     described = client.describe()
@@ -105,9 +106,9 @@ def make_backend(cfg: TrainConfig, needs_session: bool, mode_name: str, transcri
     cache = None
     if cfg.cache and client.is_llm:
         folder = Path(cfg.cache_dir) if cfg.cache_dir else default_cache_dir()
-        base_url = str(client.describe().get("base_url", "") or "")
+        base_url = str(described.get("base_url", "") or "")
         identity = client.cache_identity if isinstance(client, SDKClient) else client.model
-        cache = ResponseCache(folder, client.provider, identity, base_url, client_options(cfg).sampling)
+        cache = ResponseCache(folder, client.provider, identity, base_url, options.sampling)
     session = LLMSession(
         client, transcript, repair_attempts=cfg.repair_attempts, budget=budget or Budget(cfg.budget_usd),
         prices_file=cfg.prices_file, cache=cache, recorded=recorded,
