@@ -48,7 +48,13 @@ class Cell:
     env_id: str
     output_format: str
     seeds: tuple[int, ...]
+    extra: tuple[str, ...] = ()
+    """Options beyond :data:`SETTINGS` (issue 20 item 4: ``--evidence``, ``--refine``)."""
 
+
+#: Issue 20 item 4: the evidence a model sees and the hybrid, on CartPole-v1 rules (seeds 0-2, K = 2, 5 iterations).
+_ITEM4 = {"summary": ("--evidence", "summary"), "both": ("--evidence", "both"), "refine1": ("--refine", "1"),
+          "refine2": ("--refine", "2"), "summary-refine2": ("--evidence", "summary", "--refine", "2")}
 
 CELLS = [
     Cell("qwen0.5b-frozenlake", "qwen2.5-coder-0.5b", "Qwen2.5-Coder-0.5B-Instruct Q4_K_M", "FrozenLake-v1", "auto",
@@ -57,6 +63,8 @@ CELLS = [
          "rules", (0, 1, 2)),
     Cell("qwen1.5b-frozenlake", "qwen2.5-coder-1.5b", "Qwen2.5-Coder-1.5B-Instruct Q4_K_M", "FrozenLake-v1", "auto",
          (0,)),
+    *(Cell(f"qwen0.5b-cartpole-rules-{name}", "qwen2.5-coder-0.5b", "Qwen2.5-Coder-0.5B-Instruct Q4_K_M",
+           "CartPole-v1", "rules", (0, 1, 2), extra) for name, extra in _ITEM4.items()),
 ]
 SETTINGS = ["--candidates", "2", "--iterations", "5", "--max-prompt-tokens", "2000", "--repair-attempts", "2",
             "--max-output-tokens", "1500",
@@ -212,7 +220,8 @@ def markdown(rows: list[dict[str, Any]]) -> str:
         cand = sum(x["candidates"] for x in m)
         med = lambda k, m=m: _median([x.get(k) for x in m])  # noqa: E731
         body.append(
-            f"| {r['label']} | {r['env_id']}{' rules' if r['format'] == 'rules' else ''} | {r['transport']} | "
+            f"| {r['label']} | {r['env_id']}{' rules' if r['format'] == 'rules' else ''}"
+            f"{' ' + r['extra'] if r.get('extra') else ''} | {r['transport']} | "
             f"{','.join(str(x['seed']) for x in m)} | {sum(x['valid_first'] for x in m)}/{cand} "
             f"({100 * sum(x['valid_first'] for x in m) / max(cand, 1):.0f}%) | "
             f"{sum(x['valid_after_repair'] for x in m)}/{cand} | {_fmt(med('heldout'))} | {_fmt(med('initial'))} | "
@@ -232,7 +241,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.list:
         for c in CELLS:
-            print(f"{c.key:26s} {c.label}, {c.env_id} ({c.output_format}), seeds {list(c.seeds)}")
+            print(f"{c.key:40s} {c.label}, {c.env_id} ({c.output_format}{', ' if c.extra else ''}"
+                  f"{' '.join(c.extra)}), seeds {list(c.seeds)}")
         return 0
     keys = [k for k in args.cells.split(",") if k]
     transports = [t for t in args.transports.split(",") if t]
@@ -255,11 +265,12 @@ def main(argv: list[str] | None = None) -> int:
             path = model_path(cell.model)
             for transport in transports:
                 row: dict[str, Any] = {"cell": cell.key, "label": cell.label, "env_id": cell.env_id,
+                                       "extra": " ".join(cell.extra),
                                        "format": cell.output_format, "transport": transport, "model_file": path.name,
                                        "runs": []}
                 rows.append(row)
                 for seed in seeds_override or cell.seeds:
-                    common = [*SETTINGS, "--seed", str(seed), "--output-format", cell.output_format]
+                    common = [*SETTINGS, "--seed", str(seed), "--output-format", cell.output_format, *cell.extra]
                     if transport == "inprocess":
                         backend = ["--backend", f"llamacpp:{path}"]
                     else:
@@ -276,8 +287,9 @@ def main(argv: list[str] | None = None) -> int:
                         continue
                     m = {"seed": seed, "run_dir": str(run_dir), **measure(run_dir)}
                     for base in ("offline", "random"):  # same settings, at the LLM run's episode count
+                        plain = common[: len(common) - len(cell.extra)]  # --evidence, --refine are the model's
                         b_dir, b_err = run(out, f"{cell.key}_{base}_s{seed}", cell.env_id,
-                                           [*common, "--backend", base, "--max-episodes", str(m["episodes"])], env)
+                                           [*plain, "--backend", base, "--max-episodes", str(m["episodes"])], env)
                         m[base] = None if b_err else json.loads((b_dir / "summary.json").read_text())["best_eval_mean"]
                     row["runs"].append(m)
                     print(f"{run_id}: valid {m['valid_first']}/{m['candidates']} first, held-out {m['heldout']:.3f} "
