@@ -10,6 +10,7 @@ in-process backend (``llamacpp:PATH``) and the ``openai`` backend against the re
 port (one request at a time, ``--max-concurrent-calls 1``; its prompts are capped at 5,000 characters, about 2,000
 tokens, since only the in-process backend knows the tokenizer). The baselines ``offline`` (not an LLM) and ``random``
 run at the same settings with ``--max-episodes`` set to the LLM run's episode count.
+The answer cache is off (``--no-cache``): every figure comes from calls made by the run that reports it.
 
 Reported per (model, task, transport), over the seeds: the valid-answer rate at the first attempt and after repairs
 (per candidate), the best table's held-out mean (100 episodes, the run's held-out seeds) against the initial table's
@@ -68,7 +69,7 @@ CELLS = [
 ]
 SETTINGS = ["--candidates", "2", "--iterations", "5", "--max-prompt-tokens", "2000", "--repair-attempts", "2",
             "--max-output-tokens", "1500",
-            "--no-plots", "--no-progress", "--timeout", "900", "--max-concurrent-calls", "1"]
+            "--no-plots", "--no-progress", "--timeout", "900", "--max-concurrent-calls", "1", "--no-cache"]
 TRANSPORTS = ("inprocess", "server")
 #: Through the server the prompt is measured in characters (``--max-prompt-tokens`` needs the tokenizer, which only
 #: the in-process backend has): 5,000 characters are about 2,000 tokens of these prompts (2.4-2.6 characters a token).
