@@ -92,7 +92,7 @@ class TrainConfig(BaseModel):
     confirm_batches: int = _field(4, "an integer >= 1", "Batches of fresh episodes the confirmation may run while "
                                   "undecided.", ge=1)
     confirm_z: float = _field(2.0, "a number >= 0", "Adopt only if the paired mean difference on the fresh "
-                              "episodes is at least this many standard errors above 0.", ge=0.0)
+                              "episodes passes a one-sided t-test at the level of this normal z.", ge=0.0)
     heldout_episodes: int = _field(100, "an integer >= 1", "Held-out episodes measured whenever the best changes; "
                                    "reported only, never used to decide.", ge=1)
     patience: int = _field(0, "an integer >= 0", "Stop after this many iterations without a new best (0: never).",

@@ -11,7 +11,7 @@ import pytest
 from llm_policy_gen.checkpoint import load_checkpoint, save_checkpoint
 from llm_policy_gen.collect import Collector, Episode, PolicyLike
 from llm_policy_gen.envs import get_spec
-from llm_policy_gen.keeper import Keeper, SeedPlan, Verdict
+from llm_policy_gen.keeper import Keeper, SeedPlan, Verdict, t_critical
 
 
 class CountingCollector(Collector):
@@ -210,6 +210,54 @@ def test_confirmation_needs_z_standard_errors() -> None:
     k0 = Keeper(ScriptedCollector(noisy), INCUMBENT, seed=0, eval_start=3, eval_max=3,  # type: ignore[arg-type]
                 confirm_episodes=4, confirm_z=0.0)
     assert k0.judge([LUCKY], 1).accepted  # z = 0: a positive paired mean suffices
+
+
+def test_the_critical_value_is_students_for_the_degrees_of_freedom() -> None:
+    # Two-sided 5% table values (one-sided 2.5%, z = 1.959964): 1, 5 and 30 degrees of freedom.
+    for dof, table in ((1, 12.7062), (5, 2.5706), (30, 2.0423)):
+        assert abs(t_critical(1.959964, dof) - table) < 1e-3
+    assert t_critical(2.0, 10**6) == 2.0  # the normal limit
+
+
+def test_a_small_confirmation_needs_students_critical_value() -> None:
+    def small(table: np.ndarray, seed: int) -> float:  # on fresh seeds the differences are 2, 4, 6: z 3.5, t(2) 4.5
+        if table[0] == 1:
+            return 10.0 + 2.0 * (1 + (seed - SeedPlan(0).confirm(0)) % 3) if seed >= SeedPlan(0).confirm(0) else 30.0
+        return 10.0
+
+    k = Keeper(ScriptedCollector(small), INCUMBENT, seed=0, eval_start=1, eval_max=1,  # type: ignore[arg-type]
+               confirm_episodes=3, confirm_batches=1, confirm_z=2.0)
+    conf = k.judge([LUCKY], 1).confirmation
+    assert conf is not None and conf.diff_mean == 4.0 and conf.diff_se == pytest.approx(2 / 3**0.5)
+    assert conf.diff_mean / conf.diff_se > 2.0 and conf.critical == pytest.approx(4.5265, abs=1e-3)
+    assert not conf.passed and conf.to_dict()["critical"] == conf.critical
+
+
+def test_equal_differences_pass_only_where_the_run_has_seen_no_spread() -> None:
+    """Two equal differences have a standard error of 0; a run whose earlier confirmations varied lends its variance."""
+    def world(spread: float) -> Any:
+        def returns(table: np.ndarray, seed: int) -> float:
+            c = seed - SeedPlan(0).confirm(0)
+            if table[0] == 1:  # the first challenger: differences +-spread about -1 (rejected, but pooled)
+                return 9.0 + (spread if c % 2 else -spread) if c >= 0 else 30.0
+            if table[0] == 2:  # the second: +1 on both fresh seeds
+                return 11.0 if c >= 0 else 30.0
+            return 10.0
+        return returns
+
+    verdicts = {}
+    for spread in (0.0, 5.0):
+        k = Keeper(ScriptedCollector(world(spread)), INCUMBENT, seed=0, eval_start=1,  # type: ignore[arg-type]
+                   eval_max=1, confirm_episodes=2, confirm_batches=1, confirm_z=2.0)
+        assert not k.judge([LUCKY], 1).accepted
+        assert k.pool_dof == 1 and k.pool_ss == pytest.approx(2 * spread**2)
+        v = k.judge([GOOD], 2)
+        assert v.confirmation is not None and v.confirmation.diff_mean == 1.0
+        verdicts[spread] = v.accepted
+        restored = Keeper(ScriptedCollector(world(spread)), INCUMBENT, seed=0)  # type: ignore[arg-type]
+        restored.load_state_dict(k.state_dict())
+        assert (restored.pool_ss, restored.pool_dof) == (k.pool_ss, k.pool_dof)
+    assert verdicts == {0.0: True, 5.0: False}
 
 
 def test_without_confirmation_the_strict_improvement_rule_holds() -> None:
