@@ -4,8 +4,11 @@ A rules answer is JSON with up to three parts::
 
     {"rationale": "short reason",
      "cases": [{"conditions": [{"dim": 1, "min_bin": 0, "max_bin": 0}], "action": 2}],
-     "linear": [{"output": 0, "weights": [0.0, 1.2, -0.4], "bias": 0.1, "thresholds": [-0.3, 0.3]}],
+     "linear": [{"output": 0, "weights": [0.0, 1.2, -0.4], "bias": 0.1, "thresholds": [-0.3, 0.3],
+                 "products": [{"dims": [1, 2], "weight": 0.8}]}],
      "otherwise": 1}
+
+(``products`` is optional: each adds ``weight * x_i * x_j`` to its rule's score, at most :data:`MAX_PRODUCTS`.)
 
 How rules decide a state -- the decision list of ``cases``, the ``levels``, ``scores`` and ``value`` forms of the
 ``linear`` rules, and when ``otherwise`` applies -- is the rule language of :mod:`.ruleset`; this module is the answer
@@ -17,13 +20,15 @@ form, ``output`` d with exactly ``levels[d] - 1`` thresholds; in the scores form
 with no thresholds; for ``Discrete`` actions the prompt and the schema ask for one form, :func:`asked_form` (the
 spec's ``rules_form``, else levels up to 2 actions), and a repeated output of the scores form is left to the
 validator; for values ``output`` 0 with none -- always with one weight per state dimension (``minItems`` =
-``maxItems``), and at most one rule per output (``maxItems``). All four keys are required, in the prompt's order (a
-llama.cpp grammar writes the required keys first, in the schema's order), and ``otherwise`` is never null: a schema
-cannot make it depend on ``linear`` being empty in what strict modes accept (no ``if``/``then``, no ``anyOf`` at the
-root), so it asks for an entry always. So the validator also takes answers the schema does not: linear rules in the
-form not asked for, and answers that leave out ``cases`` or ``linear`` (taken as ``[]``) or give ``otherwise`` null
-or leave it out beside linear rules (old transcripts and the population search write them), each of the latter equal
-to one the schema takes.
+``maxItems``), and at most one rule per output (``maxItems``). Each shape comes twice: without ``products`` and
+with them (two dimensions in range each, at most :data:`MAX_PRODUCTS`), so that an answer without products fits as
+before and strict modes, which want every property of an object required, take both. All four keys are required,
+in the prompt's order (a llama.cpp grammar writes the required keys first, in the schema's order), and ``otherwise``
+is never null: a schema cannot make it depend on ``linear`` being empty in what strict modes accept (no
+``if``/``then``, no ``anyOf`` at the root), so it asks for an entry always. So the validator also takes answers the
+schema does not: linear rules in the form not asked for, and answers that leave out ``cases`` or ``linear`` (taken as
+``[]``) or give ``otherwise`` null or leave it out beside linear rules (old transcripts and the population search
+write them), each of the latter equal to one the schema takes.
 
 The table is compiled from the rules alone (the current table plays no part), and the rules travel with it as the
 policy's ``source`` (:meth:`~.ruleset.RuleSet.to_dict`).
@@ -64,6 +69,7 @@ if TYPE_CHECKING:
     from ..envs.spec import EnvSpec
 
 __all__ = [
+    "Product",
     "LinearRule",
     "Case",
     "ValueCase",
@@ -74,9 +80,19 @@ __all__ = [
     "table_as_rules",
     "describe_rule_dims",
     "describe_outputs",
+    "MAX_PRODUCTS",
 ]
 
+MAX_PRODUCTS = 4
+"""Products a linear rule may carry."""
 
+
+class Product(BaseModel):
+    """A product feature of a linear rule: ``weight * x_i * x_j``."""
+
+    model_config = ConfigDict(extra="forbid")
+    dims: list[StrictInt] = Field(description="the two state dimensions [i, j] multiplied (i = j: a square)")
+    weight: StrictFloat = Field(description="the weight of x_i * x_j in the score")
 
 class LinearRule(BaseModel):
     """A linear score over the scaled state dimensions."""
@@ -88,6 +104,15 @@ class LinearRule(BaseModel):
     bias: StrictFloat = Field(description="added to the weighted sum")
     thresholds: list[StrictFloat] = Field(description="ascending cut points between consecutive levels (levels - 1 "
                                           "of them); [] in the scores form and for values")
+    products: list[Product] = Field(default_factory=list, description="optional products of two state dimensions, "
+                                    "each adding weight * x_i * x_j to the score")
+
+    def rule(self) -> dict[str, Any]:
+        """The rule as plain data; ``products`` only when there are some (so a rule without them is as before)."""
+        out = self.model_dump()
+        if not out["products"]:
+            del out["products"]
+        return out
 
 
 class Case(Edit):
@@ -132,6 +157,7 @@ def _check_linear(rules: list[LinearRule], n_dims: int, actions: ActionDiscretiz
             errors.append(f"{where}: weights, bias and thresholds must be finite numbers")
         if any(b < a for a, b in zip(r.thresholds, r.thresholds[1:], strict=False)):
             errors.append(f"{where}: thresholds must be ascending, got {r.thresholds}")
+        errors += _check_products(r.products, n_dims, where)
     if errors:
         return errors
     outputs = [r.output for r in rules]
@@ -166,19 +192,38 @@ def _check_linear(rules: list[LinearRule], n_dims: int, actions: ActionDiscretiz
     return errors
 
 
+def _check_products(products: list[Product], n_dims: int, where: str) -> list[str]:
+    errors = []
+    if len(products) > MAX_PRODUCTS:
+        errors.append(f"{where}: at most {MAX_PRODUCTS} products, got {len(products)}")
+    for k, p in enumerate(products):
+        if len(p.dims) != 2 or not all(0 <= d < n_dims for d in p.dims):
+            errors.append(f"{where}.products[{k}]: dims must be two state dimensions in 0..{n_dims - 1}, got "
+                          f"{p.dims}")
+        if not np.isfinite(p.weight):
+            errors.append(f"{where}.products[{k}]: weight must be a finite number, got {p.weight}")
+    return errors
+
+
 _OTHERWISE = ("the entry of the states no case matches, when linear is empty (ignored when linear rules decide them, "
               "but always given)")
 
 
 def _linear_schema(actions: ActionDiscretizer, target: Target, n_dims: int, rule: dict[str, Any],
-                   base: dict[str, Any], form: str) -> dict[str, Any]:
+                   product_props: dict[str, Any], base: dict[str, Any], form: str) -> dict[str, Any]:
     """The schema of ``linear`` (``base``: its pydantic schema) in ``form``: the rule shapes it allows, each with its
-    ``output`` and exactly its number of thresholds, at most one rule per output.
+    ``output`` and exactly its number of thresholds, at most one rule per output; each shape without and with
+    ``products`` (``product_props``: the pydantic properties of :class:`Product`).
 
     Levels form: per action dimension ``d``, ``output`` d with ``levels[d] - 1`` thresholds. Scores form
     (``Discrete`` actions): any action, no thresholds. Values: one rule, ``output`` 0, no thresholds.
     """
     numbers = {"type": "array", "items": {"type": "number"}}
+
+    product = {"type": "object", "properties": {
+        "dims": {**product_props["dims"], "type": "array", "items": {"type": "integer", **int_range(0, n_dims - 1)},
+                 "minItems": 2, "maxItems": 2},
+        "weight": product_props["weight"]}, "required": ["dims", "weight"], "additionalProperties": False}
 
     def shape(lo: int, hi: int, n_thresholds: int) -> dict[str, Any]:
         props = {"output": {**rule["output"], **int_range(lo, hi)},
@@ -187,8 +232,13 @@ def _linear_schema(actions: ActionDiscretizer, target: Target, n_dims: int, rule
                  "thresholds": {**rule["thresholds"], **numbers, "minItems": n_thresholds, "maxItems": n_thresholds}}
         return {"type": "object", "properties": props, "required": list(props), "additionalProperties": False}
 
-    def rules(shapes: list[dict[str, Any]], most: int) -> dict[str, Any]:
-        return {"type": "array", "items": shapes[0] if len(shapes) == 1 else {"anyOf": shapes}, "maxItems": most}
+    def with_products(plain: dict[str, Any]) -> dict[str, Any]:
+        props = {**plain["properties"], "products": {"description": rule["products"]["description"],
+                                                     "type": "array", "items": product, "maxItems": MAX_PRODUCTS}}
+        return {**plain, "properties": props, "required": list(props)}
+
+    def rules(plain: list[dict[str, Any]], most: int) -> dict[str, Any]:
+        return {"type": "array", "items": {"anyOf": plain + [with_products(s) for s in plain]}, "maxItems": most}
 
     keep = {k: v for k, v in base.items() if k in ("title", "description", "default")}
     if target.kind == "value":
@@ -231,9 +281,10 @@ class RulesFormat:
         schema = self._model(target).model_json_schema()
         bound_boxes(schema, "Case" if target.kind == "action" else "ValueCase", ctx)
         rule = schema["$defs"].pop("LinearRule")["properties"]
+        product = schema["$defs"].pop("Product")["properties"]
         props = schema["properties"]
-        props["linear"] = _linear_schema(ctx.actions, target, len(table_dims(ctx.observation)), rule, props["linear"],
-                                         asked_form(ctx.actions, ctx.spec))
+        props["linear"] = _linear_schema(ctx.actions, target, len(table_dims(ctx.observation)), rule, product,
+                                         props["linear"], asked_form(ctx.actions, ctx.spec))
         other = schema["properties"]["otherwise"]
         schema["properties"]["otherwise"] = {**target.json_schema(), "description": _OTHERWISE, "title": other["title"]}
         schema["required"] = list(props)  # in the order of the prompt's shape: a grammar writes them so
@@ -243,7 +294,7 @@ class RulesFormat:
         return fill("format_rules.md", n_dims=len(table_dims(ctx.observation)),
                     dims="\n".join(describe_rule_dims(ctx.observation)),
                     outputs="\n".join(describe_outputs(ctx.actions, ctx.target, asked_form(ctx.actions, ctx.spec))),
-                    max_state=ctx.n_states - 1,
+                    max_state=ctx.n_states - 1, max_products=MAX_PRODUCTS,
                     **entry_fields(ctx.target))
 
     def parse(self, text: str, ctx: FormatContext) -> Parsed[np.ndarray]:
@@ -264,8 +315,7 @@ class RulesFormat:
             errors.append(f"give linear rules or an \"otherwise\" {target.field} for the states no case matches")
         if errors:
             raise ProposalError(cap_errors(errors), text)
-        rules = RuleSet([c.model_dump() for c in answer.cases], [r.model_dump() for r in answer.linear],
-                        answer.otherwise)
+        rules = RuleSet([c.model_dump() for c in answer.cases], [r.rule() for r in answer.linear], answer.otherwise)
         table, clipped = rules.compile_with_notes(ctx.observation, ctx.actions, target)
         current = target.array(ctx.current).reshape(-1)
         notes = []

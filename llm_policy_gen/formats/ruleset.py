@@ -9,8 +9,9 @@ Rules have up to three parts:
   bin, so ``"conditions": []`` matches every state).
 * **linear** -- decides the states no case matches. Each rule scores a state as
   ``score = bias + sum_j weights[j] * x_j``, where ``x_j`` is the centre of the state's bin on dimension ``j``
-  scaled so that the dimension's low bound is -1 and its high bound +1 (:func:`feature_values`). Then
-  (:func:`linear_form`):
+  scaled so that the dimension's low bound is -1 and its high bound +1 (:func:`feature_values`), plus, for each of
+  the rule's optional ``products`` ``{"dims": [i, j], "weight": w}``, ``w * x_i * x_j`` (a condition on two
+  dimensions at once, e.g. "low and falling fast"; ``i = j`` is a square). Then (:func:`linear_form`):
 
   - *levels* (``Box``/``MultiDiscrete`` actions, or ``Discrete`` actions in index order): one rule per action
     dimension (``output`` = the dimension; ``output`` 0 for a ``Discrete`` action); the dimension takes level
@@ -136,7 +137,8 @@ class RuleSet:
     """Validated rules (plain JSON-shaped data), and how they decide a state.
 
     ``cases`` items are ``{"conditions": [{"dim", "min_bin", "max_bin"}, ...], field: entry}`` (``field`` is
-    ``action`` or ``value``); ``linear`` items ``{"output", "weights", "bias", "thresholds"}``.
+    ``action`` or ``value``); ``linear`` items ``{"output", "weights", "bias", "thresholds"}`` and optionally
+    ``"products": [{"dims": [i, j], "weight": w}, ...]`` (absent: none).
     """
 
     cases: list[dict[str, Any]] = field(default_factory=list)
@@ -173,6 +175,9 @@ class RuleSet:
                 s = np.full(n, float(rule["bias"]))
                 for j, w in enumerate(rule["weights"]):  # a fixed order of additions: the same floats every time
                     s = s + float(w) * x[j]
+                for p in rule.get("products", ()):  # after the weights, so rules without products are unchanged
+                    i, j = (int(d) for d in p["dims"])
+                    s = s + float(p["weight"]) * (x[i] * x[j])
                 scores.append(s)
             form = linear_form(actions, target, self.linear)
             if form == "value":
