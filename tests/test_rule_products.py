@@ -175,5 +175,5 @@ def _level_rules(ctx: FormatContext) -> list[dict[str, Any]]:
 
 def test_the_prompt_explains_products_with_the_lunar_lander_example():
     section = make_format("rules").prompt_section(spec_ctx("CartPole-v1"))
-    assert '"products": [{"dims": [i, j], "weight": w}' in section and f"at most {MAX_PRODUCTS}" in section
-    assert "w * x_i * x_j" in section and "low (x_1 near -1) AND falling fast" in section
+    assert '"products": [{"dims": [i, j], "weight": w}' in section and f"(max {MAX_PRODUCTS})" in section
+    assert "+ w * x_i * x_j" in section and "[1, 3]: low AND falling fast" in section
