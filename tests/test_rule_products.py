@@ -177,3 +177,65 @@ def test_the_prompt_explains_products_with_the_lunar_lander_example():
     section = make_format("rules").prompt_section(spec_ctx("CartPole-v1"))
     assert '"products": [{"dims": [i, j], "weight": w}' in section and f"(max {MAX_PRODUCTS})" in section
     assert "+ w * x_i * x_j" in section and "[1, 3]: low AND falling fast" in section
+
+
+# ------------------------------------------------------------------------------------------------ the offline search
+def rules_ctx(spec: Any, iteration: int = 1, history: tuple[Any, ...] = (), k: int = 5) -> Any:
+    from llm_policy_gen.memory import ExperienceMemory
+    from llm_policy_gen.prompt import PromptContext
+
+    obs, acts = spec.observation_discretizer(), spec.action_discretizer()
+    mem = ExperienceMemory(obs.n_states, acts.n_actions)
+    return PromptContext(spec=spec, observation=obs, actions=acts, iteration=iteration,
+                         current_table=spec.default_table(), best_eval_mean=None, eval_episodes=3, memory=mem,
+                         evidence=mem.evidence(), fmt=make_format("rules"),
+                         target=Target("action", n_actions=acts.n_actions), history=list(history), candidates=k)
+
+
+def two_iterations(env_id: str, seed: int = 3) -> list[dict[str, Any]]:
+    """The sources of the offline search's candidates of iterations 1 and 2 (5 each, fixed scores in between)."""
+    from llm_policy_gen.prompt import HistoryEntry
+    from llm_policy_gen.proposers.offline import OfflineProposer
+
+    spec = get_spec(env_id)
+    search = OfflineProposer(seed=seed)
+    first = search.propose(rules_ctx(spec, 1), [], 5)
+    scores = [HistoryEntry(1, float(10 * c % 7), 1, c == 2, 0, candidate=c) for c in range(1, 6)]
+    second = search.propose(rules_ctx(spec, 2, tuple(scores)), [], 5)
+    assert all(a.ok for a in first + second)
+    return [a.parsed.source for a in first + second]
+
+
+@pytest.mark.parametrize(("env_id", "digest"), [("LunarLander-v3", "8dfbcc87c2542340"),
+                                                ("Hopper-v5", "41acb281fba0666f")])
+def test_without_declared_pairs_the_search_proposes_what_it_did_before(env_id: str, digest: str) -> None:
+    """Digests of the candidates' sources taken before products existed: the same seeds give the same numbers."""
+    sources = two_iterations(env_id)
+    assert hashlib.sha256(json.dumps(sources, sort_keys=True).encode()).hexdigest()[:16] == digest
+    assert "products" not in json.dumps(sources)
+
+
+def test_with_declared_pairs_the_search_moves_product_weights_too():
+    spec = get_spec("LunarLander-v3.products")
+    assert spec.search_products() == ((1, 3), (4, 5), (0, 2))  # y x y speed, angle x angular speed, x x x speed
+    sources = two_iterations("LunarLander-v3.products")
+    for source in sources:
+        for rule in source["linear"]:
+            assert [p["dims"] for p in rule["products"]] == [[1, 3], [4, 5], [0, 2]]
+    weights = [[p["weight"] for r in s["linear"] for p in r["products"]] for s in sources]
+    assert weights[0] == [0.0] * 12  # the centre starts with no products (the prior rule has none)
+    assert weights[1] == [-w for w in weights[2]] and any(weights[1])  # a direction and its mirror
+    assert weights[5] != weights[0]  # the centre moved along the product weights as well
+    ctx = spec_ctx("LunarLander-v3.products")
+    for source in sources[:3]:  # each is a valid answer of the format, and acts as it compiles
+        text = make_format("rules").render(RuleSet.from_dict(source), ctx, "r")
+        assert make_format("rules").parse(text, ctx).source["linear"] == source["linear"]
+
+
+@pytest.mark.parametrize("products", [[["y position", "z speed"]], [["y position"]], "y position", [[1, 3]]])
+def test_a_spec_with_bad_search_products_is_refused(products: Any) -> None:
+    from llm_policy_gen.errors import SpecError
+
+    spec = get_spec("LunarLander-v3").with_overrides(search={"products": products})
+    with pytest.raises(SpecError, match="search products .* invalid; accepted: a list of pairs of dimension names"):
+        spec.validate()

@@ -34,8 +34,9 @@ __all__ = ["LinearPrior", "EnvSpec", "SEARCH_SETTINGS"]
 _HINTS_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 """A hints file name: no path separators, no leading dot (so neither ``..`` nor a hidden file)."""
 
-SEARCH_SETTINGS = frozenset({"noise", "step", "top"})
-"""The settings a spec's ``[search]`` table may give the offline population search."""
+SEARCH_SETTINGS = frozenset({"noise", "step", "top", "products"})
+"""The settings a spec's ``[search]`` table may give the offline population search (``products``: pairs of dimension
+names whose product features the search adds to its linear rules; the others positive numbers)."""
 
 
 @dataclass(frozen=True)
@@ -116,9 +117,10 @@ class EnvSpec:
     ``levels`` (the actions are ordered, e.g. push left / none / right), ``scores`` (one score per action) or ''
     (``levels`` up to 2 actions, else ``scores``). Box and MultiDiscrete actions always use levels."""
 
-    search: dict[str, float] = field(default_factory=dict)
-    """Settings of the offline population search over rules for this task (``noise``, ``step``, ``top``; see
-    :mod:`llm_policy_gen.proposers.population`); the search's own defaults where absent."""
+    search: dict[str, Any] = field(default_factory=dict)
+    """Settings of the offline population search over rules for this task (``noise``, ``step``, ``top``, and
+    ``products``: pairs of dimension names, ``[["y position", "y speed"], ...]``, whose products its linear rules
+    carry; see :mod:`llm_policy_gen.proposers.population`); the search's own defaults (no products) where absent."""
 
     def __post_init__(self) -> None:
         if self.hints and not _HINTS_NAME.fullmatch(self.hints):
@@ -201,11 +203,23 @@ class EnvSpec:
             raise SpecError(f"{self.env_id}: reward_threshold must be finite")
         if self.rules_form not in ("", "levels", "scores"):
             raise SpecError(f"{self.env_id}: rules_form {self.rules_form!r} unknown; accepted: levels, scores")
-        bad = sorted(set(self.search) - SEARCH_SETTINGS)
-        if bad or not all(isinstance(v, (int, float)) and v > 0 for v in self.search.values()):
-            raise SpecError(f"{self.env_id}: search settings {dict(self.search)} invalid; accepted: positive numbers "
-                            f"for {', '.join(sorted(SEARCH_SETTINGS))}")
+        numbers = {k: v for k, v in self.search.items() if k != "products"}
+        bad = sorted(set(numbers) - SEARCH_SETTINGS)
+        if bad or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in numbers.values()):
+            raise SpecError(f"{self.env_id}: search settings {numbers} invalid; accepted: positive numbers for "
+                            f"{', '.join(sorted(SEARCH_SETTINGS - {'products'}))}, and products")
+        self.search_products()  # raises for a bad list
         return self
+
+    def search_products(self) -> tuple[tuple[int, int], ...]:
+        """The dimension pairs (table dimension indices) of the ``[search]`` table's ``products`` (none without)."""
+        pairs = self.search.get("products", [])
+        names = [d.name for d in self.dims]
+        if not isinstance(pairs, (list, tuple)) or not all(
+                isinstance(p, (list, tuple)) and len(p) == 2 and all(n in names for n in p) for p in pairs):
+            raise SpecError(f"{self.env_id}: search products {pairs!r} invalid; accepted: a list of pairs of "
+                            f"dimension names, [[a, b], ...], from {names}")
+        return tuple((names.index(a), names.index(b)) for a, b in pairs)
 
     # ------------------------------------------------------------------ (de)serialisation
     def to_dict(self) -> dict[str, Any]:

@@ -21,11 +21,15 @@ defines), and every episode that judges a candidate is run and counted by the en
 spec's prior rule when it has one (:func:`prior_theta`), else zero weights (every state at the middle level, or every
 score equal). Randomness: ``numpy.random.default_rng([seed, iteration, 17])``, so the same context and state give the
 same candidates; the state (``theta``, the noise, the directions awaiting their scores) is saved in checkpoints.
-A spec's ``[search]`` table sets ``noise``, ``step`` and ``top`` for its task (defaults 0.5, 0.5 and 0.5).
+A spec's ``[search]`` table sets ``noise``, ``step`` and ``top`` for its task (defaults 0.5, 0.5 and 0.5), and may
+declare ``products``: pairs of dimensions whose product features (``w * x_i * x_j``) every rule carries, their weights
+searched with the others (starting at 0). Without declared pairs the parameters, and so every candidate, are exactly
+those of the search without products.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -185,16 +189,18 @@ class LinearRuleSearch:
         self.step, self.top = float(tuned.get("step", self.step)), float(tuned.get("top", self.top))
 
     def _begin(self, ctx: PromptContext) -> None:
-        """Start from the prior rule when the search has no ``theta`` of this task's shape yet."""
+        """Start from the prior rule (and zero product weights) when the search has no ``theta`` of this task's shape
+        yet."""
         form, thresholds = rule_geometry(ctx)
-        n_dims = len(feature_values(ctx.observation))
-        if self.theta is None or self.theta.shape != (len(thresholds), n_dims + 1):
-            self.start(prior_theta(ctx, form), ctx)
+        n_dims, n_products = len(feature_values(ctx.observation)), len(ctx.spec.search_products())
+        if self.theta is None or self.theta.shape != (len(thresholds), n_dims + 1 + n_products):
+            prior = prior_theta(ctx, form)
+            self.start(np.concatenate([prior, np.zeros((len(prior), n_products))], axis=1), ctx)
 
     def candidate(self, params: np.ndarray, ctx: PromptContext) -> RuleSet:
         """The rule set of the parameters ``params`` (``theta`` plus an offset)."""
         form, thresholds = rule_geometry(ctx)
-        return self.rules(params, form, thresholds)
+        return self.rules(params, form, thresholds, ctx.spec.search_products())
 
     def propose(self, ctx: PromptContext, k: int) -> list[tuple[RuleSet, str]]:
         """K rule sets around ``theta`` (see the module docstring), each with a one-line rationale."""
@@ -221,9 +227,15 @@ class LinearRuleSearch:
                 for off, role in zip(offsets, roles, strict=True)]
 
     @staticmethod
-    def rules(params: np.ndarray, form: str, thresholds: list[list[float]]) -> RuleSet:
-        """The rule set of a parameter array (one row per output: weights, then bias)."""
-        linear = [{"output": o, "weights": [round(float(x), DIGITS) for x in row[:-1]],
-                   "bias": round(float(row[-1]), DIGITS), "thresholds": list(thresholds[o])}
-                  for o, row in enumerate(params)]
+    def rules(params: np.ndarray, form: str, thresholds: list[list[float]],
+              products: Sequence[tuple[int, int]] = ()) -> RuleSet:
+        """The rule set of a parameter array (one row per output: weights, bias, then one weight per product)."""
+        n = params.shape[1] - 1 - len(products)
+        linear: list[dict[str, Any]] = [{"output": o, "weights": [round(float(x), DIGITS) for x in row[:n]],
+                                         "bias": round(float(row[n]), DIGITS), "thresholds": list(thresholds[o])}
+                                        for o, row in enumerate(params)]
+        if products:
+            for rule, row in zip(linear, params, strict=True):
+                rule["products"] = [{"dims": [i, j], "weight": round(float(w), DIGITS)}
+                                    for (i, j), w in zip(products, row[n + 1:], strict=True)]
         return RuleSet([], linear, None)
