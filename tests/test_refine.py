@@ -122,3 +122,48 @@ def test_a_combination_it_cannot_serve_is_one_line_and_exit_2(
     errors = [line for line in err.splitlines() if "error" in line]
     assert len(errors) == 1 and expected in errors[0] and "Traceback" not in err, err
     assert not logs.exists() or not any(logs.rglob("*.json*"))  # no run left behind
+
+
+def test_refinement_tunes_the_product_weights_of_the_kept_rules() -> None:
+    """Product weights are numbers to tune; their dimensions are the model's structure and stay."""
+    import numpy as np
+
+    from llm_policy_gen.envs import get_spec
+    from llm_policy_gen.formats import make_format
+    from llm_policy_gen.formats.base import Target
+    from llm_policy_gen.memory import ExperienceMemory
+    from llm_policy_gen.prompt import HistoryEntry, PromptContext
+    from llm_policy_gen.proposers.refine import KeptRulesSearch
+
+    spec = get_spec("CartPole-v1")
+    obs, acts = spec.observation_discretizer(), spec.action_discretizer()
+    kept = {**RULES, "linear": [{**RULES["linear"][0], "products": [{"dims": [2, 3], "weight": 0.8},
+                                                                    {"dims": [0, 0], "weight": -0.5}]}]}
+
+    def ctx(iteration: int, history: list[HistoryEntry]) -> PromptContext:
+        mem = ExperienceMemory(obs.n_states, acts.n_actions)
+        source = make_format("rules").parse(json.dumps(kept), _fctx(spec)).source
+        return PromptContext(spec=spec, observation=obs, actions=acts, iteration=iteration,
+                             current_table=spec.default_table(), best_eval_mean=None, eval_episodes=3, memory=mem,
+                             evidence=mem.evidence(), fmt=make_format("rules"),
+                             target=Target("action", n_actions=acts.n_actions), history=history, candidates=3,
+                             current_source=source)
+
+    search = KeptRulesSearch(seed=2)
+    first = [r.linear[0] for r, _ in search.propose(ctx(1, []), 3)]
+    assert search.size == 4 + 1 + 2 + 1  # weights, bias, two product weights, the case's inner lower bound
+    assert first[0]["products"] == [{"dims": [2, 3], "weight": 0.8}, {"dims": [0, 0], "weight": -0.5}]
+    assert all([p["dims"] for p in r["products"]] == [[2, 3], [0, 0]] for r in first)
+    moved = [p["weight"] for p in first[1]["products"]]
+    assert moved != [0.8, -0.5] and np.allclose(np.add(moved, [p["weight"] for p in first[2]["products"]]),
+                                                [1.6, -1.0])  # a direction and its mirror around the kept weights
+    history = [HistoryEntry(1, s, 1, s == 50.0, 0, candidate=c) for c, s in ((1, 5.0), (2, 50.0), (3, 10.0))]
+    centre = [r.linear[0] for r, _ in search.propose(ctx(2, history), 3)][0]
+    assert [p["weight"] for p in centre["products"]] != [0.8, -0.5]  # the centre moved toward candidate 2
+
+
+def _fctx(spec: Any) -> Any:
+    from llm_policy_gen.formats.base import FormatContext, Target
+
+    obs, acts = spec.observation_discretizer(), spec.action_discretizer()
+    return FormatContext(obs, acts, spec.default_table(), Target("action", n_actions=acts.n_actions), spec)

@@ -8,10 +8,11 @@ model call is a refinement (:class:`RuleRefinement`), which never calls the mode
 * it starts from the kept rules (the keeper's current source; a table that was not compiled from rules is first
   written as the decision list equal to it), and
 * runs the offline search's augmented random search (:class:`~llm_policy_gen.proposers.population.LinearRuleSearch`)
-  over their numbers: every weight and bias of the linear rules, and every inner bound of the cases' conditions
-  (a bound at a dimension's first or last bin stays: it means "and below" or "and above"). Bounds move as reals and
-  are rounded to bins when the rules are written (a bound moves by about one bin per 0.5 of search noise). The
-  thresholds of linear rules, the cases' entries and ``otherwise`` are the model's structure and stay as written.
+  over their numbers: every weight, bias and product weight of the linear rules, and every inner bound of the
+  cases' conditions (a bound at a dimension's first or last bin stays: it means "and below" or "and above"). Bounds
+  move as reals and are rounded to bins when the rules are written (a bound moves by about one bin per 0.5 of search
+  noise). The thresholds of linear rules, the dimensions of their products, the cases' entries and ``otherwise`` are
+  the model's structure and stay as written.
 
 Rules with no number to tune (only ``otherwise``, or cases over whole dimensions) leave nothing to refine: that
 iteration asks the model instead. Refinements are rendered and parsed in the rules format like any non-LLM answer
@@ -75,7 +76,8 @@ class KeptRulesSearch(LinearRuleSearch):
                       for key, inner in (("min_bin", int(cond["min_bin"]) > 0),
                                          ("max_bin", int(cond["max_bin"]) < sizes[int(cond["dim"])] - 1))
                       if inner]
-        linear = [float(x) for rule in self.base.linear for x in [*rule["weights"], rule["bias"]]]
+        linear = [float(x) for rule in self.base.linear
+                  for x in [*rule["weights"], rule["bias"], *(p["weight"] for p in rule.get("products", ()))]]
         bounds = [BIN_STEP * int(self.base.cases[i]["conditions"][j][key]) for i, j, key in self.slots]
         self.start(np.round(np.array(linear + bounds, dtype=np.float64), DIGITS), ctx)
 
@@ -98,6 +100,9 @@ class KeptRulesSearch(LinearRuleSearch):
             rule["weights"] = [round(x, DIGITS) for x in p[k : k + n]]
             rule["bias"] = round(p[k + n], DIGITS)
             k += n + 1
+            for product in rule.get("products", ()):
+                product["weight"] = round(p[k], DIGITS)
+                k += 1
         cases = copy.deepcopy(self.base.cases)
         for (i, j, key), x in zip(self.slots, p[k:], strict=True):
             cond = cases[i]["conditions"][j]
