@@ -295,9 +295,9 @@ def read_results(out: Path) -> list[dict[str, Any]]:
 
 
 def write_report(out: Path, note: str | None = None, peers: list[PeerCell] | None = None) -> Path:
-    """Write ``OUT/suite.md`` from ``results.json``. The note and the peer columns given are kept in
-    ``OUT/report.json``; one not given is taken from there, so the suite and ``bench/peers.py`` each rewrite the
-    page without dropping the other's part."""
+    """Write ``OUT/suite.md`` (and the README's lines, ``OUT/readme.md``) from ``results.json``. The note and the
+    peer columns given are kept in ``OUT/report.json``; one not given is taken from there, so the suite and
+    ``bench/peers.py`` each rewrite the page without dropping the other's part."""
     kept_file = out / "report.json"
     kept = json.loads(kept_file.read_text()) if kept_file.is_file() else {}
     if note is None:
@@ -308,6 +308,9 @@ def write_report(out: Path, note: str | None = None, peers: list[PeerCell] | Non
     records = sorted(read_results(out), key=lambda r: (r["task"], r["seed"]))
     page = out / "suite.md"
     page.write_text(markdown(records, note, peers))
+    import suite_lines
+
+    (out / "readme.md").write_text(suite_lines.readme_lines(records, peers))
     return page
 
 

@@ -136,3 +136,19 @@ def test_one_peer_run_end_to_end(bench, monkeypatch):
     assert 8.0 <= rec["heldout"] <= 500.0
     capped = peers.run_one("cartpole", "ppo", 0, cap_s=0.0, budget=1000, heldout_episodes=2)
     assert capped["capped"] and capped["episodes"] < 1000
+
+
+def test_the_readme_has_one_line_per_task_with_its_verdict(bench, tmp_path):
+    suite, peers = bench
+    records = [_suite_record("cartpole", s, 500.0, w) for s, w in enumerate([480.0, 490.0, 476.0, 224.0, 500.0,
+                                                                            477.0, 499.0, 481.0, 475.0, 300.0])]
+    records += [{**_suite_record("taxi", s, 7.0, 7.0), "env_id": "Taxi-v4"} for s in range(10)]
+    (tmp_path / "results.json").write_text(json.dumps(records))
+    suite.write_report(tmp_path, note="n", peers=peers.cells([_peer_record("cartpole", "ppo", 0, 250.0)]))
+    lines = (tmp_path / "readme.md").read_text().splitlines()
+    assert len(lines) == 2 and lines[0].startswith("- **CartPole-v1**") and lines[1].startswith("- **Taxi-v4**")
+    # 8 of 10 seeds meet 475 within the budget and the median (478.5) does: met; the peer's ratio is to offline's
+    # final median (500.0)
+    assert "offline 478.5 (seeds 0-9), 8/10 seeds meet it, worst 224.0: **met**; sbx PPO 250.0 (0.50x offline)." \
+        in lines[0]
+    assert lines[1].endswith("offline 7.00 (seeds 0-9), 0/10 seeds meet it, worst 7.00: not met.")

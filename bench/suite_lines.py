@@ -1,0 +1,51 @@
+"""One summary line per task of the goal table, for the README (issue 20, item 6): written by ``bench/suite.py``
+(and ``bench/peers.py``) beside ``suite.md`` as ``OUT/readme.md``, from the same records.
+
+Each line gives the goal, offline's within-budget median (the measure the goals are judged on), how many seeds meet
+it, the worst seed, whether the goal is met (the median meets it and enough seeds do), and each peer column's median
+with its ratio to offline's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import suite
+
+
+def _seeds(seeds: list[int]) -> str:
+    if seeds == list(range(seeds[0], seeds[-1] + 1)) and len(seeds) > 1:
+        return f"seeds {seeds[0]}-{seeds[-1]}"
+    return "seed" + ("s " if len(seeds) > 1 else " ") + ", ".join(map(str, seeds))
+
+
+def task_line(goal: suite.Goal, rows: list[dict[str, Any]], peers: Sequence[suite.PeerCell]) -> str | None:
+    """The line of one task, from its offline records (None if offline has not run it)."""
+    rs = sorted((r for r in rows if r["backend"] == "offline" and "heldout" in r), key=lambda r: r["seed"])
+    if not rs:
+        return None
+    within = [r.get("heldout_within") for r in rs]
+    med = suite._median(within)
+    worst, met = suite.seed_stats(goal, within)
+    n_met = int(met.split("/")[0])
+    verdict = "**met**" if suite._met(goal, med) and n_met >= goal.need else "not met"
+    need = f"{goal.need} of {len(goal.seeds)}"
+    text = (f"- **{goal.env_id}**, {'=' if goal.exact else '>='} {suite._fmt(goal.goal, goal)} within "
+            f"{goal.budget:,} episodes (median, {need} seeds): offline {suite._fmt(med, goal)} "
+            f"({_seeds([r['seed'] for r in rs])}), {met} seeds meet it, worst {suite._fmt(worst, goal)}: {verdict}")
+    for cell in peers:
+        if cell.task != goal.key or cell.error is not None:
+            continue
+        p = suite._median(list(cell.values))
+        r = suite.ratio(p, suite._median([x["heldout"] for x in rs]))
+        capped = f", {cell.capped} of {len(cell.values)} capped" if cell.capped else ""
+        text += (f"; {cell.column} {suite._fmt(p, goal)}"
+                 f"{'' if r is None else f' ({r:.2f}x offline)'}{capped}")
+    return text + "."
+
+
+def readme_lines(records: list[dict[str, Any]], peers: Sequence[suite.PeerCell] = ()) -> str:
+    """Every task's line, in the goal table's order."""
+    lines = [task_line(g, [r for r in records if r["task"] == g.key], peers) for g in suite.GOALS]
+    return "\n".join(x for x in lines if x is not None) + "\n"
