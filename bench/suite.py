@@ -86,6 +86,8 @@ GOALS = [
     Goal("frozenlake8x8", "FrozenLake-v1.8x8", 3000, 0.80, "ProPS 0.57, R2PO 0.93 on 4x4", "0.77"),
     Goal("swimmer", "Swimmer-v5", 2000, 300, "ProPS 227; R2PO 294.6", "347.2 (one seed 40.6)"),
     Goal("lunarlander", "LunarLander-v3", 3000, 200, "SB3 PPO 242 after 1M steps", "-64.6"),
+    Goal("lunarlander-products", "LunarLander-v3.products", 3000, 200, "SB3 PPO 242 after 1M steps",
+         "- (new: product features, issue 20 item 2)"),
     Goal("hopper", "Hopper-v5", 3000, 1000, "ProPS 356; CEM on this table ~1,010 at ~10,000 episodes",
          "1,095 (other seeds 882)"),
     Goal("hopper-rich", "Hopper-v5.rich", 10000, 2500,
