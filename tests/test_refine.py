@@ -167,3 +167,25 @@ def _fctx(spec: Any) -> Any:
 
     obs, acts = spec.observation_discretizer(), spec.action_discretizer()
     return FormatContext(obs, acts, spec.default_table(), Target("action", n_actions=acts.n_actions), spec)
+
+
+#: Rules that push away from the fall: never better than the initial table (always left), so never adopted.
+WRONG = {"rationale": "push away from the fall", "cases": [],
+         "linear": [{"output": 0, "weights": [0.0, 0.0, -1.0, -0.5], "bias": 0.0, "thresholds": [0.0]}],
+         "otherwise": 0}
+
+
+def test_a_weak_models_rules_are_refined_even_when_not_adopted(tmp_path: Path) -> None:
+    """The kept table is the constant initial one (no number to tune): the refinement starts from the model's rules."""
+    run = train(tmp_path, "weak", "--backend", replay_file(tmp_path / "weak.jsonl", WRONG), "--refine", "2")
+    events = read_jsonl(run / "events.jsonl")
+    assert not events[0]["accepted"]  # the model's rules lost to the initial table
+    assert phases(run)[2] == {("refine", "refine")} and phases(run)[4] == {("propose", "replay")}
+    first = [r for r in read_jsonl(run / "transcripts.jsonl") if r["iteration"] == 2]
+    for r in first:  # the model's structure, its numbers moved
+        (rule,) = RuleSet.from_dict(json.loads(r["response_text"])).linear
+        assert rule["thresholds"] == [0.0] and rule["weights"] != WRONG["linear"][0]["weights"]
+    # the search moves on from there (its centre is the model's rules, not the kept constant table)
+    tuned = {json.dumps(json.loads(r["response_text"])["linear"]) for r in read_jsonl(run / "transcripts.jsonl")
+             if r["phase"] == "refine"}
+    assert len(tuned) >= 6

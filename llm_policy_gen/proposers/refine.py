@@ -6,7 +6,9 @@ model's structure is still used when its numbers are poor. :class:`RefiningPropo
 model call is a refinement (:class:`RuleRefinement`), which never calls the model:
 
 * it starts from the kept rules (the keeper's current source; a table that was not compiled from rules is first
-  written as the decision list equal to it), and
+  written as the decision list equal to it); when they have no number to tune (a constant initial table the
+  model's rules never beat), it starts from the rules of the last model call instead, the best test mean first, so
+  that a weak model's structure is used even when its numbers lose, and
 * runs the offline search's augmented random search (:class:`~llm_policy_gen.proposers.population.LinearRuleSearch`)
   over their numbers: every weight, bias and product weight of the linear rules, and every inner bound of the
   cases' conditions (a bound at a dimension's first or last bin stays: it means "and below" or "and above"). Bounds
@@ -14,11 +16,12 @@ model call is a refinement (:class:`RuleRefinement`), which never calls the mode
   noise). The thresholds of linear rules, the dimensions of their products, the cases' entries and ``otherwise`` are
   the model's structure and stay as written.
 
-Rules with no number to tune (only ``otherwise``, or cases over whole dimensions) leave nothing to refine: that
-iteration asks the model instead. Refinements are rendered and parsed in the rules format like any non-LLM answer
-and written to the transcript with ``phase`` ``refine`` and ``backend`` ``refine``, so the transcript shows which
-iterations were model calls; the state (the search, its starting rules, whether the last iteration asked the model) is
-in the proposer's ``state_dict``, so a killed run resumes, and a ``replay:`` of its transcript reproduces it.
+When neither the kept rules nor the model's last rules have a number to tune (only ``otherwise``, or cases over
+whole dimensions), there is nothing to refine: that iteration asks the model instead. Refinements are rendered and
+parsed in the rules format like any non-LLM answer and written to the transcript with ``phase`` ``refine`` and
+``backend`` ``refine``, so the transcript shows which iterations were model calls; the state (the search, its
+starting rules, whether the last iteration asked the model, the model's last rules) is in the proposer's
+``state_dict``, so a killed run resumes, and a ``replay:`` of its transcript reproduces it.
 """
 
 from __future__ import annotations
@@ -134,9 +137,14 @@ class RuleRefinement(TableSearch):
         super().__init__(seed, transcript)
         self.search = KeptRulesSearch(seed)
 
-    def restart(self, ctx: PromptContext) -> None:
-        """Start from the kept rules (``search.size`` says how many numbers they have to tune)."""
+    def restart(self, ctx: PromptContext, fallbacks: Sequence[RuleSet] = ()) -> None:
+        """Start from the kept rules, or, when they have no number to tune, from the first of ``fallbacks`` that has
+        (``search.size`` says how many numbers the chosen rules have to tune)."""
         self.search.restart(kept_rules(ctx), ctx)
+        for rules in fallbacks:
+            if self.search.size:
+                break
+            self.search.restart(rules, ctx)
 
     def tables(self, ctx: PromptContext, k: int) -> list[tuple[Any, str]]:
         return list(self.search.propose(ctx, k))
@@ -163,6 +171,9 @@ class RefiningProposer:
         self.name, self.model, self.is_llm = llm.name, llm.model, llm.is_llm
         self.asked_model = False
         """Whether the last proposal came from the model (the next refinement starts from the kept rules)."""
+        self.model_rules: list[tuple[int, int, dict[str, Any]]] = []
+        """(iteration, candidate, rules) of the last model call's valid rules answers: where a refinement starts
+        when the kept rules have nothing to tune (a weak model's rules that were not adopted)."""
 
     def refines(self, iteration: int) -> bool:
         """Whether ``iteration`` is scheduled as a refinement (the model is asked at 1, every + 2, ...)."""
@@ -171,21 +182,36 @@ class RefiningProposer:
     def propose(self, ctx: PromptContext, messages: Sequence[Message], k: int) -> list[Answer[Any]]:
         if self.refines(ctx.iteration):
             if self.asked_model:  # a refinement phase begins: from the rules kept after the model's answers
-                self.refinement.restart(ctx)
+                self.refinement.restart(ctx, self._model_rules_best_first(ctx))
             if self.refinement.search.size:
                 self.asked_model = False
                 return self.refinement.propose(ctx, messages, k)
         self.asked_model = True
-        return self.llm.propose(ctx, messages, k)
+        answers = self.llm.propose(ctx, messages, k)
+        self.model_rules = [(ctx.iteration, a.candidate, a.parsed.source) for a in answers
+                            if a.parsed is not None and a.parsed.source and a.parsed.source.get("format") == "rules"]
+        return answers
+
+    def _model_rules_best_first(self, ctx: PromptContext) -> list[RuleSet]:
+        """The last model call's rules, the best test mean first (unscored ones last, in candidate order)."""
+        means = {(h.iteration, h.candidate): h.eval_mean for h in ctx.history}
+
+        def rank(item: tuple[int, int, dict[str, Any]]) -> tuple[bool, float]:
+            mean = means.get((item[0], item[1]))
+            return mean is None, -(mean or 0.0)
+
+        return [RuleSet.from_dict(src) for *_, src in sorted(self.model_rules, key=rank)]
 
     def describe(self) -> dict[str, Any]:
         return {**self.llm.describe(), "refine": self.every, "refinement": self.refinement.describe()}
 
     def state_dict(self) -> dict[str, Any]:
         return {"llm": self.llm.state_dict(), "refinement": self.refinement.state_dict(),
-                "asked_model": self.asked_model}
+                "asked_model": self.asked_model, "model_rules": json.dumps(self.model_rules)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.llm.load_state_dict(state["llm"])
         self.refinement.load_state_dict(state["refinement"])
         self.asked_model = bool(state["asked_model"])
+        self.model_rules = [(int(i), int(c), dict(src)) for i, c, src in json.loads(str(state.get("model_rules")
+                                                                                         or "[]"))]
