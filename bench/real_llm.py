@@ -13,9 +13,10 @@ run at the same settings with ``--max-episodes`` set to the LLM run's episode co
 The answer cache is off (``--no-cache``): every figure comes from calls made by the run that reports it.
 
 Reported per (model, task, transport), over the seeds: the valid-answer rate at the first attempt and after repairs
-(per candidate), the best table's held-out mean (100 episodes, the run's held-out seeds) against the initial table's
-and against offline's and random's, calls, prompt and answer tokens, and seconds per call (calls answered by the
-model, not from a record or the cache).
+(per candidate the model answered; ``--refine``'s refinements call no model and are counted apart, with the
+adoptions each kind of proposal won), the best table's held-out mean (100 episodes, the run's held-out seeds)
+against the initial table's and against offline's and random's, calls, prompt and answer tokens, and seconds per
+call (calls answered by the model, not from a record or the cache).
 
 Long: 10-140 s a call. Everything goes to ``--out`` (default outside the work tree); a finished run is read back, an
 interrupted one resumed (``train --resume``), so the bench can be stopped and started again across sessions. The
@@ -176,7 +177,8 @@ def measure(run_dir: Path) -> dict[str, Any]:
     """Validity, tokens and timing from a run's transcript; the held-out means from its summary."""
     from llm_policy_gen.runlog import read_jsonl
 
-    lines = read_jsonl(run_dir / "transcripts.jsonl")
+    every = read_jsonl(run_dir / "transcripts.jsonl")
+    lines = [t for t in every if t.get("phase") != "refine"]  # model calls; --refine's refinements call no model
     summary = json.loads((run_dir / "summary.json").read_text())
     first = [t for t in lines if int(t.get("attempt", 1)) == 1]
     by_candidate: dict[tuple[int, int], bool] = {}
@@ -189,6 +191,8 @@ def measure(run_dir: Path) -> dict[str, Any]:
         "valid_first": sum(bool(t.get("valid")) for t in first),
         "valid_after_repair": sum(by_candidate.values()),
         "calls": len(lines),
+        "refinements": len(every) - len(lines),
+        "adopted": _adopted(run_dir),
         "failed_calls": sum(bool(t.get("failed")) for t in lines),
         "input_tokens": sum(int(t.get("input_tokens") or 0) for t in lines),
         "output_tokens": sum(int(t.get("output_tokens") or 0) for t in lines),
@@ -198,6 +202,19 @@ def measure(run_dir: Path) -> dict[str, Any]:
         "initial": initial_heldout(run_dir),
         "stop": summary["stop_reason"],
     }
+
+
+def _adopted(run_dir: Path) -> dict[str, int]:
+    """Adoptions by what proposed the adopted table: the model or a refinement (``chosen`` counts from 1)."""
+    from llm_policy_gen.runlog import read_jsonl
+
+    phase = {(int(t["iteration"]), int(t.get("candidate", 1))): str(t.get("phase")) for t in
+             read_jsonl(run_dir / "transcripts.jsonl")}
+    out = {"model": 0, "refine": 0}
+    for e in read_jsonl(run_dir / "events.jsonl"):
+        if e.get("accepted") and e.get("chosen") is not None:
+            out["refine" if phase.get((int(e["iteration"]), int(e["chosen"]))) == "refine" else "model"] += 1
+    return out
 
 
 def _median(xs: list[float | None]) -> float | None:
@@ -211,8 +228,9 @@ def _fmt(x: float | None, digits: int = 2) -> str:
 
 def markdown(rows: list[dict[str, Any]]) -> str:
     head = ("| model (quantisation) | task | transport | seeds | valid 1st attempt | valid after repairs | held-out "
-            "best (median) | initial table | offline | random | calls (failed) | tokens in/out | s per call |\n"
-            "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+            "best (median) | initial table | offline | random | calls (failed) | refinements | adopted: model / "
+            "refinement | tokens in/out | s per call |\n"
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
     body = []
     for r in rows:
         m = r["runs"]
@@ -227,7 +245,9 @@ def markdown(rows: list[dict[str, Any]]) -> str:
             f"({100 * sum(x['valid_first'] for x in m) / max(cand, 1):.0f}%) | "
             f"{sum(x['valid_after_repair'] for x in m)}/{cand} | {_fmt(med('heldout'))} | {_fmt(med('initial'))} | "
             f"{_fmt(med('offline'))} | {_fmt(med('random'))} | {sum(x['calls'] for x in m)} "
-            f"({sum(x['failed_calls'] for x in m)}) | {sum(x['input_tokens'] for x in m):,}/"
+            f"({sum(x['failed_calls'] for x in m)}) | {sum(x.get('refinements', 0) for x in m)} | "
+            f"{sum(x.get('adopted', {}).get('model', 0) for x in m)} / "
+            f"{sum(x.get('adopted', {}).get('refine', 0) for x in m)} | {sum(x['input_tokens'] for x in m):,}/"
             f"{sum(x['output_tokens'] for x in m):,} | {_fmt(med('s_per_call'), 1)} |")
     return head + "\n".join(body) + "\n"
 
