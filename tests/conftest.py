@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 import ipaddress
+import signal
 import socket
 from collections.abc import Iterator
 
 import pytest
+
+# A suite started in the background by a non-interactive shell (``cmd &``) inherits SIGINT ignored, and so would every
+# run a test interrupts with SIGINT (an ignored signal survives exec): the run would go on to its end. A handler does
+# not survive exec, so with one here the runs the tests start see SIGINT as from a terminal.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 KEY_VARS = ("GEMINI_API_KEY", "GOOGLE_API_KEY", "OPENAI_API_KEY", "ANTHROPIC_API_KEY")
 URL_VARS = ("OPENAI_BASE_URL", "ANTHROPIC_BASE_URL", "GOOGLE_GEMINI_BASE_URL", "OLLAMA_BASE_URL")
