@@ -192,7 +192,7 @@ def measure(run_dir: Path) -> dict[str, Any]:
         "valid_after_repair": sum(by_candidate.values()),
         "calls": len(lines),
         "refinements": len(every) - len(lines),
-        "adopted": _adopted(run_dir),
+        "adopted": _adopted(run_dir, every),
         "failed_calls": sum(bool(t.get("failed")) for t in lines),
         "input_tokens": sum(int(t.get("input_tokens") or 0) for t in lines),
         "output_tokens": sum(int(t.get("output_tokens") or 0) for t in lines),
@@ -204,12 +204,12 @@ def measure(run_dir: Path) -> dict[str, Any]:
     }
 
 
-def _adopted(run_dir: Path) -> dict[str, int]:
-    """Adoptions by what proposed the adopted table: the model or a refinement (``chosen`` counts from 1)."""
+def _adopted(run_dir: Path, transcript: list[dict[str, Any]]) -> dict[str, int]:
+    """Adoptions by what proposed the adopted table (the run's transcript lines say): the model or a refinement
+    (``chosen`` counts from 1)."""
     from llm_policy_gen.runlog import read_jsonl
 
-    phase = {(int(t["iteration"]), int(t.get("candidate", 1))): str(t.get("phase")) for t in
-             read_jsonl(run_dir / "transcripts.jsonl")}
+    phase = {(int(t["iteration"]), int(t.get("candidate", 1))): str(t.get("phase")) for t in transcript}
     out = {"model": 0, "refine": 0}
     for e in read_jsonl(run_dir / "events.jsonl"):
         if e.get("accepted") and e.get("chosen") is not None:
