@@ -154,7 +154,8 @@ def test_the_provider_limit_holds_across_tasks_on_the_cluster(cluster: Any, fake
     out = tmp_path / "cmp"
     rows = run_compare(CompareConfig(
         "CartPole-v1", ["openai:gpt-4.1-mini"], [0, 1, 2, 3], out,
-        {**SMALL, "iterations": 1, "candidates": 4, "cache": False, "confirm_episodes": 0},
+        {**SMALL, "iterations": 1, "candidates": 4, "cache": False, "confirm_episodes": 0,
+         "local_concurrency": 2},  # a loopback server is local: 2 calls of a run at once, 4 of two runs
         executor="ray", progress=False, max_concurrent_calls=3))
     assert [r.status for r in rows] == ["ok"] * 4
     assert len(fake_openai.bodies) == 16 and gate.total == 16 and gate.peak == 3

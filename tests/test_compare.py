@@ -324,8 +324,9 @@ def test_ray_executor_gives_the_same_numbers(tmp_path: Path) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------- shared limits
-def llm_sweep(tmp_path: Path, out: Path, *extra: str, seeds: str = "0-3", iterations: int = 1) -> list[str]:
-    cfg = config_file(tmp_path, "candidates = 4\ncache = false\nconfirm-episodes = 0\n")
+def llm_sweep(tmp_path: Path, out: Path, *extra: str, seeds: str = "0-3", iterations: int = 1,
+              settings: str = "") -> list[str]:
+    cfg = config_file(tmp_path, "candidates = 4\ncache = false\nconfirm-episodes = 0\n" + settings)
     return ["compare", "--env", "CartPole-v1", "--backends", f"openai:{MODEL}", "--seeds", seeds,
             "--iterations", str(iterations), "--config", str(cfg), "--out", str(out), "--no-progress", *extra]
 
@@ -336,8 +337,10 @@ def test_max_concurrent_calls_holds_across_parallel_runs(fake_openai: Any, tmp_p
     responder = FillThenGo(3)
     fake_openai.responder = responder
     out = tmp_path / "cmp"
-    assert main(llm_sweep(tmp_path, out, "--workers", "4", "--max-concurrent-calls", "3")) == 0, \
-        capsys.readouterr().err
+    # The loopback server counts as a server on this machine: each run sends 2 of its 4 candidates at once, so two
+    # runs together want 4 calls in flight and only the shared limit keeps them at 3.
+    assert main(llm_sweep(tmp_path, out, "--workers", "4", "--max-concurrent-calls", "3",
+                          settings="local-concurrency = 2\n")) == 0, capsys.readouterr().err
     assert responder.total == 16  # 4 runs x 4 candidates, none cached
     assert responder.peak == 3
     limits = json.loads((out / "compare.json").read_text())["limits"]

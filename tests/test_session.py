@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -99,6 +101,45 @@ def test_k_candidates_are_asked_concurrently_and_keyed(tmp_path):
     lines = read_jsonl(tmp_path / "t.jsonl")
     assert sorted((t["iteration"], t["candidate"], t["attempt"]) for t in lines) == [(1, c, 1) for c in (1, 2, 3, 4)]
     assert all(t["env_id"] == "FrozenLake-v1" for t in lines)
+
+
+class CountingLimiter:
+    """A CallLimiter with no bound that counts the slots held at once; ``second`` is set once two are held."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.held = self.peak = 0
+        self.second = threading.Event()
+
+    @contextmanager
+    def slot(self) -> Iterator[None]:
+        with self.lock:
+            self.held += 1
+            self.peak = max(self.peak, self.held)
+            if self.held >= 2:
+                self.second.set()
+        try:
+            yield
+        finally:
+            with self.lock:
+                self.held -= 1
+
+
+def test_a_client_serving_one_call_at_a_time_holds_one_slot_of_a_shared_limit(tmp_path):
+    """A local server's client serves one call at a time (``serves_at_once``): the session asks its candidates one
+    after another, and none waits in the client while holding a slot of the limit it shares with other runs."""
+    limiter = CountingLimiter()
+
+    def answer(r: Request) -> Completion:
+        limiter.second.wait(1.0)  # a session that started more candidates than the client serves shows it here
+        return Completion(GOOD, 10, 10)
+
+    client = Scripted(answer)
+    client.serves_at_once = 1  # type: ignore[attr-defined]  # as SDKClient sets it for a server on this machine
+    s = session(client, tmp_path, limiter=limiter, max_concurrent=8)
+    assert s.max_concurrent == 1
+    answers = ask(s, 3)
+    assert all(a.ok for a in answers) and limiter.peak == 1 and client.max_in_flight == 1
 
 
 def test_each_candidate_is_repaired_on_its_own(tmp_path):

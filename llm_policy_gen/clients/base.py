@@ -217,6 +217,15 @@ class LLMClient(Protocol):
         ...
 
 
+def calls_at_once(client: LLMClient) -> int | None:
+    """How many calls ``client`` serves at once (None: no bound of its own). An optional attribute ``serves_at_once``
+    of the client says so (:class:`~llm_policy_gen.clients.sdk.SDKClient` sets it for a server on this machine). A
+    session starts no more concurrent calls than this, so that none of its calls holds a place under a shared limit
+    (the sweep's provider limit, the budget) while it only waits in the client for another of its own calls."""
+    n = getattr(client, "serves_at_once", None)
+    return max(1, int(n)) if isinstance(n, int) else None
+
+
 def is_free(client: LLMClient) -> bool:
     """True when a client's calls cost nothing (a model on this machine: no price is looked up, a budget needs none).
     An optional attribute ``free`` of the client says so (:class:`~llm_policy_gen.clients.sdk.SDKClient` subclasses set

@@ -215,7 +215,9 @@ class SDKClient(ABC):
         self.local_server = local or self.local
         """The server is on this machine: the local retry defaults and at most ``local_concurrency`` calls at once."""
         self.options = dataclasses.replace(options, retry=options.retry.resolved(self.local_server))
-        self._slots = threading.BoundedSemaphore(max(1, options.local_concurrency)) if self.local_server else None
+        self.serves_at_once: int | None = max(1, options.local_concurrency) if self.local_server else None
+        """Calls served at once (see :func:`~.base.calls_at_once`); None: no bound of the client's own."""
+        self._slots = threading.BoundedSemaphore(self.serves_at_once) if self.serves_at_once else None
         self._deadline = AttemptDeadline()
         """Each attempt's whole-attempt deadline, and its connection to shut down past it."""
         self.profile = profile

@@ -3,9 +3,10 @@
 One place holds the call, the repair, the budget, the cost, the answer cache and the transcript:
 
 * :meth:`LLMSession.sample` asks for K candidates of one prompt **at once** (a thread per candidate, at most
-  ``max_concurrent`` calls in flight through the :class:`~.usage.CallLimiter`). Each candidate is its own
-  conversation: an answer the :class:`~llm_policy_gen.formats.base.AnswerFormat` refuses goes back to the model with
-  the errors, up to ``repair_attempts`` more times. Each attempt is one call with its :class:`~.base.CallKey`
+  ``max_concurrent`` calls in flight through the :class:`~.usage.CallLimiter`, and no more threads than the client
+  serves calls at once: a local server's one call at a time means one candidate after another). Each candidate is
+  its own conversation: an answer the :class:`~llm_policy_gen.formats.base.AnswerFormat` refuses goes back to the
+  model with the errors, up to ``repair_attempts`` more times. Each attempt is one call with its :class:`~.base.CallKey`
   ``(iteration, candidate, attempt[, state])`` and one line of ``transcripts.jsonl``.
 * Where an answer comes from, in order: a call recorded before a resume (same key and messages: never sent again,
   its tokens counted once; :class:`~.transcript.RecordedCalls`), the on-disk answer cache, then the client.
@@ -34,7 +35,7 @@ from typing import Any, Generic, TypeVar
 from ..errors import BackendAuthError, BackendError, BackendUnreachable, ProposalError, ReplayExhausted
 from ..formats.base import AnswerFormat, FormatContext, Parsed
 from ..pricing import cost_usd
-from .base import CallKey, Completion, LLMClient, Message, OutputSpec, Request, call_seed, is_free
+from .base import CallKey, Completion, LLMClient, Message, OutputSpec, Request, call_seed, calls_at_once, is_free
 from .cache import ResponseCache
 from .keys import redact, redact_all
 from .transcript import RecordedCalls, Transcript
@@ -116,7 +117,10 @@ class LLMSession:
         self.cache = cache
         self.recorded = recorded or RecordedCalls()
         self.limiter: CallLimiter = limiter or LocalLimiter(max_concurrent)
-        self.max_concurrent = max(1, int(max_concurrent))
+        served = calls_at_once(client)
+        self.max_concurrent = max(1, min(int(max_concurrent), served or int(max_concurrent)))
+        """Candidates asked at once: ``max_concurrent``, and no more than the client serves at once (a candidate
+        waiting in the client must not hold a sweep's call slot or budget that another run could use)."""
         self.log = log
         self.usage = Usage()
         self.calls_ok = 0
