@@ -1,6 +1,8 @@
 """The offline optimiser: not an LLM, answers as valid text in the run's format, deterministic, steered by history."""
 
 import json
+import math
+import re
 
 import numpy as np
 
@@ -92,6 +94,33 @@ def test_k_candidates_differ_and_the_first_is_the_prior():
     assert all(np.array_equal(x, y) for x, y in zip(first, again, strict=True))
     other_seed = tables(OfflineProposer(seed=1), ctx_for(spec, k=4), 4)
     assert np.array_equal(other_seed[0], first[0]) and not np.array_equal(other_seed[1], first[1])
+
+
+def _rule_weights(text: str) -> dict[str, float]:
+    """The weights of an offline rule from its rationale ("... +0.23*pole angle +0.97*pole angular velocity ...")."""
+    rule = json.loads(text)["rationale"].split("positive action when ")[1]
+    return {name: float(w) for w, name in re.findall(r"([+-][0-9.]+)\*([a-z ]+?)(?= [+-])", rule)}
+
+
+def test_gain_moves_keep_the_priors_signs_and_change_its_gains():
+    """Odd candidates rescale the rule's weights (a gain move), even ones add noise to them: from CartPole's prior
+    (push toward the side the pole leans and falls), the gain moves keep both signs far more often, and still change
+    the ratio of the two gains 3-fold or more about half the time."""
+    spec = get_spec("CartPole-v1")
+    signs: dict[str, list[bool]] = {"gain move": [], "rule search": []}
+    ratio_changed = []
+    for seed in range(40):
+        ctx = ctx_for(spec, k=4)
+        for a in OfflineProposer(seed=seed).propose(ctx, PromptBuilder().build(ctx), 4)[1:]:
+            move = json.loads(a.text)["rationale"].split(" (")[0]
+            w = _rule_weights(a.text)
+            angle, speed = w["pole angle"], w["pole angular velocity"]
+            signs[move].append(angle > 0 and speed > 0)
+            if move == "gain move" and angle > 0 and speed > 0:
+                ratio_changed.append(abs(math.log((angle / speed) / (0.23 / 0.97))) > math.log(3))
+    assert len(signs["gain move"]) == 40 and len(signs["rule search"]) == 80
+    assert np.mean(signs["gain move"]) >= 0.85 and np.mean(signs["rule search"]) <= 0.75
+    assert np.mean(ratio_changed) >= 0.4
 
 
 def test_state_round_trip_continues_the_same_search():
