@@ -34,9 +34,10 @@ __all__ = ["LinearPrior", "EnvSpec", "SEARCH_SETTINGS"]
 _HINTS_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 """A hints file name: no path separators, no leading dot (so neither ``..`` nor a hidden file)."""
 
-SEARCH_SETTINGS = frozenset({"noise", "step", "top", "products"})
+SEARCH_SETTINGS = frozenset({"noise", "step", "top", "restart_after", "products"})
 """The settings a spec's ``[search]`` table may give the offline population search (``products``: pairs of dimension
-names whose product features the search adds to its linear rules; the others positive numbers)."""
+names whose product features the search adds to its linear rules; ``restart_after``: iterations without an adopted
+table after which the search starts again from its first rule; the others positive numbers)."""
 
 
 @dataclass(frozen=True)
@@ -118,9 +119,10 @@ class EnvSpec:
     (``levels`` up to 2 actions, else ``scores``). Box and MultiDiscrete actions always use levels."""
 
     search: dict[str, Any] = field(default_factory=dict)
-    """Settings of the offline population search over rules for this task (``noise``, ``step``, ``top``, and
-    ``products``: pairs of dimension names, ``[["y position", "y speed"], ...]``, whose products its linear rules
-    carry; see :mod:`llm_policy_gen.proposers.population`); the search's own defaults (no products) where absent."""
+    """Settings of the offline population search over rules for this task (``noise``, ``step``, ``top``,
+    ``restart_after``, and ``products``: pairs of dimension names, ``[["y position", "y speed"], ...]``, whose
+    products its linear rules carry; see :mod:`llm_policy_gen.proposers.population`); the search's own defaults (no
+    products, no restart) where absent."""
 
     def __post_init__(self) -> None:
         if self.hints and not _HINTS_NAME.fullmatch(self.hints):

@@ -21,7 +21,10 @@ defines), and every episode that judges a candidate is run and counted by the en
 spec's prior rule when it has one (:func:`prior_theta`), else zero weights (every state at the middle level, or every
 score equal). Randomness: ``numpy.random.default_rng([seed, iteration, 17])``, so the same context and state give the
 same candidates; the state (``theta``, the noise, the directions awaiting their scores) is saved in checkpoints.
-A spec's ``[search]`` table sets ``noise``, ``step`` and ``top`` for its task (defaults 0.5, 0.5 and 0.5), and may
+A spec's ``[search]`` table sets ``noise``, ``step`` and ``top`` for its task (defaults 0.5, 0.5 and 0.5). It may set
+``restart_after = N``: when no table has been adopted for N iterations (the search is stuck on a plateau, e.g. a
+Swimmer that wriggles in place), ``theta`` goes back to the starting rule and the search begins again with other
+random directions; the kept table stays, so a restart can only cost the episodes it spends. It may also
 declare ``products``: pairs of dimensions whose product features (``w * x_i * x_j``) every rule carries, their weights
 searched with the others (starting at 0). Without declared pairs the parameters, and so every candidate, are exactly
 those of the search without products.
@@ -113,6 +116,12 @@ class LinearRuleSearch:
         self.pending_noise = self.noise
         """The noise the pending offsets were drawn with."""
         self.updates = 0
+        self.start_theta: np.ndarray | None = None
+        """Where the search started (and starts again after ``restart_after`` iterations without an adoption)."""
+        self.restart_after = 0
+        self.restarted_at = 0
+        """The iteration of the last restart (0: none)."""
+        self.restarts = 0
 
     def describe(self) -> dict[str, Any]:
         return {"search": "augmented random search over linear rules", "noise": self.noise0, "step": self.step,
@@ -122,7 +131,8 @@ class LinearRuleSearch:
     def state_dict(self) -> dict[str, Any]:
         return {"theta": self.theta, "noise": self.noise, "pending_iteration": self.pending_iteration,
                 "pending": self.pending, "pending_noise": self.pending_noise, "updates": self.updates,
-                "noise0": self.noise0, "step": self.step, "top": self.top}
+                "noise0": self.noise0, "step": self.step, "top": self.top, "start_theta": self.start_theta,
+                "restart_after": self.restart_after, "restarted_at": self.restarted_at, "restarts": self.restarts}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         theta = state.get("theta")
@@ -134,6 +144,10 @@ class LinearRuleSearch:
         self.updates = int(state["updates"])
         self.noise0 = float(state.get("noise0", self.noise0))
         self.step, self.top = float(state.get("step", self.step)), float(state.get("top", self.top))
+        start = state.get("start_theta")
+        self.start_theta = None if start is None else np.asarray(start, dtype=np.float64).copy()
+        self.restart_after = int(state.get("restart_after", 0))
+        self.restarted_at, self.restarts = int(state.get("restarted_at", 0)), int(state.get("restarts", 0))
 
     # ------------------------------------------------------------------ search
     def _scores(self, ctx: PromptContext) -> list[float | None]:
@@ -183,10 +197,25 @@ class LinearRuleSearch:
     def start(self, theta: np.ndarray, ctx: PromptContext) -> None:
         """Search from ``theta`` with the task's own settings (its spec's ``[search]`` table), nothing pending."""
         self.theta = np.asarray(theta, dtype=np.float64)
+        self.start_theta = self.theta.copy()
         self.pending_iteration, self.pending = 0, np.zeros((0, 0, 0))
         tuned = ctx.spec.search  # the task's own settings, where its spec gives them
         self.noise0 = self.noise = float(tuned.get("noise", self.noise0))
         self.step, self.top = float(tuned.get("step", self.step)), float(tuned.get("top", self.top))
+        self.restart_after = int(tuned.get("restart_after", 0))
+
+    def _restart(self, ctx: PromptContext) -> str | None:
+        """Go back to the starting rule when no table was adopted in the last ``restart_after`` iterations (and none
+        since the last restart); returns what happened, or None."""
+        if not self.restart_after or self.start_theta is None:
+            return None
+        adopted = max((h.iteration for h in ctx.history if h.accepted), default=0)
+        judged = ctx.iteration - 1  # the last iteration whose candidates have their verdicts
+        if judged - max(adopted, self.restarted_at) < self.restart_after:
+            return None
+        self.theta, self.noise = self.start_theta.copy(), self.noise0
+        self.restarted_at, self.restarts = judged, self.restarts + 1
+        return f"restart {self.restarts} from the first rule: no table adopted in {self.restart_after} iterations"
 
     def _begin(self, ctx: PromptContext) -> None:
         """Start from the prior rule (and zero product weights) when the search has no ``theta`` of this task's shape
@@ -207,6 +236,7 @@ class LinearRuleSearch:
         self._begin(ctx)
         assert self.theta is not None
         what = self._update(ctx)
+        what = self._restart(ctx) or what
         rng = np.random.default_rng([self.seed, ctx.iteration, 17])
         shape = self.theta.shape
         offsets: list[np.ndarray] = []
