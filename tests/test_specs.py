@@ -101,5 +101,6 @@ def test_train_defaults_give_way_to_the_users_settings():
 def test_bad_search_settings_are_refused():
     from llm_policy_gen.errors import SpecError
 
-    with pytest.raises(SpecError, match="search settings .* invalid; accepted: positive numbers for noise, step, top"):
+    accepted = "accepted: positive numbers for noise, restart_after, step, top"
+    with pytest.raises(SpecError, match=f"search settings .* invalid; {accepted}"):
         get_spec("Pendulum-v1").with_overrides(search={"speed": 1.0}).validate()
