@@ -3,6 +3,7 @@ the three long tasks).
 
     python bench/suite.py [--tasks cartpole,taxi,...] [--backends offline,q-learning,random] [--seeds 0-9]
                           [--workers N] [--out ~/llm-policy-gen-bench/suite] [--list]
+    python bench/suite.py --out OUT --merge OTHER   # move OTHER's finished runs into OUT (a part run elsewhere)
 
 Every (task, backend, seed) is one ``train`` run with ``--max-episodes`` at the task's budget (and the spec's own
 training defaults: answer format, candidates, test seeds), in its own run directory under ``OUT/runs``; a run whose
@@ -349,6 +350,36 @@ def tasks_and_seeds(prog: str, tasks: str, seeds: str) -> tuple[list[str], list[
         return None
 
 
+def merge(out: Path, other: Path) -> int:
+    """Move the finished runs of the suite folder ``other`` (a part run elsewhere, or beside a running suite, which
+    must not share a ``results.json``) into ``out``: their run folders and records, a record of ``other`` replacing
+    ``out``'s for the same task, backend and seed unless ``out`` holds that very run folder already. Returns how
+    many were merged. Unfinished runs stay in ``other``."""
+    import shutil
+
+    def load(folder: Path) -> list[dict[str, Any]]:
+        f = folder / "results.json"
+        return json.loads(f.read_text()) if f.is_file() else []
+
+    moved = []
+    for r in load(other):
+        if "heldout" not in r:  # failed or skipped: nothing to carry over
+            continue
+        src = Path(r["run_dir"])
+        dest = out / "runs" / src.parent.name / src.name
+        if dest.is_dir() or not src.is_dir():  # the same run in both: out's stays (a run id fixes its result)
+            continue
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(str(src), str(dest))
+        moved.append({**r, "run_dir": str(dest)})
+    keys = {(r["task"], r["backend"], r["seed"]) for r in moved}
+    records = [r for r in load(out) if (r["task"], r["backend"], r["seed"]) not in keys] + moved
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(sorted(records, key=lambda r: (r["task"], r["backend"], r["seed"])),
+                                                 indent=1))
+    return len(moved)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tasks", default=",".join(BY_KEY), help="comma-separated task keys (see --list)")
@@ -361,9 +392,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep-policies", action="store_true",
                     help=f"keep the per-iteration policy files of tables over {PRUNE_ABOVE:,} states")
     ap.add_argument("--list", action="store_true", help="list the tasks and exit")
+    ap.add_argument("--merge", metavar="FOLDER", help="move the finished runs of another suite folder into --out, "
+                    "rewrite the report and exit (a part run elsewhere, or beside a suite that writes --out)")
     args = ap.parse_args(argv)
     if args.list:
         list_tasks()
+        return 0
+    if args.merge:
+        out, other = Path(args.out).expanduser(), Path(args.merge).expanduser()
+        if not (other / "results.json").is_file():
+            print(f"suite: error: --merge {other}: no results.json there", file=sys.stderr)
+            return 2
+        n = merge(out, other)
+        report = out / "report.json"
+        note = json.loads(report.read_text()).get("note", "") if report.is_file() else ""
+        print(f"merged {n} runs of {other}; wrote {write_report(out, f'{note} Runs merged from {other}.'.strip())}")
         return 0
     parsed = tasks_and_seeds("suite", args.tasks, args.seeds or "0")
     if parsed is None:

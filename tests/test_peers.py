@@ -152,3 +152,30 @@ def test_the_readme_has_one_line_per_task_with_its_verdict(bench, tmp_path):
     assert "offline 478.5 (seeds 0-9), 8/10 seeds meet it, worst 224.0: **met**; sbx PPO 250.0 (0.50x offline)." \
         in lines[0]
     assert lines[1].endswith("offline 7.00 (seeds 0-9), 0/10 seeds meet it, worst 7.00: not met.")
+
+
+def test_merge_moves_a_parts_finished_runs_and_records_into_the_suite(bench, tmp_path):
+    suite, _ = bench
+    out, part = tmp_path / "suite", tmp_path / "part"
+    for folder, seeds in ((out, (0, 1)), (part, (1, 2))):
+        records = []
+        for s in seeds:
+            run = folder / "runs" / "CartPole-v1" / f"cartpole_b100_offline_s{s}"
+            run.mkdir(parents=True)
+            (run / "summary.json").write_text("{}")
+            records.append({**_suite_record("cartpole", s, 500.0, 480.0 + s + (10 if folder == part else 0)),
+                            "run_dir": str(run)})
+        (folder / "results.json").write_text(json.dumps(records + [{"task": "cartpole", "env_id": "CartPole-v1",
+                                                                      "backend": "offline", "seed": 3,
+                                                                      "error": "boom", "budget": 100}]))
+    assert suite.main(["--out", str(out), "--merge", str(part)]) == 0
+    merged = {r["seed"]: r for r in json.loads((out / "results.json").read_text())}
+    assert sorted(merged) == [0, 1, 2, 3]  # out's failed seed 3 stays; the part's is not carried over
+    # seed 1's run folder is in both: out's stays with its record; seed 2 moves over with the part's record
+    assert merged[1]["heldout_within"] == 481.0 and merged[2]["heldout_within"] == 492.0
+    for s in (1, 2):
+        assert Path(merged[s]["run_dir"]) == out / "runs" / "CartPole-v1" / f"cartpole_b100_offline_s{s}"
+        assert Path(merged[s]["run_dir"], "summary.json").is_file()
+    assert not (part / "runs" / "CartPole-v1" / "cartpole_b100_offline_s2").exists()
+    assert "- **CartPole-v1**" in (out / "readme.md").read_text()
+    assert suite.main(["--out", str(out), "--merge", str(tmp_path / "nothing")]) == 2
