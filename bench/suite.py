@@ -40,6 +40,7 @@ import resource
 import statistics
 import sys
 import time
+from collections.abc import Iterable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -308,6 +309,12 @@ def read_results(out: Path) -> list[dict[str, Any]]:
     return list(json.loads(f.read_text())) if f.is_file() else []
 
 
+def write_results(out: Path, records: Iterable[dict[str, Any]]) -> None:
+    """Write ``OUT/results.json``: the records sorted by task, backend and seed."""
+    (out / "results.json").write_text(json.dumps(sorted(records, key=lambda r: (r["task"], r["backend"], r["seed"])),
+                                                 indent=1))
+
+
 def write_report(out: Path, note: str | None = None, peers: list[PeerCell] | None = None) -> Path:
     """Write ``OUT/suite.md`` (and the README's lines, ``OUT/readme.md``) from ``results.json``. The note and the
     peer columns given are kept in ``OUT/report.json``; one not given is taken from there, so the suite and
@@ -357,12 +364,8 @@ def merge(out: Path, other: Path) -> int:
     many were merged. Unfinished runs stay in ``other``."""
     import shutil
 
-    def load(folder: Path) -> list[dict[str, Any]]:
-        f = folder / "results.json"
-        return json.loads(f.read_text()) if f.is_file() else []
-
     moved = []
-    for r in load(other):
+    for r in read_results(other):
         if "heldout" not in r:  # failed or skipped: nothing to carry over
             continue
         src = Path(r["run_dir"])
@@ -373,10 +376,8 @@ def merge(out: Path, other: Path) -> int:
         shutil.move(str(src), str(dest))
         moved.append({**r, "run_dir": str(dest)})
     keys = {(r["task"], r["backend"], r["seed"]) for r in moved}
-    records = [r for r in load(out) if (r["task"], r["backend"], r["seed"]) not in keys] + moved
     out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps(sorted(records, key=lambda r: (r["task"], r["backend"], r["seed"])),
-                                                 indent=1))
+    write_results(out, [r for r in read_results(out) if (r["task"], r["backend"], r["seed"]) not in keys] + moved)
     return len(moved)
 
 
@@ -449,10 +450,8 @@ def main(argv: list[str] | None = None) -> int:
             shown = rec.get("error") or f"held-out {_fmt(rec['heldout'])} after {rec['episodes']} episodes, " \
                                          f"{rec['wall_s']:.0f} s"
             print(f"{key[0]} {key[1]} seed {key[2]}: {shown}", flush=True)
-            results_file.write_text(json.dumps(sorted(records.values(), key=lambda r: (r["task"], r["backend"],
-                                                                                       r["seed"])), indent=1))
-    results_file.write_text(json.dumps(sorted(records.values(), key=lambda r: (r["task"], r["backend"], r["seed"])),
-                                       indent=1))  # the skipped ones too, when nothing ran
+            write_results(out, records.values())
+    write_results(out, records.values())  # the skipped ones too, when nothing ran
     note = (f"Measured on {os.cpu_count()} cores shared with other work (load average {load:.1f} at the start), "
             f"{args.workers} runs at a time; wall seconds are inflated by the sharing, CPU seconds much less. "
             f"This invocation took {time.time() - started:,.0f} s.")

@@ -275,16 +275,21 @@ def test_a_spec_sets_the_population_search_step():
     assert np.allclose(first[1], 4 * default[1], atol=0.01)  # the same direction, four times the default noise
 
 
-def test_a_search_with_no_adoption_for_restart_after_iterations_starts_again_from_its_first_rule():
-    spec = get_spec("Pendulum-v1").with_overrides(search={"restart_after": 3})
-    a = OfflineProposer(seed=5)
+def _six_iterations_adopting_only_in_the_first(proposer, spec):
+    """The search centre of each of 6 iterations whose candidates score apart, one adopted in iteration 1 only."""
     history: list[HistoryEntry] = []
     centre = []
-    for it in range(1, 7):  # the candidates of iteration 1 score apart, one is adopted; none after that
-        c = centres(a, rules_ctx(spec, it, history, k=3), 3)
-        centre.append(c[0])
+    for it in range(1, 7):
+        centre.append(centres(proposer, rules_ctx(spec, it, history, k=3), 3)[0])
         history += [HistoryEntry(it, float(10 * it + cand * (3 - 2 * (cand % 2))), 1, it == 1 and cand == 2,
                                  0, candidate=cand) for cand in (1, 2, 3)]
+    return centre
+
+
+def test_a_search_with_no_adoption_for_restart_after_iterations_starts_again_from_its_first_rule():
+    a = OfflineProposer(seed=5)
+    centre = _six_iterations_adopting_only_in_the_first(a, get_spec("Pendulum-v1").with_overrides(
+        search={"restart_after": 3}))
     assert not np.allclose(centre[1], 0.0)  # the search moved away from zero weights
     assert a.rules_search.restarts == 1 and a.rules_search.restarted_at == 4  # iterations 2-4 adopted nothing
     assert np.allclose(centre[4], 0.0) and not np.allclose(centre[3], 0.0)  # iteration 5 starts from the first rule
@@ -292,9 +297,5 @@ def test_a_search_with_no_adoption_for_restart_after_iterations_starts_again_fro
     b.load_state_dict(a.state_dict())
     assert (b.rules_search.restarts, b.rules_search.restart_after) == (1, 3)
     plain = OfflineProposer(seed=5)  # without the setting the search never restarts
-    history = []
-    for it in range(1, 7):
-        centres(plain, rules_ctx(get_spec("Pendulum-v1"), it, history, k=3), 3)
-        history += [HistoryEntry(it, float(10 * it + cand * (3 - 2 * (cand % 2))), 1, it == 1 and cand == 2,
-                                 0, candidate=cand) for cand in (1, 2, 3)]
+    _six_iterations_adopting_only_in_the_first(plain, get_spec("Pendulum-v1"))
     assert plain.rules_search.restarts == 0
