@@ -38,6 +38,13 @@ first ones, and the incumbent is scored on them too (so both are still compared 
 reads the test means (the offline population search) then cannot fit a few fixed starting states, and a table that
 is perfect on the fixed test seeds can still be beaten where it is not (Taxi's other passengers).
 
+**Ties at the ceiling.** A table that scores the best return the run has seen on every test seed (CartPole's 500)
+cannot be beaten there: a challenger can only tie it. With fixed test seeds a run could then keep a table that
+balances the pole on its few test seeds but not on others (467 held-out) for all its remaining iterations, while
+its candidates tie at 500. So a challenger that ties the incumbent with every return of both at the highest return
+seen (and some episode of the run returned less: not a flat landscape such as MountainCar's -200 everywhere) goes to
+the paired confirmation as a better one would; without confirmation the strict rule holds.
+
 The held-out seeds are for reporting only; the keeper never sees them.
 
 Seeds are disjoint ranges per run seed (``base = seed * 1,000,000``): test ``base + 10,000 + j``, held-out
@@ -204,6 +211,9 @@ class Keeper:
         self.pool_dof = 0
         """Sum of squared deviations of the paired differences from their mean, and its degrees of freedom, over
         every finished confirmation of the run (the pooled variance the test borrows)."""
+        self.ret_top = -math.inf
+        self.ret_low = math.inf
+        """The highest and lowest return of any episode the keeper has scored."""
 
     def n_eval(self, iteration: int) -> int:
         return min(self.eval_max, self.eval_start + max(0, iteration - 1) // self.rise_every)
@@ -262,6 +272,8 @@ class Keeper:
         runs = self.collector.collect_many(tables, seeds, iteration=iteration) if tables else []
         for r in runs:
             episodes.extend(r)
+        for e in episodes:
+            self.ret_top, self.ret_low = max(self.ret_top, e.ret), min(self.ret_low, e.ret)
         returns: list[list[float]] = []
         means: list[float | None] = []
         for s in slot:
@@ -277,7 +289,9 @@ class Keeper:
             return Verdict(means, returns, None, best_mean, False, None, episodes)
         chosen = max(valid, key=lambda i: (means[i], -i))  # the first of equal bests
         chosen_mean = means[chosen]
-        if slot[chosen] == -1 or chosen_mean is None or chosen_mean <= best_mean:
+        at_ceiling = (self.confirm_episodes > 0 and chosen_mean == best_mean and self.ret_low < self.ret_top
+                      and all(r == self.ret_top for r in returns[chosen] + best_rets))
+        if slot[chosen] == -1 or chosen_mean is None or (chosen_mean <= best_mean and not at_ceiling):
             return Verdict(means, returns, chosen, best_mean, False, None, episodes)
         challenger = tables[slot[chosen]]  # type: ignore[index]
         confirmation = None
@@ -338,6 +352,8 @@ class Keeper:
             "best_returns": np.asarray([self._best_returns[s] for s in seeds], dtype=np.float64),
             "pool_ss": self.pool_ss,
             "pool_dof": self.pool_dof,
+            "ret_top": self.ret_top,
+            "ret_low": self.ret_low,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -349,3 +365,5 @@ class Keeper:
                                                                 strict=True)}
         self.pool_ss = float(state.get("pool_ss", 0.0))  # absent in checkpoints written before the pooled test
         self.pool_dof = int(state.get("pool_dof", 0))
+        self.ret_top = float(state.get("ret_top", -math.inf))
+        self.ret_low = float(state.get("ret_low", math.inf))

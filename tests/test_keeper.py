@@ -316,3 +316,46 @@ def test_a_challenger_with_a_negative_mean_beats_a_worse_incumbent() -> None:
     col = ScriptedCollector(lambda table, seed: -0.5 if table[0] == 1 else -1.0)
     k = Keeper(col, INCUMBENT, seed=0, eval_start=3, eval_max=3, confirm_episodes=0)  # type: ignore[arg-type]
     assert k.judge([LUCKY], 1).accepted
+
+
+# ----------------------------------------------------------------------------------- ties at the ceiling
+LOW = np.array([3, 0, 0, 0])
+CAPPED = np.array([4, 0, 0, 0])
+"""The incumbent of the tie tests scores the cap on the test seeds only; CAPPED scores it everywhere."""
+
+
+def capped(table: np.ndarray, seed: int) -> float:
+    if table[0] == 3:
+        return 10.0
+    if table[0] == 4:
+        return 500.0
+    return 500.0 if seed < SeedPlan(0).confirm(0) else 400.0 + seed % 7
+
+
+def test_a_tie_at_the_highest_return_seen_is_confirmed_and_adopted_when_it_holds() -> None:
+    col = ScriptedCollector(capped)
+    k = Keeper(col, INCUMBENT, seed=0, eval_start=3, eval_max=3, confirm_episodes=5)  # type: ignore[arg-type]
+    v = k.judge([LOW], 1)  # a return below the cap has been seen: the landscape is not flat
+    assert not v.accepted and v.confirmation is None
+    v = k.judge([CAPPED], 2)
+    assert v.test_means[0] == v.best_test_mean == 500.0
+    assert v.confirmation is not None and v.confirmation.passed and v.accepted
+    assert np.array_equal(k.best_table, CAPPED)
+
+
+def test_ties_are_not_confirmed_on_a_flat_landscape_nor_below_the_ceiling_nor_without_confirmation() -> None:
+    flat = ScriptedCollector(lambda table, seed: -200.0)
+    k = Keeper(flat, INCUMBENT, seed=0, eval_start=3, eval_max=3, confirm_episodes=5)  # type: ignore[arg-type]
+    assert not k.judge([GOOD], 1).accepted and flat.episodes == 6  # no confirmation ran
+    def below(table: np.ndarray, seed: int) -> float:  # LOW is lucky: 80 on the test seeds, 0 on fresh ones
+        return (80.0 if seed < SeedPlan(0).confirm(0) else 0.0) if table[0] == 3 else 50.0
+
+    k = Keeper(ScriptedCollector(below), INCUMBENT, seed=0, eval_start=3, eval_max=3,  # type: ignore[arg-type]
+               confirm_episodes=5)
+    assert not k.judge([LOW], 1).accepted  # 80 seen: 50 is not the ceiling
+    v = k.judge([GOOD], 2)
+    assert v.test_means[0] == v.best_test_mean and v.confirmation is None and not v.accepted
+    col = ScriptedCollector(capped)
+    k = Keeper(col, INCUMBENT, seed=0, eval_start=3, eval_max=3, confirm_episodes=0)  # type: ignore[arg-type]
+    k.judge([LOW], 1)
+    assert not k.judge([CAPPED], 2).accepted  # without confirmation: a strictly higher test mean only
