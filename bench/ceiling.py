@@ -46,6 +46,7 @@ from llm_policy_gen.collect import Collector
 from llm_policy_gen.discretize import BoxActions, BoxDiscretizer
 from llm_policy_gen.envs import get_spec, make_env
 from llm_policy_gen.envs.spec import EnvSpec
+from llm_policy_gen.keeper import SeedPlan
 
 Controller = Callable[[np.ndarray], np.ndarray | int]
 
@@ -183,22 +184,20 @@ def ceiling(spec: EnvSpec, ctrl: Controller, episodes: int, fit_episodes: int) -
     obs = spec.observation_discretizer()
     assert isinstance(obs, BoxDiscretizer), "the tasks here have Box observations"
     values = spec.action_discretizer()
-    heldout = [50_000 + j for j in range(episodes)]
+    plan = SeedPlan(0)
+    heldout = [plan.heldout(j) for j in range(episodes)]
     env = make_env(spec)
     raw = float(np.mean([run(env, ctrl, s) for s in heldout]))
     counts = np.zeros((obs.n_states, spec.n_actions))
-    quantised: list[float] = []
     seen: list[np.ndarray] = []
-    for s in range(fit_episodes):
-        o, _ = env.reset(seed=100_000 + s)
-        done, total = False, 0.0
-        while not done:
-            a = action_index(spec, ctrl(o))
-            seen.append(np.asarray(o, dtype=np.float64))
-            counts[int(obs.encode(np.asarray(o)[None])[0]), a] += 1
-            o, r, term, trunc, _ = env.step(values.to_env(np.array([a]))[0])
-            total, done = total + float(r), term or trunc
-        quantised.append(total)
+
+    def levelled(o: np.ndarray) -> object:
+        """The controller at the table's action levels, counting each state's actions on the way."""
+        a = action_index(spec, ctrl(o))
+        seen.append(np.asarray(o, dtype=np.float64))
+        counts[int(obs.encode(np.asarray(o)[None])[0]), a] += 1
+        return values.to_env(np.array([a]))[0]
+    quantised = [run(env, levelled, plan.train(k)) for k in range(fit_episodes)]
     full = np.tile(np.mean(seen, axis=0), (obs.n_states, 1))
     for j, d in enumerate(spec.dims):
         full[:, d.index] = obs.centers()[:, j]

@@ -347,6 +347,7 @@ def test_ties_are_not_confirmed_on_a_flat_landscape_nor_below_the_ceiling_nor_wi
     flat = ScriptedCollector(lambda table, seed: -200.0)
     k = Keeper(flat, INCUMBENT, seed=0, eval_start=3, eval_max=3, confirm_episodes=5)  # type: ignore[arg-type]
     assert not k.judge([GOOD], 1).accepted and flat.episodes == 6  # no confirmation ran
+
     def below(table: np.ndarray, seed: int) -> float:  # LOW is lucky: 80 on the test seeds, 0 on fresh ones
         return (80.0 if seed < SeedPlan(0).confirm(0) else 0.0) if table[0] == 3 else 50.0
 
