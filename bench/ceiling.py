@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -210,7 +211,7 @@ def ceiling(spec: EnvSpec, ctrl: Controller, episodes: int, fit_episodes: int) -
         return raw, float(np.mean(quantised)), c.evaluate(centre, heldout).mean, c.evaluate(majority, heldout).mean
 
 
-def main() -> None:
+def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tasks", default=",".join(TASKS))
     ap.add_argument("--episodes", type=int, default=100, help="held-out episodes per figure")
@@ -219,15 +220,30 @@ def main() -> None:
     ap.add_argument("--levels", type=int, default=0, help="override the spec's action levels (Box actions)")
     ap.add_argument("--json", action="store_true", help="one JSON list of the figures instead of lines")
     args = ap.parse_args()
+
+    def fail(message: str) -> int:
+        print(f"ceiling: error: {message}", file=sys.stderr)
+        return 2
+    keys = args.tasks.split(",")
+    unknown = [k for k in keys if k not in TASKS]
+    if unknown:
+        return fail(f"--tasks: unknown {', '.join(unknown)}; known: {', '.join(TASKS)}")
+    try:
+        bins = [int(b) for b in args.bins.split(",")] if args.bins else []
+    except ValueError:
+        return fail(f"--bins {args.bins!r}: comma-separated integers, e.g. 20,20")
     rows = []
-    for key in args.tasks.split(","):
+    for key in keys:
         env_id, make = TASKS[key]
         spec = get_spec(env_id)
-        if args.bins:
-            bins = [int(b) for b in args.bins.split(",")]
+        if bins:
+            if len(bins) != len(spec.dims) or min(bins) < 1:
+                return fail(f"--bins {args.bins}: {env_id} needs {len(spec.dims)} counts of at least 1")
             spec = spec.with_overrides(dims=tuple(dataclasses.replace(d, bins=b)
                                                   for d, b in zip(spec.dims, bins, strict=True)))
         if args.levels:
+            if args.levels < 2:
+                return fail(f"--levels {args.levels}: at least 2")
             spec = spec.with_overrides(action_levels=args.levels)
         raw, levelled, centre, majority = ceiling(spec, make(), args.episodes, args.fit_episodes)
         shape = "x".join(str(d.bins) for d in spec.dims)
@@ -240,7 +256,8 @@ def main() -> None:
               f"at the bin centres {centre:9.2f}, by majority {majority:9.2f}")
     if args.json:
         print(json.dumps(rows))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
