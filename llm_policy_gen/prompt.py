@@ -20,6 +20,7 @@ and episode steps name their bins instead of a flat state index.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -124,6 +125,15 @@ class PromptContext:
         return FormatContext(self.observation, self.actions, self.current_table, self.target, self.spec)
 
 
+@dataclass(frozen=True)
+class _TableMemo:
+    """The last table :meth:`PromptBuilder.table` wrote, with what its text depends on."""
+
+    key: tuple[Any, ...]
+    table: np.ndarray
+    text: str
+
+
 class PromptBuilder:
     """Renders :class:`PromptContext` into messages with the templates of ``prompts/``."""
 
@@ -151,6 +161,7 @@ class PromptBuilder:
         self.size: Callable[[str], int] = len
         """The size of a text: characters, or tokens after :meth:`measure_in_tokens`."""
         self.unit = "characters"
+        self._table_memo: _TableMemo | None = None
 
     def measure_in_tokens(self, max_tokens: int, count_tokens: Callable[[str], int]) -> None:
         """Measure prompts with ``count_tokens`` and cap them at ``max_tokens`` (the cuts stay the same)."""
@@ -302,9 +313,21 @@ class PromptBuilder:
 
     def table(self, ctx: PromptContext) -> str:
         """The current table, as rows when it fits a third of the budget, else as regions of equal action; with
-        rules answers, the rules it was compiled from (or, for a table that was not, a decision list equal to it)."""
-        return table_text(ctx.current_table, ctx.observation, ctx.target, self.limit // 3, self.size,
-                          ctx.current_source, rules=_by_rules(ctx))
+        rules answers, the rules it was compiled from (or, for a table that was not, a decision list equal to it).
+
+        The text of the last table is kept: between adoptions the current table does not change, and writing a big
+        table as regions or rules takes seconds (35 s a call for Hopper-v5.rich's 300,000 states)."""
+        table = np.asarray(ctx.current_table)
+        rules = _by_rules(ctx)
+        key = (ctx.observation.to_spec(), ctx.target, ctx.current_source, self.limit, self.size, rules)
+        memo = self._table_memo
+        if (memo is not None and memo.key == key and memo.table.dtype == table.dtype
+                and np.array_equal(memo.table, table)):
+            return memo.text
+        text = table_text(table, ctx.observation, ctx.target, self.limit // 3, self.size, ctx.current_source,
+                          rules=rules)
+        self._table_memo = _TableMemo((*key[:2], copy.deepcopy(ctx.current_source), *key[3:]), table.copy(), text)
+        return text
 
     # ------------------------------------------------------------------ assembly
     def fields(self, ctx: PromptContext) -> dict[str, Any]:

@@ -248,3 +248,23 @@ def test_table_as_edits_covers_the_table_once():
     edits = [{"conditions": b["conditions"], "action": b["entry"]} for b in boxes]
     rebuilt = apply(json.dumps({"rationale": "", "edits": edits}), np.zeros(10_000, dtype=np.int64), 81, obs)
     assert np.array_equal(rebuilt.value, prior) and rebuilt.notes == []  # no state matched twice
+
+
+def test_big_tables_sort_their_regions_the_same_whether_keys_are_packed_or_not(monkeypatch):
+    # Regions are sorted on one packed integer key while it fits 62 bits, else on one key per range bound (a table
+    # whose boxes have more distinct ranges than that); both give the same regions in the same order.
+    from llm_policy_gen.formats import edits
+
+    rng = np.random.default_rng(3)
+    obs = BoxDiscretizer([DimSpec(f"d{j}", -1, 1, b) for j, b in enumerate((3, 4, 2, 5, 3))])
+    sizes = table_dims(obs)
+    block = (np.indices(sizes)[1] // 2 + np.indices(sizes)[3] // 3).reshape(-1) % 3  # regions spanning dims
+    tables = [block, np.where(rng.random(obs.n_states) < 0.1, 3, block), rng.integers(0, 4, obs.n_states)]
+    packed = [table_as_edits(t, obs) for t in tables]
+    monkeypatch.setattr(edits, "_PACK_BELOW", 0)
+    assert [table_as_edits(t, obs) for t in tables] == packed
+    for t, boxes in zip(tables, packed, strict=True):
+        changes = [{"conditions": b["conditions"], "action": b["entry"]} for b in boxes]
+        rebuilt = apply(json.dumps({"rationale": "", "edits": changes}), np.full(obs.n_states, 4), 5, obs)
+        assert np.array_equal(rebuilt.value, t) and rebuilt.notes == []  # every state covered, each once
+    assert len(packed[0]) < 20 < len(packed[1])  # a regular table in few regions

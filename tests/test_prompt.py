@@ -160,3 +160,25 @@ def test_per_dimension_evidence_adds_up():
     assert f"{steps} steps" in rows[0] and len(rows) == 1 + 4
     shares = [float(part.split()[1].rstrip("%")) for part in rows[3].split(": ", 1)[1].split(" | ")]
     assert abs(sum(shares) - 100) <= len(shares)  # rounded shares of the steps
+
+
+def test_the_tables_text_is_written_again_only_when_the_table_changes(monkeypatch):
+    # Between adoptions the current table stays the same; a big table's rules or regions take seconds to write.
+    import llm_policy_gen.prompt as prompt
+
+    calls = []
+    real = prompt.table_text
+    monkeypatch.setattr(prompt, "table_text", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    spec = get_spec("CartPole-v1")
+    builder = PromptBuilder()
+    table = spec.default_table()
+    first = builder.build(context(spec, table=table))[1].content
+    assert builder.build(context(spec, table=table.copy()))[1].content == first and len(calls) == 1
+    changed = table.copy()
+    changed[:40] = 1 - changed[:40]
+    assert builder.build(context(spec, table=changed))[1].content != first and len(calls) == 2
+    table[:40] = changed[:40]  # the same values in another array, changed in place: still the same text
+    builder.build(context(spec, table=table))
+    assert len(calls) == 2
+    builder.build(context(spec, table=table, fmt="rules"))  # rules answers show it as rules
+    assert len(calls) == 3

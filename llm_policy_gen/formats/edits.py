@@ -239,42 +239,61 @@ def _condition(dim: int, lo: int, hi: int) -> dict[str, int]:
     return {"dim": dim, "min_bin": lo, "max_bin": hi}
 
 
-def _runs(cur_row: np.ndarray, new_row: np.ndarray) -> list[tuple[int, int, Any]]:
-    """Maximal runs ``(start, end, entry)`` of equal new entries that contain at least one change."""
-    out = []
-    s, n = 0, len(new_row)
-    while s < n:
-        e = s
-        while e + 1 < n and new_row[e + 1] == new_row[s]:
-            e += 1
-        if np.any(cur_row[s : e + 1] != new_row[s : e + 1]):
-            out.append((s, e, new_row[s].item()))
-        s = e + 1
-    return out
+def _runs(cur: np.ndarray, new: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Maximal runs of equal entries of ``new`` along its rows (2-D) that contain at least one change from ``cur``:
+    their rows, first and last columns, and the entry's index in ``new.reshape(-1)``."""
+    rows, width = new.shape
+    starts = np.ones(new.shape, dtype=bool)
+    starts[:, 1:] = new[:, 1:] != new[:, :-1]  # NaN != NaN: a NaN is a run of its own, as with ``==``
+    first = np.flatnonzero(starts)
+    changed = np.add.reduceat((cur != new).reshape(-1).astype(np.int64), first) > 0
+    first = first[changed]
+    ends = np.append(np.flatnonzero(starts)[1:], rows * width) - 1
+    last = ends[changed]
+    return first // width, first % width, last % width, first
 
 
-_Box = tuple[tuple[tuple[int, int], ...], Any]
-"""An edit as ((lo, hi) per dimension, entry)."""
+_PACK_BELOW = 2**62
+"""Sort keys are packed into one integer while the number of distinct keys stays below this."""
 
 
-def _merge_along(boxes: list[_Box], dim: int) -> list[_Box]:
-    """Join boxes with the same action and ranges elsewhere whose ranges on ``dim`` touch."""
-    groups: dict[tuple[Any, ...], list[tuple[int, int]]] = {}
-    for ranges, a in boxes:
-        key = (ranges[:dim], ranges[dim + 1 :], a)
-        groups.setdefault(key, []).append(ranges[dim])
-    out: list[_Box] = []
-    for (before, after, a), spans in groups.items():
-        spans.sort()
-        lo, hi = spans[0]
-        for nlo, nhi in spans[1:]:
-            if nlo == hi + 1:
-                hi = nhi
-                continue
-            out.append(((*before, (lo, hi), *after), a))
-            lo, hi = nlo, nhi
-        out.append(((*before, (lo, hi), *after), a))
-    return out
+def _sort_keys(boxes: np.ndarray, codes: np.ndarray, n_codes: int, sizes: tuple[int, ...],
+               skip: int | None = None) -> list[np.ndarray]:
+    """Sort keys (least significant first, as :func:`numpy.lexsort` takes them) ordering boxes by their ranges on
+    every dimension but ``skip``, in order, then by entry code: one packed integer key when it fits in 62 bits (a
+    big table's boxes sort several times faster), else one key per range bound."""
+    dims = [j for j in range(len(sizes)) if j != skip]
+    radix = n_codes
+    for j in dims:
+        radix *= sizes[j] * sizes[j]
+    if radix < _PACK_BELOW:
+        key = np.zeros(len(boxes), dtype=np.int64)
+        for j in dims:
+            key = (key * sizes[j] + boxes[:, j, 0]) * sizes[j] + boxes[:, j, 1]
+        return [key * n_codes + codes]
+    return [codes, *(boxes[:, j, i] for j in reversed(dims) for i in (1, 0))]
+
+
+def _merge_along(boxes: np.ndarray, codes: np.ndarray, n_codes: int, sizes: tuple[int, ...],
+                 dim: int) -> tuple[np.ndarray, np.ndarray]:
+    """Join boxes (``(n, dims, 2)`` bin ranges, one entry code each) with the same entry and ranges elsewhere whose
+    ranges on ``dim`` touch."""
+    n = len(boxes)
+    if n < 2:
+        return boxes, codes
+    keys = _sort_keys(boxes, codes, n_codes, sizes, skip=dim)
+    order = np.lexsort((boxes[:, dim, 0], *keys))
+    b = boxes[order]
+    same = np.ones(n - 1, dtype=bool)
+    for k in keys:
+        ks = k[order]
+        same &= ks[1:] == ks[:-1]
+    same &= b[1:, dim, 0] == b[:-1, dim, 1] + 1
+    first = np.flatnonzero(np.concatenate(([True], ~same)))
+    last = np.append(first[1:], n) - 1
+    merged = b[first]
+    merged[:, dim, 1] = b[last, dim, 1]
+    return merged, codes[order][first]
 
 
 def _edits_between(cur: np.ndarray, new: np.ndarray, sizes: tuple[int, ...]) -> list[dict[str, Any]]:
@@ -286,25 +305,32 @@ def _edits_between(cur: np.ndarray, new: np.ndarray, sizes: tuple[int, ...]) -> 
         return [{"conditions": pin, "entry": cur[0].item()}]
     last = sizes[-1]
     prefix_sizes = sizes[:-1]
-    rows_cur, rows_new = cur.reshape(-1, last), new.reshape(-1, last)
-    # Boxes: runs of equal new actions along the last dimension (in rows with a change), then joined along each
-    # earlier dimension in turn wherever neighbouring boxes share the action and every other range. Boxes never
-    # overlap and hold only states whose new action is theirs, so the edits can come in any order.
-    boxes: list[_Box] = []
-    for r in np.flatnonzero(changed.reshape(-1, last).any(axis=1)):
-        prefix = tuple((int(p), int(p)) for p in np.unravel_index(int(r), prefix_sizes)) if prefix_sizes else ()
-        boxes.extend(((*prefix, (s, e)), a) for s, e, a in _runs(rows_cur[r], rows_new[r]))
+    # Boxes: runs of equal new entries along the last dimension (in rows with a change), then joined along each
+    # earlier dimension in turn wherever neighbouring boxes share the entry and every other range. Boxes never
+    # overlap and hold only states whose new entry is theirs, so the edits can come in any order. All in arrays:
+    # a 300,000-state table has as many boxes to start with.
+    rows, lo, hi, at = _runs(cur.reshape(-1, last), new.reshape(-1, last))
+    boxes = np.empty((len(rows), len(sizes), 2), dtype=np.int64)
+    if prefix_sizes:
+        prefix = np.stack(np.unravel_index(rows, prefix_sizes), axis=1)
+        boxes[:, :-1, 0] = boxes[:, :-1, 1] = prefix
+    boxes[:, -1, 0], boxes[:, -1, 1] = lo, hi
+    entries = new.reshape(-1)[at]
+    values, codes = np.unique(entries, return_inverse=True, equal_nan=False)
+    codes = codes.reshape(-1)
     for _ in range(3):  # a join along an early dimension can allow new ones along later dimensions
         before = len(boxes)
         for dim in range(len(sizes) - 1, -1, -1):
-            boxes = _merge_along(boxes, dim)
+            boxes, codes = _merge_along(boxes, codes, len(values), sizes, dim)
         if len(boxes) == before:
             break
-    boxes.sort(key=lambda b: (b[0], b[1]))
+    order = np.lexsort(_sort_keys(boxes, codes, len(values), sizes))
+    full = [(0, b - 1) for b in sizes]
     return [
-        {"conditions": [_condition(j, lo, hi) for j, (lo, hi) in enumerate(ranges)
-                        if not (lo == 0 and hi == sizes[j] - 1)], "entry": a}
-        for ranges, a in boxes
+        {"conditions": [{"dim": j, "min_bin": lo_, "max_bin": hi_} for j, (lo_, hi_) in enumerate(ranges)
+                        if (lo_, hi_) != full[j]],
+         "entry": a}
+        for ranges, a in zip(boxes[order].tolist(), values[codes[order]].tolist(), strict=True)
     ]
 
 
