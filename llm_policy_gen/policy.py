@@ -25,7 +25,7 @@ from .discretize import (
     observation_discretizer_from_spec,
 )
 from .errors import PolicyFileError, SpecError, UserError
-from .runlog import read_json, write_json_atomic
+from .runlog import read_json, to_jsonable, write_bytes_atomic
 
 if TYPE_CHECKING:
     from .envs.spec import EnvSpec
@@ -126,7 +126,13 @@ class TablePolicy:
         return out
 
     def save(self, path: str | Path) -> None:
-        write_json_atomic(Path(path), self.to_dict())
+        """Write the policy file: indented, with the table last on one line (one entry per line made a
+        560,000-state table a 4 MB file that took 2 s to write, once per iteration)."""
+        data = self.to_dict()
+        table = data.pop("table")
+        head = json.dumps(to_jsonable(data), indent=2, allow_nan=False)
+        body = json.dumps(table, allow_nan=False, separators=(",", ":"))
+        write_bytes_atomic(Path(path), f'{head[:-2]},\n  "table": {body}\n}}\n'.encode())
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], source: str = "policy") -> TablePolicy:
