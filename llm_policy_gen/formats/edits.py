@@ -308,7 +308,7 @@ def _edits_between(cur: np.ndarray, new: np.ndarray, sizes: tuple[int, ...]) -> 
     # Boxes: runs of equal new entries along the last dimension (in rows with a change), then joined along each
     # earlier dimension in turn wherever neighbouring boxes share the entry and every other range. Boxes never
     # overlap and hold only states whose new entry is theirs, so the edits can come in any order. All in arrays:
-    # a 300,000-state table has as many boxes to start with.
+    # a Hopper-v5.rich table (560,000 states) starts from about 290,000 boxes.
     rows, lo, hi, at = _runs(cur.reshape(-1, last), new.reshape(-1, last))
     boxes = np.empty((len(rows), len(sizes), 2), dtype=np.int64)
     if prefix_sizes:
