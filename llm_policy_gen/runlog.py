@@ -55,8 +55,7 @@ def to_jsonable(x: Any) -> Any:
     if isinstance(x, (list, tuple)):
         return [to_jsonable(v) for v in x]
     if isinstance(x, np.ndarray):
-        # a numeric array's tolist() is plain JSON types already (and a big table's elements are many to walk)
-        return x.tolist() if x.dtype.kind in "biuf" else to_jsonable(x.tolist())
+        return to_jsonable(x.tolist())
     if isinstance(x, np.integer):
         return int(x)
     if isinstance(x, np.floating):

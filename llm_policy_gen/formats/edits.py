@@ -245,11 +245,10 @@ def _runs(cur: np.ndarray, new: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.
     rows, width = new.shape
     starts = np.ones(new.shape, dtype=bool)
     starts[:, 1:] = new[:, 1:] != new[:, :-1]  # NaN != NaN: a NaN is a run of its own, as with ``==``
-    first = np.flatnonzero(starts)
-    changed = np.add.reduceat((cur != new).reshape(-1).astype(np.int64), first) > 0
-    first = first[changed]
-    ends = np.append(np.flatnonzero(starts)[1:], rows * width) - 1
-    last = ends[changed]
+    begins = np.flatnonzero(starts)
+    changed = np.add.reduceat((cur != new).reshape(-1).astype(np.int64), begins) > 0
+    first = begins[changed]
+    last = (np.append(begins[1:], rows * width) - 1)[changed]
     return first // width, first % width, last % width, first
 
 
@@ -327,8 +326,7 @@ def _edits_between(cur: np.ndarray, new: np.ndarray, sizes: tuple[int, ...]) -> 
     order = np.lexsort(_sort_keys(boxes, codes, len(values), sizes))
     full = [(0, b - 1) for b in sizes]
     return [
-        {"conditions": [{"dim": j, "min_bin": lo_, "max_bin": hi_} for j, (lo_, hi_) in enumerate(ranges)
-                        if (lo_, hi_) != full[j]],
+        {"conditions": [_condition(j, lo_, hi_) for j, (lo_, hi_) in enumerate(ranges) if (lo_, hi_) != full[j]],
          "entry": a}
         for ranges, a in zip(boxes[order].tolist(), values[codes[order]].tolist(), strict=True)
     ]
