@@ -17,6 +17,10 @@ trained agent acts deterministically on the same 100 held-out seeds as the suite
 (``seed * 1,000,000 + 50,000 + j``), each episode in a new environment; training episodes start from the training
 range (the model is seeded with ``seed * 1,000,000 + 100,000``), disjoint from them.
 
+**Shared runs**: a task that differs from an earlier one only in its spec's table or rules (the same environment
+and budget, as LunarLander-v3.products and LunarLander-v3) is not trained again: its cells show the other task's
+runs, marked so.
+
 ``--out`` is the suite's folder (default outside the work tree): records go to ``OUT/peers.json``, one per run,
 written after each run, so an interrupted invocation goes on where it stopped (a run that failed is run again; a
 run cut short by the interruption starts afresh: none takes more than the cap). ``OUT/suite.md`` is then rewritten
@@ -170,13 +174,30 @@ def run_one(task: str, algo: str, seed: int, cap_s: float, budget: int | None = 
     return record
 
 
+def run_task(key: str) -> str:
+    """The task whose runs stand for ``key``'s: the first of the suite's tasks with the same environment (gymnasium
+    id, ``make`` arguments, time limit, reward wrappers) and episode budget. A peer sees the environment, not the
+    spec's table or rules, so LunarLander-v3.products would train the very runs of LunarLander-v3."""
+    from llm_policy_gen.envs import get_spec
+
+    def setup(goal: suite.Goal) -> tuple[Any, ...]:
+        spec = get_spec(goal.env_id)
+        return (spec.env_id, sorted(spec.kwargs.items()), spec.max_episode_steps, tuple(spec.reward_wrappers),
+                goal.budget)
+
+    mine = setup(suite.BY_KEY[key])
+    return next(g.key for g in suite.GOALS if setup(g) == mine)
+
+
 def cells(records: list[dict[str, Any]]) -> list[suite.PeerCell]:
     """The suite's peer columns from the records: per task and algorithm, the seeds' held-out means (None for a
-    failed run), the capped count; only runs at the task's own budget count."""
+    failed run), the capped count; only runs at the task's own budget count. A task whose runs are another's
+    (``run_task``) shows that task's, marked."""
     out: list[suite.PeerCell] = []
     for goal in suite.GOALS:
+        source = run_task(goal.key)
         for algo in ALGOS:
-            rs = sorted((r for r in records if r["task"] == goal.key and r["algo"] == algo
+            rs = sorted((r for r in records if r["task"] == source and r["algo"] == algo
                          and r["budget"] == goal.budget), key=lambda r: r["seed"])
             if not rs:
                 continue
@@ -184,7 +205,8 @@ def cells(records: list[dict[str, Any]]) -> list[suite.PeerCell]:
             out.append(suite.PeerCell(
                 task=goal.key, column=COLUMN[algo], values=tuple(r.get("heldout") for r in rs),
                 capped=sum(bool(r.get("capped")) for r in rs),
-                error=errors[0] if len(errors) == len(rs) else None))
+                error=errors[0] if len(errors) == len(rs) else None,
+                same_as=None if source == goal.key else suite.BY_KEY[source].env_id))
     return out
 
 
@@ -239,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
         for r in json.loads(results_file.read_text()):
             records[(r["task"], r["algo"], r["seed"])] = r
     jobs: list[tuple[str, str, int]] = []
-    for key in tasks:
+    for key in dict.fromkeys(run_task(k) for k in tasks):
         goal = suite.BY_KEY[key]
         for algo in algos_for(_discrete(goal.env_id)):
             if algo not in wanted:

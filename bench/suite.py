@@ -217,6 +217,8 @@ class PeerCell:
     capped: int = 0
     """Seeds whose run was stopped at the time cap before its episode budget."""
     error: str | None = None
+    same_as: str | None = None
+    """The task whose runs these are, when the two differ only in what a peer never sees (the table's spec)."""
 
 
 def ratio(peer: float | None, offline: float | None) -> float | None:
@@ -235,8 +237,9 @@ def _peer_text(goal: Goal, cell: PeerCell, offline: float | None) -> str:
     seeds = ", ".join(_fmt(v, goal) for v in cell.values)
     worst, met = seed_stats(goal, list(cell.values))
     capped = f"; capped {cell.capped}/{len(cell.values)}" if cell.capped else ""
+    same = f"; the runs of {cell.same_as}" if cell.same_as else ""
     return (f"**{_fmt(med, goal)}** ({seeds}); worst {_fmt(worst, goal)}, met {met}; "
-            f"{'no ratio to offline' if r is None else f'{r:.2f}x offline'}{capped}")
+            f"{'no ratio to offline' if r is None else f'{r:.2f}x offline'}{capped}{same}")
 
 
 def markdown(records: list[dict[str, Any]], note: str, peers: list[PeerCell] | tuple[PeerCell, ...] = ()) -> str:

@@ -111,6 +111,24 @@ def test_suite_md_has_worst_met_and_peer_columns(bench):
     assert "(suite not run)" in taxi_row and "no ratio to offline" in taxi_row
 
 
+def test_a_task_that_differs_only_in_its_table_shows_the_other_tasks_runs(bench):
+    """A peer never sees the spec's table or rules: LunarLander-v3.products is LunarLander-v3's runs, marked so; the
+    same environment at another budget (Hopper-v5.rich) is trained on its own."""
+    suite, peers = bench
+    assert peers.run_task("lunarlander-products") == "lunarlander"
+    assert peers.run_task("lunarlander") == "lunarlander"
+    assert peers.run_task("hopper-rich") == "hopper-rich"
+    budget = suite.BY_KEY["lunarlander"].budget
+    records = [_peer_record("lunarlander", "ppo", s, v, budget=budget) for s, v in enumerate((-120.0, 40.0, 10.0))]
+    by_task = {c.task: c for c in peers.cells(records)}
+    assert by_task["lunarlander"].values == by_task["lunarlander-products"].values == (-120.0, 40.0, 10.0)
+    assert by_task["lunarlander"].same_as is None
+    assert by_task["lunarlander-products"].same_as == "LunarLander-v3"
+    rows = [_suite_record("lunarlander-products", 0, 20.0, 20.0)]
+    page = suite.markdown(rows, "n", [by_task["lunarlander-products"]])
+    assert "**10.0** (-120.0, 40.0, 10.0); worst -120.0, met 0/3; 0.50x offline; the runs of LunarLander-v3" in page
+
+
 def test_write_report_keeps_the_other_scripts_part(bench, tmp_path):
     suite, peers = bench
     (tmp_path / "results.json").write_text(json.dumps([_suite_record("cartpole", 0, 500.0, 480.0)]))
