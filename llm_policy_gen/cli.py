@@ -7,7 +7,6 @@ Exit codes: 0 done; 2 bad input from the user (one line on stderr naming what wa
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shlex
 import signal
@@ -17,6 +16,7 @@ from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
 from . import __version__
+from .commands.argtypes import int_list, json_object, name_list
 from .config import TRAIN_OPTIONS as _TRAIN_OPTIONS  # the settings `train` takes as options, from the fields
 from .errors import LLMPolicyGenError, RunInterrupted, UserError
 
@@ -28,23 +28,6 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
-
-
-def _int_list(text: str) -> list[int]:
-    try:
-        return [int(x) for x in text.replace(" ", "").split(",") if x]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
-
-
-def _json_object(text: str) -> dict[str, Any]:
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise argparse.ArgumentTypeError(f"expected a JSON object, got {text!r} ({exc.msg})") from None
-    if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError(f"expected a JSON object, got {text!r}")
-    return value
 
 
 def _add_train(sub: Any) -> None:
@@ -81,14 +64,10 @@ def _add_setting(p: argparse.ArgumentParser, name: str, flag: str, help_text: st
         p.add_argument(flag, dest=name, choices=typing.get_args(kind), help=help_text)
         return
     parsers: dict[Any, tuple[Callable[[str], Any], str]] = {
-        int: (int, "N"), float: (float, "X"), list[int]: (_int_list, "N,N"), list[str]: (_name_list, "NAME,NAME"),
-        dict[str, Any]: (_json_object, "JSON")}
+        int: (int, "N"), float: (float, "X"), list[int]: (int_list, "N,N"), list[str]: (name_list, "NAME,NAME"),
+        dict[str, Any]: (json_object, "JSON")}
     parse, metavar = parsers.get(kind, (str, flag[2:].upper().replace("-", "_")))
     p.add_argument(flag, dest=name, type=parse, metavar=metavar, help=help_text)
-
-
-def _name_list(text: str) -> list[str]:
-    return [x.strip() for x in text.split(",") if x.strip()]
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
@@ -163,170 +142,17 @@ def _print_dropped(text: str, stream: TextIO | None = None) -> None:
         _release(stream or sys.stdout)
 
 
-def _add_evaluate(sub: Any) -> None:
-    p = sub.add_parser("evaluate", help="run a saved policy (run directory or policy JSON)",
-                       description="Evaluate a saved table. On a run directory the default seeds are the run's "
-                       "held-out seeds, so the mean reproduces summary.json's best_eval_mean.")
-    p.add_argument("target", help="a run directory (its best_policy.json) or a policy JSON file")
-    p.add_argument("--episodes", type=int, help="episodes (default: the run's held-out count, else 100)")
-    p.add_argument("--seed", type=int, help="first episode seed (default: the run's first held-out seed, else 0)")
-    p.add_argument("--json", action="store_true",
-                   help="print {mean, std, episodes, steps, returns, min, max, env_id, seeds} as JSON")
-    p.add_argument("--env-kwargs", type=_json_object,
-                   help="JSON object of gymnasium.make keyword arguments (must match the policy's)")
-    p.add_argument("--gif", help="also save an animation of one episode to this file")
-    p.add_argument("--env", dest="env_id", help="the policy's environment; needed (the same) when it is "
-                   "module:EnvId, whose module is imported only then")
-    p.set_defaults(func=_cmd_evaluate)
+COMMANDS = ("llm_policy_gen.commands.evaluate", "llm_policy_gen.commands.envs", "llm_policy_gen.commands.backends",
+            "llm_policy_gen.sweep.compare", "llm_policy_gen.plotting.command", "llm_policy_gen.report")
+"""The modules of the commands beside ``train``, in the order ``--help`` lists them; each has
+``add_parser(subparsers)`` (see ``llm_policy_gen.commands``). A new command is one module and a line here."""
 
 
-def _load_policy_and_spec(target: str, env_kwargs: dict[str, Any] | None = None,
-                          env_id: str | None = None) -> tuple[Any, Any]:
-    from .envs import get_spec
-    from .envs.tailor import apply_env_kwargs
-    from .policy import load_run_policy
-
-    policy, spec = load_run_policy(target, env_id)
-    if spec is None:
-        spec = get_spec(policy.env_id)
-    if env_kwargs:
-        spec = apply_env_kwargs(spec, env_kwargs)
-    policy.check_against(spec)
-    return policy, spec
-
-
-def _run_heldout(target: str) -> tuple[int, int] | None:
-    """(first held-out seed, episodes) of the run ``target`` belongs to, when it is a run directory."""
-    from .config import SEED_MAX  # noqa: F401  (documents the seed range)
-    from .keeper import SeedPlan
-
-    d = Path(target)
-    folder = d if d.is_dir() else d.parent
-    if not d.is_dir() and folder.name == "policies":  # RUN/policies/iter_NNNN.json
-        folder = folder.parent
-    cfg_file = folder / "config.json"
-    if not cfg_file.is_file():
-        return None
-    try:
-        rec = json.loads(cfg_file.read_text(encoding="utf-8"))
-        first = int(rec.get("seeds", {}).get("heldout", SeedPlan(int(rec["seed"])).heldout(0)))
-        n = int(rec.get("config", {}).get("heldout_episodes", 100))
-    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
-        return None
-    return first, n
-
-
-def _cmd_evaluate(args: argparse.Namespace) -> int:
-    import numpy as np
-
-    from .collect import Collector
-    from .config import SEED_MAX
-
-    if args.episodes is not None and args.episodes < 1:
-        raise UserError(f"bad --episodes {args.episodes}: accepted an integer >= 1")
-    if args.seed is not None and not 0 <= args.seed <= SEED_MAX:
-        raise UserError(f"bad --seed {args.seed}: accepted an integer in 0..{SEED_MAX}")
-    policy, spec = _load_policy_and_spec(args.target, args.env_kwargs, args.env_id)
-    held = _run_heldout(args.target)
-    first = args.seed if args.seed is not None else (held[0] if held else 0)
-    n = args.episodes if args.episodes is not None else (held[1] if held else 100)
-    seeds = [first + j for j in range(n)]
-    with Collector(spec) as collector:
-        r = collector.evaluate(policy.table, seeds)
-    out = {"mean": float(r.mean), "std": float(np.std(r.returns)), "episodes": int(r.returns.size),
-           "steps": int(r.steps), "returns": [float(x) for x in r.returns], "min": float(r.returns.min()),
-           "max": float(r.returns.max()), "env_id": spec.env_id, "seeds": [first, first + n - 1],
-           "seeds_are_heldout": held is not None and args.seed is None}
-    if args.gif:
-        from .gif import save_gif
-
-        written = save_gif(policy, spec, Path(args.gif), seed=first)
-        print(f"wrote {written}", file=sys.stderr)
-    if args.json:
-        print(json.dumps(out))
-    else:
-        which = "the run's held-out seeds" if out["seeds_are_heldout"] else f"seeds {first}..{first + n - 1}"
-        print(f"{spec.env_id}: mean {out['mean']:.2f} +- {out['std']:.2f} over {out['episodes']} episodes on {which} "
-              f"({out['steps']} steps)")
-    return 0
-
-
-def _add_envs(sub: Any) -> None:
-    p = sub.add_parser("envs", help="list the ready environments with their table sizes")
-    p.add_argument("--json", action="store_true", help="print JSON")
-    p.set_defaults(func=_cmd_envs)
-
-
-def _cmd_envs(args: argparse.Namespace) -> int:
-    from .envs import get_spec, shipped_env_ids
-    from .envs.catalog import spec_variants
-    from .formats import resolve_format_name
-
-    rows: list[dict[str, Any]] = []
-    for env_id in sorted([*shipped_env_ids(), *spec_variants()]):
-        try:
-            spec = get_spec(env_id)
-        except Exception as exc:  # an env whose extra (mujoco, box2d) is missing still gets listed
-            rows.append({"env_id": env_id, "error": str(exc).splitlines()[0]})
-            continue
-        obs = spec.observation_discretizer()
-        acts = spec.action_discretizer()
-        shape = "x".join(str(d.bins) for d in spec.dims) if spec.dims else str(obs.n_states)
-        # The answer format a run gets without --output-format: the spec's train default, else auto's choice.
-        given = str(spec.train_defaults.get("output_format", "auto"))
-        fmt = f"{resolve_format_name(given, obs.n_states)} (auto)" if given == "auto" else given
-        rows.append({"env_id": env_id, "states": obs.n_states, "bins": shape, "actions": acts.n_actions,
-                     "threshold": spec.reward_threshold, "format": fmt})
-    if args.json:
-        print(json.dumps(rows, indent=2))
-        return 0
-    print(f"{'environment':<24} {'states':>7} {'bins':<24} {'actions':>7} {'solved at':>9}  format")
-    for r in rows:
-        if "error" in r:
-            print(f"{r['env_id']:<24} unavailable: {r['error']}")
-        else:
-            thr = "-" if r["threshold"] is None else f"{r['threshold']:g}"
-            print(f"{r['env_id']:<24} {r['states']:>7} {r['bins']:<24} {r['actions']:>7} {thr:>9}  {r['format']}")
-    print("Any other registered gymnasium id works too (generic spec from its spaces).")
-    return 0
-
-
-def _add_backends(sub: Any) -> None:
-    p = sub.add_parser("backends", help="list backends and whether each is configured (never prints a key)")
-    p.add_argument("--json", action="store_true", help="print JSON")
-    p.add_argument("--check", action="store_true", help="ask local servers (ollama) whether they answer")
-    p.set_defaults(func=_cmd_backends)
-
-
-def _cmd_backends(args: argparse.Namespace) -> int:
-    from .backends import default_backend_spec, list_backends
-    from .clients.keys import load_env
-
-    load_env()
-    rows = list_backends(check_servers=args.check)
-    name, why = default_backend_spec()
-    if args.json:
-        print(json.dumps({"backends": rows, "default": name, "default_reason": why}, indent=2))
-        return 0
-    print(f"{'backend':<10} {'default model':<20} {'LLM':<4} {'configured':<12} key variable / note")
-    for r in rows:
-        note = r["key_variable"] or r["description"]
-        if not r["is_llm"]:
-            note = "NOT an LLM: " + r["description"]
-        conf = {True: "yes", False: "no", None: "not checked"}[r["configured"]]
-        print(f"{r['name']:<10} {r['default_model'] or '-':<20} {'yes' if r['is_llm'] else 'no':<4} "
-              f"{conf:<12} {note}")
-    if any(r["configured"] is None for r in rows):
-        print("(ollama: 'not checked' -- `backends --check` asks its server)")
-    print(f"train without --backend uses: {name} ({why})")
-    return 0
-
-
-def _add_optional(sub: Any) -> None:
-    """Commands whose modules register themselves (compare, plot)."""
+def _add_commands(sub: Any) -> None:
+    """The commands of ``COMMANDS``; one whose module is not in this install (a trimmed package) is left out."""
     import importlib
 
-    for module in ("llm_policy_gen.sweep.compare", "llm_policy_gen.plotting.command", "llm_policy_gen.report"):
+    for module in COMMANDS:
         try:
             mod = importlib.import_module(module)
         except ModuleNotFoundError as exc:
@@ -342,10 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
     _add_train(sub)
-    _add_evaluate(sub)
-    _add_envs(sub)
-    _add_backends(sub)
-    _add_optional(sub)
+    _add_commands(sub)
     return parser
 
 
