@@ -127,6 +127,8 @@ def test_a_task_that_differs_only_in_its_table_shows_the_other_tasks_runs(bench)
     rows = [_suite_record("lunarlander-products", 0, 20.0, 20.0)]
     page = suite.markdown(rows, "n", [by_task["lunarlander-products"]])
     assert "**10.0** (-120.0, 40.0, 10.0); worst -120.0, met 0/3; 0.50x offline; the runs of LunarLander-v3" in page
+    line = importlib.import_module("suite_lines").readme_lines(rows, [by_task["lunarlander-products"]])
+    assert "; sbx PPO 10.0 (0.50x offline), LunarLander-v3's runs." in line
 
 
 def test_write_report_keeps_the_other_scripts_part(bench, tmp_path):
