@@ -31,7 +31,7 @@ def test_generic_env_trains_three_offline_iterations(tmp_path, env_id):
 
 def test_spaces_become_tables():
     mc = get_spec("MountainCar-v0")
-    assert [(d.low, d.high, d.bins, d.estimated) for d in mc.dims] == [(-1.2, 0.6, 10, False), (-0.07, 0.07, 10, False)]
+    assert [(d.low, d.high, d.bins, d.estimated) for d in mc.dims] == [(-1.2, 0.6, 16, False), (-0.07, 0.07, 16, False)]
     assert mc.dims[0].name == "position of the car along the x-axis"  # from gymnasium's docstring table
     assert mc.action_names[2] == "Accelerate to the right" and mc.reward_threshold == -110.0
     assert "valley" in mc.description and "-1" in mc.reward

@@ -77,7 +77,7 @@ def test_env_kwargs_that_change_the_spaces_update_the_spec():
         (ep,) = c.collect(lake.default_table(), [0])
     assert ep.states.max() < 64
     car = apply_env_kwargs(get_spec("MountainCar-v0"), {"goal_velocity": 0.01})
-    assert car.kwargs == {"goal_velocity": 0.01} and car.n_states == 100
+    assert car.kwargs == {"goal_velocity": 0.01} and car.n_states == 256
     assert apply_env_kwargs(get_spec("CartPole-v1"), {}) == get_spec("CartPole-v1")
 
 
