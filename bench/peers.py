@@ -174,19 +174,26 @@ def run_one(task: str, algo: str, seed: int, cap_s: float, budget: int | None = 
     return record
 
 
-def run_task(key: str) -> str:
-    """The task whose runs stand for ``key``'s: the first of the suite's tasks with the same environment (gymnasium
-    id, ``make`` arguments, time limit, reward wrappers) and episode budget. A peer sees the environment, not the
-    spec's table or rules, so LunarLander-v3.products would train the very runs of LunarLander-v3."""
+def run_tasks() -> dict[str, str]:
+    """Each task's key -> the task whose runs stand for it: the first of the suite's tasks with the same environment
+    (gymnasium id, ``make`` arguments, time limit, reward wrappers) and episode budget. A peer sees the environment,
+    not the spec's table or rules, so LunarLander-v3.products would train the very runs of LunarLander-v3. Each spec
+    is read once."""
     from llm_policy_gen.envs import get_spec
 
-    def setup(goal: suite.Goal) -> tuple[Any, ...]:
+    first: dict[tuple[Any, ...], str] = {}
+    found: dict[str, str] = {}
+    for goal in suite.GOALS:
         spec = get_spec(goal.env_id)
-        return (spec.env_id, sorted(spec.kwargs.items()), spec.max_episode_steps, tuple(spec.reward_wrappers),
-                goal.budget)
+        setup = (spec.env_id, json.dumps(spec.kwargs, sort_keys=True), spec.max_episode_steps,
+                 tuple(spec.reward_wrappers), goal.budget)
+        found[goal.key] = first.setdefault(setup, goal.key)
+    return found
 
-    mine = setup(suite.BY_KEY[key])
-    return next(g.key for g in suite.GOALS if setup(g) == mine)
+
+def run_task(key: str) -> str:
+    """The task whose runs stand for ``key``'s (see ``run_tasks``)."""
+    return run_tasks()[key]
 
 
 def cells(records: list[dict[str, Any]]) -> list[suite.PeerCell]:
@@ -194,8 +201,9 @@ def cells(records: list[dict[str, Any]]) -> list[suite.PeerCell]:
     failed run), the capped count; only runs at the task's own budget count. A task whose runs are another's
     (``run_task``) shows that task's, marked."""
     out: list[suite.PeerCell] = []
+    sources = run_tasks()
     for goal in suite.GOALS:
-        source = run_task(goal.key)
+        source = sources[goal.key]
         for algo in ALGOS:
             rs = sorted((r for r in records if r["task"] == source and r["algo"] == algo
                          and r["budget"] == goal.budget), key=lambda r: r["seed"])
@@ -261,7 +269,8 @@ def main(argv: list[str] | None = None) -> int:
         for r in json.loads(results_file.read_text()):
             records[(r["task"], r["algo"], r["seed"])] = r
     jobs: list[tuple[str, str, int]] = []
-    for key in dict.fromkeys(run_task(k) for k in tasks):
+    sources = run_tasks()
+    for key in dict.fromkeys(sources[k] for k in tasks):
         goal = suite.BY_KEY[key]
         for algo in algos_for(_discrete(goal.env_id)):
             if algo not in wanted:

@@ -218,7 +218,8 @@ class PeerCell:
     """Seeds whose run was stopped at the time cap before its episode budget."""
     error: str | None = None
     same_as: str | None = None
-    """The task whose runs these are, when the two differ only in what a peer never sees (the table's spec)."""
+    """The environment id of the task whose runs these are, when the two differ only in what a peer never sees (the
+    table's spec)."""
 
 
 def ratio(peer: float | None, offline: float | None) -> float | None:
