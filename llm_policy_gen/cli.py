@@ -72,7 +72,8 @@ def _add_setting(p: argparse.ArgumentParser, name: str, flag: str, help_text: st
 
 def _cmd_train(args: argparse.Namespace) -> int:
     from .clients.keys import load_env
-    from .config import TrainConfig, load_config_file
+    from .config import TrainConfig
+    from .config_files import load_config_file
     from .run import resume, train
 
     load_env()

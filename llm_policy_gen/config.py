@@ -11,16 +11,14 @@ the value and what is accepted (exit code 2). The whole resolved object is saved
 from __future__ import annotations
 
 import json
-import tomllib
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, field_validator, model_validator
 
 from .errors import UserError
 
-__all__ = ["TrainConfig", "load_config_file", "read_toml", "SEED_MAX", "config_error", "option_name", "Option",
+__all__ = ["TrainConfig", "SEED_MAX", "config_error", "option_name", "Option",
            "OPTIONS", "TRAIN_OPTIONS", "OPTION_NAMES", "RESUME_OPTIONS", "OPERATIONAL_SETTINGS"]
 
 SEED_MAX = 2**32 - 1
@@ -355,47 +353,3 @@ def option_name(key: str) -> str:
     """The command-line option of the setting ``key`` (``env_id`` -> ``--env``, ``max_episodes`` ->
     ``--max-episodes``), for messages a user reads."""
     return OPTION_NAMES.get(key, "--" + key.replace("_", "-"))
-
-
-def read_toml(path: str | Path, what: str) -> dict[str, Any]:
-    """A TOML file as a dict; an unreadable or invalid file is a :class:`UserError` naming ``what`` it is."""
-    p = Path(path)
-    try:
-        return tomllib.loads(p.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise UserError(f"cannot read {what} {p}: {exc.strerror}") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise UserError(f"{what} {p} is not valid TOML: {exc}") from None
-
-
-#: Settings of a run's own identity, not of its experiment: dropped when a config.json is re-used.
-RUN_IDENTITY = ("run_id", "explicit")
-
-
-def load_config_file(path: str | Path) -> dict[str, Any]:
-    """Settings from a config file: TOML (top-level keys or one ``[train]`` table; dashes allowed in names), or a
-    run's ``config.json`` (its ``config`` object, without the run's own id), which re-runs that experiment."""
-    p = Path(path)
-    if p.suffix.lower() == ".json":
-        try:
-            data = json.loads(p.read_text(encoding="utf-8"))
-        except OSError as exc:
-            raise UserError(f"cannot read config file {p}: {exc.strerror}") from None
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise UserError(f"config file {p} is not valid JSON: {exc}") from None
-        section = data.get("config", data) if isinstance(data, dict) else None
-        if not isinstance(section, dict):
-            raise UserError(f"config file {p}: expected a JSON object (a run's config.json)")
-        return {k: v for k, v in section.items() if k not in RUN_IDENTITY}
-    data = read_toml(p, "config file")
-    tables = {k for k, v in data.items() if isinstance(v, dict) and k not in ("env_kwargs", "env-kwargs")}
-    if tables - {"train"}:
-        bad = sorted(tables - {"train"})[0]
-        raise UserError(f"config file {p}: unknown section [{bad}]; accepted: top-level settings or one [train] table")
-    if "train" in tables:
-        section = data["train"]
-        if set(data) - {"train"}:
-            raise UserError(f"config file {p}: give settings either at the top level or in [train], not both")
-    else:
-        section = data
-    return {k.replace("-", "_"): v for k, v in section.items()}

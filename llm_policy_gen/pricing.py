@@ -6,7 +6,7 @@ import os
 from functools import lru_cache
 from pathlib import Path
 
-from .config import read_toml
+from .config_files import read_toml
 from .errors import UserError
 
 __all__ = ["DEFAULT_PRICES", "load_prices", "price_of", "cost_usd"]

@@ -16,7 +16,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from ..config import read_toml
+from ..config_files import read_toml
 from ..errors import SpecError, UserError
 from .spec import EnvSpec
 

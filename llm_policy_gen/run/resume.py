@@ -19,7 +19,8 @@ from ..checkpoint import load_checkpoint
 from ..clients.keys import is_loopback_url, redact, without_userinfo
 from ..clients.transcript import RecordedCalls
 from ..clients.usage import Budget, CallLimiter
-from ..config import RESUME_OPTIONS, TrainConfig, load_config_file, option_name
+from ..config import RESUME_OPTIONS, TrainConfig, option_name
+from ..config_files import load_config_file
 from ..envs.spec import EnvSpec
 from ..errors import UserError
 from ..locks import FolderLock

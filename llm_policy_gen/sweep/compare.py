@@ -317,7 +317,8 @@ def _command(args: argparse.Namespace, backends: list[str]) -> str:
 
 def _cmd_compare(args: argparse.Namespace) -> int:
     from ..clients.keys import load_env, remember_url
-    from ..config import TrainConfig, load_config_file
+    from ..config import TrainConfig
+    from ..config_files import load_config_file
     from .plan import parse_backends, parse_seeds
 
     load_env()
