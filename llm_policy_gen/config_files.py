@@ -13,13 +13,20 @@ from .errors import UserError
 __all__ = ["read_toml", "load_config_file", "RUN_IDENTITY"]
 
 
+def _read_text(p: Path, what: str) -> str:
+    """The file's text; an unreadable file is a :class:`UserError` naming ``what`` it is (a file that is not UTF-8
+    raises ``UnicodeDecodeError``, which each format reports as invalid)."""
+    try:
+        return p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UserError(f"cannot read {what} {p}: {exc.strerror}") from None
+
+
 def read_toml(path: str | Path, what: str) -> dict[str, Any]:
     """A TOML file as a dict; an unreadable or invalid file is a :class:`UserError` naming ``what`` it is."""
     p = Path(path)
     try:
-        return tomllib.loads(p.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise UserError(f"cannot read {what} {p}: {exc.strerror}") from None
+        return tomllib.loads(_read_text(p, what))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise UserError(f"{what} {p} is not valid TOML: {exc}") from None
 
@@ -34,9 +41,7 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
     p = Path(path)
     if p.suffix.lower() == ".json":
         try:
-            data = json.loads(p.read_text(encoding="utf-8"))
-        except OSError as exc:
-            raise UserError(f"cannot read config file {p}: {exc.strerror}") from None
+            data = json.loads(_read_text(p, "config file"))
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise UserError(f"config file {p} is not valid JSON: {exc}") from None
         section = data.get("config", data) if isinstance(data, dict) else None
