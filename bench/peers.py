@@ -191,15 +191,10 @@ def run_tasks() -> dict[str, str]:
     return found
 
 
-def run_task(key: str) -> str:
-    """The task whose runs stand for ``key``'s (see ``run_tasks``)."""
-    return run_tasks()[key]
-
-
 def cells(records: list[dict[str, Any]]) -> list[suite.PeerCell]:
     """The suite's peer columns from the records: per task and algorithm, the seeds' held-out means (None for a
     failed run), the capped count; only runs at the task's own budget count. A task whose runs are another's
-    (``run_task``) shows that task's, marked."""
+    (``run_tasks``) shows that task's, marked."""
     out: list[suite.PeerCell] = []
     sources = run_tasks()
     for goal in suite.GOALS:

@@ -115,9 +115,10 @@ def test_a_task_that_differs_only_in_its_table_shows_the_other_tasks_runs(bench)
     """A peer never sees the spec's table or rules: LunarLander-v3.products is LunarLander-v3's runs, marked so; the
     same environment at another budget (Hopper-v5.rich) is trained on its own."""
     suite, peers = bench
-    assert peers.run_task("lunarlander-products") == "lunarlander"
-    assert peers.run_task("lunarlander") == "lunarlander"
-    assert peers.run_task("hopper-rich") == "hopper-rich"
+    sources = peers.run_tasks()
+    assert sources["lunarlander-products"] == "lunarlander"
+    assert sources["lunarlander"] == "lunarlander"
+    assert sources["hopper-rich"] == "hopper-rich"
     budget = suite.BY_KEY["lunarlander"].budget
     records = [_peer_record("lunarlander", "ppo", s, v, budget=budget) for s, v in enumerate((-120.0, 40.0, 10.0))]
     by_task = {c.task: c for c in peers.cells(records)}
