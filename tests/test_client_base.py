@@ -522,15 +522,11 @@ def test_silent_server_costs_at_most_timeout_per_attempt(
     request = Request((Message("user", "Propose a table."),), OutputSpec("table", ANSWER_SCHEMA))
     with SilentServer() as silent:
         client = client_type(model, ClientOptions(base_url=silent.url, retry=policy), sleep=Sleeps())
-        started = time.perf_counter()
         with pytest.raises(BackendUnreachable) as info:
             client.complete(request)
-        elapsed = time.perf_counter() - started
-        assert silent.connections >= 1
+        # each attempt gave up by itself and closed its connection while the server, which never answers, still held
+        # it: the per-attempt timeout works (an SDK's default of minutes would not have returned yet)
+        assert silent.connections == 2 and silent.closed_by_client() == 2
     message = str(info.value)
     assert message.startswith(f"{client.provider}:{model} at {silent.url} could not be reached after 2 attempts")
     assert "TimedOut: no answer within 0.5 s" in message
-    # Two attempts, each waiting out its 0.5 s (a lower bound a busy machine cannot break); the upper bound only
-    # tells our per-attempt timeout from the SDKs' default of minutes, so it is far from any real duration.
-    assert elapsed >= 0.9
-    assert elapsed < 60

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from typing import Any
 
 import pytest
@@ -201,17 +200,15 @@ def test_500_until_retries_exhausted(fake_openai: FakeOpenAIServer) -> None:
 
 
 def test_timeout_on_every_attempt_is_unreachable(fake_openai: FakeOpenAIServer) -> None:
-    fake_openai.push(hang(3.0), hang(3.0), ok(ANSWER))
+    fake_openai.push(hang(60.0), hang(60.0), ok(ANSWER))
     # retry_timeouts: as a remote server is treated (the loopback fake would be a local server, see below)
     policy = RetryPolicy(max_retries=1, initial_delay_s=0.01, jitter=0.0, timeout_s=0.3, retry_timeouts=True)
-    t0 = time.perf_counter()
     with pytest.raises(BackendUnreachable) as info:
         client(retry=policy).complete(ASK)
-    elapsed = time.perf_counter() - t0
     assert f"at {fake_openai.base_url} could not be reached after 2 attempts" in str(info.value)
     assert "no answer within 0.3 s (ReadTimeout)" in str(info.value)
     assert len(fake_openai.requests) == 2
-    assert 0.5 < elapsed < 2.5
+    assert fake_openai.outlasted == 0  # both attempts gave up while the server still hung (the hangs last 60 s)
 
 
 def test_timeout_then_success_counts_wall_time(fake_openai: FakeOpenAIServer) -> None:
@@ -490,6 +487,6 @@ def test_server_answers(fake_ollama: FakeOpenAIServer) -> None:
     assert server_answers(fake_ollama.url + "/nowhere") is True  # a 404 is an answer too
     assert server_answers("http://127.0.0.1:9/v1", timeout_s=0.5) is False
     with SilentServer() as silent:
-        t0 = time.perf_counter()
         assert server_answers(silent.url + "/v1", timeout_s=0.3) is False
-        assert time.perf_counter() - t0 < 1.0
+        # the probe gave up by itself (its 0.3 s timeout): it closed its connection while the server still held it
+        assert silent.connections == 1 and silent.closed_by_client() == 1

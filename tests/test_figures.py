@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes.util
+import json
 import os
 import subprocess
 import sys
@@ -85,8 +86,14 @@ def test_policy_of_cartpole_and_frozenlake(runs: dict[str, Path], tmp_path: Path
 
 
 def test_policy_loader_gives_the_run_spec(runs: dict[str, Path]) -> None:
-    policy, spec = load_run_policy(runs["FrozenLake-v1/0"])
-    assert policy.n_states == 16 and spec is not None and spec.kwargs["is_slippery"] is False
+    run = runs["FrozenLake-v1/0"]
+    policy, spec = load_run_policy(run)
+    assert spec == get_spec("FrozenLake-v1") and spec.kwargs["is_slippery"] is False
+    # the kept table: the one of the last iteration the keeper accepted (its own policy file)
+    summary = json.loads((run / "summary.json").read_text())
+    kept = TablePolicy.load(run / "policies" / f"iter_{summary['best_iteration']:04d}.json")
+    assert summary["best_iteration"] >= 1 and np.array_equal(policy.table, kept.table)
+    assert policy.env_id == "FrozenLake-v1" and policy.env_kwargs == spec.kwargs
 
 
 @pytest.mark.parametrize("kind", ["discrete", "one_dim", "many_panels", "many_actions"])

@@ -256,22 +256,19 @@ def test_a_repair_at_temperature_0_without_seeds_goes_warmer(fake_anthropic) -> 
 def test_timeout_bounds_a_whole_attempt_however_the_body_trickles(fake_openai: FakeOpenAIServer) -> None:
     fake_openai.push(trickle(60.0, ANSWER))  # headers at once, then a byte every 0.2 s for up to a minute
     client = OpenAIClient(MODEL, ClientOptions(retry=RetryPolicy(max_retries=0, timeout_s=2.0)), sleep=Sleeps())
-    started = time.monotonic()
     with pytest.raises(BackendError) as info:
         client.complete(ASK)
-    elapsed = time.monotonic() - started
     assert not isinstance(info.value, BackendUnreachable)  # the server answered, too slowly
     assert "DeadlinePassed: no whole answer within 2 s" in str(info.value)
-    assert elapsed < 30  # the server would have trickled for 60 s
+    assert fake_openai.outlasted == 0  # the client cut the 60 s trickle short
     assert len(fake_openai.requests) == 1
 
 
 def test_train_with_timeout_2_and_no_retries_ends_a_trickling_call(fake_openai, tmp_path, capsys):
     fake_openai.push(trickle(60.0, TableResponder().answer(0)))
-    started = time.monotonic()
     code, _, err, run = _train(tmp_path, capsys, "--iterations", "1", "--candidates", "1", "--timeout", "2",
                                "--max-retries", "0", "--no-progress")
-    assert time.monotonic() - started < 30
+    assert fake_openai.outlasted == 0  # the deadline cut the 60 s trickle short
     assert code == 1 and "no call of this run succeeded" in err and "within 2 s" in err, (code, err)
 
 
@@ -411,8 +408,8 @@ def test_every_sdk_client_shuts_an_attempt_past_its_deadline(monkeypatch: pytest
         client: Any = {"openai": lambda: OpenAIClient(MODEL, options),
                        "anthropic": lambda: AnthropicClient("claude-sonnet-4-6", options),
                        "gemini": lambda: GeminiClient("gemini-3.8-flash", options)}[client_type]()
-        started = time.monotonic()
         with pytest.raises(BackendError, match="DeadlinePassed: no whole answer within 1 s"):
             client.complete(ASK)
-        assert time.monotonic() - started < 30  # the server would trickle for a minute
-        assert server.hung_up.wait(20)  # the connection was shut, not left to trickle on
+        # the connection was shut, not left to trickle on (the server would trickle for a minute; it notices the
+        # hang-up at its next byte, so this waits for that, not for any duration of the call)
+        assert server.hung_up.wait(20)

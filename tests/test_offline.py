@@ -138,10 +138,14 @@ def test_state_round_trip_continues_the_same_search():
 
 
 def test_model_move_explores_untried_actions_without_a_prior():
+    """With no experience every pair is untried: each iteration's exploring table prefers another action in every
+    state, so that four iterations try all four actions everywhere."""
     spec = get_spec("FrozenLake-v1")
-    ctx = ctx_for(spec)
-    (t,) = tables(OfflineProposer(), ctx)
-    assert not np.array_equal(t, ctx.current_table)
+    picks = []
+    for iteration in (1, 2, 3, 4):
+        (t,) = tables(OfflineProposer(), ctx_for(spec, iteration))
+        picks.append(t)
+    assert all(sorted(state) == [0, 1, 2, 3] for state in np.stack(picks).T)
 
 
 def test_answers_use_the_runs_format():

@@ -3,12 +3,13 @@ written here, in the test, and registered by name runs a real ``train``."""
 
 from __future__ import annotations
 
+import inspect
 import json
 import re
 from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, get_type_hints
 
 import numpy as np
 import pytest
@@ -220,7 +221,20 @@ def single() -> Iterator[str]:
 
 
 def test_the_example_mode_follows_the_protocol(single: str) -> None:
-    assert isinstance(MODES.load(single)(), Mode)
+    """Every member of :class:`Mode` with the protocol's own parameters and attribute types (``isinstance`` on a
+    runtime-checkable protocol only sees that the names exist), and a state that survives a round trip."""
+    mode = MODES.load(single)()
+    for name, kind in get_type_hints(Mode).items():
+        assert isinstance(getattr(mode, name), kind), name
+    methods = [n for n, f in vars(Mode).items() if inspect.isfunction(f) and not n.startswith("_")]
+    assert methods == ["prepare", "start", "iterate", "finish", "state_dict", "load_state_dict"]
+    for name in methods:
+        want = list(inspect.signature(getattr(Mode, name)).parameters)
+        assert list(inspect.signature(getattr(mode, name)).parameters) == want[1:], name  # bound: no self
+    mode.asked = 3
+    again = MODES.load(single)()
+    again.load_state_dict(json.loads(json.dumps(mode.state_dict())))
+    assert again.state_dict() == {"asked": 3}
 
 
 def test_a_registered_mode_runs_a_real_training_and_resumes(tmp_path: Path, single: str) -> None:

@@ -531,6 +531,15 @@ def test_grammars_stay_small(env_id: str, record_property: Any) -> None:
         grammar = gbnf(make_format(name).json_schema(fctx(env_id)))
         record_property(f"{name}_grammar", f"{len(grammar)} chars, {time.perf_counter() - start:.3f} s")
         assert len(grammar) < 20_000, (name, len(grammar))
+        # small, and still the answer's grammar: it takes the rendering of the current table and refuses it with
+        # an action one past the last
+        fmt, ctx = make_format(name), fctx(env_id)
+        answer = completed(name, json.loads(fmt.render(ctx.current, ctx, "why")), ctx)
+        regex = grammar_regex(grammar)
+        text = in_grammar_order(answer, fmt.json_schema(ctx))
+        assert regex.fullmatch(text), (name, env_id)
+        bad = re.sub(r'"(action|otherwise)":\d+', rf'"\1":{ctx.target.n_actions}', text, count=1)
+        assert bad != text and not regex.fullmatch(bad), (name, env_id)
 
 
 def test_the_in_process_grammar_keeps_control_characters_out_of_strings() -> None:

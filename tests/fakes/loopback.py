@@ -20,6 +20,7 @@ import itertools
 import json
 import socket
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -155,6 +156,9 @@ class LoopbackServer(Generic[StepT]):
         request that asks for a JSON schema), None lets the script answer."""
         self.api_key = api_key
         self.requests: list[Recorded] = []
+        self.outlasted = 0
+        """Stalls (hangs, trickles) that ran their whole time with the client still there: a client that honours its
+        timeout leaves this at 0 while the stall is far longer than the timeout, however busy the machine."""
         self._lock = threading.Lock()
         self._closing = threading.Event()
         self._ids = itertools.count(1)
@@ -240,6 +244,11 @@ class LoopbackServer(Generic[StepT]):
             return self._reply_step(text, max(1, self._prompt_chars(request) // 4), max(1, len(text) // 4))
         return self._ran_out_step(f"fake {self.name} server: no scripted step left and no responder")
 
+    def note_outlasted(self) -> None:
+        """Count one stall that ran its whole time (:attr:`outlasted`)."""
+        with self._lock:
+            self.outlasted += 1
+
     def request_id(self) -> str:
         """A fresh request id (``req_fake000001``, ...)."""
         return f"req_fake{next(self._ids):06d}"
@@ -285,7 +294,8 @@ class LoopbackHandler(BaseHTTPRequestHandler):
             return
         step = self.fake.next_step(body)
         if step.kind == "hang":  # say nothing until the client gives up (or the server closes), then drop it
-            self.fake._closing.wait(step.seconds)
+            if not self.fake._closing.wait(step.seconds):
+                self.fake.note_outlasted()
             self.close_connection = True
         elif step.kind == "raw":
             self.send_bytes(step.status, step.body.encode(), step.content_type)
@@ -357,6 +367,19 @@ class SilentServer:
         """Connections accepted so far."""
         return len(self._held)
 
+    def closed_by_client(self, patience_s: float = 5.0) -> int:
+        """Connections the client has closed (an end of stream on our side; the server closes none before it stops).
+
+        A client whose per-attempt timeout works has closed each attempt's connection by the time its call raised; the
+        socket may take a moment to see that, so this waits up to ``patience_s`` for every held connection to close
+        (a bound on a wait, not on how long anything took)."""
+        deadline = time.monotonic() + patience_s
+        while True:
+            closed = sum(1 for conn in list(self._held) if _at_end_of_stream(conn))
+            if closed == len(self._held) or time.monotonic() >= deadline:
+                return closed
+            time.sleep(0.02)
+
     def _accept(self) -> None:
         while not self._closing.is_set():
             try:
@@ -377,3 +400,16 @@ class SilentServer:
         for conn in self._held:
             conn.close()
         self._sock.close()
+
+
+def _at_end_of_stream(conn: socket.socket) -> bool:
+    """Whether the peer has closed ``conn``: the request bytes nobody read are drained, then a read that would not
+    block finds the end of the stream."""
+    try:
+        while conn.recv(65536, socket.MSG_DONTWAIT):
+            pass
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+    return True

@@ -288,7 +288,10 @@ class _Handler(LoopbackHandler):
             self.wfile.flush()
             stop = time.monotonic() + seconds
             for k in range(len(data)):
-                if time.monotonic() >= stop or self.fake._closing.wait(TRICKLE_GAP_S):
+                if time.monotonic() >= stop:
+                    self.fake.note_outlasted()
+                    return
+                if self.fake._closing.wait(TRICKLE_GAP_S):
                     return
                 self.wfile.write(data[k : k + 1])
                 self.wfile.flush()
