@@ -9,7 +9,8 @@ iterations, ``--max-prompt-tokens 2000``, ``--repair-attempts 2``. Each cell run
 in-process backend (``llamacpp:PATH``) and the ``openai`` backend against the real ``llama_cpp.server`` on a loopback
 port (one request at a time, ``--max-concurrent-calls 1``; its prompts are capped at 5,000 characters, about 2,000
 tokens, since only the in-process backend knows the tokenizer). The baselines ``offline`` (not an LLM) and ``random``
-run at the same settings with ``--max-episodes`` set to the LLM run's episode count.
+run at the same settings with ``--max-episodes`` set to the LLM run's episode count, once per transport (the two
+transports' runs of a seed can end at different episode counts, so each gets its own baselines).
 The answer cache is off (``--no-cache``): every figure comes from calls made by the run that reports it.
 
 Reported per (model, task, transport), over the seeds: the valid-answer rate at the first attempt and after repairs
@@ -309,7 +310,8 @@ def main(argv: list[str] | None = None) -> int:
                     m = {"seed": seed, "run_dir": str(run_dir), **measure(run_dir)}
                     for base in ("offline", "random"):  # same settings, at the LLM run's episode count
                         plain = common[: len(common) - len(cell.extra)]  # --evidence, --refine are the model's
-                        b_dir, b_err = run(out, f"{cell.key}_{base}_s{seed}", cell.env_id,
+                        # one baseline per transport: each at the episode count of its own transport's LLM run
+                        b_dir, b_err = run(out, f"{cell.key}_{transport}_{base}_s{seed}", cell.env_id,
                                            [*plain, "--backend", base, "--max-episodes", str(m["episodes"])], env)
                         m[base] = None if b_err else json.loads((b_dir / "summary.json").read_text())["best_eval_mean"]
                     row["runs"].append(m)
