@@ -1,7 +1,8 @@
 """The ``llm-policy-gen`` command line.
 
 Exit codes: 0 done; 2 bad input from the user (one line on stderr naming what was wrong and what is accepted);
-1 anything else (the run directory is left consistent).
+1 anything else (the run directory is left consistent); 130 for Ctrl-C, and 143 and 129 for SIGTERM and SIGHUP,
+which are handled as Ctrl-C is (the summary written, the lock released, the resume command printed).
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from typing import Any, NoReturn, TextIO
 from . import __version__
 from .commands.argtypes import int_list, json_object, name_list
 from .config import TRAIN_OPTIONS as _TRAIN_OPTIONS  # the settings `train` takes as options, from the fields
-from .errors import LLMPolicyGenError, RunInterrupted, UserError
+from .errors import LLMPolicyGenError, RunInterrupted, SweepInterrupted, UserError, signal_of
+from .locks import stops_as_interrupts
 
 __all__ = ["main", "build_parser"]
 
@@ -179,6 +181,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, --version, or a bad option (already reported in one line)
         return int(exc.code) if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+    with stops_as_interrupts():  # SIGTERM and SIGHUP as Ctrl-C: the same files, message and exit code 128 + signal
+        return _run_command(args)
+
+
+def _run_command(args: argparse.Namespace) -> int:
     try:
         code = int(args.func(args))
         sys.stdout.flush()  # here, so that a reader that went away is seen here and not at exit
@@ -191,9 +198,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         _print_dropped(f"llm-policy-gen {args.command}: error: {redact(str(exc)).splitlines()[0]}", sys.stderr)
         return 2
-    except KeyboardInterrupt as exc:
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM / SIGHUP (errors.Interrupted)
         _print_dropped(_interrupted(exc), sys.stderr)
-        return 130
+        return 128 + signal_of(exc)
     except (LLMPolicyGenError, OSError) as exc:
         from .clients.keys import redact
 
@@ -202,11 +209,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _interrupted(exc: KeyboardInterrupt) -> str:
-    """What Ctrl-C leaves: the run directory, what it keeps and the command that goes on."""
+    """What Ctrl-C (or SIGTERM, SIGHUP) leaves: the run directory, what it keeps and the command that goes on."""
+    signum = signal_of(exc)
+    what = "interrupted" if signum == signal.SIGINT else f"interrupted by {signal.Signals(signum).name}"
+    if isinstance(exc, SweepInterrupted):
+        return (f"{what}: the comparison folder {exc.folder} keeps {exc.finished} of {exc.total} runs finished; go "
+                f"on with the same command: {exc.command}")
     if not isinstance(exc, RunInterrupted):
-        return "interrupted"
+        return what
     kept = f"keeps iterations 1..{exc.kept}" if exc.kept else "keeps no finished iteration yet"
-    return (f"interrupted: the run directory {exc.run_dir} {kept}; go on with: llm-policy-gen train --resume "
+    return (f"{what}: the run directory {exc.run_dir} {kept}; go on with: llm-policy-gen train --resume "
             f"{shlex.quote(exc.run_dir)}")
 
 

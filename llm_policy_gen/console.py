@@ -26,6 +26,16 @@ def _heldout(record: dict[str, Any]) -> str:
     return _num(record.get("best_eval_mean"))
 
 
+def _candidates_text(means: list[Any]) -> str:
+    """The candidates' test means, ``invalid`` for an answer that was refused; ``none of K valid`` when all were
+    (never ``-/-``)."""
+    if not means:
+        return "-"
+    if all(m is None for m in means):
+        return f"none of {len(means)} valid" if len(means) > 1 else "invalid"
+    return "/".join("invalid" if m is None else _num(m) for m in means)
+
+
 def _num(x: Any, digits: int = 1) -> str:
     if x is None:
         return "-"
@@ -121,8 +131,7 @@ class Console:
             return
         if not self.lines:
             return
-        means = record.get("candidate_means") or []
-        cands = "/".join(_num(m) for m in means) if means else "-"
+        cands = _candidates_text(record.get("candidate_means") or [])
         kept = " KEPT" if record.get("accepted") else ""
         if not record.get("accepted_total"):  # the run's adoptions so far, this one included
             kept = " (none accepted yet: the best is the initial table)"

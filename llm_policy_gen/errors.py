@@ -7,6 +7,8 @@ mismatched file, missing key): the CLI prints their one-line message and exits w
 
 from __future__ import annotations
 
+import signal
+
 __all__ = [
     "LLMPolicyGenError",
     "UserError",
@@ -19,7 +21,12 @@ __all__ = [
     "BackendUnreachable",
     "ReplayExhausted",
     "ProposalError",
+    "Interrupted",
     "RunInterrupted",
+    "SweepInterrupted",
+    "NoCallSucceeded",
+    "NoValidAnswer",
+    "signal_of",
     "missing_extra",
 ]
 
@@ -65,18 +72,49 @@ class NoCallSucceeded(BackendError):
     (never "0 calls" and exit 0)."""
 
 
+class NoValidAnswer(BackendError):
+    """A run asked a model and not one of its answers was valid (e.g. a server answering ``content: null`` to
+    every call): it ends with exit 1 and a line saying so, never "iterations done" and exit 0."""
+
+
 class ReplayExhausted(LLMPolicyGenError):
     """A ``replay:`` backend has no more recorded answers; the run ends cleanly."""
 
 
-class RunInterrupted(KeyboardInterrupt):
-    """Ctrl-C during a run whose directory is kept: names it and the iterations it keeps, so that the command line
-    can print the resume command. A :class:`KeyboardInterrupt`, so callers that stop on Ctrl-C still do."""
+class Interrupted(KeyboardInterrupt):
+    """A stop asked for from outside: SIGTERM or SIGHUP (what Slurm, systemd and a closed ssh connection send),
+    raised where the program is, as Ctrl-C raises :class:`KeyboardInterrupt`, so that everything Ctrl-C does (the
+    summary, the lock released, the resume command) a SIGTERM does too. ``signum`` says which signal (exit code
+    ``128 + signum``)."""
 
-    def __init__(self, run_dir: str, kept: int) -> None:
+    def __init__(self, signum: int = signal.SIGINT) -> None:
+        self.signum = int(signum)
+        super().__init__(signal.Signals(self.signum).name)
+
+
+def signal_of(exc: BaseException) -> int:
+    """The signal behind an interrupt: its ``signum``, or SIGINT for a plain :class:`KeyboardInterrupt` (Ctrl-C)."""
+    return exc.signum if isinstance(exc, Interrupted) else int(signal.SIGINT)
+
+
+class RunInterrupted(Interrupted):
+    """Ctrl-C (or SIGTERM, SIGHUP) during a run whose directory is kept: names it and the iterations it keeps, so
+    that the command line can print the resume command. A :class:`KeyboardInterrupt`, so callers that stop on Ctrl-C
+    still do."""
+
+    def __init__(self, run_dir: str, kept: int, signum: int = signal.SIGINT) -> None:
         self.run_dir = run_dir
         self.kept = kept
-        super().__init__(run_dir)
+        super().__init__(signum)
+
+
+class SweepInterrupted(Interrupted):
+    """Ctrl-C (or SIGTERM, SIGHUP) during ``compare``, after its files were written: names the comparison folder,
+    the runs it keeps finished and the command that goes on (the same one)."""
+
+    def __init__(self, folder: str, finished: int, total: int, command: str, signum: int = signal.SIGINT) -> None:
+        self.folder, self.finished, self.total, self.command = folder, finished, total, command
+        super().__init__(signum)
 
 
 def missing_extra(what: str, extra: str) -> UserError:

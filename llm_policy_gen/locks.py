@@ -12,6 +12,11 @@ process never blocks: its note is only a leftover, overwritten by the next holde
 :class:`HeldInterrupts` holds a Ctrl-C (SIGINT) back while a group of writes that must go together is done -- an
 iteration's record and its checkpoint, a run's closing files -- so that the files always agree on the iterations a
 run finished; the interrupt then takes effect as soon as the group is written.
+
+:func:`stops_as_interrupts` makes SIGTERM and SIGHUP (what Slurm, systemd and a closed ssh connection send) raise
+:class:`~llm_policy_gen.errors.Interrupted`, a ``KeyboardInterrupt``: the command line handles them as Ctrl-C (the
+summary written, the lock and its note released, the resume command printed; exit 143 and 129), and
+:class:`HeldInterrupts` holds them back the same way.
 """
 
 from __future__ import annotations
@@ -30,9 +35,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from .errors import UserError
+from .errors import Interrupted, UserError
 
-__all__ = ["FolderLock", "FolderBusy", "HeldInterrupts", "LOCK_FILE", "HOLDER_FILE", "LOCK_FILES", "die_with_parent"]
+__all__ = ["FolderLock", "FolderBusy", "HeldInterrupts", "LOCK_FILE", "HOLDER_FILE", "LOCK_FILES", "die_with_parent",
+           "stops_as_interrupts", "STOP_SIGNALS"]
 
 LOCK_FILE = ".lock"
 HOLDER_FILE = ".lock.holder.json"
@@ -126,57 +132,110 @@ class FolderLock:
         self.release()
 
 
-class HeldInterrupts:
-    """A context manager: a Ctrl-C (SIGINT) that comes inside the block is held back and raised as
-    ``KeyboardInterrupt`` when the block is done (unless the block itself raised). Outside the main thread, or where
-    SIGINT is not Python's to handle, it does nothing.
+STOP_SIGNALS: tuple[signal.Signals, ...] = tuple(getattr(signal, n) for n in ("SIGTERM", "SIGHUP")
+                                                  if hasattr(signal, n))
+"""The signals handled as Ctrl-C is (SIGHUP does not exist on Windows)."""
 
-    ``pending`` says whether an interrupt came; :meth:`allowed` lets one through at once inside the block (for work
-    the user must be able to cut short, such as model calls), and ``cut`` says whether one cut that work short.
+
+def _raise_stop(signum: int, frame: Any) -> None:
+    raise Interrupted(signum)
+
+
+def _arm_stops() -> dict[int, Any]:
+    """SIGTERM and SIGHUP raise :class:`Interrupted` in this (main) thread; returns the handlers replaced. A signal
+    ignored on purpose (``nohup``) stays ignored, and a handler someone else installed stays."""
+    replaced: dict[int, Any] = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in STOP_SIGNALS:
+            if signal.getsignal(sig) is signal.SIG_DFL:
+                replaced[sig] = signal.signal(sig, _raise_stop)
+    return replaced
+
+
+@contextmanager
+def stops_as_interrupts() -> Iterator[None]:
+    """Inside the block, SIGTERM and SIGHUP raise :class:`~llm_policy_gen.errors.Interrupted` (a
+    ``KeyboardInterrupt``) as Ctrl-C raises ``KeyboardInterrupt``; the handlers before are put back after it."""
+    replaced = _arm_stops()
+    try:
+        yield
+    finally:
+        for sig, previous in replaced.items():
+            signal.signal(sig, previous)
+
+
+def _interrupt(signum: int) -> KeyboardInterrupt:
+    return KeyboardInterrupt() if signum == signal.SIGINT else Interrupted(signum)
+
+
+class HeldInterrupts:
+    """A context manager: a Ctrl-C (SIGINT), or a SIGTERM or SIGHUP made an interrupt by
+    :func:`stops_as_interrupts`, that comes inside the block is held back and raised (``KeyboardInterrupt``, or
+    :class:`~llm_policy_gen.errors.Interrupted`) when the block is done (unless the block itself raised). Outside the
+    main thread, or where the signal is not Python's (or this package's) to handle, it does nothing.
+
+    ``pending`` says whether an interrupt came (``signum``: the first one's signal); :meth:`allowed` lets one through
+    at once inside the block (for work the user must be able to cut short, such as model calls), and ``cut`` says
+    whether one cut that work short.
     """
 
     def __init__(self, raise_after: bool = True) -> None:
         self.raise_after = raise_after
         self.pending = False
+        self.signum = int(signal.SIGINT)
         self.cut = False
-        self._previous: Any = None
-        self._installed = False
+        self._previous: dict[int, Any] = {}
 
     def _hold(self, signum: int, frame: Any) -> None:
+        if not self.pending:
+            self.signum = signum
         self.pending = True
+
+    @property
+    def _installed(self) -> bool:
+        return bool(self._previous)
+
+    def _set(self, handler: Any | None) -> None:
+        """Every held signal to ``handler`` (None: back to the handler before the block)."""
+        for sig, previous in self._previous.items():
+            signal.signal(sig, previous if handler is None else handler)
 
     def __enter__(self) -> HeldInterrupts:
         if threading.current_thread() is threading.main_thread():
-            previous = signal.getsignal(signal.SIGINT)
-            if previous is signal.default_int_handler:  # Python's own Ctrl-C; leave any other choice alone
-                signal.signal(signal.SIGINT, self._hold)
-                self._previous, self._installed = previous, True
+            ours = {int(signal.SIGINT): signal.default_int_handler, **{int(s): _raise_stop for s in STOP_SIGNALS}}
+            for sig, handler in ours.items():
+                previous = signal.getsignal(sig)
+                if previous is handler:  # Python's own Ctrl-C, or a stop made an interrupt; any other choice stays
+                    self._previous[sig] = previous
+            self._set(self._hold)
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
         if self._installed:
-            signal.signal(signal.SIGINT, self._previous)
-            self._installed = False
+            self._set(None)
+            self._previous = {}
         if self.pending and self.raise_after and exc_type is None:
-            raise KeyboardInterrupt
+            raise _interrupt(self.signum)
 
     @contextmanager
     def allowed(self) -> Iterator[None]:
-        """Inside the block, a Ctrl-C interrupts at once (one already held is raised on entry); it is noted in
+        """Inside the block, an interrupt interrupts at once (one already held is raised on entry); it is noted in
         ``pending``, and the hold resumes after the block."""
         if not self._installed:
             yield
             return
-        signal.signal(signal.SIGINT, self._previous)
+        self._set(None)
         try:
             if self.pending:
-                raise KeyboardInterrupt
+                raise _interrupt(self.signum)
             yield
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as exc:
+            if not self.pending:
+                self.signum = exc.signum if isinstance(exc, Interrupted) else int(signal.SIGINT)
             self.pending = self.cut = True
             raise
         finally:
-            signal.signal(signal.SIGINT, self._hold)
+            self._set(self._hold)
 
 
 def die_with_parent(parent: int) -> None:

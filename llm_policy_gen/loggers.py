@@ -52,7 +52,7 @@ from .errors import missing_extra
 from .registry import Registry
 from .runlog import KVWriter, read_jsonl, write_bytes_atomic
 
-__all__ = ["LOGGERS", "scalars", "make_writers", "CSVWriter", "TensorBoardWriter", "PROGRESS_CSV"]
+__all__ = ["LOGGERS", "scalars", "make_writers", "check_writers", "CSVWriter", "TensorBoardWriter", "PROGRESS_CSV"]
 
 PROGRESS_CSV = "progress.csv"
 
@@ -60,9 +60,11 @@ PROGRESS_CSV = "progress.csv"
 LOGGERS: Registry[Any] = Registry("logger", "--log")
 LOGGERS.register("csv", "llm_policy_gen.loggers:CSVWriter", description="progress.csv, one row per iteration")
 LOGGERS.register("tensorboard", "llm_policy_gen.loggers:TensorBoardWriter",
-                 description="TensorBoard event files (needs the tensorboard extra)", extra="tensorboard")
+                 description="TensorBoard event files (needs the tensorboard extra)", extra="tensorboard",
+                 requires="tensorboardX")
 LOGGERS.register("wandb", "llm_policy_gen.log_wandb:WandbWriter",
-                 description="an offline Weights & Biases run in RUN_DIR/wandb (needs the wandb extra)", extra="wandb")
+                 description="an offline Weights & Biases run in RUN_DIR/wandb (needs the wandb extra)", extra="wandb",
+                 requires="wandb")
 
 #: Record key -> scalar name, in the order columns appear.
 _NAMES = (
@@ -230,6 +232,18 @@ class TensorBoardWriter:
 
     def close(self) -> None:
         self._writer.close()
+
+
+def check_writers(names: Sequence[str]) -> None:
+    """Refuse (one line naming the extra) a writer of ``names`` whose library (the entry's ``requires``) is not
+    installed, without opening any writer: a resume checks this before it changes a file of the run."""
+    import importlib.util
+
+    for name in dict.fromkeys(n.strip().lower() for n in names if n.strip()):
+        entry = LOGGERS.entry(name)
+        module = entry.info.get("requires")
+        if module and importlib.util.find_spec(module) is None:
+            raise missing_extra(f"--log {name} needs {module}", str(entry.info.get("extra") or name))
 
 
 def make_writers(names: Sequence[str], run_dir: Path) -> list[KVWriter]:

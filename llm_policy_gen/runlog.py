@@ -17,7 +17,8 @@ import os
 import re
 import tempfile
 import unicodedata
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
@@ -26,7 +27,8 @@ import numpy as np
 
 from .errors import UserError
 
-__all__ = ["write_json_atomic", "write_bytes_atomic", "append_jsonl", "read_jsonl", "read_json", "read_json_object",
+__all__ = ["write_json_atomic", "write_bytes_atomic", "append_jsonl", "appends_undone_on_error", "read_jsonl",
+           "read_json", "read_json_object",
            "run_id_problem",
            "check_fields", "EVENT_FIELDS", "TRANSCRIPT_FIELDS",
            "rewrite_jsonl", "RunDir", "to_jsonable", "slug", "KVWriter", "JsonlWriter", "Logger", "current_umask"]
@@ -67,7 +69,15 @@ def to_jsonable(x: Any) -> Any:
     return x
 
 
+def _naming(exc: OSError, path: Path) -> OSError:
+    """``exc`` with ``path`` as its file (a failed ``write`` or ``fsync`` names none, or a temporary file): the
+    message then says which file of the run could not be written."""
+    return OSError(exc.errno, exc.strerror or str(exc), str(path))
+
+
 def write_bytes_atomic(path: Path, data: bytes) -> None:
+    """``data`` into ``path`` atomically (see the module docstring); a failed write raises an ``OSError`` naming
+    ``path``, and leaves the old file and no temporary one."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
@@ -77,11 +87,13 @@ def write_bytes_atomic(path: Path, data: bytes) -> None:
             os.fsync(fh.fileno())
         os.chmod(tmp, 0o666 & ~current_umask())  # what ``open`` would give a new file, not mkstemp's 0600
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         try:
             os.unlink(tmp)
         except OSError:
             pass
+        if isinstance(exc, OSError) and exc.filename in (None, tmp):
+            raise _naming(exc, path) from exc
         raise
 
 
@@ -101,12 +113,35 @@ def append_jsonl(path: Path, obj: Any) -> None:
             n = os.write(fd, line)
             if n != len(line):
                 raise OSError(28, f"No space left on device (wrote {n} of {len(line)} bytes)", str(path))
-        except OSError:
+        except OSError as exc:
             os.ftruncate(fd, size)
-            raise
-        os.fsync(fd)
+            raise (exc if exc.filename else _naming(exc, path)) from None
+        try:
+            os.fsync(fd)
+        except OSError as exc:
+            raise _naming(exc, path) from None
     finally:
         os.close(fd)
+
+
+@contextmanager
+def appends_undone_on_error(*paths: Path) -> Iterator[None]:
+    """The JSONL files ``paths`` cut back to their size before the block when the block raises (a file the block
+    made is removed): a group of writes that must go together -- an iteration's record and its checkpoint -- leaves
+    all of its lines or none. Cutting a file back needs no room on the disk."""
+    sizes = {Path(p): (Path(p).stat().st_size if Path(p).exists() else None) for p in paths}
+    try:
+        yield
+    except BaseException:
+        for p, size in sizes.items():
+            try:
+                if size is None:
+                    p.unlink(missing_ok=True)
+                else:
+                    os.truncate(p, size)
+            except OSError:
+                pass
+        raise
 
 
 def rewrite_jsonl(path: Path, rows: Sequence[dict[str, Any]]) -> None:

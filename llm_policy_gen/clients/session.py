@@ -132,6 +132,10 @@ class LLMSession:
         self.run_seed = int(seed)
         self.first_error: str | None = None
         """The error of the run's first failed call (recorded ones included), for the console and the summary."""
+        self.answers_valid = 0
+        """Answers that passed validation (a run whose calls were answered but never validly ends with exit 1)."""
+        self.first_invalid: str | None = None
+        """Why the run's first refused answer was refused."""
 
     @property
     def provider(self) -> str:
@@ -174,7 +178,8 @@ class LLMSession:
 
     def state_dict(self) -> dict[str, Any]:
         state = {"usage": self.usage.to_dict(), "spent_usd": self.budget.spent, "calls_ok": self.calls_ok,
-                 "calls_tried": self.calls_tried, "first_error": self.first_error}
+                 "calls_tried": self.calls_tried, "first_error": self.first_error,
+                 "answers_valid": self.answers_valid, "first_invalid": self.first_invalid}
         mode = getattr(self.client, "structured_mode", None)
         if isinstance(mode, str):  # a structured-output fallback the client made holds on resume
             state["structured_mode"] = mode
@@ -188,6 +193,9 @@ class LLMSession:
         self.calls_ok = int(state.get("calls_ok", 0))
         self.calls_tried = int(state.get("calls_tried", 0))
         self.first_error = state.get("first_error") or None
+        # A checkpoint from before this count: its answered calls are taken as valid (never a false failure).
+        self.answers_valid = int(state.get("answers_valid", self.calls_ok))
+        self.first_invalid = state.get("first_invalid") or None
         mode = state.get("structured_mode")
         if isinstance(mode, str) and isinstance(getattr(self.client, "structured_mode", None), str):
             self.client.structured_mode = mode  # type: ignore[attr-defined]
@@ -256,6 +264,10 @@ class LLMSession:
                 rec["notice"] = notice
                 self._notice(f"{self.provider}: {notice}")
             self.transcript.write(rec)
+            with self._lock:
+                self.answers_valid += int(parsed is not None)
+                if parsed is None and self.first_invalid is None:
+                    self.first_invalid = redact("; ".join(errors[:2]) or "the answer was refused")
             if parsed is not None:
                 answer.parsed, answer.errors = parsed, []
                 return answer

@@ -4,8 +4,11 @@ Stops, checked before each iteration: ``--iterations``, ``--max-episodes`` (coun
 episodes), ``--patience``; after an iteration: the budget, a replay that ran out, and an unreachable backend
 (``unreachable_after`` iterations in a row without one answered call; when the very first call of a run reaches no
 server, the run stops at once with an error naming the URL). After each iteration the driver appends the iteration's
-record (``events.jsonl`` and the other writers), then writes ``checkpoint.npz`` atomically, with Ctrl-C held back so
-that the two go together.
+record (``events.jsonl`` and the other writers), then writes ``checkpoint.npz`` atomically, with Ctrl-C (and SIGTERM,
+SIGHUP) held back so that the two go together; a write of the two that fails takes the record's line back out of
+``events.jsonl``, so the files never disagree on the iterations a run finished.
+
+A run that asked a model ends with exit 1 when no call succeeded, or when no answer was ever valid.
 """
 
 from __future__ import annotations
@@ -16,9 +19,17 @@ import time
 
 from ..backends import base_url_variable
 from ..clients.keys import redact
-from ..errors import BackendAuthError, BackendUnreachable, EndpointError, NoCallSucceeded, RunInterrupted
+from ..errors import (
+    BackendAuthError,
+    BackendUnreachable,
+    EndpointError,
+    NoCallSucceeded,
+    NoValidAnswer,
+    RunInterrupted,
+    signal_of,
+)
 from ..locks import HeldInterrupts
-from ..runlog import write_json_atomic
+from ..runlog import appends_undone_on_error, write_json_atomic
 from .counters import rollouts_from_state
 from .records import RunResult, Summary, event_record, summary_record
 from .services import Run
@@ -68,7 +79,9 @@ def _drive(run: Run, first: int) -> tuple[StopReason, bool]:
             stop = StopReason.parse(step.stop) or StopReason.of(StopKind.STOPPED)
             run.log(f"run ends: {stop}")
             return stop, True
-        with HeldInterrupts():  # the iteration's record and its checkpoint go together (a Ctrl-C waits for both)
+        # The iteration's record and its checkpoint go together: a Ctrl-C (or SIGTERM) waits for both, and a write
+        # that fails (a full disk, a file size limit) takes the record's line back out of events.jsonl.
+        with HeldInterrupts(), appends_undone_on_error(run.dir.events):
             c.iteration = iteration
             c.since_best = 0 if step.accepted else c.since_best + 1
             c.accepted_count += int(step.accepted)
@@ -89,16 +102,22 @@ def _drive(run: Run, first: int) -> tuple[StopReason, bool]:
 
 def _check_some_call_succeeded(run: Run) -> None:
     """A run whose calls all failed ends with exit 1 and one line naming the first error and the URL, whatever
-    ``--unreachable-after`` says: never "0 calls" and exit 0."""
+    ``--unreachable-after`` says: never "0 calls" and exit 0. So does a run whose calls were answered but whose
+    answers were all refused (a server answering ``content: null``): never "iterations done" and exit 0."""
     session = run.session
-    if session is None or session.calls_ok or not session.usage.failed_calls:
+    if session is None:
         return
-    error = session.first_error or "no error recorded"
-    url = str(session.client.describe().get("base_url") or "")
-    where = f" ({url})" if url and url not in error else ""
-    n = session.usage.failed_calls
-    raise NoCallSucceeded(f"no call of this run succeeded ({n} failed call{'s' if n != 1 else ''}); the first "
-                          f"error{where}: {error}")
+    if not session.calls_ok and session.usage.failed_calls:
+        error = session.first_error or "no error recorded"
+        url = str(session.client.describe().get("base_url") or "")
+        where = f" ({url})" if url and url not in error else ""
+        n = session.usage.failed_calls
+        raise NoCallSucceeded(f"no call of this run succeeded ({n} failed call{'s' if n != 1 else ''}); the first "
+                              f"error{where}: {error}")
+    if session.calls_ok and not session.answers_valid:
+        n = session.calls_ok
+        raise NoValidAnswer(f"no answer of this run was valid ({n} answered call{'s' if n != 1 else ''}, 0 valid "
+                            f"answers); the first answer was refused because: {session.first_invalid or 'unknown'}")
 
 
 def _finish(run: Run, stop: StopReason, interrupted: bool, held: HeldInterrupts) -> Summary:
@@ -139,9 +158,9 @@ def execute(run: Run, first: int) -> RunResult:
     interrupted = ended_inside = False
     try:
         stop, ended_inside = _drive(run, first)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM / SIGHUP (errors.Interrupted)
         stop, interrupted = StopReason.of(StopKind.INTERRUPTED), True
-        raise RunInterrupted(str(run.dir.path), _kept(run)) from None
+        raise RunInterrupted(str(run.dir.path), _kept(run), signal_of(exc)) from None
     except BackendAuthError:
         stop, interrupted = StopReason.of(StopKind.CREDENTIALS), True
         raise
@@ -151,10 +170,13 @@ def execute(run: Run, first: int) -> RunResult:
     except NoCallSucceeded:
         stop, interrupted = StopReason.of(StopKind.FAILED, "no call succeeded"), True
         raise
+    except NoValidAnswer:
+        stop, interrupted = StopReason.of(StopKind.FAILED, "no answer was valid"), True
+        raise
     except OSError as exc:
         stop, interrupted = StopReason.of(StopKind.FAILED, str(exc.strerror or exc)), True
-        if exc.errno == errno.ENOSPC:
-            raise _disk_full(run, exc) from None
+        if exc.errno in _WRITE_ERRORS:
+            raise _write_failed(run, exc) from None
         raise
     except Exception as exc:
         stop = StopReason.of(StopKind.FAILED, f"{type(exc).__name__}: {redact(str(exc))[:200]}")
@@ -169,29 +191,41 @@ def execute(run: Run, first: int) -> RunResult:
                 summary = _finish(run, stop, interrupted or ended_inside, late)
             except OSError as exc:
                 if not interrupted:
-                    if exc.errno == errno.ENOSPC:
-                        raise _disk_full(run, exc) from None
+                    if exc.errno in _WRITE_ERRORS:
+                        raise _write_failed(run, exc) from None
                     raise
     if late.cut:  # a Ctrl-C cut the mode's ending short (its files are whole): the run says it was interrupted
-        raise RunInterrupted(str(run.dir.path), _kept(run))
+        raise RunInterrupted(str(run.dir.path), _kept(run), late.signum)
     assert summary is not None
     if summary["never_accepted"] and run.mode.judges_candidates:
         run.log("note: no candidate was ever accepted; the best policy is the initial table")
     return RunResult(run.dir.path, dict(summary))
 
 
-def _disk_full(run: Run, exc: OSError) -> OSError:
-    """ENOSPC as one line: where the run is, what it keeps (the iterations up to its last checkpoint) and how to go
-    on. JSONL lines that did not fit were cut back and JSON files are replaced whole, so nothing kept is torn."""
+_WRITE_ERRORS: dict[int, tuple[str, str]] = {
+    errno.ENOSPC: ("disk full while writing", "once there is room"),
+    errno.EFBIG: ("file size limit (ulimit -f) reached while writing", "once the limit allows it"),
+    errno.EDQUOT: ("disk quota exceeded while writing", "once the quota allows it"),
+    errno.EROFS: ("read-only file system: cannot write", "once it is writable"),
+    errno.EACCES: ("permission denied: cannot write", "once it is writable"),
+    errno.EIO: ("input/output error while writing", "once the disk works"),
+}
+"""A write that failed: what the message says, and when the run can go on."""
+
+
+def _write_failed(run: Run, exc: OSError) -> OSError:
+    """A failed write as one line: the file, where the run is, what it keeps (the iterations up to its last
+    checkpoint, which its events.jsonl and summary.json agree with) and the command that goes on. JSONL lines that
+    did not fit were cut back and JSON files are replaced whole, so nothing kept is torn."""
     done = _kept(run)
     kept = f"keeps iterations 1..{done}" if done else "keeps its configuration but no finished iteration"
+    what, when = _WRITE_ERRORS.get(exc.errno or 0, ("cannot write", "once it can be written"))
     cache = run.session.cache if run.session is not None else None
     if cache is not None and exc.filename == str(cache.dir):  # the answer cache may sit on another disk
-        return OSError(exc.errno, f"disk full while writing the answer cache {cache.dir}; the run directory "
-                       f"{run.dir.path} {kept} (resume with `train --resume {run.dir.path} --no-cache`, or without "
-                       "--no-cache once the cache has room)")
-    return OSError(exc.errno, f"disk full while writing {exc.filename or 'the run directory'}; the run directory "
-                   f"{run.dir.path} {kept} (resume with `train --resume {run.dir.path}` once there is room)")
+        return OSError(exc.errno, f"{what} the answer cache {cache.dir}; the run directory {run.dir.path} {kept} "
+                       f"(resume with `train --resume {run.dir.path} --no-cache`, or without --no-cache {when})")
+    return OSError(exc.errno, f"{what} {exc.filename or 'the run directory'}; the run directory {run.dir.path} "
+                   f"{kept} (resume with `train --resume {run.dir.path}` {when})")
 
 
 def _kept(run: Run) -> int:

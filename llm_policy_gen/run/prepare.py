@@ -108,6 +108,7 @@ def check_backend(prepared: Prepared) -> str | None:
     with tempfile.TemporaryDirectory(prefix="llm-policy-gen-check-") as tmp:
         console = Console(cfg.iterations, cfg.backend or prepared.backend, enabled=False, sink=lambda s: None)
         run = Run(cfg, prepared.spec, prepared.mode, RunDir(Path(tmp)), console)
+        run.open_log()  # --log's writers too (a missing extra is refused here)
         run.logger.close()
         run.collector.close()
         return run.endpoint

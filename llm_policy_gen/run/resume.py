@@ -21,9 +21,11 @@ from ..clients.transcript import RecordedCalls
 from ..clients.usage import Budget, CallLimiter
 from ..config import RESUME_OPTIONS, TrainConfig, option_name
 from ..config_files import load_config_file
+from ..console import Console
 from ..envs.spec import EnvSpec
-from ..errors import UserError
-from ..locks import FolderLock
+from ..errors import SpecError, UserError
+from ..locks import FolderLock, HeldInterrupts
+from ..loggers import check_writers
 from ..runlog import RunDir, read_json, read_jsonl, rewrite_jsonl
 from .driver import execute
 from .prepare import prepare
@@ -109,6 +111,52 @@ def _check_records_within(rd: RunDir, done: int, has_checkpoint: bool) -> None:
                         f"new run, e.g. `train --config {rd.config}`)")
 
 
+_STATE_ERRORS = (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError)
+"""What a checkpoint's state with a missing or mistyped field raises as it is loaded."""
+
+
+def _checkpoint_iteration(rd: RunDir, state: dict[str, Any] | None) -> int:
+    """The last iteration ``state`` finished (0 without a checkpoint); a mistyped one is one line."""
+    if state is None:
+        return 0
+    try:
+        done = state["iteration"]
+        if isinstance(done, bool) or not isinstance(done, int) or done < 0:
+            raise TypeError(f"iteration is {str(done)[:40]!r}, not a count")
+        return done
+    except _STATE_ERRORS as exc:
+        raise _bad_state(rd, exc) from None
+
+
+def _bad_state(rd: RunDir, exc: BaseException) -> UserError:
+    detail = f"{type(exc).__name__}: {str(exc)[:120]}"
+    return UserError(f"{rd.checkpoint} holds a state this version cannot load ({detail}); the resume is refused and "
+                     "every file of the run is left as it is")
+
+
+def _built(held: ExitStack, console: Console, build: Callable[[], Run]) -> Run:
+    """``build()``, the console closed when it fails; the run's collector is closed when the resume ends."""
+    try:
+        run = build()
+    except BaseException:
+        console.close()
+        raise
+    held.callback(run.collector.close)
+    return run
+
+
+def _load_state(rd: RunDir, run: Run, state: dict[str, Any]) -> None:
+    """The checkpoint's state into ``run`` (memory only): a field missing or mistyped is one line, the console
+    closed, before any file changes."""
+    try:
+        run.load_state_dict(state)
+        run.policy_of(run.best_table, {})  # the kept table fits the spec (saved once the resume goes on)
+    except (*_STATE_ERRORS, UserError) as exc:
+        run.console.close()
+        raise (exc if isinstance(exc, UserError) and not isinstance(exc, SpecError) else _bad_state(rd, exc)) \
+            from None
+
+
 def _resume(run_dir: Path, overrides: dict[str, Any] | None, log: Callable[[str], None] | None, held: ExitStack, *,
             limiter: CallLimiter | None, budget: Budget | None) -> RunResult:
     rd = RunDir(Path(run_dir))
@@ -150,19 +198,28 @@ def _resume(run_dir: Path, overrides: dict[str, Any] | None, log: Callable[[str]
     prepared = prepare(cfg, spec)  # a broken price file is refused before anything in the run directory changes
     mode = prepared.mode
     state = load_checkpoint(rd.checkpoint) if rd.checkpoint.is_file() else None
-    done_iter = int(state["iteration"]) if state is not None else 0
+    done_iter = _checkpoint_iteration(rd, state)
     _check_records_within(rd, done_iter, state is not None)
     torn: list[str] = []  # a last line cut by a kill: dropped, and said
     recorded, kept_lines = RecordedCalls.from_transcript(rd.transcripts, done_iter, on_torn=torn.append)
     events = [e for e in read_jsonl(rd.events, on_torn=torn.append) if int(e.get("iteration", 0)) <= done_iter] \
         if rd.events.is_file() else []
-    rewrite_jsonl(rd.transcripts, kept_lines)
-    rewrite_jsonl(rd.events, events)
-    for p in (rd.path / "policies").glob("iter_*.json"):
-        if int(p.stem.split("_")[1]) > done_iter:
-            p.unlink()
-    rd.summary.unlink(missing_ok=True)
+    check_writers(cfg.log)
+    # The run is built and its state loaded before any file of it changes: a refused resume (a model file gone, a
+    # checkpoint this version cannot load) leaves the run directory as it was, its summary included.
     console = make_console(cfg, spec.env_id, prepared.backend, mode.name, log)
+    run = _built(held, console, lambda: Run(cfg, spec, mode, rd, console, recorded=recorded,
+                                           resumed=state is not None, limiter=limiter, budget=budget))
+    if state is not None:
+        _load_state(rd, run, state)
+    with HeldInterrupts():  # the cuts go together: an interrupt waits for all of them
+        rewrite_jsonl(rd.transcripts, kept_lines)
+        rewrite_jsonl(rd.events, events)
+        for p in (rd.path / "policies").glob("iter_*.json"):
+            if p.stem[5:].isdigit() and int(p.stem[5:]) > done_iter:
+                p.unlink()
+        rd.summary.unlink(missing_ok=True)
+    run.open_log()
     console.notice(f"resuming {rd.path} after iteration {done_iter}"
                    + (f" ({len(recorded)} recorded calls of the unfinished iteration reused)" if len(recorded) else ""))
     for text in torn:
@@ -170,12 +227,9 @@ def _resume(run_dir: Path, overrides: dict[str, Any] | None, log: Callable[[str]
     if record.get("version") != __version__:
         console.notice(f"note: {rd.path} was made by llm-policy-gen {record.get('version') or '(unknown version)'}; "
                        f"it goes on with version {__version__}")
-    run = Run(cfg, spec, mode, rd, console, recorded=recorded, resumed=state is not None, limiter=limiter,
-              budget=budget)
     if state is None:
         run.mode_start()
     else:
-        run.load_state_dict(state)
         run.committed = state
         run.save_best()
     return execute(run, done_iter + 1)

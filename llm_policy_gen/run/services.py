@@ -75,10 +75,16 @@ class Run:
         self.backend_name, self.model = self.backend.name, self.backend.model
         self.endpoint = self.backend.endpoint
         """Where the calls go and where its base URL and key came from (said before the first call)."""
-        from ..loggers import make_writers  # --log csv,tensorboard
-
-        self.logger = Logger([JsonlWriter(self.dir.events), console, *make_writers(cfg.log, self.dir.path)])
+        self.logger = Logger([])
+        """Where each iteration's record goes: ``events.jsonl``, the console and ``--log``'s writers, from
+        :meth:`open_log` on (opening them writes files: a resume opens them once it is sure to go on)."""
         self.committed: dict[str, Any] | None = None
+
+    def open_log(self) -> None:
+        """The iteration writers: ``events.jsonl``, the console and those of ``--log`` (csv, tensorboard)."""
+        from ..loggers import make_writers
+
+        self.logger = Logger([JsonlWriter(self.dir.events), self.console, *make_writers(self.cfg.log, self.dir.path)])
 
     # ------------------------------------------------------------------ backend
     @property
@@ -205,10 +211,14 @@ class Run:
             self.save_best({"eval_mean": verdict.chosen_mean})
         return verdict
 
+    def policy_of(self, table: np.ndarray, meta: dict[str, Any], source: dict[str, Any] | None = None) -> TablePolicy:
+        """``table`` as this run's policy (checked against the spec: a :class:`SpecError` if it does not fit)."""
+        return TablePolicy(self.spec.env_id, self.observation, self.actions, np.asarray(table), meta,
+                           dict(self.spec.kwargs), source)
+
     def save_policy(self, path_name: str, table: np.ndarray, meta: dict[str, Any],
                     source: dict[str, Any] | None = None) -> None:
-        TablePolicy(self.spec.env_id, self.observation, self.actions, np.asarray(table), meta,
-                    dict(self.spec.kwargs), source).save(self.dir.path / path_name)
+        self.policy_of(table, meta, source).save(self.dir.path / path_name)
 
     def save_best(self, meta: dict[str, Any] | None = None) -> None:
         adopted = [h.eval_mean for h in self.history if h.iteration == self.keeper.best_iteration and h.accepted]

@@ -15,7 +15,7 @@ from ..backends import is_client
 from ..clients.usage import Budget, CallLimiter
 from ..config import TrainConfig
 from ..console import Console
-from ..errors import RunInterrupted
+from ..errors import RunInterrupted, signal_of
 from ..locks import LOCK_FILES, FolderLock, HeldInterrupts
 from ..runlog import RunDir, write_json_atomic
 from .driver import execute
@@ -49,12 +49,13 @@ def _train(cfg: TrainConfig, log: Callable[[str], None] | None, held: ExitStack,
         write_json_atomic(run_dir.config, {"package": "llm-policy-gen", "version": __version__, "seed": cfg.seed,
                                            "mode": mode.name, "config": cfg.to_dict(), "env_spec": spec.to_dict()})
     if starting.pending:
-        raise RunInterrupted(str(run_dir.path), 0)
+        raise RunInterrupted(str(run_dir.path), 0, starting.signum)
     console = make_console(cfg, spec.env_id, p.backend, mode.name, log)
     for n in p.notes:
         console.notice(n)
     try:
         run = Run(cfg, spec, mode, run_dir, console, limiter=limiter, budget=budget)
+        run.open_log()
     except BaseException:
         console.close()
         _remove_unstarted(run_dir)
@@ -62,10 +63,10 @@ def _train(cfg: TrainConfig, log: Callable[[str], None] | None, held: ExitStack,
     write_json_atomic(run_dir.config, config_record(run))
     try:
         run.mode_start()
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         console.close()
         run.collector.close()
-        raise RunInterrupted(str(run_dir.path), 0) from None
+        raise RunInterrupted(str(run_dir.path), 0, signal_of(exc)) from None
     except BaseException:
         console.close()
         run.collector.close()

@@ -63,8 +63,8 @@ from typing import Any
 
 from .. import __version__
 from ..console import plural
-from ..errors import UserError, missing_extra
-from ..locks import FolderLock
+from ..errors import SweepInterrupted, UserError, missing_extra, signal_of
+from ..locks import FolderLock, HeldInterrupts
 from ..runlog import append_jsonl, slug, write_bytes_atomic
 from .figures import plot_curves
 from .limits import DEFAULT_MAX_CONCURRENT_CALLS
@@ -235,7 +235,7 @@ def run_compare(config: CompareConfig) -> list[ResultRow]:
             display.done(t, res.row, " (resumed)" if t.run_id in resumed else "")
 
         t0 = time.perf_counter()
-        interrupted = False
+        stopped: KeyboardInterrupt | None = None
         try:
             if c.executor == "ray":
                 from .ray import execute_ray
@@ -245,27 +245,35 @@ def run_compare(config: CompareConfig) -> list[ResultRow]:
                 from .local import execute_local
 
                 record.limits = execute_local(todo, c.workers or 1, on_done, limits, note)
-        except KeyboardInterrupt:
-            interrupted = True
+        except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM / SIGHUP (errors.Interrupted)
+            stopped = exc
         finally:
             display.close()
-        ordered = [results.get((t.backend, t.seed)) or failed_result(
-            t, "interrupted before it finished; run the same command again to resume it", "interrupted")
-            for t in tasks]
-        rows = [r.row for r in ordered]
-        record.finished = datetime.now(UTC).isoformat(timespec="seconds")
-        record.sweep_wall_s = round(time.perf_counter() - t0, 3)
-        record.interrupted = interrupted
-        record.write(out)
-        write_results(out / "results.csv", rows)
-        curves = [r.curve for r in ordered if r.row.ok]
-        write_curves(out, c.env_id, curves)
-        write_bytes_atomic(out / "results.md", results_markdown(record, rows).encode("utf-8"))
-        plot_curves(curves, out / "curves.png", f"{c.env_id}: kept table over seeds", c.backends,
-                    spec.reward_threshold)
-        if interrupted:
-            raise KeyboardInterrupt
+        with HeldInterrupts(raise_after=False):  # the closing files are written whole, whatever comes
+            rows = _close_sweep(c, out, record, tasks, results, t0, stopped is not None, spec.reward_threshold)
+        if stopped is not None:
+            raise SweepInterrupted(str(out), sum(r.ok for r in rows), len(rows), c.command, signal_of(stopped))
         return rows
+
+
+def _close_sweep(c: CompareConfig, out: Path, record: SweepRecord, tasks: list[RunTask],
+                 results: dict[tuple[str, int], TaskResult], t0: float, interrupted: bool,
+                 threshold: float | None) -> list[ResultRow]:
+    """The comparison's files, from the runs' results (unfinished runs as ``interrupted``); returns the rows."""
+    ordered = [results.get((t.backend, t.seed)) or failed_result(
+        t, "interrupted before it finished; run the same command again to resume it", "interrupted")
+        for t in tasks]
+    rows = [r.row for r in ordered]
+    record.finished = datetime.now(UTC).isoformat(timespec="seconds")
+    record.sweep_wall_s = round(time.perf_counter() - t0, 3)
+    record.interrupted = interrupted
+    record.write(out)
+    write_results(out / "results.csv", rows)
+    curves = [r.curve for r in ordered if r.row.ok]
+    write_curves(out, c.env_id, curves)
+    write_bytes_atomic(out / "results.md", results_markdown(record, rows).encode("utf-8"))
+    plot_curves(curves, out / "curves.png", f"{c.env_id}: kept table over seeds", c.backends, threshold)
+    return rows
 
 
 # ---------------------------------------------------------------------------------------------------- CLI
