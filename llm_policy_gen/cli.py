@@ -73,12 +73,13 @@ def _add_setting(p: argparse.ArgumentParser, name: str, flag: str, help_text: st
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    from .clients.keys import load_env
+    from .clients.keys import load_env_noted
     from .config import TrainConfig
     from .config_files import load_config_file
+    from .console import printable
     from .run import resume, train
 
-    load_env()
+    load_env_noted()
     cli: dict[str, Any] = {n: getattr(args, n) for n in _TRAIN_OPTIONS if getattr(args, n) is not None}
     if args.resume:
         if args.config:
@@ -102,7 +103,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         result = train(cfg)
     s = result.summary
     # The run's files are written: a console whose reader went away (`| head -1`) does not change its outcome.
-    _print_dropped(summary_line(s))
+    _print_dropped(printable(summary_line(s)))
     _print_dropped(f"run directory: {result.run_dir}")
     if s["stop_reason"] == "backend unreachable":
         _print_dropped(f"llm-policy-gen train: failed: the backend answered no call for "
@@ -194,18 +195,24 @@ def _run_command(args: argparse.Namespace) -> int:
         _release(sys.stdout)
         return 128 + signal.SIGPIPE
     except UserError as exc:
-        from .clients.keys import redact
-
-        _print_dropped(f"llm-policy-gen {args.command}: error: {redact(str(exc)).splitlines()[0]}", sys.stderr)
+        _print_dropped(_error_line(args.command, "error", exc), sys.stderr)
         return 2
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM / SIGHUP (errors.Interrupted)
         _print_dropped(_interrupted(exc), sys.stderr)
         return 128 + signal_of(exc)
     except (LLMPolicyGenError, OSError) as exc:
-        from .clients.keys import redact
-
-        _print_dropped(f"llm-policy-gen {args.command}: failed: {redact(str(exc)).splitlines()[0]}", sys.stderr)
+        _print_dropped(_error_line(args.command, "failed", exc), sys.stderr)
         return 1
+
+
+def _error_line(command: str, word: str, exc: BaseException) -> str:
+    """The one line a failed command prints: the first line of its error, secrets redacted and made printable (a
+    server's message may carry terminal escapes)."""
+    from .clients.keys import redact
+    from .console import printable
+
+    lines = redact(str(exc)).splitlines() or [type(exc).__name__]
+    return f"llm-policy-gen {command}: {word}: {printable(lines[0])}"
 
 
 def _interrupted(exc: KeyboardInterrupt) -> str:

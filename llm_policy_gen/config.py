@@ -40,7 +40,10 @@ def _field(default: Any, accepted: str, description: str, *, flag: str | None = 
 class TrainConfig(BaseModel):
     """Settings of one ``train`` run. Defaults reproduce the seed project where it had one."""
 
-    model_config = ConfigDict(extra="forbid", strict=True, validate_assignment=True, frozen=False)
+    model_config = ConfigDict(extra="forbid", strict=True, validate_assignment=True, frozen=False,
+                              allow_inf_nan=False)
+    """``allow_inf_nan=False``: every number setting is finite (``--budget-usd inf``, ``1e400`` or ``nan`` would pass
+    the range checks of some fields and then break config.json, a budget or a timeout)."""
 
     env_id: str = _field("CartPole-v1", "a gymnasium id (see `llm-policy-gen envs`), or module:EnvId",
                          "Gymnasium id; `module:EnvId` imports `module` first (a user's own registered env).",
@@ -283,6 +286,8 @@ def config_error(exc: ValidationError, source: str, values: dict[str, Any]) -> U
         return UserError(f"{source}: {err['msg'].removeprefix('Value error, ')}")
     extra = TrainConfig.model_fields[key].json_schema_extra if key in TrainConfig.model_fields else None
     accepted = extra.get("accepted") if isinstance(extra, dict) else None
+    if err["type"] == "finite_number":
+        accepted = f"a finite number: {accepted or 'see --help'}"
     value = values.get(key, err.get("input"))
     shown = json.dumps(value) if isinstance(value, (str, bool, int, float, type(None))) else repr(value)
     if source == "command line":

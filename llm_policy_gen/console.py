@@ -16,7 +16,25 @@ import time
 from collections.abc import Callable
 from typing import Any, TextIO
 
-__all__ = ["Console", "calls_text", "cost_text", "plural"]
+__all__ = ["Console", "calls_text", "cost_text", "plural", "printable"]
+
+def printable(text: object, *, lines: bool = False) -> str:
+    """``text`` safe to show on a terminal: every character that is not printable (ESC and the other control
+    characters, the bidi overrides and isolates such as U+202E, zero-width and other format characters, line and
+    paragraph separators) is written as its escape (``\\x1b``, ``\\u202e``), so that a server's message can neither
+    move the cursor, clear the screen nor reorder what is shown. ``lines``: newlines are kept (a multi-line text such
+    as results.md); else they are escaped too (one line stays one line). Every outside text a command prints goes
+    through this."""
+    s = str(text)
+    if s.isprintable():
+        return s
+    out = []
+    for ch in s:
+        if ch.isprintable() or (lines and ch == "\n"):
+            out.append(ch)
+        else:
+            out.append(ch.encode("unicode_escape").decode("ascii"))
+    return "".join(out)
 
 
 def _heldout(record: dict[str, Any]) -> str:
@@ -62,7 +80,7 @@ def calls_text(answered: int, failed: int, first_error: str | None) -> str:
     answered or failed, so that a run whose calls all failed never reads "0 calls"."""
     text = plural(int(answered) + int(failed), "call")
     if failed:
-        error = " ".join(str(first_error or "not recorded").split())
+        error = printable(" ".join(str(first_error or "not recorded").split()))
         text += f" ({failed} failed: first error {error if len(error) <= 160 else error[:157] + '...'})"
     return text
 
@@ -104,6 +122,7 @@ class Console:
 
     def notice(self, text: str) -> None:
         """One line that is not an iteration (a backend choice, a fallback, why the run ends)."""
+        text = printable(text)
         if self.sink is not None:
             self.sink(text)
             return

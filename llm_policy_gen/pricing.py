@@ -12,6 +12,9 @@ from .errors import UserError
 __all__ = ["DEFAULT_PRICES", "load_prices", "price_of", "cost_usd"]
 
 DEFAULT_PRICES = Path(__file__).with_name("data") / "prices.toml"
+MAX_PRICE = 1e6
+"""The highest price accepted, in USD per million tokens: with token counts capped too (``usage.MAX_TOKENS``), a
+call's cost is always a finite number."""
 
 
 def load_prices(path: str | None = None) -> dict[str, dict[str, dict[str, float]]]:
@@ -47,6 +50,10 @@ def _read_prices(path: str, mtime_ns: int) -> dict[str, dict[str, dict[str, floa
                 entry["cache_write"] = float(price.get("cache_write", entry["input"]))
             except (KeyError, TypeError, ValueError, AttributeError):
                 raise UserError(f"price file {p}: {provider}.{model} needs numeric input and output") from None
+            bad = next((k for k, v in entry.items() if not 0 <= v <= MAX_PRICE), None)  # nan fails both
+            if bad is not None:  # a negative price would let --budget-usd never stop; inf or nan would break it
+                raise UserError(f"price file {p}: bad {provider}.{model} {bad} = {entry[bad]:g}: accepted a number "
+                                f"in 0..{MAX_PRICE:g} (USD per million tokens)")
             out.setdefault(provider, {})[model] = entry
     return out
 

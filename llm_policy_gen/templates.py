@@ -9,19 +9,53 @@ from pathlib import Path
 from string import Template
 from typing import Any
 
-__all__ = ["prompts_dir", "template", "fill"]
+__all__ = ["prompts_dir", "prompts_source", "check_prompts_dir", "template", "fill", "PROMPTS_VARIABLE"]
+
+PROMPTS_VARIABLE = "LLM_POLICY_GEN_PROMPTS"
+"""The variable that replaces the package's prompt templates with a folder of one's own."""
 
 
 def prompts_dir() -> Path:
     """The prompt templates: ``LLM_POLICY_GEN_PROMPTS``, else ``prompts/`` of the source tree (editable install),
     else ``<prefix>/share/llm-policy-gen/prompts`` (regular install)."""
-    env = os.environ.get("LLM_POLICY_GEN_PROMPTS")
+    env = os.environ.get(PROMPTS_VARIABLE)
     if env:
         return Path(env)
     source = Path(__file__).resolve().parent.parent / "prompts"
     if (source / "user.md").is_file():
         return source
     return Path(sys.prefix) / "share" / "llm-policy-gen" / "prompts"
+
+
+def prompts_source() -> dict[str, str]:
+    """Where the prompt templates come from, for config.json: ``{"source": "LLM_POLICY_GEN_PROMPTS", "dir": ...}``
+    (and where that variable was set: the shell or a ``.env`` file), or ``{"source": "package", "dir": ...}``."""
+    if os.environ.get(PROMPTS_VARIABLE):
+        from .clients.keys import variable_source
+
+        return {"source": PROMPTS_VARIABLE, "dir": str(prompts_dir().resolve()),
+                "set_in": variable_source(PROMPTS_VARIABLE)}
+    return {"source": "package", "dir": str(prompts_dir())}
+
+
+def check_prompts_dir() -> None:
+    """Refuse a ``LLM_POLICY_GEN_PROMPTS`` that is not a folder holding the templates every run reads (one line
+    naming the variable, before any run directory is made)."""
+    from .errors import UserError
+
+    value = os.environ.get(PROMPTS_VARIABLE)
+    if not value:
+        return
+    folder = Path(value)
+    missing = [n for n in _REQUIRED if not (folder / n).is_file()]
+    if missing:
+        what = "is not a folder" if not folder.is_dir() else f"has no {missing[0]}"
+        raise UserError(f"{PROMPTS_VARIABLE}={value} {what}: it must name a folder of prompt templates (a copy of "
+                        f"the package's prompts/ folder); unset it to use the package's prompts")
+
+
+_REQUIRED = ("system.md", "user.md", "repair.md")
+"""The templates every run that asks a model reads."""
 
 
 @lru_cache(maxsize=128)

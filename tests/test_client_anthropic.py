@@ -186,6 +186,7 @@ def test_timeout_then_success(fake_anthropic: FakeAnthropicServer) -> None:
 def test_connection_refused_is_unreachable_naming_the_url(fake_anthropic: FakeAnthropicServer) -> None:
     sleeps: list[float] = []
     c = client(base_url="http://gateway-user:pw1234@127.0.0.1:9", sleeps=sleeps)
+    c.reached = True  # its server answered before: a refused connection is retried (a fresh client's is not)
     with pytest.raises(BackendUnreachable) as info:
         c.complete(ASK)
     message = str(info.value)

@@ -172,6 +172,7 @@ def test_timeout_then_success(fake_gemini: FakeGeminiServer) -> None:
 # --- unreachable endpoints -------------------------------------------------------------------------------------------
 def test_connection_refused_is_unreachable_naming_the_url(fake_gemini: FakeGeminiServer) -> None:
     c, sleeps = client(base_url="http://127.0.0.1:9")
+    c.reached = True  # its server answered before: a refused connection is retried (a fresh client's is not)
     with pytest.raises(BackendUnreachable) as info:
         c.complete(ASK)
     message = str(info.value)

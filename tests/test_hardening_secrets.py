@@ -248,15 +248,18 @@ def test_compare_resumes_its_runs_with_its_own_base_url(
 
 
 # --- 4: where the base URL and the key came from ---------------------------------------------------------------------
-def test_a_parent_folders_env_file_setting_the_base_url_is_named(
+def test_a_working_folders_env_file_setting_the_base_url_and_key_is_named(
     hostile: FakeOpenAIServer, tmp_path: Path
 ) -> None:
+    """(Round 4, issue 29: a parent folder's .env is no longer read, and a key goes only to a URL set in the same
+    place; so the .env of the working folder sets both here.)"""
     hostile.echo_auth = False
-    (tmp_path / ".env").write_text(f"OPENAI_BASE_URL={hostile.base_url}\n", encoding="utf-8")
     work = tmp_path / "project" / "sub"
     work.mkdir(parents=True)
-    env = {k: v for k, v in os.environ.items() if k not in ("LLM_POLICY_GEN_NO_DOTENV", "OPENAI_BASE_URL")}
-    env.update(OPENAI_API_KEY=FAKE_KEY, PYTHONPATH=str(ROOT))
+    (work / ".env").write_text(f"OPENAI_BASE_URL={hostile.base_url}\nOPENAI_API_KEY={FAKE_KEY}\n", encoding="utf-8")
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("LLM_POLICY_GEN_NO_DOTENV", "OPENAI_BASE_URL", "OPENAI_API_KEY")}
+    env.update(PYTHONPATH=str(ROOT))
     proc = subprocess.run([sys.executable, "-m", "llm_policy_gen", *_train(tmp_path, "--backend",
                                                                            "openai:gpt-4.1-mini", "--iterations",
                                                                            "1")],
@@ -265,6 +268,6 @@ def test_a_parent_folders_env_file_setting_the_base_url_is_named(
     notices = [x for x in proc.stderr.splitlines() if "calls go to" in x]
     assert len(notices) == 1, proc.stderr
     assert hostile.base_url in notices[0]
-    assert f"OPENAI_BASE_URL from the .env file {(tmp_path / '.env').resolve()}" in notices[0]
-    assert "OPENAI_API_KEY from the shell environment" in notices[0]
+    assert f"OPENAI_BASE_URL from the .env file {(work / '.env').resolve()}" in notices[0]
+    assert f"OPENAI_API_KEY from the .env file {(work / '.env').resolve()}" in notices[0]
     assert FAKE_KEY not in proc.stderr + proc.stdout

@@ -142,6 +142,9 @@ class Completion:
     transport_attempts: int = 1
     """How many HTTP attempts the call took (1 + retries)."""
     extra: dict[str, Any] = field(default_factory=dict)
+    usage_clamped: dict[str, str] = field(default_factory=dict)
+    """Usage fields the server reported out of range (negative, huge, not a whole number): field -> the reported
+    value as text; the counts above hold the clamped values (see :func:`~.usage.token_count`)."""
 
     def transcript_fields(self) -> dict[str, Any]:
         """The fields of a transcripts.jsonl line that come from this answer."""
@@ -161,6 +164,8 @@ class Completion:
         }
         if self.extra:
             out["provider_extra"] = self.extra
+        if self.usage_clamped:
+            out["usage_clamped"] = self.usage_clamped
         return out
 
 

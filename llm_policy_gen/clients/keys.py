@@ -1,8 +1,10 @@
 """API keys: where they come from, and how they are kept out of every log.
 
-Keys are read only from the process environment, which :func:`load_env` fills from a ``.env`` file (python-dotenv,
-never overriding variables already set). A key is never a command-line option, never written to config.json,
-transcripts or error messages: :func:`redact` removes every known key value from a text.
+Keys are read only from the process environment, which :func:`load_env` fills from the ``.env`` file of the working
+folder (python-dotenv; never a parent folder's, never overriding variables already set; the console names the
+variables it set). A key goes only to a base URL set in the same place (:func:`check_same_source`). A key is never a
+command-line option, never written to config.json, transcripts or error messages: :func:`redact` removes every known
+key value from a text.
 """
 
 from __future__ import annotations
@@ -12,8 +14,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-__all__ = ["load_env", "first_value", "register_key_variables", "redact", "known_keys", "redact_all", "remember_url",
-           "url_secrets", "variable_source", "without_userinfo", "is_loopback_url"]
+__all__ = ["load_env", "load_env_noted", "env_notice", "check_same_source", "first_value", "register_key_variables",
+           "redact", "known_keys", "redact_all", "remember_url", "url_secrets", "variable_source", "without_userinfo",
+           "is_loopback_url"]
 
 #: Every provider's key variables (each client class adds its own when it is defined, see
 #: :meth:`~.sdk.SDKClient.__init_subclass__`): their values are redacted, whatever the variable's name.
@@ -25,24 +28,34 @@ def register_key_variables(names: tuple[str, ...] | list[str]) -> None:
     _KEY_VARIABLES.update(names)
 
 
-def load_env(path: str | os.PathLike[str] | None = None) -> bool:
-    """Load ``.env`` (from ``path`` or the current folder upwards) without overriding set variables.
+def load_env(path: str | os.PathLike[str] | None = None) -> list[str]:
+    """Load ``path``, else ``.env`` of the working folder (never a parent folder's: an ancestor such as the system's
+    temporary folder may be anyone's), without overriding set variables; returns the names it set, sorted.
 
     ``LLM_POLICY_GEN_NO_DOTENV=1`` disables it (the test suite sets it so that a developer's keys are never used).
     """
-    from dotenv import find_dotenv, load_dotenv
+    from dotenv import load_dotenv
 
     if os.environ.get("LLM_POLICY_GEN_NO_DOTENV") == "1":
-        return False
-    target = str(path) if path is not None else find_dotenv(usecwd=True)
-    if not target or not Path(target).is_file():
-        return False
+        return []
+    target = Path(path) if path is not None else Path.cwd() / ".env"
+    if not target.is_file():
+        return []
     before = set(os.environ)
-    loaded = bool(load_dotenv(target, override=False))
-    where = str(Path(target).resolve())
-    for name in set(os.environ) - before:
+    load_dotenv(target, override=False)
+    where = str(target.resolve())
+    added = sorted(set(os.environ) - before)
+    for name in added:
         _DOTENV_SOURCES[name] = where
-    return loaded
+    return added
+
+
+def env_notice(names: list[str], path: str | os.PathLike[str] | None = None) -> str | None:
+    """The console line saying which variables (names, never values) :func:`load_env` set; None when none."""
+    if not names:
+        return None
+    where = path if path is not None else Path(".env")
+    return f"note: {where} set {', '.join(names)} (variables already set are kept)"
 
 
 #: Variable -> the ``.env`` file :func:`load_env` took it from (variables not listed came from the shell).
@@ -55,6 +68,42 @@ def variable_source(name: str) -> str:
     if where is not None and name in os.environ:
         return f"the .env file {where}"
     return "the shell environment"
+
+
+def load_env_noted(path: str | os.PathLike[str] | None = None) -> list[str]:
+    """:func:`load_env`, then the line of :func:`env_notice` on stderr (what the commands that call a model do)."""
+    import sys
+
+    names = load_env(path)
+    line = env_notice(names, path)
+    if line:
+        try:
+            print(line, file=sys.stderr, flush=True)
+        except OSError:  # a reader that went away
+            pass
+    return names
+
+
+def check_same_source(key_variable: str, url_variable: str | None, url_from_option: bool) -> None:
+    """Refuse to send the key of ``key_variable`` to the base URL of ``url_variable`` when the two were set in
+    different places (the shell, a ``.env`` file): a ``.env`` of a cloned repository (or a planted one) must not
+    redirect the shell's key. A URL given with ``--base-url`` (``url_from_option``) is the user's own choice.
+
+    Raises:
+        BackendConfigError: naming both variables and where each came from.
+    """
+    from ..errors import BackendConfigError
+
+    if url_from_option or not url_variable or not key_variable:
+        return
+    if not os.environ.get(key_variable, "").strip() or not os.environ.get(url_variable, "").strip():
+        return
+    key_from, url_from = variable_source(key_variable), variable_source(url_variable)
+    if key_from != url_from:
+        raise BackendConfigError(
+            f"refused to send {key_variable} (from {key_from}) to {url_variable} (from {url_from}): a key goes only "
+            f"to a base URL set in the same place; set both in the shell or both in one .env, or give the URL with "
+            "--base-url")
 
 
 def endpoint_notice(label: str, base_url: str, from_option: bool, url_variable: str, key_name: str) -> str:

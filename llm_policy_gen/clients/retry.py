@@ -176,6 +176,7 @@ def call_with_retries(
     key_variable: str = "",
     sleep: Callable[[float], None] = time.sleep,
     redact: Callable[[str], str] = lambda s: s,
+    retry_unreachable: bool = True,
 ) -> tuple[T, int]:
     """Run ``fn`` under ``policy``; return its result and the number of attempts.
 
@@ -185,7 +186,10 @@ def call_with_retries(
     ``policy.retry_timeouts`` is not False. An auth fault raises :class:`BackendAuthError` naming
     ``key_variable``; spent retries raise :class:`BackendUnreachable` when no attempt reached the server, else
     :class:`BackendError`, as does a fatal fault. Messages go through ``redact`` so that a key never reaches an error
-    text.
+    text. ``retry_unreachable`` False: an unreachable fault (a refused connection, a host name that does not resolve;
+    not a timeout) is a definite answer, raised at once as :class:`BackendUnreachable` (the client passes it while
+    none of its attempts ever reached the server: a wrong URL at the first call is said at once, not after a minute of
+    backoff).
     """
     attempt = 0
     answered = False
@@ -199,10 +203,12 @@ def call_with_retries(
             if kind == "auth":
                 hint = f"; set {key_variable} to a valid key" if key_variable else ""
                 raise BackendAuthError(f"{describe} refused the credentials ({reason}){hint}") from None
-            spent = attempt >= policy.max_retries or (kind == "timeout" and policy.retry_timeouts is False)
+            spent = (attempt >= policy.max_retries or (kind == "timeout" and policy.retry_timeouts is False)
+                     or (kind == "unreachable" and not retry_unreachable))
             if kind == "fatal" or spent:
                 n = attempt + 1
-                tail = "" if kind == "fatal" else f" after {n} attempt{'s' if n > 1 else ''}"
+                definite = kind == "fatal" or (kind == "unreachable" and not retry_unreachable)
+                tail = "" if definite else f" after {n} attempt{'s' if n > 1 else ''}"
                 if not answered:
                     raise BackendUnreachable(f"{describe} could not be reached{tail}: {reason}") from None
                 raise BackendError(f"{describe} failed{tail}: {reason}") from None
@@ -217,6 +223,7 @@ class RetryOptions(TypedDict, total=False):
     key_variable: str
     sleep: Callable[[float], None]
     redact: Callable[[str], str]
+    retry_unreachable: bool
 
 
 def timed_call_with_retries(

@@ -209,6 +209,8 @@ class SDKClient(ABC):
     ) -> None:
         if not model or not model.strip():
             raise BackendConfigError(f"{provider} needs a model name: --backend {provider}:MODEL")
+        if key is not None:  # the key and the URL it goes to were set in one place (the shell, one .env)
+            keys.check_same_source(key_source, self.base_url_variable, bool((options.base_url or "").strip()))
         profile.check_sampling(options.sampling)
         self.provider: str = provider
         self.model: str = model.strip()
@@ -225,6 +227,10 @@ class SDKClient(ABC):
         self.key_source = key_source
         self.key_variable = key_variable
         self._sleep = sleep
+        self.reached = False
+        """An attempt of this client got an answer from its server (any answer, an HTTP error included). Until then a
+        refused connection is a definite answer, not retried (see :func:`~.retry.call_with_retries`); a resumed run
+        whose calls reached the server before sets it (:meth:`~.session.LLMSession.load_state_dict`)."""
         self._redact: Callable[[str], str] = functools.partial(keys.redact, extra=[key] if key else [])
         self._structured = StructuredOutput(profile.structured_modes)
 
@@ -270,6 +276,7 @@ class SDKClient(ABC):
             key_variable=self.key_variable,
             sleep=self._sleep,
             redact=self._redact,
+            retry_unreachable=self.reached,
         )
         extra = dict(answer.extra)
         note = self._structured.take_notes()
@@ -324,14 +331,18 @@ class SDKClient(ABC):
             else:
                 response = self._send(request, mode)
         except json.JSONDecodeError as exc:
+            self.reached = True
             raise not_json(label, f"{type(exc).__name__}: {exc}") from None
         except DeadlinePassed:
+            self.reached = True
             raise
         except Exception as exc:
             reason = unreachable_reason(exc, self.options.retry.timeout_s)
             if reason is None:
+                self.reached = True
                 raise
             raise (TimedOut if is_timeout(exc) else Unreachable)(reason) from exc
+        self.reached = True
         if isinstance(response, (str, bytes)):  # the SDKs hand back the text of a non-JSON body
             text = response.decode("utf-8", "replace") if isinstance(response, bytes) else response
             raise not_json(label, f"got {preview(text)}")

@@ -38,8 +38,9 @@ from ..pricing import cost_usd
 from .base import CallKey, Completion, LLMClient, Message, OutputSpec, Request, call_seed, calls_at_once, is_free
 from .cache import ResponseCache
 from .keys import redact, redact_all
+from .sdk import SDKClient
 from .transcript import RecordedCalls, Transcript
-from .usage import Budget, CallLimiter, LocalLimiter, Usage
+from .usage import MAX_TOKENS, Budget, CallLimiter, LocalLimiter, Usage, clamp_usage
 
 __all__ = ["Answer", "LLMSession", "MAX_ANSWER_CHARS"]
 
@@ -196,6 +197,8 @@ class LLMSession:
         # A checkpoint from before this count: its answered calls are taken as valid (never a false failure).
         self.answers_valid = int(state.get("answers_valid", self.calls_ok))
         self.first_invalid = state.get("first_invalid") or None
+        if self.calls_ok and isinstance(self.client, SDKClient):
+            self.client.reached = True  # this run's calls were answered before: a refused connection is retried
         mode = state.get("structured_mode")
         if isinstance(mode, str) and isinstance(getattr(self.client, "structured_mode", None), str):
             self.client.structured_mode = mode  # type: ignore[attr-defined]
@@ -332,7 +335,11 @@ class LLMSession:
             usage = Usage(failed_calls=int(isinstance(exc, BackendError)))
             self._count(usage, ok=False)
             return None, usage, "client", exc
-        comp = _bounded(comp, self.max_answer_chars)
+        comp = clamp_usage(_bounded(comp, self.max_answer_chars))
+        if comp.usage_clamped:
+            self._notice(f"{self.provider}: the server reported token usage out of range "
+                         f"({', '.join(sorted(comp.usage_clamped))}); counted as 0..{MAX_TOKENS:,} tokens, "
+                         "recorded as usage_clamped in transcripts.jsonl")
         price = 0.0 if self._free else cost_usd(self.provider, self.model, comp.input_tokens, comp.output_tokens,
                                                  self.prices_file, comp.cached_input_tokens, comp.cache_write_tokens)
         cost = price or 0.0

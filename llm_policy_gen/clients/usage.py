@@ -9,6 +9,7 @@ and shared by the runs of a sweep.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Iterator
@@ -16,7 +17,26 @@ from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from typing import Any, Protocol
 
-__all__ = ["Usage", "Budget", "CallLimiter", "LocalLimiter"]
+from .base import Completion
+
+__all__ = ["Usage", "Budget", "CallLimiter", "LocalLimiter", "MAX_TOKENS", "token_count", "clamp_usage"]
+
+MAX_TOKENS = 100_000_000
+"""The most tokens one call may report in any usage field (a hundred times the longest context offered today): a
+server's larger count, like a negative one, is not believed (see :func:`token_count`)."""
+
+
+def token_count(value: object) -> tuple[int, bool]:
+    """A token count a server reported, clamped to ``0..MAX_TOKENS``; the flag says it was changed (negative, too
+    large, not a whole number). A negative count would make a negative cost, so that ``--budget-usd`` never stops a
+    run; a huge one an infinite cost."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return 0, value is not None
+    if value != value:  # nan
+        return 0, True
+    clamped = min(max(value, 0), MAX_TOKENS)
+    whole = int(clamped)
+    return whole, whole != value
 
 
 @dataclass
@@ -52,6 +72,27 @@ class Usage:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Usage:
         return cls(**{f.name: d.get(f.name, 0) for f in fields(cls)})
+
+
+def clamp_usage(comp: Completion) -> Completion:
+    """``comp`` with its token counts in ``0..MAX_TOKENS`` (:func:`token_count`), the reported values of
+    those changed kept in ``usage_clamped``."""
+    flagged: dict[str, str] = {}
+
+    def count(name: str, reported: object) -> int:
+        value, changed = token_count(reported)
+        if changed:
+            flagged[name] = str(reported)[:40]
+        return value
+
+    fresh = count("input_tokens", comp.input_tokens)
+    out = count("output_tokens", comp.output_tokens)
+    cached = min(count("cached_input_tokens", comp.cached_input_tokens), fresh)
+    written = min(count("cache_write_tokens", comp.cache_write_tokens), fresh)
+    if not flagged:
+        return comp
+    return dataclasses.replace(comp, input_tokens=fresh, output_tokens=out, cached_input_tokens=cached,
+                               cache_write_tokens=written, usage_clamped={**comp.usage_clamped, **flagged})
 
 
 class Budget:

@@ -20,9 +20,9 @@ def add_parser(sub: Any) -> None:
 
 def _cmd_backends(args: argparse.Namespace) -> int:
     from ..backends import default_backend_spec, list_backends
-    from ..clients.keys import load_env
+    from ..clients.keys import load_env_noted
 
-    load_env()
+    load_env_noted()
     rows = list_backends(check_servers=args.check)
     name, why = default_backend_spec()
     if args.json:

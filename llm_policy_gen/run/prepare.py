@@ -12,7 +12,8 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..backends import BACKENDS, default_backend_spec, is_client, is_llm, parse_backend_spec
+from ..backends import BACKENDS, default_backend_spec, is_client, is_llm, parse_backend_spec, provider_class
+from ..clients.keys import check_same_source
 from ..config import TrainConfig
 from ..envs import get_spec
 from ..envs.spec import EnvSpec
@@ -21,6 +22,7 @@ from ..formats import FORMATS, table_format_names
 from ..modes import MODES
 from ..modes.base import Mode
 from ..pricing import load_prices
+from ..templates import check_prompts_dir
 
 __all__ = ["Prepared", "prepare", "resolve_spec", "check_backend"]
 
@@ -79,6 +81,10 @@ def prepare(cfg: TrainConfig, spec: EnvSpec | None = None) -> Prepared:
     if cfg.temperature is not None and not is_llm(name):
         notes.append(f"note: --temperature has no effect on {name} (no language model is sampled)")
     load_prices(cfg.prices_file)  # a missing or broken price file is refused before anything starts
+    check_prompts_dir()  # LLM_POLICY_GEN_PROMPTS naming no folder of templates: refused before anything starts
+    provider = provider_class(name)
+    if provider is not None and provider.key_variables:  # the key and its URL from one place, refused here if not
+        check_same_source(provider.key_found_in(), provider.base_url_variable, bool((cfg.base_url or "").strip()))
     return Prepared(cfg, spec, mode, name, notes)
 
 

@@ -23,6 +23,7 @@ from ..clients.usage import Usage
 from ..collect import Rollouts
 from ..modes.base import Step
 from ..prompt import HistoryEntry
+from ..templates import prompts_source
 from .stop import StopReason
 
 if TYPE_CHECKING:
@@ -292,4 +293,5 @@ def config_record(run: Run) -> dict[str, Any]:
         "backend_is_llm": run.is_llm,
         "seeds": run.plan.ranges(),
         "argv": [redact(a) for a in sys.argv],
+        "prompts": prompts_source(),
     }

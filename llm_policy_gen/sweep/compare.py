@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import math
 import os
 import shutil
 import sys
@@ -62,7 +63,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from ..console import plural
+from ..console import plural, printable
 from ..errors import SweepInterrupted, UserError, missing_extra, signal_of
 from ..locks import FolderLock, HeldInterrupts
 from ..runlog import append_jsonl, slug, write_bytes_atomic
@@ -124,8 +125,9 @@ class CompareConfig:
 
 
 def _check_number(name: str, value: float | None, accepted: str, ok: Callable[[float], bool]) -> None:
-    if value is not None and not ok(value):
-        raise UserError(f"bad {name} {value:g}: accepted {accepted}")
+    """Refuse ``value`` unless it is finite (``inf``, ``1e400`` and ``nan`` parse as floats) and ``ok``."""
+    if value is not None and not (math.isfinite(value) and ok(value)):
+        raise UserError(f"bad {name} {value:g}: accepted {accepted} (finite)")
 
 
 class _Display:
@@ -147,7 +149,7 @@ class _Display:
             what = f"best {best}, {'solved' if row.solved else 'not solved'}"
         else:
             what = f"{row.status.upper()}: {row.error}"
-        msg = f"[{self.count}/{self.total}] {task.backend} seed {task.seed}: {what}{note}"
+        msg = printable(f"[{self.count}/{self.total}] {task.backend} seed {task.seed}: {what}{note}")
         if self.bar is not None:
             self.bar.set_postfix_str(f"{task.backend} s{task.seed}")
             self.bar.update(1)
@@ -324,12 +326,12 @@ def _command(args: argparse.Namespace, backends: list[str]) -> str:
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
-    from ..clients.keys import load_env, remember_url
+    from ..clients.keys import load_env_noted, remember_url
     from ..config import TrainConfig
     from ..config_files import load_config_file
     from .plan import parse_backends, parse_seeds
 
-    load_env()
+    load_env_noted()
     seeds = parse_seeds(args.seeds)
     backends = parse_backends(args.backends)
     settings: dict[str, Any] = load_config_file(args.config) if args.config else {}
@@ -344,7 +346,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         env_id=args.env_id, backends=backends, seeds=seeds, out=out, settings=settings, executor=args.executor,
         workers=args.workers, progress=not args.no_progress, command=_command(args, backends), seeds_text=args.seeds,
         max_concurrent_calls=args.max_concurrent_calls, rpm=args.rpm, budget_usd=args.budget_usd))
-    print((out / "results.md").read_text(encoding="utf-8"))
+    print(printable((out / "results.md").read_text(encoding="utf-8"), lines=True))
     print(f"comparison directory: {out}")
     failed = [r for r in rows if not r.ok]
     if failed:

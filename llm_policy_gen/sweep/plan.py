@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..config import OPERATIONAL_SETTINGS  # what may differ between invocations of one sweep
+from ..console import printable
 from ..errors import UserError
 from ..runlog import read_json_object, to_jsonable
 from .results import SweepRecord, finished, split_entry
@@ -191,4 +192,4 @@ def preflight(tasks: Sequence[RunTask]) -> None:
         built.add(task.backend)
         endpoint = check_backend(prepare(cfg))
         if endpoint is not None:
-            print(endpoint, file=sys.stderr)
+            print(printable(endpoint), file=sys.stderr)
