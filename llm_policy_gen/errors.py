@@ -19,6 +19,7 @@ __all__ = [
     "BackendUnreachable",
     "ReplayExhausted",
     "ProposalError",
+    "EnvOutputError",
     "RunInterrupted",
     "missing_extra",
 ]
@@ -63,6 +64,12 @@ class BackendUnreachable(BackendError):
 class NoCallSucceeded(BackendError):
     """A run made calls and not one of them succeeded: it ends with exit 1, naming the first error and the URL
     (never "0 calls" and exit 0)."""
+
+
+class EnvOutputError(LLMPolicyGenError):
+    """The environment returned a non-finite reward or observation (NaN, infinity): named with its step and
+    episode. Before a run starts it is a :class:`SpecError` (exit 2); during a run it ends the run (exit 1) with its
+    directory as of the last finished iteration."""
 
 
 class ReplayExhausted(LLMPolicyGenError):
