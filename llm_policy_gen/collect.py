@@ -240,9 +240,9 @@ class Collector:
                 r = float(r)
                 lens[i] += 1
                 if not math.isfinite(r):
-                    raise EnvOutputError(self._output_problem("reward", r, int(lens[i]), jobs[i][1]))
+                    raise EnvOutputError(self._output_problem("reward", r, int(lens[i]), jobs[int(i)][1]))
                 rets[i] += r
-                trunc = trunc or lens[i] >= self.max_steps
+                trunc = bool(trunc) or bool(lens[i] >= self.max_steps)
                 if record:
                     tr = traces[i]
                     tr[0].append(int(states[j]))

@@ -92,6 +92,9 @@ def apply_dims_bins(spec: EnvSpec, dims: Sequence[int] | None, bins: Sequence[in
         if bad:
             raise SpecError(f"bad --bins {given}: {bad[0]} is out of range; accepted 1..{MAX_BINS} per dimension")
     total = math.prod(sizes)
+    if total == 1:
+        raise SpecError(f"bad --bins {sizes}: one bin on every dimension gives a table of one state (one action for "
+                        "every observation); give at least one dimension 2 bins or more")
     if total > MAX_STATES:
         raise SpecError(
             f"{spec.env_id}: bins {sizes} give {total} states, over the cap of {MAX_STATES}; use fewer --bins or --dims"

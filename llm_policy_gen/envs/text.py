@@ -34,8 +34,9 @@ def _states(cells: list[int]) -> str:
 
 
 def lake_text(env: Any, max_steps: int | None) -> tuple[str, str, str, str]:
-    """(title, description, reward, hints) of a FrozenLake environment, read from ``env.unwrapped``: its map ``desc`` and
-    its transition table ``P`` (which moves slip, with what probability, and the rewards of each kind of cell)."""
+    """(title, description, reward, hints) of a FrozenLake environment, read from ``env.unwrapped``: its map
+    ``desc`` and its transition table ``P`` (which moves slip, with what probability, and the rewards of each kind
+    of cell)."""
     raw = env.unwrapped
     desc, table = getattr(raw, "desc", None), getattr(raw, "P", None)
     if desc is None or not isinstance(table, dict):
