@@ -4,6 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP_RUN := $(VENV)/.installed-run
 STAMP_DEV := $(VENV)/.installed-dev
+STAMP_LOCAL := $(VENV)/.installed-local
 ARGS ?=
 
 .PHONY: run test local peers models test-fast lint typecheck check bench paper clean help browser system-deps docs
@@ -46,9 +47,13 @@ $(STAMP_DEV): pyproject.toml $(LLAMA_WHEEL) | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --find-links $(WHEELS) -e ".[dev]" "llama-cpp-python==$(LLAMA_VERSION)"
 	@touch $@ $(STAMP_RUN)
 
-# `make local`: the `local` extra (llamacpp backend and llama_cpp.server) into the run environment.
-local: $(STAMP_RUN) $(LLAMA_WHEEL)
+# `make local`: the `local` extra (llamacpp backend and llama_cpp.server) into the run environment, once (a stamp,
+# as the other targets: again only when pyproject.toml changes).
+local: $(STAMP_LOCAL)
+
+$(STAMP_LOCAL): pyproject.toml $(STAMP_RUN) $(LLAMA_WHEEL) | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --find-links $(WHEELS) -e ".[local]" "llama-cpp-python==$(LLAMA_VERSION)"
+	@touch $@
 
 # `make peers`: the `peers` extra (sbx-rl for bench/peers.py). torch is pinned to 2.13.0, whose CPU build these
 # machines keep in /opt/wheels; from the registry any torch pulls a CUDA build of several GB.

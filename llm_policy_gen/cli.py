@@ -31,6 +31,16 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
+    def parse_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:  # type: ignore[override]
+        """As argparse's, but options no parser knows are reported by the command's own parser, so that the
+        message names it (``llm-policy-gen compare: error: ...``), not only the program."""
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            commands = next((a.choices for a in self._actions if isinstance(a, argparse._SubParsersAction)), {})
+            owner = commands.get(str(getattr(parsed, "command", "")), self)
+            owner.error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed
+
 
 def _add_train(sub: Any) -> None:
     from .config import OPTIONS

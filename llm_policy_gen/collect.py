@@ -23,6 +23,7 @@ episode depends only on the table and its seed (about 4 ms per episode).
 from __future__ import annotations
 
 import json
+import math
 import multiprocessing
 import os
 from collections.abc import Sequence
@@ -34,8 +35,11 @@ from typing import Any, NamedTuple
 import gymnasium as gym
 import numpy as np
 
+from .discretize import BoxDiscretizer
+from .envs.generic import DEFAULT_MAX_STEPS
 from .envs.make import make_env
 from .envs.spec import EnvSpec
+from .errors import EnvOutputError
 from .policy import Policy, TablePolicy
 
 __all__ = ["Episode", "Rollouts", "Collector", "default_workers", "fresh_env_per_episode", "MIN_PARALLEL_SEEDS",
@@ -157,6 +161,8 @@ class Collector:
         """Processes that share greedy episodes (this one included); see the module docstring."""
         self.fresh_envs = fresh_env_per_episode(spec)
         """Make every episode's environment afresh (see the module docstring)."""
+        self.max_steps = int(spec.max_episode_steps or DEFAULT_MAX_STEPS)
+        """An episode is cut (truncated) after this many steps, whatever the environment's own limit says."""
         self._envs: list[gym.Env[Any, Any]] = []
         self._executor: Executor | None = None
 
@@ -208,6 +214,11 @@ class Collector:
         ends = [(False, False)] * n
         while active.size:
             obs_batch = np.asarray([obs[i] for i in active])
+            if obs_batch.ndim == 1 and isinstance(self.observation, BoxDiscretizer):
+                obs_batch = obs_batch[:, None]  # scalar observations (a Discrete space starting at k) as 1-D vectors
+            if obs_batch.dtype.kind == "f" and not np.isfinite(obs_batch).all():
+                bad = int(active[np.flatnonzero(~np.isfinite(obs_batch.reshape(active.size, -1)).all(axis=1))[0]])
+                raise EnvOutputError(self._output_problem("observation", obs[bad], int(lens[bad]), jobs[bad][1]))
             states = self.observation.encode(obs_batch)
             acts = np.empty(active.size, dtype=np.int64)
             own = owner[active]
@@ -227,8 +238,11 @@ class Collector:
             for j, i in enumerate(active):
                 o, r, term, trunc, _ = envs[i].step(env_acts[j])
                 r = float(r)
-                rets[i] += r
                 lens[i] += 1
+                if not math.isfinite(r):
+                    raise EnvOutputError(self._output_problem("reward", r, int(lens[i]), jobs[int(i)][1]))
+                rets[i] += r
+                trunc = bool(trunc) or bool(lens[i] >= self.max_steps)
                 if record:
                     tr = traces[i]
                     tr[0].append(int(states[j]))
@@ -241,6 +255,13 @@ class Collector:
                     still.append(i)
             active = np.asarray(still, dtype=np.int64)
         return [_Result(*traces[i], float(rets[i]), int(lens[i]), *ends[i]) for i in range(n)]
+
+    def _output_problem(self, what: str, value: Any, step: int, seed: int) -> str:
+        where = "at reset" if step == 0 else f"at step {step}"
+        shown = np.array2string(np.asarray(value), threshold=8) if what == "observation" else repr(value)
+        return (f"{self.spec.env_id}: the environment returned a non-finite {what} ({shown}) {where} of the episode "
+                f"with seed {seed}; rewards and observations must be finite numbers (fix the environment, or wrap "
+                "it to replace NaN and infinity)")
 
     def _serial(
         self, policies: Sequence[Policy], jobs: Sequence[Job], epsilon: float, rng: np.random.Generator | None,

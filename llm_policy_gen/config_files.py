@@ -4,6 +4,7 @@ re-used as a config file. Each unreadable or invalid file is one :class:`UserErr
 from __future__ import annotations
 
 import json
+import stat
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -13,13 +14,25 @@ from .errors import UserError
 __all__ = ["read_toml", "load_config_file", "RUN_IDENTITY"]
 
 
+MAX_FILE_BYTES = 4 * 1024 * 1024
+"""The largest settings file read (a config file, a spec, a price table, a run's config.json are a few KB)."""
+
+
 def _read_text(p: Path, what: str) -> str:
-    """The file's text; an unreadable file is a :class:`UserError` naming ``what`` it is (a file that is not UTF-8
-    raises ``UnicodeDecodeError``, which each format reports as invalid)."""
+    """The file's text (a UTF-8 byte-order mark dropped, as editors on Windows write one); a file that cannot be read,
+    is not a regular file (``/dev/zero``, a pipe, a folder) or is larger than :data:`MAX_FILE_BYTES` is a
+    :class:`UserError` naming ``what`` it is (a file that is not UTF-8 raises ``UnicodeDecodeError``, which each
+    format reports as invalid)."""
     try:
-        return p.read_text(encoding="utf-8")
+        if not stat.S_ISREG(p.stat().st_mode):  # before opening: opening a named pipe would wait for a writer
+            raise UserError(f"cannot read {what} {p}: not a regular file")
+        with p.open("rb") as f:
+            data = f.read(MAX_FILE_BYTES + 1)
     except OSError as exc:
-        raise UserError(f"cannot read {what} {p}: {exc.strerror}") from None
+        raise UserError(f"cannot read {what} {p}: {exc.strerror or exc}") from None
+    if len(data) > MAX_FILE_BYTES:
+        raise UserError(f"cannot read {what} {p}: larger than {MAX_FILE_BYTES // (1024 * 1024)} MiB")
+    return data.decode("utf-8-sig")
 
 
 def read_toml(path: str | Path, what: str) -> dict[str, Any]:
@@ -30,6 +43,9 @@ def read_toml(path: str | Path, what: str) -> dict[str, Any]:
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise UserError(f"{what} {p} is not valid TOML: {exc}") from None
 
+
+#: Keys of a run's config.json beside its ``config`` object: a JSON file with them is a run's record.
+RUN_RECORD_KEYS = frozenset({"package", "version", "argv", "env_spec", "schema_version", "seeds"})
 
 #: Settings of a run's own identity, not of its experiment: dropped when a config.json is re-used.
 RUN_IDENTITY = ("run_id", "explicit")
@@ -45,6 +61,9 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise UserError(f"config file {p} is not valid JSON: {exc}") from None
         section = data.get("config", data) if isinstance(data, dict) else None
+        if isinstance(data, dict) and "config" not in data and RUN_RECORD_KEYS & set(data):
+            raise UserError(f"config file {p} is a run's config.json without its 'config' object (the settings); "
+                            "it was cut or edited: give another run's config.json or a TOML file")
         if not isinstance(section, dict):
             raise UserError(f"config file {p}: expected a JSON object (a run's config.json)")
         return {k: v for k, v in section.items() if k not in RUN_IDENTITY}

@@ -22,6 +22,7 @@ __all__ = [
     "ReplayExhausted",
     "ProposalError",
     "Interrupted",
+    "EnvOutputError",
     "RunInterrupted",
     "SweepInterrupted",
     "NoCallSucceeded",
@@ -75,6 +76,12 @@ class NoCallSucceeded(BackendError):
 class NoValidAnswer(BackendError):
     """A run asked a model and not one of its answers was valid (e.g. a server answering ``content: null`` to
     every call): it ends with exit 1 and a line saying so, never "iterations done" and exit 0."""
+
+
+class EnvOutputError(LLMPolicyGenError):
+    """The environment returned a non-finite reward or observation (NaN, infinity): named with its step and
+    episode. Before a run starts it is a :class:`SpecError` (exit 2); during a run it ends the run (exit 1) with its
+    directory as of the last finished iteration."""
 
 
 class ReplayExhausted(LLMPolicyGenError):

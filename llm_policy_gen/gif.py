@@ -25,8 +25,9 @@ from .envs.make import make_env
 from .envs.spec import EnvSpec
 from .errors import UserError, missing_extra
 from .policy import TablePolicy
+from .runlog import check_out_file
 
-__all__ = ["HEADLESS_GL", "choose_headless_gl", "record_frames", "save_gif"]
+__all__ = ["HEADLESS_GL", "check_gif_path", "choose_headless_gl", "record_frames", "save_gif"]
 
 HEADLESS_GL: tuple[tuple[str, str], ...] = (("egl", "libegl1"), ("osmesa", "libosmesa6"))
 """``MUJOCO_GL`` values that render without a display, in order of preference, with the Debian/Ubuntu package
@@ -131,20 +132,24 @@ def record_frames(
     return frames, ret, steps
 
 
+def check_gif_path(path: Path) -> Path:
+    """``path``, or a :class:`UserError` when it does not end with ``.gif`` or its folder does not exist."""
+    if path.suffix.lower() != ".gif":
+        raise UserError(f"bad --gif {str(path)!r}: the file name must end with .gif")
+    return check_out_file(path, "--gif")
+
+
 def save_gif(
     policy: TablePolicy, spec: EnvSpec, path: Path, seed: int = 0, fps: int = 30, frame_every: int = 2,
     max_frames: int = 300,
 ) -> Path:
     """Run one episode of ``policy`` on ``spec`` (seeded by ``seed``) and save it as a GIF at ``path``."""
-    path = Path(path)
-    if path.suffix.lower() != ".gif":
-        raise UserError(f"bad --gif {str(path)!r}: the file name must end with .gif")
+    path = check_gif_path(Path(path))
     try:
         import imageio.v3 as imageio
     except ImportError:
         raise missing_extra("--gif needs imageio", "gif") from None
     frames, _, _ = record_frames(policy, spec, seed, frame_every, max_frames)
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.stem}.tmp.gif")
     try:
         imageio.imwrite(tmp, np.stack(frames), duration=1000.0 * frame_every / fps, loop=0)

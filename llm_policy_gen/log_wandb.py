@@ -1,6 +1,7 @@
 """``--log wandb``: the per-iteration scalars as an offline Weights & Biases run, as CleanRL's ``--track`` does.
 
-The run lives in ``RUN_DIR/wandb/offline-run-*/`` and never talks to a server
+The run lives in ``RUN_DIR/wandb/offline-run-*/`` (W&B's cache, config, data and artifact folders in
+``RUN_DIR/wandb/`` too, not under ``~/.cache`` or ``~/.config``) and never talks to a server
 (``wandb sync RUN_DIR/wandb/offline-run-*`` uploads it later, with your own W&B login). It gets the same scalars
 as ``progress.csv`` and TensorBoard (:func:`~llm_policy_gen.loggers.scalars`, step = iteration) and, as its
 configuration, the ``config`` object of the run's ``config.json`` (base URLs without ``user:password@``), with
@@ -26,6 +27,9 @@ offline run in the same folder, starting at the first redone iteration.
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +67,30 @@ def _run_config(run_dir: Path) -> dict[str, Any]:
     return dict(redact_all(config)) if isinstance(config, dict) else {}
 
 
+#: W&B's own folders (``~/.cache/wandb``, ``~/.config/wandb``, ...) by their variables, and their places in the run's
+#: ``wandb/`` folder: its debug logs, settings and caches stay with the run.
+WANDB_FOLDERS = {"WANDB_CACHE_DIR": "cache", "WANDB_CONFIG_DIR": "config", "WANDB_DATA_DIR": "data",
+                 "WANDB_ARTIFACT_DIR": "artifacts"}
+
+
+@contextmanager
+def _folders_in(root: Path) -> Iterator[None]:
+    """W&B's folders (:data:`WANDB_FOLDERS`) inside ``root`` while W&B starts (its service process inherits them);
+    the process's variables as they were afterwards, so that another run in this process gets its own."""
+    saved = {name: os.environ.get(name) for name in WANDB_FOLDERS}
+    try:
+        for name, sub in WANDB_FOLDERS.items():
+            (root / sub).mkdir(parents=True, exist_ok=True)
+            os.environ[name] = str(root / sub)
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
 class WandbWriter:
     """One offline W&B run per process of a run directory; one ``log`` call per iteration (step = iteration)."""
 
@@ -73,10 +101,11 @@ class WandbWriter:
             raise missing_extra("--log wandb needs wandb", "wandb") from None
         self.dir = Path(run_dir)
         config = _run_config(self.dir)
-        self._run = wandb.init(
-            dir=str(self.dir), project="llm-policy-gen", group=str(config.get("env_id") or "") or None,
-            name=self.dir.name, config=config, settings=wandb.Settings(**WANDB_SETTINGS), reinit="create_new",
-        )
+        with _folders_in(self.dir / "wandb"):
+            self._run = wandb.init(
+                dir=str(self.dir), project="llm-policy-gen", group=str(config.get("env_id") or "") or None,
+                name=self.dir.name, config=config, settings=wandb.Settings(**WANDB_SETTINGS), reinit="create_new",
+            )
 
     def write(self, record: dict[str, Any]) -> None:
         values = {k: v for k, v in scalars(record).items() if k != "time/iterations"}

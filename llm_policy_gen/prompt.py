@@ -172,6 +172,8 @@ class PromptBuilder:
 
     # ------------------------------------------------------------------ sections
     def hints(self, spec: EnvSpec) -> str:
+        if spec.hints_text:
+            return spec.hints_text.strip()
         if not spec.hints:
             return "(none for this task)"
         p = self.dir / "hints" / spec.hints

@@ -77,6 +77,10 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         raise UserError(f"bad --episodes {args.episodes}: accepted an integer >= 1")
     if args.seed is not None and not 0 <= args.seed <= SEED_MAX:
         raise UserError(f"bad --seed {args.seed}: accepted an integer in 0..{SEED_MAX}")
+    if args.gif:
+        from ..gif import check_gif_path
+
+        check_gif_path(Path(args.gif))  # before any episode runs
     policy, spec = _load_policy_and_spec(args.target, args.env_kwargs, args.env_id)
     held = _run_heldout(args.target)
     first = args.seed if args.seed is not None else (held[0] if held else 0)

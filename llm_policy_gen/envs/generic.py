@@ -139,6 +139,18 @@ def env_spaces(env_id: str, kwargs: dict[str, Any] | None = None) -> tuple[gym.S
     return obs, act
 
 
+def _finite_output(env_id: str, what: str, value: Any, step: int, seed: int) -> np.ndarray:
+    """``value`` as a flat float array; a non-finite one is a :class:`SpecError` naming the step and the episode."""
+    x = np.asarray(value, dtype=np.float64).reshape(-1)
+    if not np.isfinite(x).all():
+        where = "at reset" if step == 0 else f"at step {step}"
+        shown = np.array2string(x, threshold=8) if what == "observation" else repr(float(x[0]))
+        raise SpecError(f"{env_id}: the environment returned a non-finite {what} ({shown}) {where} of the random "
+                        f"episode with seed {seed}; rewards and observations must be finite numbers (fix the "
+                        "environment, or wrap it to replace NaN and infinity)")
+    return x
+
+
 @lru_cache(maxsize=16)
 def _samples(env_id: str, kwargs_key: str, seed: int, episodes: int, max_steps: int) -> np.ndarray:
     env = make_checked(env_id, json.loads(kwargs_key), disable_env_checker=True)
@@ -147,11 +159,13 @@ def _samples(env_id: str, kwargs_key: str, seed: int, episodes: int, max_steps: 
         out: list[np.ndarray] = []
         for ep in range(episodes):
             obs, _ = env.reset(seed=seed + ep)
-            out.append(np.asarray(obs, dtype=np.float64).reshape(-1))
-            done = False
+            out.append(_finite_output(env_id, "observation", obs, 0, seed + ep))
+            done, step = False, 0
             while not done and len(out) < max_steps:
-                obs, _, term, trunc, _ = env.step(env.action_space.sample())
-                out.append(np.asarray(obs, dtype=np.float64).reshape(-1))
+                obs, reward, term, trunc, _ = env.step(env.action_space.sample())
+                step += 1
+                _finite_output(env_id, "reward", reward, step, seed + ep)
+                out.append(_finite_output(env_id, "observation", obs, step, seed + ep))
                 done = bool(term or trunc)
             if len(out) >= max_steps:
                 break

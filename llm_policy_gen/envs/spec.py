@@ -77,6 +77,9 @@ class EnvSpec:
     hints: str = ""
     """File name of the physics hints under ``prompts/hints/`` ('' for none). Only a plain file name is accepted:
     a spec read from a run's config.json names no file outside the prompts."""
+    hints_text: str = ""
+    """Hints rendered from the environment for the keyword arguments used (see :mod:`llm_policy_gen.envs.text`);
+    when set, the prompt shows them instead of the hints file."""
     kwargs: dict[str, Any] = field(default_factory=dict)
     """Keyword arguments for ``gymnasium.make``."""
     dims: tuple[DimSpec, ...] = ()
@@ -249,6 +252,7 @@ class EnvSpec:
             "max_episode_steps": self.max_episode_steps,
             "bounds_estimated": self.bounds_estimated,
             "hints": self.hints,
+            "hints_text": self.hints_text,
             "notes": list(self.notes),
             "train_defaults": dict(self.train_defaults),
             "refusal": self.refusal,

@@ -25,6 +25,7 @@ from ..errors import SpecError
 from .catalog import complete_spec, shipped_env_ids
 from .generic import DEFAULT_BINS, box_dims, env_spaces, generic_spec, grid_of
 from .spec import EnvSpec
+from .text import RENDERERS, describe_kwargs
 
 __all__ = ["MAX_BINS", "MAX_STATES", "apply_dims_bins", "apply_env_kwargs"]
 
@@ -91,6 +92,9 @@ def apply_dims_bins(spec: EnvSpec, dims: Sequence[int] | None, bins: Sequence[in
         if bad:
             raise SpecError(f"bad --bins {given}: {bad[0]} is out of range; accepted 1..{MAX_BINS} per dimension")
     total = math.prod(sizes)
+    if total == 1:
+        raise SpecError(f"bad --bins {sizes}: one bin on every dimension gives a table of one state (one action for "
+                        "every observation); give at least one dimension 2 bins or more")
     if total > MAX_STATES:
         raise SpecError(
             f"{spec.env_id}: bins {sizes} give {total} states, over the cap of {MAX_STATES}; use fewer --bins or --dims"
@@ -120,6 +124,20 @@ def apply_dims_bins(spec: EnvSpec, dims: Sequence[int] | None, bins: Sequence[in
     )
 
 
+def _check_env_kwargs(env_id: str, kwargs: dict[str, Any]) -> None:
+    """Refuse keyword arguments that no run can use: a render mode (training never renders; ``human`` opens a
+    window and slows every step down), and a step limit that is not a positive integer (gymnasium takes a negative
+    one as "no limit", and an episode that never ends would hang the run)."""
+    if "render_mode" in kwargs:
+        raise SpecError(f"{env_id}: render_mode is not accepted in --env-kwargs: training and evaluation do not "
+                        "render (use `evaluate --gif FILE.gif` for an animation)")
+    if "max_episode_steps" in kwargs:
+        steps = kwargs["max_episode_steps"]
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+            raise SpecError(f"{env_id}: bad max_episode_steps {steps!r} in --env-kwargs: accepted an integer >= 1 "
+                            "(every episode needs a step limit)")
+
+
 def apply_env_kwargs(spec: EnvSpec, kwargs: dict[str, Any] | None) -> EnvSpec:
     """``spec`` for ``gymnasium.make(env_id, **spec.kwargs, **kwargs)``, with what the spaces decide made to match.
 
@@ -129,9 +147,12 @@ def apply_env_kwargs(spec: EnvSpec, kwargs: dict[str, Any] | None) -> EnvSpec:
     """
     if not kwargs:
         return spec
+    _check_env_kwargs(spec.env_id, kwargs)
     merged = {**spec.kwargs, **kwargs}
     if spec.env_id not in shipped_env_ids():
-        return complete_spec(generic_spec(spec.env_id, merged))
+        generic = complete_spec(generic_spec(spec.env_id, merged))
+        steps = kwargs.get("max_episode_steps", generic.max_episode_steps)
+        return generic.with_overrides(max_episode_steps=steps)
     obs, act = env_spaces(spec.env_id, merged)
     changes: dict[str, Any] = {"kwargs": merged}
     if isinstance(obs, gym.spaces.Discrete) and not spec.dims:
@@ -140,8 +161,9 @@ def apply_env_kwargs(spec: EnvSpec, kwargs: dict[str, Any] | None) -> EnvSpec:
             changes["n_discrete_states"] = n
             grid = grid_of(spec.env_id, merged)
             changes["grid"] = grid if grid is not None and grid[0] * grid[1] == n else None
-            changes["notes"] = (*spec.notes, f"env kwargs {kwargs} give {n} states; the task text may describe "
-                                             f"the default ({spec.n_discrete_states} states)")
+            if spec.env_id not in RENDERERS:  # else the text is rendered for them below
+                changes["notes"] = (*spec.notes, f"env kwargs {kwargs} give {n} states; the task text may describe "
+                                                 f"the default ({spec.n_discrete_states} states)")
     elif isinstance(obs, gym.spaces.Box) and spec.dims:
         top = max(d.index for d in spec.dims)
         if len(obs.shape) != 1 or top >= obs.shape[0]:
@@ -153,4 +175,6 @@ def apply_env_kwargs(spec: EnvSpec, kwargs: dict[str, Any] | None) -> EnvSpec:
     if isinstance(act, gym.spaces.Box) and spec.action_kind == "box":
         changes["action_low"] = tuple(float(x) for x in act.low.reshape(-1))
         changes["action_high"] = tuple(float(x) for x in act.high.reshape(-1))
-    return spec.with_overrides(**changes)
+    if "max_episode_steps" in kwargs:
+        changes["max_episode_steps"] = int(kwargs["max_episode_steps"])
+    return describe_kwargs(spec, spec.with_overrides(**changes))

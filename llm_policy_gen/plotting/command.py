@@ -33,7 +33,8 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("runs", nargs="+", help="run directories (or, with --policy, one run directory or policy JSON)")
     p.add_argument("--out", required=True, help="image file to write (.png, .pdf, .svg)")
     p.add_argument("--kind", choices=["testing", "training", "both"], default="testing",
-                   help="curves to draw (default testing; both writes FILE-training and FILE-testing)")
+                   help="curves to draw (default testing; both writes two files named after --out: curves.png "
+                   "gives curves-training.png and curves-testing.png)")
     p.add_argument("--window", type=int, default=5, help="smoothing window in iterations (default 5)")
     p.add_argument("--x-axis", default="iterations",
                    help="x-axis of the curves: iterations (default) or episodes (environment episodes)")

@@ -17,6 +17,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
 from ..errors import UserError
+from ..runlog import check_out_file
 
 __all__ = ["plt", "save_figure", "png_bytes", "check_image_path", "IMAGE_SUFFIXES"]
 
@@ -56,10 +57,10 @@ plt = _Figures()
 
 def check_image_path(out: Path) -> Path:
     """``out``, or :class:`~llm_policy_gen.errors.UserError` when it does not end with one of
-    :data:`IMAGE_SUFFIXES`."""
+    :data:`IMAGE_SUFFIXES` or its folder does not exist."""
     if out.suffix.lower() not in IMAGE_SUFFIXES:
         raise UserError(f"bad --out {str(out)!r}: the file must end with one of {', '.join(IMAGE_SUFFIXES)}")
-    return out
+    return check_out_file(out, "--out")
 
 
 def save_figure(fig: Any, out: Path) -> Path:

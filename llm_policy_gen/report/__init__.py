@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UserError
-from ..runlog import RunDir, write_bytes_atomic
+from ..runlog import RunDir, check_out_file, write_bytes_atomic
 from .data import REPORT_NAME, is_compare_dir, is_run_dir, load_compare, load_run
 
 __all__ = ["write_report", "add_parser", "REPORT_NAME"]
@@ -33,11 +33,7 @@ def _check_out(out: Path) -> Path:
         raise UserError(f"bad --out {str(out)!r}: the report is one HTML file; give a name ending in .html")
     if out.is_dir():
         raise UserError(f"bad --out {str(out)!r}: it is a directory; give a file name ending in .html")
-    try:  # before the page is made: a folder that cannot be made is known at once
-        out.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UserError(f"cannot write --out {out}: {exc.strerror or exc}") from None
-    return out
+    return check_out_file(out, "--out")  # before the page is made: a missing folder is known at once
 
 
 def _write(out: Path, html: str) -> Path:

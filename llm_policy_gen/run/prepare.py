@@ -24,7 +24,7 @@ from ..modes.base import Mode
 from ..pricing import load_prices
 from ..templates import check_prompts_dir
 
-__all__ = ["Prepared", "prepare", "resolve_spec", "check_backend"]
+__all__ = ["Prepared", "prepare", "resolve_spec", "check_backend", "probe_outputs"]
 
 
 @dataclass
@@ -52,12 +52,30 @@ def resolve_spec(cfg: TrainConfig) -> EnvSpec:
     return spec.validate()
 
 
+def probe_outputs(spec: EnvSpec, seed: int) -> None:
+    """One episode of the initial table of an environment without a shipped spec (a custom one, whose outputs
+    nothing has checked yet), before anything is written: a non-finite reward or observation is refused here with
+    exit 2, not found by the run after it made its directory."""
+    from ..collect import Collector
+    from ..envs.catalog import shipped_env_ids
+    from ..errors import EnvOutputError, SpecError
+
+    if spec.env_id in shipped_env_ids():
+        return
+    try:
+        with Collector(spec, workers=1) as collector:
+            collector.evaluate(spec.default_table(), [seed])
+    except EnvOutputError as exc:
+        raise SpecError(str(exc)) from None
+
+
 def prepare(cfg: TrainConfig, spec: EnvSpec | None = None) -> Prepared:
     """``cfg`` checked and resolved (see the module doc). ``spec``: the recorded spec of a run being resumed, whose
     configuration is already resolved; without it the spec comes from ``cfg`` and its train defaults apply."""
     notes: list[str] = []
     if spec is None:
         spec = resolve_spec(cfg)
+        probe_outputs(spec, cfg.seed)
         if spec.train_defaults:
             cfg = cfg.with_env_defaults(spec.train_defaults)
     if cfg.backend is None:

@@ -293,6 +293,8 @@ def add_parser(subparsers: Any) -> None:
                    "openai:gpt-4.1-mini")
     p.add_argument("--seeds", default="0-4", help="seed range A-B or list 0,1,2 (default 0-4)")
     p.add_argument("--iterations", type=int, help="proposal rounds per run (default 30)")
+    p.add_argument("--heldout-episodes", type=int,
+                   help="held-out episodes that measure each run's kept table (as train's; default 100)")
     p.add_argument("--workers", type=int,
                    help="parallel runs (local default 1; a local Ray instance: its CPUs, default all)")
     p.add_argument("--executor", choices=["local", "ray"], default="local",
@@ -313,7 +315,8 @@ def _command(args: argparse.Namespace, backends: list[str]) -> str:
     from ..clients.keys import redact
 
     command = f"llm-policy-gen compare --env {args.env_id} --backends {','.join(backends)} --seeds {args.seeds}"
-    for flag, value in (("--iterations", args.iterations), ("--workers", args.workers),
+    for flag, value in (("--iterations", args.iterations), ("--heldout-episodes", args.heldout_episodes),
+                        ("--workers", args.workers),
                         ("--config", args.config), ("--out", args.out), ("--rpm", args.rpm),
                         ("--budget-usd", args.budget_usd)):
         if value is not None:
@@ -338,7 +341,8 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     for fixed in ("env_id", "backend", "seed", "logs_dir", "run_id"):
         settings.pop(fixed, None)
     remember_url(settings.get("base_url") if isinstance(settings.get("base_url"), str) else None)
-    cli: dict[str, Any] = {} if args.iterations is None else {"iterations": args.iterations}
+    cli: dict[str, Any] = {k: v for k, v in (("iterations", args.iterations),
+                                             ("heldout_episodes", args.heldout_episodes)) if v is not None}
     TrainConfig.build((settings, f"config file {args.config}"), (cli, "command line"))  # every setting, checked now
     settings.update(cli)
     out = Path(args.out) if args.out else Path("logs") / "compare" / slug(args.env_id)
