@@ -36,7 +36,7 @@ import numpy as np
 
 from .envs.make import make_env
 from .envs.spec import EnvSpec
-from .policy import Policy, TablePolicy
+from .policy import LearnsOnline, Policy, TablePolicy
 
 __all__ = ["Episode", "Rollouts", "Collector", "default_workers", "fresh_env_per_episode", "MIN_PARALLEL_SEEDS",
            "PolicyLike"]
@@ -206,6 +206,7 @@ class Collector:
         rets = np.zeros(n)
         lens = np.zeros(n, dtype=np.int64)
         ends = [(False, False)] * n
+        learns = any(isinstance(p, LearnsOnline) for p in policies)
         while active.size:
             obs_batch = np.asarray([obs[i] for i in active])
             states = self.observation.encode(obs_batch)
@@ -224,9 +225,12 @@ class Collector:
                     acts[explore] = rng.integers(0, self.actions.n_actions, int(explore.sum()))
             env_acts = self.actions.to_env(acts)
             still = []
+            steps: list[tuple[Any, float, bool]] = []
             for j, i in enumerate(active):
                 o, r, term, trunc, _ = envs[i].step(env_acts[j])
                 r = float(r)
+                if learns:
+                    steps.append((o, r, bool(term)))
                 rets[i] += r
                 lens[i] += 1
                 if record:
@@ -239,8 +243,22 @@ class Collector:
                 else:
                     obs[i] = o
                     still.append(i)
+            if learns:
+                self._observe(policies, own, states, acts, steps)
             active = np.asarray(still, dtype=np.int64)
         return [_Result(*traces[i], float(rets[i]), int(lens[i]), *ends[i]) for i in range(n)]
+
+    def _observe(self, policies: Sequence[Policy], own: np.ndarray, states: np.ndarray, acts: np.ndarray,
+                 steps: list[tuple[Any, float, bool]]) -> None:
+        """Hand a step's transitions to the policies that learn as they act (:class:`LearnsOnline`)."""
+        for p in np.unique(own):
+            policy = policies[int(p)]
+            if not isinstance(policy, LearnsOnline):
+                continue
+            sel = np.flatnonzero(own == p)
+            nxt = self.observation.encode(np.asarray([steps[j][0] for j in sel]))
+            policy.observe(states[sel], acts[sel], np.asarray([steps[j][1] for j in sel]), nxt,
+                           np.asarray([steps[j][2] for j in sel], dtype=bool))
 
     def _serial(
         self, policies: Sequence[Policy], jobs: Sequence[Job], epsilon: float, rng: np.random.Generator | None,
