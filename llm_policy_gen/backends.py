@@ -3,8 +3,9 @@
 A backend is either an **LLM client** (``gemini``, ``openai``, ``anthropic``, ``ollama``, and ``replay:PATH``), which
 the engine wraps in a session and an :class:`~llm_policy_gen.proposers.llm.LLMProposer`, or a **proposer** that is not
 a language model (``offline``, ``kept-table-q``, ``random``), or a **learner** (``q-learning``), the backend of a
-mode that steps the environment itself (its registry line names the mode, ``mode="q-learning"``). Each is one registry line with its entry point, loaded
-lazily, so a missing SDK matters only when it is used, and a misspelt name gets the close matches.
+mode that steps the environment itself (its registry line names the mode, ``mode="q-learning"``). Each is one
+registry line with its entry point, loaded lazily, so a missing SDK matters only when it is used, and a misspelt name
+gets the close matches.
 
 A provider is one class in one file plus one registry line (entry point and ``kind="client"``): everything else it
 needs (key variables, base-URL variable, default model, profile, whether ``train`` may pick it without

@@ -88,7 +88,9 @@ def test_its_episodes_and_steps_are_counted_like_every_other(tmp_path: Path) -> 
     assert (summary["episodes_total"], summary["env_steps_total"]) == \
         (events[-1]["episodes_total"], events[-1]["env_steps_total"])
     assert all(e["candidates"] == 1 and len(e["candidate_means"]) == 1 for e in events)
-    assert events[0]["epsilons"][0] == 1.0 and events[-1]["epsilons"][-1] < events[0]["epsilons"][-1]
+    settings = QLearningSettings()
+    assert events[0]["epsilons"][:2] == [settings.epsilon(0), settings.epsilon(1)]
+    assert events[-1]["epsilons"][-1] == round(settings.epsilon(5 * len(events) - 1), 6)
     config = json.loads((run / "config.json").read_text())
     assert config["mode"] == "q-learning" and config["config"]["backend"] == "q-learning"
     assert config["learner"]["alpha"] == QLearningSettings().alpha
