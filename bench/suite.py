@@ -119,7 +119,11 @@ def _n_states(run_dir: Path) -> int:
 
 def _run_id(goal: Goal, backend: str, seed: int) -> str:
     """A changed budget or changed settings make a new run (the settings by a digest of them)."""
+    from llm_policy_gen.backends import learner_mode
+
     run_id = f"{goal.key}_b{goal.budget}_{backend}_s{seed}"
+    if learner_mode(backend):  # the standard learner: never a reused run of the proposer that had its name before
+        run_id += "_learner"
     if goal.settings:
         run_id += "_" + hashlib.sha256(json.dumps(sorted(goal.settings)).encode()).hexdigest()[:6]
     return run_id

@@ -2,8 +2,10 @@
 
 A backend is either an **LLM client** (``gemini``, ``openai``, ``anthropic``, ``ollama``, and ``replay:PATH``), which
 the engine wraps in a session and an :class:`~llm_policy_gen.proposers.llm.LLMProposer`, or a **proposer** that is not
-a language model (``offline``, ``q-learning``, ``random``). Each is one registry line with its entry point, loaded
-lazily, so a missing SDK matters only when it is used, and a misspelt name gets the close matches.
+a language model (``offline``, ``kept-table-q``, ``random``), or a **learner** (``q-learning``), the backend of a
+mode that steps the environment itself (its registry line names the mode, ``mode="q-learning"``). Each is one
+registry line with its entry point, loaded lazily, so a missing SDK matters only when it is used, and a misspelt name
+gets the close matches.
 
 A provider is one class in one file plus one registry line (entry point and ``kind="client"``): everything else it
 needs (key variables, base-URL variable, default model, profile, whether ``train`` may pick it without
@@ -27,10 +29,10 @@ if TYPE_CHECKING:
 
 __all__ = ["BACKENDS", "parse_backend_spec", "is_configured", "default_backend_spec", "list_backends", "is_client",
            "is_llm", "default_model", "provider_class", "provider_classes", "auto_order", "provider_variables",
-           "base_url_variable", "all_profiles", "get_profile", "NON_LLM"]
+           "base_url_variable", "all_profiles", "get_profile", "NON_LLM", "learner_mode", "recorded_backend"]
 
-#: Every backend: entry point plus ``kind`` ("client" or "proposer"); entries that are not provider classes also say
-#: ``default_model``, ``is_llm`` and ``description``.
+#: Every backend: entry point plus ``kind`` ("client", "proposer" or "learner"); entries that are not provider
+#: classes also say ``default_model``, ``is_llm`` and ``description``.
 BACKENDS: Registry[Any] = Registry("backend", "--backend")
 BACKENDS.register("offline", "llm_policy_gen.proposers.offline:OfflineProposer", kind="proposer", default_model="",
                   is_llm=False, description="deterministic non-LLM optimiser; the baseline every LLM must beat",
@@ -42,14 +44,44 @@ BACKENDS.register("openai", "llm_policy_gen.clients.openai:OpenAIClient", kind="
 BACKENDS.register("anthropic", "llm_policy_gen.clients.anthropic:AnthropicClient", kind="client")
 BACKENDS.register("ollama", "llm_policy_gen.clients.ollama:OllamaClient", kind="client")
 BACKENDS.register("llamacpp", "llm_policy_gen.clients.llamacpp:LlamaCppClient", kind="client")
-BACKENDS.register("q-learning", "llm_policy_gen.proposers.qlearning:QLearningProposer", kind="proposer",
-                  default_model="", is_llm=False, writes_values=False,
-                  description="classic tabular Q-learning on the same discretization (baseline, not an LLM)")
+BACKENDS.register("q-learning", "llm_policy_gen.proposers.learns:QLearningBackend", kind="learner",
+                  default_model="", is_llm=False, writes_values=False, mode="q-learning",
+                  description="standard epsilon-greedy tabular Q-learning in its own episodes (baseline, not an "
+                              "LLM; runs --mode q-learning)",
+                  elsewhere="for a Q-learner over the kept table's episodes under another mode, use --backend "
+                            "kept-table-q")
+BACKENDS.register("kept-table-q", "llm_policy_gen.proposers.kept_table_q:KeptTableQProposer", kind="proposer",
+                  default_model="", is_llm=False, writes_values=False, former_name="q-learning",
+                  description="tabular Q-learning over the kept table's episodes (baseline, not an LLM; "
+                              "`q-learning` before the standard learner took that name)")
 BACKENDS.register("random", "llm_policy_gen.proposers.random:RandomProposer", kind="proposer", default_model="",
                   is_llm=False, description="uniformly random tables (baseline, not an LLM)")
 
 #: Backends that are not language models and take no model.
-NON_LLM = ("offline", "q-learning", "random")
+NON_LLM = ("offline", "q-learning", "kept-table-q", "random")
+
+
+def learner_mode(name: str) -> str | None:
+    """The mode whose own learner backend ``name`` is (``q-learning`` -> ``q-learning``), None for the others."""
+    mode = BACKENDS.entry(name).info.get("mode")
+    return str(mode) if mode else None
+
+
+def recorded_backend(backend: str | None, mode: str | None) -> str | None:
+    """The backend a run directory's ``config.json`` names, in today's names (``mode``: the run's recorded mode).
+
+    A learner backend is recorded only with its own mode (``prepare`` makes it so), so a recorded learner name under
+    another mode is the proposer that had the name before: ``q-learning`` recorded with ``table`` (or ``advisor``)
+    is the proposer now called ``kept-table-q`` (its registry line says ``former_name``). Runs written before the
+    standard learner took the name resume, and re-run with ``--config``, as what they were."""
+    if not backend:
+        return backend
+    name, sep, model = backend.partition(":")
+    own = learner_mode(name) if name in BACKENDS else None
+    if own is None or mode == own:
+        return backend
+    renamed = next((n for n in BACKENDS if BACKENDS.entry(n).info.get("former_name") == name), None)
+    return backend if renamed is None else renamed + sep + model
 
 
 def provider_class(name: str) -> type[SDKClient] | None:

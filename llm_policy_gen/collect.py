@@ -40,7 +40,7 @@ from .envs.generic import DEFAULT_MAX_STEPS
 from .envs.make import make_env
 from .envs.spec import EnvSpec
 from .errors import EnvOutputError
-from .policy import Policy, TablePolicy
+from .policy import LearnsOnline, Policy, TablePolicy
 
 __all__ = ["Episode", "Rollouts", "Collector", "default_workers", "fresh_env_per_episode", "MIN_PARALLEL_SEEDS",
            "PolicyLike"]
@@ -212,10 +212,9 @@ class Collector:
         rets = np.zeros(n)
         lens = np.zeros(n, dtype=np.int64)
         ends = [(False, False)] * n
+        learns = any(isinstance(p, LearnsOnline) for p in policies)
         while active.size:
-            obs_batch = np.asarray([obs[i] for i in active])
-            if obs_batch.ndim == 1 and isinstance(self.observation, BoxDiscretizer):
-                obs_batch = obs_batch[:, None]  # scalar observations (a Discrete space starting at k) as 1-D vectors
+            obs_batch = self._batch([obs[i] for i in active])
             if obs_batch.dtype.kind == "f" and not np.isfinite(obs_batch).all():
                 bad = int(active[np.flatnonzero(~np.isfinite(obs_batch.reshape(active.size, -1)).all(axis=1))[0]])
                 raise EnvOutputError(self._output_problem("observation", obs[bad], int(lens[bad]), jobs[bad][1]))
@@ -235,9 +234,12 @@ class Collector:
                     acts[explore] = rng.integers(0, self.actions.n_actions, int(explore.sum()))
             env_acts = self.actions.to_env(acts)
             still = []
+            steps: list[tuple[Any, float, bool]] = []
             for j, i in enumerate(active):
                 o, r, term, trunc, _ = envs[i].step(env_acts[j])
                 r = float(r)
+                if learns:
+                    steps.append((o, r, bool(term)))
                 lens[i] += 1
                 if not math.isfinite(r):
                     raise EnvOutputError(self._output_problem("reward", r, int(lens[i]), jobs[int(i)][1]))
@@ -253,8 +255,18 @@ class Collector:
                 else:
                     obs[i] = o
                     still.append(i)
+            if learns:
+                self._observe(policies, own, states, acts, steps)
             active = np.asarray(still, dtype=np.int64)
         return [_Result(*traces[i], float(rets[i]), int(lens[i]), *ends[i]) for i in range(n)]
+
+    def _batch(self, observations: Sequence[Any]) -> np.ndarray:
+        """Observations as one array for the discretizer: scalar ones (a Discrete space starting at k, binned as a
+        Box) as 1-D vectors."""
+        batch = np.asarray(observations)
+        if batch.ndim == 1 and isinstance(self.observation, BoxDiscretizer):
+            batch = batch[:, None]
+        return batch
 
     def _output_problem(self, what: str, value: Any, step: int, seed: int) -> str:
         where = "at reset" if step == 0 else f"at step {step}"
@@ -262,6 +274,18 @@ class Collector:
         return (f"{self.spec.env_id}: the environment returned a non-finite {what} ({shown}) {where} of the episode "
                 f"with seed {seed}; rewards and observations must be finite numbers (fix the environment, or wrap "
                 "it to replace NaN and infinity)")
+
+    def _observe(self, policies: Sequence[Policy], own: np.ndarray, states: np.ndarray, acts: np.ndarray,
+                 steps: list[tuple[Any, float, bool]]) -> None:
+        """Hand a step's transitions to the policies that learn as they act (:class:`LearnsOnline`)."""
+        for p in np.unique(own):
+            policy = policies[int(p)]
+            if not isinstance(policy, LearnsOnline):
+                continue
+            sel = np.flatnonzero(own == p)
+            nxt = self.observation.encode(self._batch([steps[j][0] for j in sel]))
+            policy.observe(states[sel], acts[sel], np.asarray([steps[j][1] for j in sel]), nxt,
+                           np.asarray([steps[j][2] for j in sel], dtype=bool))
 
     def _serial(
         self, policies: Sequence[Policy], jobs: Sequence[Job], epsilon: float, rng: np.random.Generator | None,

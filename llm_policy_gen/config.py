@@ -49,10 +49,11 @@ class TrainConfig(BaseModel):
                          "Gymnasium id; `module:EnvId` imports `module` first (a user's own registered env).",
                          flag="--env")
     backend: str | None = _field(None, "offline, replay:PATH, gemini[:MODEL], openai[:MODEL], anthropic[:MODEL], "
-                                 "ollama[:MODEL], llamacpp:PATH.gguf, q-learning, random",
+                                 "ollama[:MODEL], llamacpp:PATH.gguf, q-learning, kept-table-q, random",
                                  "Backend spec; None: the first configured provider, else offline.")
-    mode: str = _field("table", "table, direct, reward, advisor, or another registered mode",
-                       "What the model writes: the table (table), each action (direct), ...")
+    mode: str = _field("table", "table, direct, reward, advisor, q-learning, or another registered mode",
+                       "What the model writes: the table (table), each action (direct), ...; q-learning: no model, "
+                       "the standard Q-learner (the mode of --backend q-learning).")
     iterations: int = _field(30, "an integer >= 1", "Proposal rounds.", ge=1, resume=True)
     max_episodes: int | None = _field(None, "an integer >= 1", "End the run once the counted episodes (training, "
                                       "test and confirmation) reach this many; combines with iterations.", ge=1,

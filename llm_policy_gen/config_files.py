@@ -9,6 +9,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from .backends import recorded_backend
 from .errors import UserError
 
 __all__ = ["read_toml", "load_config_file", "RUN_IDENTITY"]
@@ -53,7 +54,9 @@ RUN_IDENTITY = ("run_id", "explicit")
 
 def load_config_file(path: str | Path) -> dict[str, Any]:
     """Settings from a config file: TOML (top-level keys or one ``[train]`` table; dashes allowed in names), or a
-    run's ``config.json`` (its ``config`` object, without the run's own id), which re-runs that experiment."""
+    run's ``config.json`` (its ``config`` object, without the run's own id), which re-runs that experiment; a backend
+    it records under a name that has since moved is given its name of today
+    (:func:`~llm_policy_gen.backends.recorded_backend`: an old run's ``q-learning`` is ``kept-table-q``)."""
     p = Path(path)
     if p.suffix.lower() == ".json":
         try:
@@ -66,7 +69,10 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
                             "it was cut or edited: give another run's config.json or a TOML file")
         if not isinstance(section, dict):
             raise UserError(f"config file {p}: expected a JSON object (a run's config.json)")
-        return {k: v for k, v in section.items() if k not in RUN_IDENTITY}
+        settings = {k: v for k, v in section.items() if k not in RUN_IDENTITY}
+        if isinstance(settings.get("backend"), str):  # a backend recorded under a name that has since moved
+            settings["backend"] = recorded_backend(settings["backend"], settings.get("mode", "table"))
+        return settings
     data = read_toml(p, "config file")
     tables = {k for k, v in data.items() if isinstance(v, dict) and k not in ("env_kwargs", "env-kwargs")}
     if tables - {"train"}:

@@ -109,6 +109,20 @@ class QLearner:
         self.episodes += len(episodes)
         return n
 
+    def update(self, states: np.ndarray, actions: np.ndarray, rewards: np.ndarray, next_states: np.ndarray,
+               terminated: np.ndarray) -> int:
+        """Online Q-learning, one update per transition in order: the target is ``r`` at a termination, else
+        ``r + gamma * max_a' Q(s', a')`` (a step cut by the time limit bootstraps from its next state, which the
+        collector hands over); returns the number of updates."""
+        q, alpha, gamma = self.q, self.alpha, self.gamma
+        for s, a, r, s2, done in zip(states.tolist(), actions.tolist(), rewards.tolist(), next_states.tolist(),
+                                     terminated.tolist(), strict=True):
+            target = r if done else r + gamma * float(q[s2].max())
+            q[s, a] += alpha * (target - q[s, a])
+            self.visits[s, a] += 1
+        self.updates += len(states)
+        return len(states)
+
     def greedy(self, advice: np.ndarray | None = None) -> np.ndarray:
         """``argmax_a Q(s, a)`` per state; ties take the lowest action.
 

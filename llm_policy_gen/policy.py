@@ -30,7 +30,7 @@ from .runlog import read_json, to_jsonable, write_bytes_atomic
 if TYPE_CHECKING:
     from .envs.spec import EnvSpec
 
-__all__ = ["Policy", "TablePolicy", "FORMAT_VERSION", "load_run_policy", "spec_fingerprint"]
+__all__ = ["Policy", "LearnsOnline", "TablePolicy", "FORMAT_VERSION", "load_run_policy", "spec_fingerprint"]
 
 FORMAT_VERSION = 2
 
@@ -40,6 +40,21 @@ class Policy(Protocol):
     """Anything that acts: a batch of raw observations in, a batch of flat action indices out."""
 
     def act(self, obs: np.ndarray) -> np.ndarray:
+        ...
+
+
+@runtime_checkable
+class LearnsOnline(Protocol):
+    """A policy that learns as it acts (the ``q-learning`` mode's learner): after every environment step the
+    collector hands it the transitions of its share of the batch."""
+
+    def act(self, obs: np.ndarray) -> np.ndarray:
+        ...
+
+    def observe(self, states: np.ndarray, actions: np.ndarray, rewards: np.ndarray, next_states: np.ndarray,
+                terminated: np.ndarray) -> None:
+        """One step of each of its episodes: state, action taken (exploration included), the environment's own
+        reward, the next state and whether the episode terminated there (a time-limit cut is not a termination)."""
         ...
 
 

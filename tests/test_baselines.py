@@ -1,4 +1,4 @@
-"""The q-learning and random baselines: known updates, greedy tables, seeding, and whole runs through the engine."""
+"""The kept-table-q and random baselines: known updates, greedy tables, seeding, and whole runs through the engine."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from llm_policy_gen.formats import make_format
 from llm_policy_gen.formats.base import Target
 from llm_policy_gen.memory import ExperienceMemory
 from llm_policy_gen.prompt import PromptContext
-from llm_policy_gen.proposers.qlearning import QLearningProposer
+from llm_policy_gen.proposers.kept_table_q import KeptTableQProposer
 from llm_policy_gen.proposers.random import RandomProposer
 from llm_policy_gen.run import train
 from llm_policy_gen.runlog import read_jsonl
@@ -50,7 +50,7 @@ def greedy(proposer, ctx) -> tuple[np.ndarray, str]:
 
 
 def test_registry_builds_both_baselines_and_says_they_are_not_llms() -> None:
-    for name, cls in (("q-learning", QLearningProposer), ("random", RandomProposer)):
+    for name, cls in (("kept-table-q", KeptTableQProposer), ("random", RandomProposer)):
         assert parse_backend_spec(name) == (name, "")
         info = BACKENDS.entry(name).info
         assert info["kind"] == "proposer" and info["is_llm"] is False and "not an LLM" in info["description"]
@@ -58,20 +58,20 @@ def test_registry_builds_both_baselines_and_says_they_are_not_llms() -> None:
         assert isinstance(b, cls) and b.is_llm is False and b.name == name and b.seed == 3
         d = b.describe()
         assert "not an LLM" in d["model"] and "not an LLM" in d["note"] and d["is_llm"] is False
-    with pytest.raises(BackendConfigError, match="q-learning takes no model"):
-        parse_backend_spec("q-learning:big")
+    with pytest.raises(BackendConfigError, match="kept-table-q takes no model"):
+        parse_backend_spec("kept-table-q:big")
     with pytest.raises(BackendConfigError, match="unknown backend 'sarsa'"):
         parse_backend_spec("sarsa")
     with pytest.raises(UserError, match="alpha"):
-        QLearningProposer(alpha=0.0)
+        KeptTableQProposer(alpha=0.0)
     with pytest.raises(UserError, match="gamma"):
-        QLearningProposer(gamma=1.0)
+        KeptTableQProposer(gamma=1.0)
 
 
 def test_q_learning_updates_by_hand() -> None:
     """Q(0,right) and Q(1,right) after a two-step episode that ends at the goal, then once more."""
     mem = lake_memory()
-    q = QLearningProposer(alpha=0.5, gamma=0.9, q_init=0.0)
+    q = KeptTableQProposer(alpha=0.5, gamma=0.9, q_init=0.0)
     mem.add([episode([0, 1], [2, 2], [0.0, 1.0])])
     table, _ = greedy(q, context("FrozenLake-v1", mem))
     assert q.q is not None
@@ -92,7 +92,7 @@ def test_q_learning_updates_by_hand() -> None:
 
 def test_time_limit_step_is_not_bootstrapped() -> None:
     mem = lake_memory()
-    q = QLearningProposer(alpha=1.0, gamma=0.9, q_init=0.0)
+    q = KeptTableQProposer(alpha=1.0, gamma=0.9, q_init=0.0)
     mem.add([episode([0, 4, 8], [1, 1, 1], [0.0, 0.0, 5.0], terminated=False, truncated=True)])
     greedy(q, context("FrozenLake-v1", mem))
     assert q.updates == 2 and q.q is not None and q.q[8, 1] == 0.0
@@ -102,7 +102,7 @@ def test_time_limit_step_is_not_bootstrapped() -> None:
 def test_optimistic_init_from_the_first_batch(rewards: list[float], expected: float) -> None:
     mem = lake_memory()
     mem.add([episode(list(range(len(rewards))), [0] * len(rewards), rewards)])
-    q = QLearningProposer()
+    q = KeptTableQProposer()
     greedy(q, context("FrozenLake-v1", mem))
     assert q.q_init == pytest.approx(expected)
     assert "q_init" in q.describe()
@@ -112,7 +112,7 @@ def test_answers_parse_to_the_greedy_table() -> None:
     mem = lake_memory()
     mem.add([episode([0, 1, 2], [2, 2, 1], [0.0, 0.0, 1.0])])
     ctx = context("FrozenLake-v1", mem)
-    q = QLearningProposer(alpha=0.5, gamma=0.9, q_init=0.0)
+    q = KeptTableQProposer(alpha=0.5, gamma=0.9, q_init=0.0)
     (a,) = q.propose(ctx, [], 1)
     assert a.ok and a.errors == [] and a.candidate == 1
     np.testing.assert_array_equal(a.parsed.value, q.greedy(ctx.current_table))
@@ -123,11 +123,11 @@ def test_answers_parse_to_the_greedy_table() -> None:
 def test_k_q_learning_candidates_are_the_greedy_table_then_boltzmann_samples() -> None:
     mem = lake_memory()
     mem.add([episode([0, 1, 2, 6], [2, 2, 1, 1], [0.0, 0.0, 0.0, 1.0])])
-    q = QLearningProposer(seed=4, alpha=0.5, gamma=0.9, q_init=0.5)
+    q = KeptTableQProposer(seed=4, alpha=0.5, gamma=0.9, q_init=0.5)
     answers = q.propose(context("FrozenLake-v1", mem, 2), [], 3)
     assert [a.candidate for a in answers] == [1, 2, 3] and all(a.ok for a in answers)
     np.testing.assert_array_equal(answers[0].parsed.value, q.greedy(get_spec("FrozenLake-v1").default_table()))
-    again = QLearningProposer(seed=4, alpha=0.5, gamma=0.9, q_init=0.5)
+    again = KeptTableQProposer(seed=4, alpha=0.5, gamma=0.9, q_init=0.5)
     for a, b in zip(answers, again.propose(context("FrozenLake-v1", mem, 2), [], 3), strict=True):
         np.testing.assert_array_equal(a.parsed.value, b.parsed.value)
     assert "Boltzmann sample 2" in json.loads(answers[1].text)["rationale"]
@@ -137,16 +137,16 @@ def test_q_learning_state_round_trip() -> None:
     mem = lake_memory()
     first = episode([0, 1, 2], [2, 2, 1], [0.0, 0.0, 1.0])
     mem.add([first])
-    a = QLearningProposer(alpha=0.5, gamma=0.9)
+    a = KeptTableQProposer(alpha=0.5, gamma=0.9)
     greedy(a, context("FrozenLake-v1", mem, 1, fresh=[first]))
-    b = QLearningProposer(alpha=0.5, gamma=0.9)
+    b = KeptTableQProposer(alpha=0.5, gamma=0.9)
     b.load_state_dict(a.state_dict())
     more = episode([0, 4, 8], [1, 1, 2], [0.0, 0.0, 0.0])
     ta, _ = greedy(a, context("FrozenLake-v1", mem, 2, fresh=[more]))
     tb, _ = greedy(b, context("FrozenLake-v1", mem, 2, fresh=[more]))
     np.testing.assert_array_equal(ta, tb)
     assert a.q is not None and b.q is not None and np.array_equal(a.q, b.q) and a.updates == b.updates == 6
-    fresh = QLearningProposer()
+    fresh = KeptTableQProposer()
     fresh.load_state_dict({})
     assert fresh.q is None and fresh.updates == 0
 
@@ -173,7 +173,7 @@ def test_random_tables_are_seeded_by_seed_iteration_and_candidate() -> None:
     assert lake.shape == (16,) and lake.min() >= 0 and lake.max() <= 3
 
 
-@pytest.mark.parametrize("name", ["q-learning", "random"])
+@pytest.mark.parametrize("name", ["kept-table-q", "random"])
 def test_whole_runs_count_episodes_like_any_backend(tmp_path, name: str) -> None:
     cfg = TrainConfig(env_id="FrozenLake-v1", backend=name, iterations=4, logs_dir=str(tmp_path), progress=False,
                       plots=False, heldout_episodes=5, seed=1, candidates=3)
@@ -195,6 +195,6 @@ def test_whole_runs_count_episodes_like_any_backend(tmp_path, name: str) -> None
 
 @pytest.mark.slow
 def test_q_learning_solves_the_deterministic_lake(tmp_path) -> None:
-    cfg = TrainConfig(env_id="FrozenLake-v1", backend="q-learning", iterations=30, logs_dir=str(tmp_path),
+    cfg = TrainConfig(env_id="FrozenLake-v1", backend="kept-table-q", iterations=30, logs_dir=str(tmp_path),
                       progress=False, plots=False, heldout_episodes=10)
     assert train(cfg, log=lambda _m: None).summary["best_eval_mean"] == 1.0

@@ -81,7 +81,7 @@ def test_parse_backends_checks_every_name() -> None:
     # A backend without its key fails before the offline runs, not after them.
     (["--backends", "offline,anthropic", "--seeds", "0-2"], "ANTHROPIC_API_KEY"),
     (["--backends", "offline,openai", "--seeds", "0-2"], "OPENAI_API_KEY"),
-    (["--backends", "offline,q-learning@direct", "--seeds", "0"], "--mode direct needs a backend"),
+    (["--backends", "offline,kept-table-q@direct", "--seeds", "0"], "--mode direct needs a backend"),
 ])
 def test_bad_input_exits_2_before_any_run(tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str],
                                           message: str) -> None:

@@ -3,7 +3,9 @@
 * ``table`` -- the model writes the policy table (:mod:`.table`);
 * ``direct`` -- the model picks each action, asked once per discretized state (:mod:`.direct`);
 * ``reward`` -- the model writes a shaping potential for a Q-learner (:mod:`.reward`);
-* ``advisor`` -- the model advises a Q-learner which action to take (:mod:`.advisor`).
+* ``advisor`` -- the model advises a Q-learner which action to take (:mod:`.advisor`);
+* ``q-learning`` -- no model: the standard epsilon-greedy tabular Q-learner, a baseline (:mod:`.qlearning`; the mode
+  of ``--backend q-learning``, its registry line says ``backend``).
 
 A new mode is one file implementing :class:`~llm_policy_gen.modes.base.Mode` plus one
 ``MODES.register(name, entry_point="module:Class")`` line.
@@ -29,3 +31,6 @@ MODES.register("reward", "llm_policy_gen.modes.reward:RewardMode",
 MODES.register("advisor", "llm_policy_gen.modes.advisor:AdvisorMode",
                description="the model advises a Q-learner, which follows the advice with a decaying probability",
                calls_per_iteration="K (candidates) + repairs")
+MODES.register("q-learning", "llm_policy_gen.modes.qlearning:QLearningMode", backend="q-learning",
+               description="no model: the standard epsilon-greedy tabular Q-learner in its own episodes (baseline)",
+               calls_per_iteration="none")

@@ -12,7 +12,8 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..backends import BACKENDS, default_backend_spec, is_client, is_llm, parse_backend_spec, provider_class
+from ..backends import (BACKENDS, default_backend_spec, is_client, is_llm, learner_mode, parse_backend_spec,
+                        provider_class)
 from ..clients.keys import check_same_source
 from ..config import TrainConfig
 from ..envs import get_spec
@@ -78,13 +79,17 @@ def prepare(cfg: TrainConfig, spec: EnvSpec | None = None) -> Prepared:
         probe_outputs(spec, cfg.seed)
         if spec.train_defaults:
             cfg = cfg.with_env_defaults(spec.train_defaults)
+    if cfg.mode not in MODES:
+        raise MODES.unknown(cfg.mode)
+    own = MODES.entry(cfg.mode).info.get("backend")  # a mode that learns by itself has its own backend
+    if cfg.backend is None and own:
+        cfg = cfg.updated({"backend": own}, f"--mode {cfg.mode}")
     if cfg.backend is None:
         name, why = default_backend_spec()
         cfg = cfg.updated({"backend": name}, "default backend")
         notes.append(f"backend: {name} ({why})")
     name, _ = parse_backend_spec(cfg.backend or "offline")
-    if cfg.mode not in MODES:
-        raise MODES.unknown(cfg.mode)
+    cfg = _pair_learner(cfg, name, own, notes)
     if cfg.output_format != "auto":
         if cfg.output_format not in FORMATS:
             raise FORMATS.unknown(cfg.output_format, accepted=["auto", *table_format_names()])
@@ -104,6 +109,23 @@ def prepare(cfg: TrainConfig, spec: EnvSpec | None = None) -> Prepared:
     if provider is not None and provider.key_variables:  # the key and its URL from one place, refused here if not
         check_same_source(provider.key_found_in(), provider.base_url_variable, bool((cfg.base_url or "").strip()))
     return Prepared(cfg, spec, mode, name, notes)
+
+
+def _pair_learner(cfg: TrainConfig, name: str, own: str | None, notes: list[str]) -> TrainConfig:
+    """A learner backend runs its own mode, and that mode only that backend: ``--backend q-learning`` with the
+    default ``--mode table`` becomes ``--mode q-learning`` (said in a note); any other pairing is refused."""
+    learns = learner_mode(name)
+    if own and name != own:
+        raise UserError(f"--mode {cfg.mode} learns by itself and asks no backend; drop --backend {cfg.backend} "
+                        f"(or give --backend {own})")
+    if learns is None or cfg.mode == learns:
+        return cfg
+    if cfg.mode != "table":
+        hint = BACKENDS.entry(name).info.get("elsewhere")
+        raise UserError(f"--backend {name} is the learner of --mode {learns} and does not answer --mode {cfg.mode}"
+                        + (f"; {hint}" if hint else ""))
+    notes.append(f"mode: {learns} (--backend {name} is a learner that steps the environment itself)")
+    return cfg.updated({"mode": learns}, f"--backend {name}")
 
 
 def _check_refine(cfg: TrainConfig, name: str, mode: Mode) -> None:

@@ -1,4 +1,10 @@
-"""Classic tabular Q-learning on the same discretization (a baseline, not a language model).
+"""``kept-table-q``: tabular Q-learning over the episodes of the kept table (a proposer, not a language model).
+
+Until the standard learner took the name this backend was ``q-learning``; it is not the classic baseline, since it
+never explores with its own policy: it learns only from the episodes the engine runs for the kept table and the
+candidates (it ends at -500 on CliffWalking-v1 and -200 on Taxi-v4, which the standard ``q-learning`` mode solves,
+:mod:`llm_policy_gen.modes.qlearning`). Run directories recorded under the old name resume as ``kept-table-q``
+(:func:`llm_policy_gen.backends.recorded_backend`).
 
 Off-policy tabular Q-learning over the experience the engine collects. At each call it takes the episodes counted
 since its previous call (``PromptContext.fresh``: the training episodes, which run the best table with epsilon
@@ -38,22 +44,22 @@ from ..learner import optimistic_init, q_sweep
 from ..prompt import PromptContext
 from .base import TableSearch
 
-__all__ = ["QLearningProposer"]
+__all__ = ["KeptTableQProposer"]
 
 
-class QLearningProposer(TableSearch):
+class KeptTableQProposer(TableSearch):
     """Tabular Q-learning over the loop's episodes. See the module docstring for the algorithm."""
 
-    name = "q-learning"
-    label = "q-learning (not an LLM)"
+    name = "kept-table-q"
+    label = "kept-table-q (not an LLM)"
 
     def __init__(self, seed: int = 0, transcript: Transcript | None = None, alpha: float = 0.2, gamma: float = 0.99,
                  q_init: float | None = None) -> None:
         super().__init__(seed, transcript)
         if not 0.0 < alpha <= 1.0:
-            raise UserError(f"bad q-learning alpha {alpha!r}: accepted a number in (0, 1]")
+            raise UserError(f"bad kept-table-q alpha {alpha!r}: accepted a number in (0, 1]")
         if not 0.0 <= gamma < 1.0:
-            raise UserError(f"bad q-learning gamma {gamma!r}: accepted a number in [0, 1)")
+            raise UserError(f"bad kept-table-q gamma {gamma!r}: accepted a number in [0, 1)")
         self.alpha = float(alpha)
         self.gamma = float(gamma)
         self.q_init = q_init
@@ -62,10 +68,11 @@ class QLearningProposer(TableSearch):
 
     def describe(self) -> dict[str, Any]:
         return {
-            "provider": "q-learning",
-            "model": "tabular Q-learning (baseline, not an LLM)",
+            "provider": "kept-table-q",
+            "model": "tabular Q-learning over the kept table's episodes (baseline, not an LLM)",
             "is_llm": False,
-            "note": "not an LLM: classic tabular Q-learning on the same discretization and episode budget",
+            "note": "not an LLM: tabular Q-learning over the episodes the run plays for the kept table and the "
+                    "candidates, on the same discretization and episode budget",
             "seed": self.seed,
             "alpha": self.alpha,
             "gamma": self.gamma,

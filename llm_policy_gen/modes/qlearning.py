@@ -1,0 +1,144 @@
+"""``--mode q-learning`` (also ``--backend q-learning``): the standard epsilon-greedy tabular Q-learner, a baseline.
+
+Classic Q-learning (Watkins 1989; Sutton and Barto, section 6.5) on the spec's discretisation, with no language
+model: the learner explores with its **own** epsilon-greedy policy in its **own** episodes and updates after every
+environment step,
+
+``Q(s, a) += alpha * (r + gamma * max_a' Q(s', a') - Q(s, a))``
+
+with the target ``r`` where the episode terminates (a step cut by the time limit bootstraps from its next state).
+Its episodes run through the run's services (:meth:`~llm_policy_gen.modes.base.RunServices.train_on`), so they are
+counted like every other episode and step of the run (``episodes_total``, ``env_steps_total``, ``--max-episodes``).
+
+Each iteration the learner plays the run's ``--train-episodes`` training episodes (the spec's train default where the
+user gives none: CliffWalking-v1 4, Taxi-v4 20) on the run's next training seeds, then its **greedy read-out table**
+(``argmax_a Q``, ties to the lowest action) is judged by the keeper like any candidate: test episodes and the paired
+confirmation, counted, and the held-out seeds measure the kept table. The learner goes on from its own Q whatever the
+verdict; it does not learn from the keeper's episodes. One table is judged per iteration (``--candidates`` does not
+apply).
+
+Hyperparameters (:class:`QLearningSettings`, declared here, the class's ``settings``; recorded in ``config.json``):
+
+* ``alpha = 0.5`` -- step size;
+* ``gamma = 0.99`` -- discount;
+* epsilon: ``0.1`` falling linearly to ``0.05`` over the learner's first ``200`` episodes, then ``0.05``; the
+  greedy action's ties are broken at random in training (with ``Q0 = 0`` and step costs, untried actions look best,
+  which explores the grid tasks by itself);
+* ``Q0 = 0`` for every pair (no optimism beyond what zero is for tasks whose steps cost).
+
+The run's ``explore_epsilon`` and ``learner_*`` settings belong to the table search and the reward and advisor modes;
+this mode does not read them.
+
+They were chosen on the tuning seeds 100-109 only, never on the judged seeds 0-9: ``bench/qlearning_tune.py --grid``
+ran alpha in {0.1, 0.5, 1}, epsilon_start in {1, 0.1} and epsilon_episodes in {50, 100, 200} on CliffWalking-v1 (500
+counted episodes) and Taxi-v4 (1,000), and took the point with the most tuning seeds at CliffWalking's optimum, then
+the best Taxi mean. alpha = 0.1 missed CliffWalking's optimum on most seeds and never left -200 on Taxi; every point
+with alpha 0.5 or 1 reached -13 on all 10 seeds; the best Taxi means were alpha 1 with epsilon 1 -> 0.05 over 100
+episodes (-104.8) and alpha 0.5 with 0.1 -> 0.05 over 200 (-107.4), within each other's seed spread. alpha = 1 was
+set aside: it replaces each value by its last sample, right only where transitions are deterministic, and this
+mode serves every task (CartPole's bins are not). gamma and Q0 were not tuned.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..collect import Episode
+from ..learner import LearnerPolicy, QLearner
+from .base import Setup, Step
+
+if TYPE_CHECKING:
+    from .base import RunServices
+
+__all__ = ["QLearningSettings", "QLearningMode", "OnlineQPolicy"]
+
+
+@dataclass(frozen=True)
+class QLearningSettings:
+    """The standard learner's hyperparameters (see the module docstring for how they were chosen)."""
+
+    alpha: float = 0.5
+    """Step size."""
+    gamma: float = 0.99
+    """Discount."""
+    epsilon_start: float = 0.1
+    """Exploration at the learner's first episode."""
+    epsilon_end: float = 0.05
+    """Exploration once the schedule has run out."""
+    epsilon_episodes: int = 200
+    """Learner episodes over which epsilon falls linearly from ``epsilon_start`` to ``epsilon_end``."""
+    q_init: float = 0.0
+    """Every Q(s, a) at the start."""
+
+    def epsilon(self, episodes: int) -> float:
+        """Exploration of the learner's episode number ``episodes`` (0-based)."""
+        frac = min(1.0, episodes / self.epsilon_episodes) if self.epsilon_episodes > 0 else 1.0
+        return float(self.epsilon_start + frac * (self.epsilon_end - self.epsilon_start))
+
+
+class OnlineQPolicy(LearnerPolicy):
+    """The learner acting epsilon-greedily on its Q and learning after every step (the collector calls
+    :meth:`observe`)."""
+
+    def observe(self, states: np.ndarray, actions: np.ndarray, rewards: np.ndarray, next_states: np.ndarray,
+                terminated: np.ndarray) -> None:
+        self.learner.update(states, actions, rewards, next_states, terminated)
+
+
+class QLearningMode:
+    """The standard epsilon-greedy tabular Q-learner (see the module docstring)."""
+
+    name = "q-learning"
+    needs_session = False
+    judges_candidates = True
+    settings = QLearningSettings()
+
+    def __init__(self) -> None:
+        self.learner: QLearner | None = None
+
+    def prepare(self, setup: Setup, resumed: bool) -> dict[str, Any]:
+        return {"learner": {"algorithm": "tabular Q-learning, epsilon-greedy in its own episodes, one update per "
+                                         "step; its greedy table is judged", **asdict(self.settings)}}
+
+    def start(self, run: RunServices) -> None:
+        run.start_from_initial()
+        s = self.settings
+        self.learner = QLearner(run.observation.n_states, run.actions.n_actions, s.alpha, s.gamma, s.q_init)
+
+    def _learner(self) -> QLearner:
+        assert self.learner is not None, "start() or load_state_dict() first"
+        return self.learner
+
+    def iterate(self, run: RunServices, iteration: int) -> Step:
+        learner = self._learner()
+        run.score_best(iteration)
+        seeds = run.train_seeds()
+        rng = np.random.default_rng([run.cfg.seed, iteration, 17])
+        policy = OnlineQPolicy(learner, run.observation, rng, self.settings.epsilon(learner.episodes))
+        used: list[float] = []
+
+        def ended(_ep: Episode) -> None:
+            used.append(policy.epsilon)
+            learner.episodes += 1
+            policy.epsilon = self.settings.epsilon(learner.episodes)
+
+        episodes = run.train_on(policy, seeds, iteration, ended)
+        verdict = run.judge([learner.greedy()], iteration)
+        fields = {"candidates": 1, "learner_updates": learner.updates, "learner_episodes": learner.episodes,
+                  "epsilons": [round(e, 6) for e in used], "train_seeds": list(seeds)}
+        return Step(episodes, float(np.mean(used)) if used else None, [], verdict, verdict.accepted, fields=fields)
+
+    def finish(self, run: RunServices) -> dict[str, Any]:
+        learner = self._learner()
+        return {"candidates": 1, "learner_updates": learner.updates, "learner_episodes": learner.episodes}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"learner": None if self.learner is None else self.learner.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state["learner"] is not None:
+            self.learner = QLearner(1, 1)
+            self.learner.load_state_dict(state["learner"])
