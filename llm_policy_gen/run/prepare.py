@@ -12,8 +12,15 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..backends import (BACKENDS, default_backend_spec, is_client, is_llm, learner_mode, parse_backend_spec,
-                        provider_class)
+from ..backends import (
+    BACKENDS,
+    default_backend_spec,
+    is_client,
+    is_llm,
+    learner_mode,
+    parse_backend_spec,
+    provider_class,
+)
 from ..clients.keys import check_same_source
 from ..config import TrainConfig
 from ..envs import get_spec
