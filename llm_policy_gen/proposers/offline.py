@@ -9,9 +9,11 @@ and validator.
 
 Three kinds of move, each giving K different candidates per iteration:
 
-* **Population search over rules** (``--output-format rules``): augmented random search over the weights of linear
-  rules, using the K candidates of each iteration as pairs of opposite steps from the search centre and moving the
-  centre with their test means (:mod:`llm_policy_gen.proposers.population`).
+* **Population search over rules** (``--output-format rules``: a format whose answers are rule sets, its
+  ``refinable`` set): augmented random search over the weights of linear rules, using the K candidates of each
+  iteration as pairs of opposite steps from the search centre and moving the centre with their test means
+  (:mod:`llm_policy_gen.proposers.population`).
+
 * **Rule search** (specs with a linear prior, e.g. CartPole): a (1+K) evolution strategy over the weights of the
   linear rule ``action = positive if w . normalised_bin_centre + b > 0``. The first candidate ever is the prior
   itself. Each later candidate perturbs the weights of the best accepted rule: even candidates with Gaussian noise
@@ -124,7 +126,7 @@ class OfflineProposer(TableSearch):
             from .potential import potential_tables
 
             return potential_tables(ctx, k, self.seed)
-        if ctx.fmt.name == "rules":  # rule sets, rendered by the rules format
+        if ctx.fmt.refinable:  # rule sets, rendered by a format that answers them (rules)
             return list(self.rules_search.propose(ctx, k))
         obs = ctx.observation
         if ctx.spec.prior is not None and isinstance(obs, BoxDiscretizer):

@@ -52,9 +52,9 @@ noise (0.5 by default) moves a bound by about one bin."""
 
 def kept_rules(ctx: PromptContext) -> RuleSet:
     """The rules the kept table was compiled from, else the decision list equal to the kept table."""
-    source = ctx.current_source
-    if source is not None and source.get("format") == "rules":
-        return RuleSet.from_dict(source)
+    rules = RuleSet.of_source(ctx.current_source)
+    if rules is not None:
+        return rules
     return table_as_rules(np.asarray(ctx.current_table), ctx.observation, ctx.target)
 
 
@@ -189,7 +189,8 @@ class RefiningProposer:
         self.asked_model = True
         answers = self.llm.propose(ctx, messages, k)
         self.model_rules = [(ctx.iteration, a.candidate, a.parsed.source) for a in answers
-                            if a.parsed is not None and a.parsed.source and a.parsed.source.get("format") == "rules"]
+                            if a.parsed is not None and a.parsed.source
+                            and RuleSet.of_source(a.parsed.source) is not None]
         return answers
 
     def _model_rules_best_first(self, ctx: PromptContext) -> list[RuleSet]:
