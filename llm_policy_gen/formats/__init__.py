@@ -4,6 +4,7 @@
 * ``edits`` -- changes to the current table as boxes of bins (:mod:`.edits`);
 * ``rules`` -- a decision list and linear rules compiled into the table (:mod:`.rules`; the rule language and its
   compiler: :mod:`.ruleset`);
+* ``decisions`` -- a decision list ``if <bins> then <entry>``, first match wins, and a default (:mod:`.decisions`);
 * ``action`` -- one ``Action: N`` line, the direct mode's answer (:mod:`.action`).
 
 A new format is one file implementing :class:`~llm_policy_gen.formats.base.AnswerFormat` plus one
@@ -26,6 +27,8 @@ FORMATS.register("edits", "llm_policy_gen.formats.edits:EditsFormat",
                  description="changes to the current table as boxes of bins")
 FORMATS.register("rules", "llm_policy_gen.formats.rules:RulesFormat",
                  description="a decision list and linear rules that compile into the table")
+FORMATS.register("decisions", "llm_policy_gen.formats.decisions:DecisionsFormat",
+                 description="an ordered list of 'if bins then entry', first match wins, and a default")
 FORMATS.register("action", "llm_policy_gen.formats.action:ActionFormat",
                  description="one 'Action: N' line (direct mode)", table=False)
 
