@@ -17,8 +17,9 @@ table that was not compiled from a list (the initial one, or a non-LLM proposer'
 it, which is also how :meth:`DecisionsFormat.render` answers for the ``offline`` search.
 
 Schema bounds: the conditions of a decision per dimension (:func:`~.edits.conditions_schema`), ``then`` and
-``default`` in the target's range, at most :data:`MAX_DECISIONS` decisions (a bound the validator does not keep).
-``min_bin <= max_bin`` and a dimension named twice are left to the validator.
+``default`` in the target's range and, up to :data:`~.table.ROWS_BOUND_UP_TO` states, at most one decision per state
+(more can only repeat a box; the list equal to any table has fewer). ``min_bin <= max_bin``, a dimension named twice
+and longer lists are left to the validator.
 """
 
 from __future__ import annotations
@@ -48,13 +49,10 @@ from .base import (
 )
 from .edits import Condition, Edit, ValueEdit, _check, conditions_schema, describe_edit_dims
 from .ruleset import table_as_rules
-from .table import entry_fields
+from .table import ROWS_BOUND_UP_TO, entry_fields
 
-__all__ = ["DecisionsFormat", "MAX_DECISIONS"]
+__all__ = ["DecisionsFormat"]
 
-MAX_DECISIONS = 256
-"""Most decisions the schema lets a model write (the validator takes longer lists: the list equal to an irregular
-table, which a non-LLM proposer's answer may be)."""
 
 
 class _Decision(BaseModel):
@@ -102,11 +100,12 @@ class DecisionsFormat(AnswerFormat[np.ndarray]):
         box["then"].update(ctx.target.json_schema())
         schema["$defs"].pop("Condition", None)
         schema["properties"]["default"].update(ctx.target.json_schema())
-        schema["properties"]["decisions"]["maxItems"] = MAX_DECISIONS
+        if ctx.n_states <= ROWS_BOUND_UP_TO:  # a grammar-constrained model cannot go on listing decisions
+            schema["properties"]["decisions"]["maxItems"] = ctx.n_states
         return with_enums(schema)
 
     def prompt_section(self, ctx: FormatContext) -> str:
-        return fill("format_decisions.md", max_state=ctx.n_states - 1, max_decisions=MAX_DECISIONS,
+        return fill("format_decisions.md", max_state=ctx.n_states - 1,
                     dims="\n".join(describe_edit_dims(ctx.observation)), **entry_fields(ctx.target))
 
     def parse(self, text: str, ctx: FormatContext) -> Parsed[np.ndarray]:
