@@ -41,8 +41,8 @@ from .memory import ExperienceMemory, StateEvidence, episode_stats, median_episo
 from .table_text import entry_text, table_text
 from .templates import prompts_dir, template
 
-__all__ = ["HistoryEntry", "PromptContext", "PromptBuilder", "prompts_dir", "CHARS_PER_TOKEN", "default_token_cap",
-           "EVIDENCE_KINDS"]
+__all__ = ["HistoryEntry", "IterationState", "PromptContext", "PromptBuilder", "prompts_dir", "CHARS_PER_TOKEN",
+           "default_token_cap", "EVIDENCE_KINDS"]
 
 #: What ``--evidence`` accepts: which episodes the prompt shows (see the module docstring).
 EVIDENCE_KINDS = ("extremes", "summary", "both")
@@ -84,9 +84,10 @@ class HistoryEntry:
         return cls(**d)
 
 
-@dataclass
-class PromptContext:
-    """Everything a prompt is rendered from. The non-LLM proposers read this instead of the text."""
+@dataclass(kw_only=True)
+class IterationState:
+    """What a proposer reads of an iteration: the task, the incumbent it answers, the answer format, the evidence
+    and the verdicts so far. The non-LLM proposers read this instead of the prompt's text."""
 
     spec: EnvSpec
     observation: ObservationDiscretizer
@@ -94,26 +95,12 @@ class PromptContext:
     iteration: int
     current_table: np.ndarray
     """The incumbent the answer edits: actions (or values, for a potential) per state."""
-    best_eval_mean: float | None
-    """The incumbent's mean on this iteration's test seeds."""
-    eval_episodes: int
-    memory: ExperienceMemory
     evidence: StateEvidence
     fmt: AnswerFormat[Any]
     target: Target
     history: list[HistoryEntry] = field(default_factory=list)
-    best_k: int = 4
-    worst_k: int = 1
-    seed: int = 0
-    candidates: int = 1
-    """How many candidates this iteration asks for."""
-    mode: str = "table"
     fresh: list[Episode] = field(default_factory=list)
     """Episodes counted since the previous proposal (what an incremental learner has not seen yet)."""
-    templates: tuple[str, str] = ("system.md", "user.md")
-    """The (system, user) templates of the mode."""
-    sections: dict[str, str] = field(default_factory=dict)
-    """Extra template fields a mode supplies (its own sections of the prompt)."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Extra data a mode gives the non-LLM proposers (e.g. the learner's Q-table)."""
     current_source: dict[str, Any] | None = None
@@ -125,6 +112,27 @@ class PromptContext:
 
     def format_context(self) -> FormatContext:
         return FormatContext(self.observation, self.actions, self.current_table, self.target, self.spec)
+
+
+@dataclass(kw_only=True)
+class PromptContext(IterationState):
+    """Everything a prompt is rendered from: the iteration's state (what proposers read) and the fields only the
+    templates render."""
+
+    best_eval_mean: float | None
+    """The incumbent's mean on this iteration's test seeds."""
+    eval_episodes: int
+    memory: ExperienceMemory
+    best_k: int = 4
+    worst_k: int = 1
+    seed: int = 0
+    candidates: int = 1
+    """How many candidates this iteration asks for."""
+    mode: str = "table"
+    templates: tuple[str, str] = ("system.md", "user.md")
+    """The (system, user) templates of the mode."""
+    sections: dict[str, str] = field(default_factory=dict)
+    """Extra template fields a mode supplies (its own sections of the prompt)."""
 
 
 @dataclass(frozen=True)

@@ -118,3 +118,16 @@ def test_a_decision_list_through_a_fake_server_is_repaired_and_resumes(fake_open
     assert policy.source == {"format": "decisions", "default": 0, "decisions": [
         {"when": [_when(3, 3, 5)], "then": 1}, {"when": [_when(2, 3, 5)], "then": 1}]}
     assert len(fake_openai.bodies) == 3  # the resumed run sent only iteration 2's call
+
+
+def test_proposers_read_the_iteration_state_not_the_prompts_fields() -> None:
+    """``PromptContext`` is the iteration's state plus what only templates render; proposers are typed on the
+    state (mypy then refuses a proposer that reads a template field)."""
+    importing = [p.name for p in sorted((PACKAGE / "proposers").glob("*.py"))
+                 for n in ast.walk(ast.parse(p.read_text(encoding="utf-8")))
+                 if isinstance(n, ast.ImportFrom) and any(a.name == "PromptContext" for a in n.names)]
+    assert not importing
+    from llm_policy_gen.prompt import IterationState, PromptContext
+
+    rendered_only = {f for f in PromptContext.__dataclass_fields__} - set(IterationState.__dataclass_fields__)
+    assert {"best_eval_mean", "eval_episodes", "memory", "templates", "sections"} <= rendered_only

@@ -1,7 +1,7 @@
 """Classic tabular Q-learning on the same discretization (a baseline, not a language model).
 
 Off-policy tabular Q-learning over the experience the engine collects. At each call it takes the episodes counted
-since its previous call (``PromptContext.fresh``: the training episodes, which run the best table with epsilon
+since its previous call (``IterationState.fresh``: the training episodes, which run the best table with epsilon
 exploration, and the test and confirmation episodes of the incumbent and of earlier candidates) and sweeps them
 once, in arrival order, with the update ``Q(s, a) += alpha * (r + gamma * max_a' Q(s', a') - Q(s, a))``; the target
 is ``r`` at a termination, and the last step of an episode cut by the time limit is skipped (its next state is not
@@ -19,7 +19,7 @@ Hyperparameters (documented defaults):
 The first candidate is the greedy table of ``Q``; among tied actions the current table's action is kept, then the
 lowest index. With K > 1 the other candidates are Boltzmann samples of ``Q``.
 
-Like the offline optimiser it reads the :class:`~llm_policy_gen.prompt.PromptContext` and never steps an
+Like the offline optimiser it reads the :class:`~llm_policy_gen.prompt.IterationState` and never steps an
 environment, so every episode it learns from is one the engine ran and counted ("does the LLM beat a table learner
 with the same budget of episodes?" then has an answer).
 """
@@ -35,7 +35,7 @@ from ..clients.transcript import Transcript
 from ..collect import Episode
 from ..errors import UserError
 from ..learner import optimistic_init, q_sweep
-from ..prompt import PromptContext
+from ..prompt import IterationState
 from .base import TableSearch
 
 __all__ = ["QLearningProposer"]
@@ -95,7 +95,7 @@ class QLearningProposer(TableSearch):
         keep = q[np.arange(q.shape[0]), cur] >= best
         return np.where(keep, cur, np.argmax(q, axis=1)).astype(np.int64)
 
-    def tables(self, ctx: PromptContext, k: int) -> list[tuple[np.ndarray, str]]:
+    def tables(self, ctx: IterationState, k: int) -> list[tuple[np.ndarray, str]]:
         """The greedy table of Q after learning from the episodes counted since the last call; for K > 1 the
         others are Boltzmann samples of Q (temperature: the spread of Q), each seeded by (seed, iteration, k)."""
         new = list(ctx.fresh)
