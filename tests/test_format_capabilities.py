@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 from fakes import openai_server
 from fakes.openai_server import ok
 
@@ -131,3 +132,20 @@ def test_proposers_read_the_iteration_state_not_the_prompts_fields() -> None:
 
     rendered_only = {f for f in PromptContext.__dataclass_fields__} - set(IterationState.__dataclass_fields__)
     assert {"best_eval_mean", "eval_episodes", "memory", "templates", "sections"} <= rendered_only
+
+
+class _Bare:
+    """A format written before capabilities: the protocol's methods, not its class."""
+
+    name = "bare"
+
+
+def test_a_format_class_that_does_not_subclass_the_protocol_is_named_at_once() -> None:
+    from llm_policy_gen.formats import make_format
+
+    FORMATS.register("bare", f"{__name__}:_Bare", description="test only")
+    try:
+        with pytest.raises(TypeError, match="'bare': _Bare must subclass formats.base.AnswerFormat"):
+            make_format("bare")
+    finally:
+        FORMATS.unregister("bare")
