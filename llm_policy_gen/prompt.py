@@ -12,10 +12,12 @@ added only while the prompt stays under ``max_chars`` characters, or, for a back
 ``summary`` or ``both``, lines of the episode section are cut the same way (last lines first) when the prompt would
 pass the cap even without evidence rows.
 
-With the ``rules`` answer format the table may be far too big to print (Hopper over all eleven observations), so the
-prompt never shows it: the current table appears as the rules it was compiled from, the evidence is summarised per
-dimension (for each bin: its share of the steps, their mean discounted return-to-go, how often episodes ended there)
-and episode steps name their bins instead of a flat state index.
+What the prompt shows of the table and the evidence, the answer format decides through its capabilities
+(:class:`~llm_policy_gen.formats.base.AnswerFormat`), never its name. With the ``rules`` answer format the table may be
+far too big to print (Hopper over all eleven observations), so it does not show it (``shows_table``): the current
+table appears as the rules it was compiled from; and it summarises the evidence (``summarises_evidence``): per
+dimension (for each bin: its share of the steps, their mean discounted return-to-go, how often episodes ended there),
+with episode steps naming their bins instead of a flat state index.
 """
 
 from __future__ import annotations
@@ -39,8 +41,8 @@ from .memory import ExperienceMemory, StateEvidence, episode_stats, median_episo
 from .table_text import entry_text, table_text
 from .templates import prompts_dir, template
 
-__all__ = ["HistoryEntry", "PromptContext", "PromptBuilder", "prompts_dir", "CHARS_PER_TOKEN", "default_token_cap",
-           "EVIDENCE_KINDS"]
+__all__ = ["HistoryEntry", "IterationState", "PromptContext", "PromptBuilder", "prompts_dir", "CHARS_PER_TOKEN",
+           "default_token_cap", "EVIDENCE_KINDS"]
 
 #: What ``--evidence`` accepts: which episodes the prompt shows (see the module docstring).
 EVIDENCE_KINDS = ("extremes", "summary", "both")
@@ -82,9 +84,10 @@ class HistoryEntry:
         return cls(**d)
 
 
-@dataclass
-class PromptContext:
-    """Everything a prompt is rendered from. The non-LLM proposers read this instead of the text."""
+@dataclass(kw_only=True)
+class IterationState:
+    """What a proposer reads of an iteration: the task, the incumbent it answers, the answer format, the evidence
+    and the verdicts so far. The non-LLM proposers read this instead of the prompt's text."""
 
     spec: EnvSpec
     observation: ObservationDiscretizer
@@ -92,26 +95,12 @@ class PromptContext:
     iteration: int
     current_table: np.ndarray
     """The incumbent the answer edits: actions (or values, for a potential) per state."""
-    best_eval_mean: float | None
-    """The incumbent's mean on this iteration's test seeds."""
-    eval_episodes: int
-    memory: ExperienceMemory
     evidence: StateEvidence
     fmt: AnswerFormat[Any]
     target: Target
     history: list[HistoryEntry] = field(default_factory=list)
-    best_k: int = 4
-    worst_k: int = 1
-    seed: int = 0
-    candidates: int = 1
-    """How many candidates this iteration asks for."""
-    mode: str = "table"
     fresh: list[Episode] = field(default_factory=list)
     """Episodes counted since the previous proposal (what an incremental learner has not seen yet)."""
-    templates: tuple[str, str] = ("system.md", "user.md")
-    """The (system, user) templates of the mode."""
-    sections: dict[str, str] = field(default_factory=dict)
-    """Extra template fields a mode supplies (its own sections of the prompt)."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Extra data a mode gives the non-LLM proposers (e.g. the learner's Q-table)."""
     current_source: dict[str, Any] | None = None
@@ -123,6 +112,27 @@ class PromptContext:
 
     def format_context(self) -> FormatContext:
         return FormatContext(self.observation, self.actions, self.current_table, self.target, self.spec)
+
+
+@dataclass(kw_only=True)
+class PromptContext(IterationState):
+    """Everything a prompt is rendered from: the iteration's state (what proposers read) and the fields only the
+    templates render."""
+
+    best_eval_mean: float | None
+    """The incumbent's mean on this iteration's test seeds."""
+    eval_episodes: int
+    memory: ExperienceMemory
+    best_k: int = 4
+    worst_k: int = 1
+    seed: int = 0
+    candidates: int = 1
+    """How many candidates this iteration asks for."""
+    mode: str = "table"
+    templates: tuple[str, str] = ("system.md", "user.md")
+    """The (system, user) templates of the mode."""
+    sections: dict[str, str] = field(default_factory=dict)
+    """Extra template fields a mode supplies (its own sections of the prompt)."""
 
 
 @dataclass(frozen=True)
@@ -257,7 +267,8 @@ class PromptBuilder:
         if not len(mem):
             return ["(no episodes yet)"]
         lines = [f"{len(mem)} episodes in memory."]
-        sizes = table_dims(ctx.observation) if _by_rules(ctx) and len(table_dims(ctx.observation)) > 1 else None
+        by_bins = ctx.fmt.summarises_evidence and len(table_dims(ctx.observation)) > 1
+        sizes = table_dims(ctx.observation) if by_bins else None
         if sizes is not None:
             lines[0] += " States are shown as their bins, one digit (or number) per dimension in order."
         if self.evidence != "extremes":
@@ -296,7 +307,7 @@ class PromptBuilder:
         return lines + dimension_lines(st, obs, unit)
 
     def evidence_rows(self, ctx: PromptContext) -> list[str]:
-        if _by_rules(ctx):
+        if ctx.fmt.summarises_evidence:
             return evidence_by_dimension(ctx.evidence, ctx.observation)
         ev = ctx.evidence
         order = np.argsort(-ev.visits, kind="stable")
@@ -320,15 +331,15 @@ class PromptBuilder:
         The text of the last table is kept: between adoptions the current table does not change, and writing a big
         table as regions or rules takes seconds (9 s for a Hopper-v5.rich table of 560,000 states)."""
         table = np.asarray(ctx.current_table)
-        rules = _by_rules(ctx)
-        # the rules source is copied, so that the key stays what the text was written from
-        key = (ctx.observation.to_spec(), ctx.target, copy.deepcopy(ctx.current_source), self.limit, self.size, rules)
+        # the source (the rules) is copied, so that the key stays what the text was written from
+        key = (ctx.observation.to_spec(), ctx.target, copy.deepcopy(ctx.current_source), self.limit, self.size,
+               type(ctx.fmt), ctx.fmt.shows_table)
         memo = self._table_memo
         if (memo is not None and memo.key == key and memo.table.dtype == table.dtype
                 and np.array_equal(memo.table, table)):
             return memo.text
         text = table_text(table, ctx.observation, ctx.target, self.limit // 3, self.size, ctx.current_source,
-                          rules=rules)
+                          fmt=ctx.fmt)
         self._table_memo = _TableMemo(key, table.copy(), text)
         return text
 
@@ -364,14 +375,14 @@ class PromptBuilder:
         if self.evidence != "extremes":  # the episode lines are cut like evidence rows when even they do not fit
             lines = self.episode_lines(ctx)
             shown = len(lines)
-            whole = self.size("\n".join(rows)) if _by_rules(ctx) else 0  # rows a rules prompt never cuts
+            whole = self.size("\n".join(rows)) if ctx.fmt.summarises_evidence else 0  # rows never cut
             while shown > 1 and self.size(base) + whole + self.size(system_text) + 40 > self.limit:
                 shown -= 1
                 fields["episodes"] = "\n".join(
                     [*lines[:shown], f"({len(lines) - shown} lines left out to fit the prompt's cap)"])
                 base = tmpl.safe_substitute(fields, evidence="")
         # Per-dimension summaries (rules answers) are one line per dimension: always kept whole.
-        budget = 10**9 if _by_rules(ctx) else self.limit - self.size(base) - self.size(system_text) - 40
+        budget = 10**9 if ctx.fmt.summarises_evidence else self.limit - self.size(base) - self.size(system_text) - 40
         kept: list[str] = []
         used = 0
         for r in rows:
@@ -387,8 +398,3 @@ class PromptBuilder:
 
     def repair(self, errors: list[str]) -> str:
         return Template(self.template("repair.md")).safe_substitute(errors="\n".join(f"- {e}" for e in errors))
-
-
-def _by_rules(ctx: PromptContext) -> bool:
-    """True when answers are rules: the prompt shows rules and summaries, never the table."""
-    return ctx.fmt.name == "rules"

@@ -1,30 +1,29 @@
 """The current table as prompt text, under a size budget: its rows (per bin tuple of the first dimensions, per grid
-row, or run-length ranges), else regions of equal entries when the rows do not fit; with ``rules`` answers the rules
-it was compiled from, or for a table that was not, a decision list equal to it (the table itself is never shown)."""
+row, or run-length ranges), else regions of equal entries when the rows do not fit; for an answer format that does not
+show the table (``rules``), what the format writes instead (the table itself is never shown)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 
 from .discretize import BoxDiscretizer, DiscreteDiscretizer, ObservationDiscretizer
-from .formats.base import Target
+from .formats.base import AnswerFormat, Target
 from .formats.edits import table_as_edits
-from .formats.rules import table_as_rules
-from .formats.ruleset import RuleSet
 
-__all__ = ["table_text", "rules_text", "table_rows", "entry_text"]
+__all__ = ["table_text", "table_rows", "entry_text"]
 
 
 def table_text(table: np.ndarray, observation: ObservationDiscretizer, target: Target, budget: int,
-               size: Callable[[str], int], source: Mapping[str, Any] | None = None, rules: bool = False) -> str:
-    """``table`` as rows when they fit ``budget`` (measured by ``size``), else as regions of equal entries; with
-    ``rules``, as :func:`rules_text`."""
-    if rules:
-        return rules_text(table, observation, target, budget, size, source)
+               size: Callable[[str], int], source: Mapping[str, Any] | None = None,
+               fmt: AnswerFormat[Any] | None = None) -> str:
+    """``table`` as rows when they fit ``budget`` (measured by ``size``), else as regions of equal entries; with an
+    answer format ``fmt`` that does not show the table, what its :meth:`~.formats.base.AnswerFormat.current_text`
+    writes (``source``: what the table was compiled from)."""
+    if fmt is not None and not fmt.shows_table:
+        return fmt.current_text(table, observation, target, budget, size, source)
     text = table_rows(table, observation, target)
     if size(text) <= budget:
         return text
@@ -41,34 +40,6 @@ def table_text(table: np.ndarray, observation: ObservationDiscretizer, target: T
         lines.append(line)
         used += size(line) + 1
     return "\n".join(lines)
-
-
-def rules_text(table: np.ndarray, observation: ObservationDiscretizer, target: Target, budget: int,
-               size: Callable[[str], int], source: Mapping[str, Any] | None = None) -> str:
-    """The rules ``table`` was compiled from (``source``), else a decision list equal to it, as JSON; the first cases
-    only when the whole does not fit ``budget``."""
-    if source is not None and source.get("format") == "rules":
-        rules = RuleSet.from_dict(source)
-        head = "The current rules (the table is compiled from them):"
-    else:
-        rules = table_as_rules(np.asarray(table), observation, target)
-        head = "The current table, written as rules (it was not compiled from rules):"
-    otherwise = rules.otherwise
-    if otherwise is None:  # linear rules decide those states; the schema still asks for a value (then ignored)
-        otherwise = table_as_rules(np.asarray(table), observation, target).otherwise
-    body = {"cases": rules.cases, "linear": rules.linear, "otherwise": otherwise}
-    text = json.dumps(body, separators=(",", ":"))
-    if size(text) > budget:
-        shown = {**body, "cases": []}
-        kept: list[dict[str, Any]] = []
-        for case in rules.cases:
-            if size(json.dumps({**shown, "cases": [*kept, case]}, separators=(",", ":"))) > budget:
-                break
-            kept.append(case)
-        text = json.dumps({**shown, "cases": kept}, separators=(",", ":")) + (
-            f"\n({len(rules.cases) - len(kept)} more cases not shown: the first {len(kept)} of "
-            f"{len(rules.cases)})")
-    return f"{head}\n{text}"
 
 
 def table_rows(table: np.ndarray, observation: ObservationDiscretizer, target: Target) -> str:

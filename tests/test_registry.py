@@ -85,7 +85,7 @@ def test_an_unknown_output_format_is_one_line_on_stderr(tmp_path: Path, capsys: 
 
 
 # ----------------------------------------------------------------------------------------------- a format of our own
-class DigitsFormat:
+class DigitsFormat(AnswerFormat[np.ndarray]):
     """``digits``: the whole table as one line ``TABLE: a0 a1 a2 ...`` (plain text, action targets only)."""
 
     name = "digits"

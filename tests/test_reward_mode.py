@@ -133,8 +133,9 @@ def _context(env_id: str, episodes: list[Episode], env_kwargs: dict | None = Non
     obs, acts = spec.observation_discretizer(), spec.action_discretizer()
     memory = ExperienceMemory(obs.n_states, acts.n_actions)
     memory.add(episodes)
-    return PromptContext(spec, obs, acts, 1, np.zeros(obs.n_states), None, 3, memory, memory.evidence(),
-                         make_format("table"), Target("value", low=-100.0, high=100.0),
+    return PromptContext(spec=spec, observation=obs, actions=acts, iteration=1, current_table=np.zeros(obs.n_states),
+                         best_eval_mean=None, eval_episodes=3, memory=memory, evidence=memory.evidence(),
+                         fmt=make_format("table"), target=Target("value", low=-100.0, high=100.0),
                          extra={"learner_gamma": 0.99})
 
 

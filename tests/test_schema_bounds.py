@@ -102,6 +102,10 @@ def random_answer(rng: np.random.Generator, name: str, ctx: FormatContext) -> di
         return {"rationale": "r", "rows": [{"state": int(s), target.field: entry(rng, target)} for s in states]}
     if name == "edits":
         return {"rationale": "r", "edits": [box(rng, sizes, target) for _ in range(int(rng.integers(1, 5)))]}
+    if name == "decisions":
+        boxes = [box(rng, sizes, target) for _ in range(int(rng.integers(0, 5)))]
+        return {"rationale": "r", "decisions": [{"when": b["conditions"], "then": b[target.field]} for b in boxes],
+                "default": entry(rng, target)}
     assert name == "rules", name
     asked = "value" if target.kind == "value" else asked_form(ctx.actions, ctx.spec)
     form = ["none", asked][int(rng.integers(2))]

@@ -4,6 +4,7 @@
 * ``edits`` -- changes to the current table as boxes of bins (:mod:`.edits`);
 * ``rules`` -- a decision list and linear rules compiled into the table (:mod:`.rules`; the rule language and its
   compiler: :mod:`.ruleset`);
+* ``decisions`` -- a decision list ``if <bins> then <entry>``, first match wins, and a default (:mod:`.decisions`);
 * ``action`` -- one ``Action: N`` line, the direct mode's answer (:mod:`.action`).
 
 A new format is one file implementing :class:`~llm_policy_gen.formats.base.AnswerFormat` plus one
@@ -17,7 +18,8 @@ from typing import Any
 from ..registry import Registry
 from .base import AnswerFormat
 
-__all__ = ["FORMATS", "make_format", "AUTO_EDITS_ABOVE", "resolve_format_name", "table_format_names"]
+__all__ = ["FORMATS", "make_format", "AUTO_EDITS_ABOVE", "resolve_format_name", "table_format_names",
+           "refinable_format_names"]
 
 FORMATS: Registry[type[AnswerFormat[Any]]] = Registry("answer format", "--output-format")
 FORMATS.register("table", "llm_policy_gen.formats.table:TableFormat", description="every row of the table")
@@ -25,6 +27,8 @@ FORMATS.register("edits", "llm_policy_gen.formats.edits:EditsFormat",
                  description="changes to the current table as boxes of bins")
 FORMATS.register("rules", "llm_policy_gen.formats.rules:RulesFormat",
                  description="a decision list and linear rules that compile into the table")
+FORMATS.register("decisions", "llm_policy_gen.formats.decisions:DecisionsFormat",
+                 description="an ordered list of 'if bins then entry', first match wins, and a default")
 FORMATS.register("action", "llm_policy_gen.formats.action:ActionFormat",
                  description="one 'Action: N' line (direct mode)", table=False)
 
@@ -44,6 +48,15 @@ def table_format_names() -> list[str]:
     return [n for n in FORMATS.names() if FORMATS.entry(n).info.get("table", True)]
 
 
+def refinable_format_names() -> list[str]:
+    """The formats whose answers are rule sets the population search tunes (``--refine`` needs one)."""
+    return [n for n in table_format_names() if FORMATS.load(n).refinable]
+
+
 def make_format(name: str) -> AnswerFormat[Any]:
-    """An instance of the format registered as ``name``."""
-    return FORMATS.load(name)()
+    """An instance of the format registered as ``name`` (a class that subclasses
+    :class:`~llm_policy_gen.formats.base.AnswerFormat`, whose capabilities it inherits)."""
+    fmt = FORMATS.load(name)()
+    if not isinstance(fmt, AnswerFormat):  # a capability missing: the class does not subclass the protocol
+        raise TypeError(f"answer format {name!r}: {type(fmt).__name__} must subclass formats.base.AnswerFormat")
+    return fmt

@@ -12,7 +12,7 @@ from typing import Any
 
 from ..errors import ProposalError
 from ..templates import fill
-from .base import FormatContext, Parsed
+from .base import AnswerFormat, FormatContext, Parsed
 
 __all__ = ["ActionFormat", "parse_action"]
 
@@ -30,7 +30,7 @@ def parse_action(text: str, n_actions: int) -> int:
     return a
 
 
-class ActionFormat:
+class ActionFormat(AnswerFormat[int]):
     """``action``: a single ``Action: N`` line."""
 
     name = "action"

@@ -29,8 +29,9 @@ from __future__ import annotations
 import copy
 import json
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError
@@ -138,9 +139,30 @@ class Parsed(Generic[V]):
 
 @runtime_checkable
 class AnswerFormat(Protocol[V]):
-    """A way of answering: schema, prompt section, parser and renderer."""
+    """A way of answering: schema, prompt section, parser and renderer, and its capabilities.
+
+    The capabilities are what the rest of the package asks a format (the prompt builder, the proposers, the
+    preflight), never its name. A format class subclasses this protocol to inherit their defaults (those of a plain
+    table answer) and sets the ones it differs in."""
 
     name: str
+
+    shows_table: ClassVar[bool] = True
+    """The prompt prints the current table: its rows, or regions of equal entries when they do not fit. False: it
+    prints what :meth:`current_text` writes instead and the table never appears (``rules``: the rules the table was
+    compiled from, since a big table cannot be printed)."""
+    summarises_evidence: ClassVar[bool] = False
+    """The prompt's evidence is one summary line per observation dimension, always whole, and episode steps name
+    their bins; False: one row per visited state, the least visited cut to fit the prompt's cap."""
+    refinable: ClassVar[bool] = False
+    """Answers are rule sets (:class:`~.ruleset.RuleSet`, which :meth:`render` takes) whose numbers the population
+    search tunes: ``offline`` answers with its search over linear rules, and ``--refine`` needs such a format."""
+
+    def current_text(self, table: np.ndarray, observation: ObservationDiscretizer, target: Target, budget: int,
+                     size: Callable[[str], int], source: Mapping[str, Any] | None = None) -> str:
+        """The current answer as prompt text under ``budget`` (measured by ``size``), for a format that does not show
+        the table (:attr:`shows_table` False); ``source``: what ``table`` was compiled from (None: it was not)."""
+        raise NotImplementedError(f"{type(self).__name__} shows the table: it writes no text of its own")
 
     def json_schema(self, ctx: FormatContext) -> dict[str, Any] | None:
         """The JSON schema for native structured output (None: plain text)."""

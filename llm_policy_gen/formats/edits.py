@@ -38,6 +38,7 @@ from ..discretize import ObservationDiscretizer
 from ..errors import ProposalError
 from ..templates import fill
 from .base import (
+    AnswerFormat,
     AnswerModel,
     FormatContext,
     Parsed,
@@ -160,7 +161,7 @@ def _check(edits: list[Any], sizes: tuple[int, ...], names: list[str], target: T
     return errors
 
 
-class EditsFormat:
+class EditsFormat(AnswerFormat[np.ndarray]):
     """``edits``: changes to the current table as boxes of bins."""
 
     name = "edits"

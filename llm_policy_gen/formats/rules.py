@@ -40,6 +40,7 @@ in this format.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -49,6 +50,7 @@ from ..discretize import ActionDiscretizer, BoxActions, DiscreteActions, MultiDi
 from ..errors import ProposalError
 from ..templates import fill
 from .base import (
+    AnswerFormat,
     AnswerModel,
     FormatContext,
     Parsed,
@@ -61,8 +63,8 @@ from .base import (
     table_dims,
     with_enums,
 )
-from .edits import Edit, ValueEdit, _check, bound_boxes, describe_edit_dims, table_as_edits
-from .ruleset import RuleSet, feature_values, linear_form, output_levels
+from .edits import Edit, ValueEdit, _check, bound_boxes, describe_edit_dims
+from .ruleset import RuleSet, feature_values, linear_form, output_levels, rules_text, table_as_rules
 from .table import entry_fields
 
 if TYPE_CHECKING:
@@ -266,10 +268,13 @@ def _output_names(actions: ActionDiscretizer) -> list[str]:
 
 
 # ---------------------------------------------------------------------------------------------------- format
-class RulesFormat:
+class RulesFormat(AnswerFormat[np.ndarray]):
     """``rules``: a decision list and linear rules that compile into the table."""
 
     name = "rules"
+    shows_table = False  # a big table cannot be printed: the prompt shows the rules (current_text)
+    summarises_evidence = True
+    refinable = True
 
     def _model(self, target: Target) -> type[BaseModel]:
         return RulesAnswer if target.kind == "action" else ValueRulesAnswer
@@ -331,15 +336,10 @@ class RulesFormat:
             return value.to_json(rationale)
         return table_as_rules(np.asarray(value), ctx.observation, ctx.target).to_json(rationale)
 
-
-def table_as_rules(table: np.ndarray, observation: ObservationDiscretizer, target: Target) -> RuleSet:
-    """A decision list equal to ``table``: the most common entry as ``otherwise``, boxes of the others as cases."""
-    t = target.array(table).reshape(-1)
-    values, counts = np.unique(t, return_counts=True)
-    common = values[int(np.argmax(counts))].item()
-    boxes = [b for b in table_as_edits(t, observation) if b["entry"] != common]
-    cases = [{"conditions": b["conditions"], target.field: b["entry"]} for b in boxes]
-    return RuleSet(cases, [], common)
+    def current_text(self, table: np.ndarray, observation: ObservationDiscretizer, target: Target, budget: int,
+                     size: Callable[[str], int], source: Mapping[str, Any] | None = None) -> str:
+        """The rules the table was compiled from, or a decision list equal to it (:func:`~.ruleset.rules_text`)."""
+        return rules_text(table, observation, target, budget, size, source)
 
 
 def _rules_object(text: str) -> dict[str, Any]:

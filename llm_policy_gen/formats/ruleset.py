@@ -31,7 +31,7 @@ The answer that carries rules, its schema and its validator are in :mod:`.rules`
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,8 +46,10 @@ from ..discretize import (
     ObservationDiscretizer,
 )
 from .base import Target, table_dims
+from .edits import table_as_edits
 
-__all__ = ["RuleSet", "RulesPolicy", "feature_values", "output_levels", "linear_form", "RULES_VERSION"]
+__all__ = ["RuleSet", "RulesPolicy", "feature_values", "output_levels", "linear_form", "RULES_VERSION",
+           "table_as_rules", "rules_text"]
 
 RULES_VERSION = 1
 """Version of the ``source`` a rules policy file carries."""
@@ -155,6 +157,13 @@ class RuleSet:
         return cls([dict(c) for c in data.get("cases", [])], [dict(r) for r in data.get("linear", [])],
                    data.get("otherwise"))
 
+    @classmethod
+    def of_source(cls, source: Mapping[str, Any] | None) -> RuleSet | None:
+        """The rules a policy's ``source`` holds (:meth:`to_dict`), or None: no source, or another format's."""
+        if source is not None and source.get("format") == "rules":
+            return cls.from_dict(source)
+        return None
+
     def to_json(self, rationale: str) -> str:
         """The answer text (shortest float representations, no spaces)."""
         body = {"rationale": rationale, "cases": self.cases, "linear": self.linear, "otherwise": self.otherwise}
@@ -240,3 +249,41 @@ class RulesPolicy:
         bins = _observation_bins(self.observation, obs).T
         x = np.stack([f[b] for f, b in zip(self._features, bins, strict=True)])
         return self.rules.decide(bins, x, self.actions, self.target)[0]
+
+
+def table_as_rules(table: np.ndarray, observation: ObservationDiscretizer, target: Target) -> RuleSet:
+    """A decision list equal to ``table``: the most common entry as ``otherwise``, boxes of the others as cases."""
+    t = target.array(table).reshape(-1)
+    values, counts = np.unique(t, return_counts=True)
+    common = values[int(np.argmax(counts))].item()
+    boxes = [b for b in table_as_edits(t, observation) if b["entry"] != common]
+    cases = [{"conditions": b["conditions"], target.field: b["entry"]} for b in boxes]
+    return RuleSet(cases, [], common)
+
+
+def rules_text(table: np.ndarray, observation: ObservationDiscretizer, target: Target, budget: int,
+               size: Callable[[str], int], source: Mapping[str, Any] | None = None) -> str:
+    """The rules ``table`` was compiled from (``source``), else a decision list equal to it, as JSON; the first cases
+    only when the whole does not fit ``budget`` (measured by ``size``): what a rules prompt shows of the table."""
+    rules = RuleSet.of_source(source)
+    if rules is not None:
+        head = "The current rules (the table is compiled from them):"
+    else:
+        rules = table_as_rules(np.asarray(table), observation, target)
+        head = "The current table, written as rules (it was not compiled from rules):"
+    otherwise = rules.otherwise
+    if otherwise is None:  # linear rules decide those states; the schema still asks for a value (then ignored)
+        otherwise = table_as_rules(np.asarray(table), observation, target).otherwise
+    body = {"cases": rules.cases, "linear": rules.linear, "otherwise": otherwise}
+    text = json.dumps(body, separators=(",", ":"))
+    if size(text) > budget:
+        shown = {**body, "cases": []}
+        kept: list[dict[str, Any]] = []
+        for case in rules.cases:
+            if size(json.dumps({**shown, "cases": [*kept, case]}, separators=(",", ":"))) > budget:
+                break
+            kept.append(case)
+        text = json.dumps({**shown, "cases": kept}, separators=(",", ":")) + (
+            f"\n({len(rules.cases) - len(kept)} more cases not shown: the first {len(kept)} of "
+            f"{len(rules.cases)})")
+    return f"{head}\n{text}"

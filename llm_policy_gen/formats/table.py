@@ -35,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, Valid
 from ..errors import ProposalError
 from ..templates import fill
 from .base import (
+    AnswerFormat,
     AnswerModel,
     FormatContext,
     Parsed,
@@ -95,7 +96,7 @@ def format_entry(target: Target, x: Any) -> str:
     return str(int(x)) if target.kind == "action" else json.dumps(float(x))
 
 
-class TableFormat:
+class TableFormat(AnswerFormat[np.ndarray]):
     """``table``: every row of the table."""
 
     name = "table"

@@ -1,6 +1,6 @@
 """What answers a prompt context: the :class:`Proposer` protocol, and the shared shape of the non-LLM searches.
 
-A proposer takes the :class:`~llm_policy_gen.prompt.PromptContext` of an iteration (and the messages rendered from
+A proposer takes the :class:`~llm_policy_gen.prompt.IterationState` of an iteration (and the messages rendered from
 it) and returns K candidate answers (:class:`~llm_policy_gen.clients.session.Answer`), each a validated table or the
 reason it has none. :class:`~llm_policy_gen.proposers.llm.LLMProposer` asks a model through the run's
 :class:`~llm_policy_gen.clients.session.LLMSession`; the non-LLM proposers (``offline``, ``q-learning``, ``random``)
@@ -21,7 +21,7 @@ from ..clients.session import Answer
 from ..clients.transcript import Transcript
 from ..clients.usage import Usage
 from ..errors import ProposalError
-from ..prompt import PromptContext
+from ..prompt import IterationState
 
 __all__ = ["Proposer", "TableSearch"]
 
@@ -35,7 +35,7 @@ class Proposer(Protocol):
     model: str
     is_llm: bool
 
-    def propose(self, ctx: PromptContext, messages: Sequence[Message], k: int) -> list[Answer[Any]]:
+    def propose(self, ctx: IterationState, messages: Sequence[Message], k: int) -> list[Answer[Any]]:
         """K candidate answers for ``ctx`` (``messages`` is the prompt rendered from it)."""
         ...
 
@@ -66,12 +66,12 @@ class TableSearch:
         self.seed = int(seed)
         self.transcript = transcript or Transcript(None, {})
 
-    def tables(self, ctx: PromptContext, k: int) -> list[tuple[Any, str]]:
+    def tables(self, ctx: IterationState, k: int) -> list[tuple[Any, str]]:
         """``k`` tables (entries of ``ctx.target``), or values the run's answer format renders (rules), and a
         one-line rationale each."""
         raise NotImplementedError
 
-    def propose(self, ctx: PromptContext, messages: Sequence[Message], k: int) -> list[Answer[Any]]:
+    def propose(self, ctx: IterationState, messages: Sequence[Message], k: int) -> list[Answer[Any]]:
         out: list[Answer[Any]] = []
         fctx = ctx.format_context()
         for c, (table, rationale) in enumerate(self.tables(ctx, k), start=1):

@@ -7,7 +7,7 @@ candidates (it ends at -500 on CliffWalking-v1 and -200 on Taxi-v4, which the st
 (:func:`llm_policy_gen.backends.recorded_backend`).
 
 Off-policy tabular Q-learning over the experience the engine collects. At each call it takes the episodes counted
-since its previous call (``PromptContext.fresh``: the training episodes, which run the best table with epsilon
+since its previous call (``IterationState.fresh``: the training episodes, which run the best table with epsilon
 exploration, and the test and confirmation episodes of the incumbent and of earlier candidates) and sweeps them
 once, in arrival order, with the update ``Q(s, a) += alpha * (r + gamma * max_a' Q(s', a') - Q(s, a))``; the target
 is ``r`` at a termination, and the last step of an episode cut by the time limit is skipped (its next state is not
@@ -25,7 +25,7 @@ Hyperparameters (documented defaults):
 The first candidate is the greedy table of ``Q``; among tied actions the current table's action is kept, then the
 lowest index. With K > 1 the other candidates are Boltzmann samples of ``Q``.
 
-Like the offline optimiser it reads the :class:`~llm_policy_gen.prompt.PromptContext` and never steps an
+Like the offline optimiser it reads the :class:`~llm_policy_gen.prompt.IterationState` and never steps an
 environment, so every episode it learns from is one the engine ran and counted ("does the LLM beat a table learner
 with the same budget of episodes?" then has an answer).
 """
@@ -41,7 +41,7 @@ from ..clients.transcript import Transcript
 from ..collect import Episode
 from ..errors import UserError
 from ..learner import optimistic_init, q_sweep
-from ..prompt import PromptContext
+from ..prompt import IterationState
 from .base import TableSearch
 
 __all__ = ["KeptTableQProposer"]
@@ -102,7 +102,7 @@ class KeptTableQProposer(TableSearch):
         keep = q[np.arange(q.shape[0]), cur] >= best
         return np.where(keep, cur, np.argmax(q, axis=1)).astype(np.int64)
 
-    def tables(self, ctx: PromptContext, k: int) -> list[tuple[np.ndarray, str]]:
+    def tables(self, ctx: IterationState, k: int) -> list[tuple[np.ndarray, str]]:
         """The greedy table of Q after learning from the episodes counted since the last call; for K > 1 the
         others are Boltzmann samples of Q (temperature: the spread of Q), each seeded by (seed, iteration, k)."""
         new = list(ctx.fresh)

@@ -7,7 +7,7 @@ from typing import Any
 
 from ..clients.base import Message
 from ..clients.session import Answer, LLMSession
-from ..prompt import PromptBuilder, PromptContext
+from ..prompt import IterationState, PromptBuilder
 
 __all__ = ["LLMProposer"]
 
@@ -22,7 +22,7 @@ class LLMProposer:
         self.model = session.model
         self.is_llm = session.client.is_llm
 
-    def propose(self, ctx: PromptContext, messages: Sequence[Message], k: int) -> list[Answer[Any]]:
+    def propose(self, ctx: IterationState, messages: Sequence[Message], k: int) -> list[Answer[Any]]:
         return self.session.sample(messages, ctx.fmt, ctx.format_context(), iteration=ctx.iteration, k=k,
                                    repair=self.builder.repair, record={"phase": "propose"})
 

@@ -1,6 +1,6 @@
 """Model-based table search: the offline backend's move for tables without rules (grid worlds, Taxi, small tables).
 
-An empirical model of the task is built from every episode the run counted (``PromptContext.fresh`` at each call:
+An empirical model of the task is built from every episode the run counted (``IterationState.fresh`` at each call:
 training, test and confirmation episodes alike), and kept across iterations: per ``(state, action)`` the number of
 observed transitions to each next state (a terminal column for episode ends) and the summed rewards. Episodes cut by
 the time limit leave their last step out (its next state is unknown). The candidates are greedy tables of value
@@ -23,7 +23,7 @@ import numpy as np
 
 from ..collect import Episode
 from ..memory import SparseTransitions, expected_next
-from ..prompt import PromptContext
+from ..prompt import IterationState
 
 __all__ = ["EmpiricalModel", "model_tables", "horizon_gamma"]
 
@@ -111,7 +111,7 @@ class EmpiricalModel:
         return q
 
 
-def model_tables(model: EmpiricalModel, ctx: PromptContext, k: int) -> list[tuple[np.ndarray, str]]:
+def model_tables(model: EmpiricalModel, ctx: IterationState, k: int) -> list[tuple[np.ndarray, str]]:
     """K greedy tables of the model (see the module docstring), each with a one-line rationale."""
     ns, na = ctx.observation.n_states, ctx.actions.n_actions
     added = model.add(list(ctx.fresh), ns, na)

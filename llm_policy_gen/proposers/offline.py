@@ -1,7 +1,7 @@
 """``offline``: a deterministic optimiser that is NOT a language model.
 
 It is the default backend when no key is configured and the baseline every LLM must beat. It sees only what a
-prompt carries, through the :class:`~llm_policy_gen.prompt.PromptContext` the prompt was rendered from: the current
+prompt carries, through the :class:`~llm_policy_gen.prompt.IterationState` the prompt was rendered from: the current
 best table, the scores of earlier candidates (history), the experience memory's per-state evidence, and the
 environment spec with its prior rules. It never steps an environment, so every episode a run uses is counted by the
 engine. Its proposals are rendered as text in the same answer format an LLM must use and go through the same parser
@@ -9,9 +9,11 @@ and validator.
 
 Three kinds of move, each giving K different candidates per iteration:
 
-* **Population search over rules** (``--output-format rules``): augmented random search over the weights of linear
-  rules, using the K candidates of each iteration as pairs of opposite steps from the search centre and moving the
-  centre with their test means (:mod:`llm_policy_gen.proposers.population`).
+* **Population search over rules** (``--output-format rules``: a format whose answers are rule sets, its
+  ``refinable`` set): augmented random search over the weights of linear rules, using the K candidates of each
+  iteration as pairs of opposite steps from the search centre and moving the centre with their test means
+  (:mod:`llm_policy_gen.proposers.population`).
+
 * **Rule search** (specs with a linear prior, e.g. CartPole): a (1+K) evolution strategy over the weights of the
   linear rule ``action = positive if w . normalised_bin_centre + b > 0``. The first candidate ever is the prior
   itself. Each later candidate perturbs the weights of the best accepted rule: even candidates with Gaussian noise
@@ -36,7 +38,7 @@ import numpy as np
 
 from ..clients.transcript import Transcript
 from ..discretize import BoxDiscretizer
-from ..prompt import PromptContext
+from ..prompt import IterationState
 from .base import TableSearch
 from .model import EmpiricalModel, model_tables
 from .population import LinearRuleSearch
@@ -119,19 +121,19 @@ class OfflineProposer(TableSearch):
             self.empirical.load_state_dict(state["model"])
 
     # ------------------------------------------------------------------ moves
-    def tables(self, ctx: PromptContext, k: int) -> list[tuple[Any, str]]:
+    def tables(self, ctx: IterationState, k: int) -> list[tuple[Any, str]]:
         if ctx.target.kind == "value":  # shaping potentials (--mode reward)
             from .potential import potential_tables
 
             return potential_tables(ctx, k, self.seed)
-        if ctx.fmt.name == "rules":  # rule sets, rendered by the rules format
+        if ctx.fmt.refinable:  # rule sets, rendered by a format that answers them (rules)
             return list(self.rules_search.propose(ctx, k))
         obs = ctx.observation
         if ctx.spec.prior is not None and isinstance(obs, BoxDiscretizer):
             return self._rule_moves(ctx, obs, k)
         return list(model_tables(self.empirical, ctx, k))
 
-    def _normalised(self, ctx: PromptContext, obs: BoxDiscretizer) -> tuple[np.ndarray, np.ndarray, float]:
+    def _normalised(self, ctx: IterationState, obs: BoxDiscretizer) -> tuple[np.ndarray, np.ndarray, float]:
         centres = obs.centers()
         mid = (obs.low + obs.high) / 2
         half = (obs.high - obs.low) / 2
@@ -143,7 +145,7 @@ class OfflineProposer(TableSearch):
         bias = prior.bias + float(w_raw @ mid)
         return (centres - mid) / half, w, bias
 
-    def _update_from_history(self, ctx: PromptContext) -> None:
+    def _update_from_history(self, ctx: IterationState) -> None:
         """Read the verdicts on this proposer's earlier candidates, one iteration at a time."""
         assert self._rule is not None
         by_iter: dict[int, list[Any]] = {}
@@ -163,7 +165,7 @@ class OfflineProposer(TableSearch):
                     self._rule.sigma, self._rule.fails = self.sigma_restart, 0
         self._seen_history = len(ctx.history)
 
-    def _rule_moves(self, ctx: PromptContext, obs: BoxDiscretizer, k: int) -> list[tuple[np.ndarray, str]]:
+    def _rule_moves(self, ctx: IterationState, obs: BoxDiscretizer, k: int) -> list[tuple[np.ndarray, str]]:
         prior = ctx.spec.prior
         assert prior is not None
         cn, w0, bias = self._normalised(ctx, obs)

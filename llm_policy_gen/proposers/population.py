@@ -40,7 +40,7 @@ import numpy as np
 from ..discretize import DiscreteActions
 from ..formats.base import table_dims
 from ..formats.ruleset import RuleSet, feature_values, output_levels
-from ..prompt import PromptContext
+from ..prompt import IterationState
 
 __all__ = ["LinearRuleSearch", "rule_geometry", "prior_theta"]
 
@@ -48,7 +48,7 @@ DIGITS = 3
 """Parameters are rounded to this many decimals (short answers; the rounded values are the candidates)."""
 
 
-def _form(ctx: PromptContext) -> str:
+def _form(ctx: IterationState) -> str:
     if not isinstance(ctx.actions, DiscreteActions):
         return "levels"
     if ctx.spec.rules_form:
@@ -56,7 +56,7 @@ def _form(ctx: PromptContext) -> str:
     return "levels" if ctx.actions.n_actions <= 2 else "scores"
 
 
-def rule_geometry(ctx: PromptContext) -> tuple[str, list[list[float]]]:
+def rule_geometry(ctx: IterationState) -> tuple[str, list[list[float]]]:
     """The form (``levels`` or ``scores``) and, per output, its fixed thresholds (even cuts of [-1, 1])."""
     form = _form(ctx)
     if form == "scores":
@@ -64,7 +64,7 @@ def rule_geometry(ctx: PromptContext) -> tuple[str, list[list[float]]]:
     return form, [[round(-1 + 2 * k / n, DIGITS) for k in range(1, n)] for n in output_levels(ctx.actions)]
 
 
-def prior_theta(ctx: PromptContext, form: str, gain: float = 3.0) -> np.ndarray:
+def prior_theta(ctx: IterationState, form: str, gain: float = 3.0) -> np.ndarray:
     """The spec's prior rule as parameters (zeros without a prior).
 
     The prior's score ``bias + sum w * centre`` is rewritten over the scaled dimensions and normalised; for each
@@ -150,12 +150,12 @@ class LinearRuleSearch:
         self.restarted_at, self.restarts = int(state.get("restarted_at", 0)), int(state.get("restarts", 0))
 
     # ------------------------------------------------------------------ search
-    def _scores(self, ctx: PromptContext) -> list[float | None]:
+    def _scores(self, ctx: IterationState) -> list[float | None]:
         """The test means of the pending candidates, in candidate order (None: not scored)."""
         by_candidate = {h.candidate: h for h in ctx.history if h.iteration == self.pending_iteration}
         return [by_candidate[c].eval_mean if c in by_candidate else None for c in range(1, len(self.pending) + 1)]
 
-    def _update(self, ctx: PromptContext) -> str:
+    def _update(self, ctx: IterationState) -> str:
         """Move ``theta`` with the scores of the pending candidates; returns what happened, for the rationale."""
         assert self.theta is not None
         k = len(self.pending)
@@ -194,7 +194,7 @@ class LinearRuleSearch:
     search_name = "random search over linear rules"
     """How rationales name the search."""
 
-    def start(self, theta: np.ndarray, ctx: PromptContext) -> None:
+    def start(self, theta: np.ndarray, ctx: IterationState) -> None:
         """Search from ``theta`` with the task's own settings (its spec's ``[search]`` table), nothing pending."""
         self.theta = np.asarray(theta, dtype=np.float64)
         self.start_theta = self.theta.copy()
@@ -204,7 +204,7 @@ class LinearRuleSearch:
         self.step, self.top = float(tuned.get("step", self.step)), float(tuned.get("top", self.top))
         self.restart_after = int(tuned.get("restart_after", 0))
 
-    def _restart(self, ctx: PromptContext) -> str | None:
+    def _restart(self, ctx: IterationState) -> str | None:
         """Go back to the starting rule when no table was adopted in the last ``restart_after`` iterations (and none
         since the last restart); returns what happened, or None."""
         if not self.restart_after or self.start_theta is None:
@@ -217,7 +217,7 @@ class LinearRuleSearch:
         self.restarted_at, self.restarts = judged, self.restarts + 1
         return f"restart {self.restarts} from the first rule: no table adopted in {self.restart_after} iterations"
 
-    def _begin(self, ctx: PromptContext) -> None:
+    def _begin(self, ctx: IterationState) -> None:
         """Start from the prior rule (and zero product weights) when the search has no ``theta`` of this task's shape
         yet."""
         form, thresholds = rule_geometry(ctx)
@@ -226,12 +226,12 @@ class LinearRuleSearch:
             prior = prior_theta(ctx, form)
             self.start(np.concatenate([prior, np.zeros((len(prior), n_products))], axis=1), ctx)
 
-    def candidate(self, params: np.ndarray, ctx: PromptContext) -> RuleSet:
+    def candidate(self, params: np.ndarray, ctx: IterationState) -> RuleSet:
         """The rule set of the parameters ``params`` (``theta`` plus an offset)."""
         form, thresholds = rule_geometry(ctx)
         return self.rules(params, form, thresholds, ctx.spec.search_products())
 
-    def propose(self, ctx: PromptContext, k: int) -> list[tuple[RuleSet, str]]:
+    def propose(self, ctx: IterationState, k: int) -> list[tuple[RuleSet, str]]:
         """K rule sets around ``theta`` (see the module docstring), each with a one-line rationale."""
         self._begin(ctx)
         assert self.theta is not None

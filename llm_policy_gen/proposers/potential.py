@@ -26,12 +26,12 @@ import numpy as np
 
 from ..discretize import BoxDiscretizer
 from ..memory import SparseTransitions, transition_totals
-from ..prompt import PromptContext
+from ..prompt import IterationState
 
 __all__ = ["potential_tables", "prior_potential", "model_values"]
 
 
-def prior_potential(ctx: PromptContext) -> np.ndarray | None:
+def prior_potential(ctx: IterationState) -> np.ndarray | None:
     """``-|score| / max |score|`` of the spec's linear prior at the bin centres, or None without a prior."""
     prior, obs = ctx.spec.prior, ctx.observation
     if prior is None or not isinstance(obs, BoxDiscretizer):
@@ -45,7 +45,7 @@ def prior_potential(ctx: PromptContext) -> np.ndarray | None:
     return -np.abs(score) / top if top > 0 else np.zeros(obs.n_states)
 
 
-def _r_max(ctx: PromptContext) -> float:
+def _r_max(ctx: IterationState) -> float:
     ev = ctx.evidence
     n = transition_totals(ev.transitions)
     seen = n > 0
@@ -53,7 +53,7 @@ def _r_max(ctx: PromptContext) -> float:
     return float(max(1.0, float(np.max(r)) if r.size else 1.0))
 
 
-def _model(ctx: PromptContext) -> tuple[np.ndarray, np.ndarray, Callable[[np.ndarray], np.ndarray]]:
+def _model(ctx: IterationState) -> tuple[np.ndarray, np.ndarray, Callable[[np.ndarray], np.ndarray]]:
     """(tried pairs, mean rewards, ``v -> expected v[next state]`` per pair) of the evidence's empirical model."""
     ev = ctx.evidence
     n = transition_totals(ev.transitions)
@@ -70,7 +70,7 @@ def _model(ctx: PromptContext) -> tuple[np.ndarray, np.ndarray, Callable[[np.nda
     return tried, r, lambda v: (p @ v).reshape(ns, na)
 
 
-def model_values(ctx: PromptContext, gamma: float, untried: float, sweeps: int = 3000) -> np.ndarray:
+def model_values(ctx: IterationState, gamma: float, untried: float, sweeps: int = 3000) -> np.ndarray:
     """State values of the empirical model by value iteration; a pair never tried is worth ``untried``."""
     tried, r, expect = _model(ctx)
     v = np.zeros(tried.shape[0] + 1)  # the last entry: terminated
@@ -83,7 +83,7 @@ def model_values(ctx: PromptContext, gamma: float, untried: float, sweeps: int =
     return v[:-1]
 
 
-def potential_tables(ctx: PromptContext, k: int, seed: int) -> list[tuple[np.ndarray, str]]:
+def potential_tables(ctx: IterationState, k: int, seed: int) -> list[tuple[np.ndarray, str]]:
     """``k`` potentials for ``ctx`` (a value target) and a one-line rationale each."""
     gamma = float(ctx.extra.get("learner_gamma", ctx.evidence.gamma))
     scale = _r_max(ctx) / (1.0 - gamma)

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from ..prompt import PromptContext
+from ..prompt import IterationState
 from .base import TableSearch
 
 __all__ = ["RandomProposer"]
@@ -31,7 +31,7 @@ class RandomProposer(TableSearch):
             "seed": self.seed,
         }
 
-    def tables(self, ctx: PromptContext, k: int) -> list[tuple[np.ndarray, str]]:
+    def tables(self, ctx: IterationState, k: int) -> list[tuple[np.ndarray, str]]:
         out = []
         for c in range(1, k + 1):
             rng = np.random.default_rng([self.seed, ctx.iteration, c])

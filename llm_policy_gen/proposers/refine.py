@@ -39,7 +39,7 @@ from ..clients.transcript import Transcript
 from ..formats.base import table_dims
 from ..formats.rules import table_as_rules
 from ..formats.ruleset import RuleSet
-from ..prompt import PromptContext
+from ..prompt import IterationState
 from .base import Proposer, TableSearch
 from .population import DIGITS, LinearRuleSearch
 
@@ -50,11 +50,11 @@ BIN_STEP = 0.5
 noise (0.5 by default) moves a bound by about one bin."""
 
 
-def kept_rules(ctx: PromptContext) -> RuleSet:
+def kept_rules(ctx: IterationState) -> RuleSet:
     """The rules the kept table was compiled from, else the decision list equal to the kept table."""
-    source = ctx.current_source
-    if source is not None and source.get("format") == "rules":
-        return RuleSet.from_dict(source)
+    rules = RuleSet.of_source(ctx.current_source)
+    if rules is not None:
+        return rules
     return table_as_rules(np.asarray(ctx.current_table), ctx.observation, ctx.target)
 
 
@@ -70,7 +70,7 @@ class KeptRulesSearch(LinearRuleSearch):
         self.slots: list[tuple[int, int, str]] = []
         """Per case bound searched: (case, condition, ``min_bin`` or ``max_bin``)."""
 
-    def restart(self, rules: RuleSet, ctx: PromptContext) -> None:
+    def restart(self, rules: RuleSet, ctx: IterationState) -> None:
         """Search the numbers of ``rules`` from where they are."""
         sizes = table_dims(ctx.observation)
         self.base = RuleSet(copy.deepcopy(rules.cases), copy.deepcopy(rules.linear), rules.otherwise)
@@ -89,11 +89,11 @@ class KeptRulesSearch(LinearRuleSearch):
         """How many numbers are searched."""
         return 0 if self.theta is None else int(self.theta.size)
 
-    def _begin(self, ctx: PromptContext) -> None:
+    def _begin(self, ctx: IterationState) -> None:
         if self.base is None:
             self.restart(kept_rules(ctx), ctx)
 
-    def candidate(self, params: np.ndarray, ctx: PromptContext) -> RuleSet:
+    def candidate(self, params: np.ndarray, ctx: IterationState) -> RuleSet:
         assert self.base is not None
         sizes = table_dims(ctx.observation)
         p = [float(x) for x in np.asarray(params, dtype=np.float64).reshape(-1)]
@@ -137,7 +137,7 @@ class RuleRefinement(TableSearch):
         super().__init__(seed, transcript)
         self.search = KeptRulesSearch(seed)
 
-    def restart(self, ctx: PromptContext, fallbacks: Sequence[RuleSet] = ()) -> None:
+    def restart(self, ctx: IterationState, fallbacks: Sequence[RuleSet] = ()) -> None:
         """Start from the kept rules, or, when they have no number to tune, from the first of ``fallbacks`` that has
         (``search.size`` says how many numbers the chosen rules have to tune)."""
         self.search.restart(kept_rules(ctx), ctx)
@@ -146,7 +146,7 @@ class RuleRefinement(TableSearch):
                 break
             self.search.restart(rules, ctx)
 
-    def tables(self, ctx: PromptContext, k: int) -> list[tuple[Any, str]]:
+    def tables(self, ctx: IterationState, k: int) -> list[tuple[Any, str]]:
         return list(self.search.propose(ctx, k))
 
     def describe(self) -> dict[str, Any]:
@@ -179,7 +179,7 @@ class RefiningProposer:
         """Whether ``iteration`` is scheduled as a refinement (the model is asked at 1, every + 2, ...)."""
         return (iteration - 1) % (self.every + 1) != 0
 
-    def propose(self, ctx: PromptContext, messages: Sequence[Message], k: int) -> list[Answer[Any]]:
+    def propose(self, ctx: IterationState, messages: Sequence[Message], k: int) -> list[Answer[Any]]:
         if self.refines(ctx.iteration):
             if self.asked_model:  # a refinement phase begins: from the rules kept after the model's answers
                 self.refinement.restart(ctx, self._model_rules_best_first(ctx))
@@ -189,10 +189,11 @@ class RefiningProposer:
         self.asked_model = True
         answers = self.llm.propose(ctx, messages, k)
         self.model_rules = [(ctx.iteration, a.candidate, a.parsed.source) for a in answers
-                            if a.parsed is not None and a.parsed.source and a.parsed.source.get("format") == "rules"]
+                            if a.parsed is not None and a.parsed.source
+                            and RuleSet.of_source(a.parsed.source) is not None]
         return answers
 
-    def _model_rules_best_first(self, ctx: PromptContext) -> list[RuleSet]:
+    def _model_rules_best_first(self, ctx: IterationState) -> list[RuleSet]:
         """The last model call's rules, the best test mean first (unscored ones last, in candidate order)."""
         means = {(h.iteration, h.candidate): h.eval_mean for h in ctx.history}
 

@@ -26,7 +26,7 @@ from ..config import TrainConfig
 from ..envs import get_spec
 from ..envs.spec import EnvSpec
 from ..errors import UserError
-from ..formats import FORMATS, table_format_names
+from ..formats import FORMATS, refinable_format_names, table_format_names
 from ..modes import MODES
 from ..modes.base import Mode
 from ..pricing import load_prices
@@ -145,9 +145,10 @@ def _check_refine(cfg: TrainConfig, name: str, mode: Mode) -> None:
     if mode.needs_session:
         raise UserError(f"--refine {cfg.refine} does not apply to --mode {mode.name}, which asks the model for each "
                         "action; use it with --mode table")
-    if cfg.output_format != "rules":
-        raise UserError(f"--refine {cfg.refine} needs --output-format rules (it tunes the numbers of rules), not "
-                        f"{cfg.output_format!r}")
+    refinable = refinable_format_names()
+    if cfg.output_format not in refinable:
+        raise UserError(f"--refine {cfg.refine} needs --output-format {' or '.join(refinable)} (it tunes the numbers "
+                        f"of rules), not {cfg.output_format!r}")
 
 
 def check_backend(prepared: Prepared) -> str | None:
