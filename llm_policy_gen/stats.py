@@ -4,8 +4,10 @@ medians with censoring, interquartile bands.
 A backend's final score over seeds is reported as rliable's **interquartile mean** (Agarwal et al., NeurIPS 2021:
 the mean of the middle 50 % of the runs, ``rliable.metrics.aggregate_iqm``) with a **95 % stratified bootstrap
 interval** (``rliable.library.get_interval_estimates``, percentile method: runs resampled with replacement within
-each task), :func:`iqm_interval`. Defaults: 2,000 resamples, seed 0 (``numpy.random.RandomState(0)``), so the same
-scores always give the same interval. With few seeds (5) the interval is narrow-biased -- the bootstrap cannot see
+each task), :func:`iqm_interval`. Defaults: 2,000 resamples, seed 0, so the same scores always give the same
+interval: rliable 1.2 draws its resamples from numpy's global generator (``StratifiedBootstrap.update_indices`` calls
+``np.random.choice``) whatever ``random_state`` says, so :func:`iqm_interval` seeds that generator for the call and
+puts its state back afterwards. With few seeds (5) the interval is narrow-biased -- the bootstrap cannot see
 variation the seeds did not show -- and a paper should say so.
 
 Scores are **normalised** where the task has a goal (:func:`normalized`): ``(return - R) / (goal - R)``, with ``R``
@@ -65,13 +67,18 @@ def iqm_interval(
     x = x[np.isfinite(x).all(axis=1)]
     if x.shape[0] == 0:
         return Interval(float("nan"), float("nan"), float("nan"), 0, confidence)
-    with warnings.catch_warnings():  # arch warns that RandomState will give way to Generator; rliable passes one
-        warnings.simplefilter("ignore", FutureWarning)
-        from rliable import library, metrics
+    outside = np.random.get_state()  # rliable 1.2 resamples with numpy's global generator (see below)
+    try:
+        with warnings.catch_warnings():  # arch warns that RandomState will give way to Generator; rliable passes one
+            warnings.simplefilter("ignore", FutureWarning)
+            from rliable import library, metrics
 
-        point, interval = library.get_interval_estimates(
-            {"s": x}, lambda s: np.array([metrics.aggregate_iqm(s)]), reps=reps, confidence_interval_size=confidence,
-            random_state=np.random.RandomState(seed))
+            np.random.seed(seed)
+            point, interval = library.get_interval_estimates(
+                {"s": x}, lambda s: np.array([metrics.aggregate_iqm(s)]), reps=reps,
+                confidence_interval_size=confidence, random_state=np.random.RandomState(seed))
+    finally:
+        np.random.set_state(outside)
     return Interval(float(point["s"][0]), float(interval["s"][0, 0]), float(interval["s"][1, 0]), int(x.shape[0]),
                     confidence)
 

@@ -22,6 +22,7 @@ from llm_policy_gen.sweep.results import backend_stats, read_results
 def rliable_own(x: np.ndarray, reps: int = DEFAULT_RESAMPLES, seed: int = 0) -> tuple[float, float, float]:
     with warnings.catch_warnings():  # arch: RandomState is deprecated in favour of Generator
         warnings.simplefilter("ignore", FutureWarning)
+        np.random.seed(seed)  # rliable resamples with numpy's global generator, whatever random_state says
         point, interval = library.get_interval_estimates(
             {"k": x.reshape(-1, 1)}, lambda s: np.array([metrics.aggregate_iqm(s)]), reps=reps,
             random_state=np.random.RandomState(seed))
@@ -37,6 +38,12 @@ def test_the_interval_is_rliables_own_on_known_inputs() -> None:
     assert ci.estimate == pytest.approx(float(metrics.aggregate_iqm(x.reshape(-1, 1))))
     y = np.array([120.0, 310.5, 500.0, 87.25, 433.0])
     assert (iqm_interval(y, reps=500, seed=3).low, iqm_interval(y, reps=500, seed=3).high) == rliable_own(y, 500, 3)[1:]
+    np.random.seed(7)
+    before = np.random.get_state()[1].copy()
+    again = [iqm_interval(y, reps=500, seed=3) for _ in range(3)]  # the same every time, the caller's state untouched
+    assert again[0] == again[1] == again[2] and (np.random.get_state()[1] == before).all()
+    z = np.random.default_rng(2).uniform(0.0, 500.0, 30)
+    assert iqm_interval(z, reps=500, seed=4) != iqm_interval(z, reps=500, seed=3)
 
 
 def test_constant_single_empty_and_nan_inputs() -> None:
