@@ -1,23 +1,34 @@
-"""Statistics of a comparison: bootstrap confidence intervals, medians with censoring, interquartile bands.
+"""Statistics of a comparison: interquartile means with stratified bootstrap intervals (rliable), normalised scores,
+medians with censoring, interquartile bands.
 
-The confidence interval of a backend's mean final score is a **percentile bootstrap**: draw ``n_resamples``
-samples of the per-seed scores with replacement (all at once, ``numpy.random.default_rng(seed)``), take each
-sample's mean, and report the ``(1 - confidence) / 2`` and ``(1 + confidence) / 2`` quantiles of those means
-(``numpy.quantile``, linear interpolation). Defaults: 10,000 resamples, 95 %, seed 0, so the same scores always give
-the same interval. With few seeds (5) the interval is narrow-biased -- the bootstrap cannot see variation the
-seeds did not show -- and a paper should say so.
+A backend's final score over seeds is reported as rliable's **interquartile mean** (Agarwal et al., NeurIPS 2021:
+the mean of the middle 50 % of the runs, ``rliable.metrics.aggregate_iqm``) with a **95 % stratified bootstrap
+interval** (``rliable.library.get_interval_estimates``, percentile method: runs resampled with replacement within
+each task), :func:`iqm_interval`. Defaults: 2,000 resamples, seed 0, so the same scores always give the same
+interval: rliable 1.2 draws its resamples from numpy's global generator (``StratifiedBootstrap.update_indices`` calls
+``np.random.choice``) whatever ``random_state`` says, so :func:`iqm_interval` seeds that generator for the call and
+puts its state back afterwards. With few seeds (5) the interval is narrow-biased -- the bootstrap cannot see
+variation the seeds did not show -- and a paper should say so.
+
+Scores are **normalised** where the task has a goal (:func:`normalized`): ``(return - R) / (goal - R)``, with ``R``
+the uniform random policy's return (:mod:`llm_policy_gen.random_policy`, never the ``random`` backend, which is a
+random search), so 0 is acting at random and 1 is the goal. Ratios of returns are never reported: a ratio of two
+negative returns means nothing.
+
+rliable (and its ``arch``, ``scipy``, ``pandas`` and ``statsmodels``) is imported only when an interval is asked for.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Interval", "bootstrap_ci", "median_censored", "step_curves", "quartile_band"]
+__all__ = ["Interval", "iqm_interval", "normalized", "median_censored", "step_curves", "quartile_band"]
 
-DEFAULT_RESAMPLES = 10_000
+DEFAULT_RESAMPLES = 2_000
 DEFAULT_CONFIDENCE = 0.95
 DEFAULT_SEED = 0
 
@@ -38,33 +49,52 @@ class Interval:
         return f"{self.estimate:.{digits}f} [{self.low:.{digits}f}, {self.high:.{digits}f}]"
 
 
-def bootstrap_ci(
-    values: Sequence[float] | np.ndarray,
+def iqm_interval(
+    scores: Sequence[float] | np.ndarray,
     confidence: float = DEFAULT_CONFIDENCE,
-    n_resamples: int = DEFAULT_RESAMPLES,
+    reps: int = DEFAULT_RESAMPLES,
     seed: int = DEFAULT_SEED,
-    statistic: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> Interval:
-    """Percentile-bootstrap interval of the mean of ``values`` (NaNs dropped); see the module docstring.
+    """rliable's interquartile mean of ``scores`` and its stratified bootstrap interval (module docstring).
 
-    ``statistic`` maps a ``(n_resamples, n)`` array to ``(n_resamples,)`` values (default: the row means).
-    """
+    ``scores``: one score per run (a task's seeds), or a ``(runs, tasks)`` array; runs with a NaN are dropped."""
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
-    if n_resamples < 1:
-        raise ValueError(f"n_resamples must be >= 1, got {n_resamples!r}")
-    x = np.asarray(values, dtype=np.float64).reshape(-1)
-    x = x[np.isfinite(x)]
-    stat = statistic or (lambda a: a.mean(axis=1))
-    if x.size == 0:
+    if reps < 1:
+        raise ValueError(f"reps must be >= 1, got {reps!r}")
+    x = np.asarray(scores, dtype=np.float64)
+    x = x.reshape(-1, 1) if x.ndim <= 1 else x
+    x = x[np.isfinite(x).all(axis=1)]
+    if x.shape[0] == 0:
         return Interval(float("nan"), float("nan"), float("nan"), 0, confidence)
-    estimate = float(stat(x[None, :])[0])
-    rng = np.random.default_rng(seed)
-    samples = x[rng.integers(0, x.size, size=(n_resamples, x.size))]
-    dist = stat(samples)
-    tail = (1.0 - confidence) / 2.0
-    low, high = np.quantile(dist, [tail, 1.0 - tail])
-    return Interval(estimate, float(low), float(high), int(x.size), confidence)
+    outside = np.random.get_state()  # rliable 1.2 resamples with numpy's global generator (see below)
+    try:
+        with warnings.catch_warnings():  # arch warns that RandomState will give way to Generator; rliable passes one
+            warnings.simplefilter("ignore", FutureWarning)
+            from rliable import library, metrics
+
+            np.random.seed(seed)
+            point, interval = library.get_interval_estimates(
+                {"s": x}, lambda s: np.array([metrics.aggregate_iqm(s)]), reps=reps,
+                confidence_interval_size=confidence, random_state=np.random.RandomState(seed))
+    finally:
+        np.random.set_state(outside)
+    return Interval(float(point["s"][0]), float(interval["s"][0, 0]), float(interval["s"][1, 0]), int(x.shape[0]),
+                    confidence)
+
+
+def normalized(returns: Sequence[float] | np.ndarray, random_return: float | Sequence[float] | np.ndarray,
+               goal: float | None) -> np.ndarray | None:
+    """``(return - random_return) / (goal - random_return)`` elementwise (``random_return`` one number or one per
+    return); None where there is no goal, or a goal the random policy already reaches."""
+    if goal is None:
+        return None
+    r = np.asarray(returns, dtype=np.float64)
+    base = np.broadcast_to(np.asarray(random_return, dtype=np.float64), r.shape)
+    span = float(goal) - base
+    if not np.all(span > 0):
+        return None
+    return (r - base) / span
 
 
 def median_censored(values: Sequence[float | None]) -> float | None:

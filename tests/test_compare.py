@@ -145,7 +145,7 @@ def test_sweep_writes_the_comparison_and_resumes(tmp_path: Path, capsys: pytest.
         assert r.episodes_total == summary["episodes_total"] and r.iterations == 2
         assert summary["best_eval_episodes"] == 10  # --config reached the runs
     md = (out / "results.md").read_text()
-    assert "final eval mean [95% CI]" in md and "| random | no | 2/2 |" in md and "--iterations 2" in md
+    assert "IQM held-out return [95% CI]" in md and "| random | no | 2/2 |" in md and "--iterations 2" in md
     assert '`heldout_episodes` = 10' in md and "at most 8 calls in flight per provider" in md
     curves = json.loads((out / "curves.json").read_text())["runs"]
     assert len(curves) == 4 and all(len(c["x"]) == 2 for c in curves)
@@ -287,11 +287,11 @@ def test_backend_stats_from_known_rows() -> None:
     rows = [row("a", 0, 0.0, None), row("a", 1, 10.0, 40), row("b", 0, 5.0, 10), row("b", 1, 5.0, 30),
             ResultRow(backend="b", seed=2, status="failed", error="boom")]
     a, b = backend_stats(rows)
-    assert (a.score.estimate, a.score.low, a.score.high) == (5.0, 0.0, 10.0)
+    assert (a.returns.estimate, a.returns.low, a.returns.high) == (5.0, 0.0, 10.0) and a.score is None
     assert a.median_episodes_to_solve is None and a.solve_rate == 0.5
     assert (b.ok, b.runs, b.median_episodes_to_solve, b.solve_rate) == (2, 3, 20.0, 1.0)
     assert (b.calls, b.tokens, b.cost_usd, b.wall_s) == (30.0, 150.0, 1.0, 2.0)
-    assert np.isnan(backend_stats([ResultRow(backend="c", seed=0, status="failed")])[0].score.estimate)
+    assert np.isnan(backend_stats([ResultRow(backend="c", seed=0, status="failed")])[0].returns.estimate)
 
 
 @pytest.mark.slow

@@ -70,7 +70,7 @@ def test_generated_files_hold_the_comparison_numbers(comparison: Path, tmp_path:
     assert f"offline & advisor & no & 2/2 & {sum(advised) / 2:,.1f} [" in table
     assert r"\newcommand{\Modes}{table, advisor}" in numbers and r"\newcommand{\AdviceProb}{0.5}" in numbers
     assert "No language-model backend is reported" in (gen / "llm_status.tex").read_text()
-    assert "Ordered by mean final held-out score" in (gen / "ranking.tex").read_text()
+    assert "Ordered by the interquartile mean of the final held-out return" in (gen / "ranking.tex").read_text()
     assert (gen / "policy.png").read_bytes()[:4] == b"\x89PNG"
 
 

@@ -21,6 +21,7 @@ from llm_policy_gen.envs import get_spec
 from llm_policy_gen.learner import QLearner
 from llm_policy_gen.modes.qlearning import OnlineQPolicy, QLearningMode, QLearningSettings
 from llm_policy_gen.runlog import read_jsonl
+from llm_policy_gen.sweep.results import read_results
 
 #: A run directory written by the code before the standard learner took the name (``train --env FrozenLake-v1
 #: --backend q-learning --iterations 3 --seed 2 --heldout-episodes 10 --no-plots``, made with commit dd88676).
@@ -138,3 +139,17 @@ def test_a_run_directory_of_the_old_q_learning_proposer_resumes_as_kept_table_q(
     lines = read_jsonl(old / "transcripts.jsonl")
     assert {t["backend"] for t in lines if t["iteration"] <= 3} == {"q-learning"}  # the old record is kept
     assert {t["backend"] for t in lines if t["iteration"] > 3} == {"kept-table-q"}
+
+
+def test_compare_runs_the_standard_learner_and_a_rerun_keeps_its_runs(tmp_path: Path,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["compare", "--env", "CliffWalking-v1", "--backends", "q-learning", "--seeds", "0", "--iterations", "2",
+            "--out", str(tmp_path / "cmp"), "--no-progress"]
+    assert main(argv) == 0
+    run = tmp_path / "cmp" / "runs" / "CliffWalking-v1" / "q-learning_s0"
+    assert json.loads((run / "config.json").read_text())["mode"] == "q-learning"
+    before = (run / "summary.json").read_text()
+    assert main(argv) == 0, capsys.readouterr().err  # the same command: its finished run is kept, not refused
+    assert (run / "summary.json").read_text() == before
+    rows = read_results(tmp_path / "cmp" / "results.csv")
+    assert [(r.backend, r.mode, r.status) for r in rows] == [("q-learning", "q-learning", "ok")]

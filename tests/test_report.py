@@ -204,7 +204,7 @@ def test_comparison_report_in_chromium_has_every_backends_row(tmp_path: Path) ->
     stats = {s.backend: s for s in backend_stats(read_results(out / "results.csv"))}
     for backend in ("offline", "random"):
         results_row, *run_rows = texts(dom, "data-backend", backend)
-        assert backend in results_row and stats[backend].score.format(1) in results_row
+        assert backend in results_row and stats[backend].returns.format(1) in results_row
         assert len(run_rows) == 2 and all("run report" in r for r in run_rows)
     for run in (out / "runs" / "CartPole-v1").iterdir():
         assert (run / "report.html").is_file()  # --run-reports, linked from the page

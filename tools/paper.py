@@ -188,12 +188,13 @@ def results_table_tex(kept: Sequence[ResultRow], backends: Sequence[str]) -> str
         r"\setlength{\tabcolsep}{4pt}",
         r"\begin{tabular}{llccrrrrr}",
         r"\toprule",
-        r"backend & mode & LLM & runs & final eval mean [95\% CI] & median ep.\ to solve & solve rate & "
+        r"backend & mode & LLM & runs & IQM held-out return [95\% CI] & median ep.\ to solve & solve rate & "
         r"calls/run & wall s/run \\",
         r"\midrule",
     ]
     for s in stats:
-        score = "--" if s.score.n == 0 else f"{_fmt(s.score.estimate)} [{_fmt(s.score.low)}, {_fmt(s.score.high)}]"
+        iqm = s.returns
+        score = "--" if iqm.n == 0 else f"{_fmt(iqm.estimate)} [{_fmt(iqm.low)}, {_fmt(iqm.high)}]"
         med = "not reached" if s.median_episodes_to_solve is None else _fmt(s.median_episodes_to_solve, 0)
         rate = "--" if not np.isfinite(s.solve_rate) else f"{100 * s.solve_rate:.0f}\\%"
         lines.append(
@@ -206,15 +207,15 @@ def results_table_tex(kept: Sequence[ResultRow], backends: Sequence[str]) -> str
 
 
 def ranking_tex(kept: Sequence[ResultRow], backends: Sequence[str]) -> str:
-    stats = [s for s in backend_stats(kept, backends) if s.score.n]
+    stats = [s for s in backend_stats(kept, backends) if s.returns.n]
     if not stats:
         return "No run finished, so there is nothing to rank.\n"
-    stats.sort(key=lambda s: -s.score.estimate)
-    parts = [f"{latex_escape(s.backend)} ({_fmt(s.score.estimate)})" for s in stats]
-    text = "Ordered by mean final held-out score: " + ", ".join(parts) + "."
+    stats.sort(key=lambda s: -s.returns.estimate)
+    parts = [f"{latex_escape(s.backend)} ({_fmt(s.returns.estimate)})" for s in stats]
+    text = "Ordered by the interquartile mean of the final held-out return: " + ", ".join(parts) + "."
     pairs = []
     for a, b in zip(stats, stats[1:], strict=False):
-        overlap = a.score.low <= b.score.high
+        overlap = a.returns.low <= b.returns.high
         pairs.append(f"the intervals of {latex_escape(a.backend)} and {latex_escape(b.backend)} "
                      f"{'overlap' if overlap else 'do not overlap'}")
     if pairs:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..prompt import PromptContext
+from ..prompt import IterationState
 from .base import TableSearch
 
 __all__ = ["QLearningBackend"]
@@ -31,5 +31,5 @@ class QLearningBackend(TableSearch):
             "seed": self.seed,
         }
 
-    def tables(self, ctx: PromptContext, k: int) -> list[tuple[Any, str]]:
+    def tables(self, ctx: IterationState, k: int) -> list[tuple[Any, str]]:
         raise RuntimeError("the q-learning backend proposes nothing: it runs only with --mode q-learning")

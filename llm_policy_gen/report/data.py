@@ -15,7 +15,7 @@ from typing import Any
 
 from ..errors import UserError
 from ..runlog import EVENT_FIELDS, TRANSCRIPT_FIELDS, RunDir, check_fields, read_json_object, read_jsonl
-from ..sweep.results import Curve, ResultRow, SweepRecord, curves_from_json, read_results
+from ..sweep.results import Curve, ResultRow, SweepRecord, curves_from_json, read_random_baseline, read_results
 
 __all__ = ["IterationView", "RunData", "CompareData", "load_run", "load_compare", "is_run_dir", "is_compare_dir",
            "REPORT_NAME"]
@@ -184,6 +184,8 @@ class CompareData:
     rows: list[ResultRow]
     curves: list[Curve]
     missing: list[str] = field(default_factory=list)
+    random: dict[int, float] | None = None
+    """The uniform random policy's held-out mean per run seed (``random_policy.json``), for the normalised score."""
 
     @property
     def env_id(self) -> str:
@@ -232,4 +234,4 @@ def load_compare(path: Path) -> CompareData:
         raise UserError(f"{p / 'results.csv'} cannot be read: {exc}") from None
     curves = curves_from_json(read_json_object(p / "curves.json") or {})
     missing = [n for n in ("compare.json", "curves.json", "curves.png") if not (p / n).is_file()]
-    return CompareData(p, record, rows, curves, missing)
+    return CompareData(p, record, rows, curves, missing, read_random_baseline(p) or None)

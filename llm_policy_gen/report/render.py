@@ -221,6 +221,7 @@ def render_compare(data: CompareData, out: Path, run_reports: dict[str, Path] | 
         seeds_text=record.seeds_text or ",".join(str(x) for x in record.seeds) or "?",
         iterations=record.iterations, command=record.command, threshold=threshold,
         heldout_episodes=count(record.heldout_episodes),
-        stats=backend_stats(data.rows, data.backends), curves=curves, seeds_fig=seed_curves(data, threshold),
+        stats=backend_stats(data.rows, data.backends, data.random, threshold), curves=curves,
+        seeds_fig=seed_curves(data, threshold),
         runs=runs,
     ))

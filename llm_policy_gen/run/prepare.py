@@ -32,7 +32,7 @@ from ..modes.base import Mode
 from ..pricing import load_prices
 from ..templates import check_prompts_dir
 
-__all__ = ["Prepared", "prepare", "resolve_spec", "check_backend", "probe_outputs"]
+__all__ = ["Prepared", "prepare", "resolve_spec", "check_backend", "probe_outputs", "pair_learner"]
 
 
 @dataclass
@@ -86,17 +86,12 @@ def prepare(cfg: TrainConfig, spec: EnvSpec | None = None) -> Prepared:
         probe_outputs(spec, cfg.seed)
         if spec.train_defaults:
             cfg = cfg.with_env_defaults(spec.train_defaults)
-    if cfg.mode not in MODES:
-        raise MODES.unknown(cfg.mode)
-    own = MODES.entry(cfg.mode).info.get("backend")  # a mode that learns by itself has its own backend
-    if cfg.backend is None and own:
-        cfg = cfg.updated({"backend": own}, f"--mode {cfg.mode}")
+    cfg = pair_learner(cfg, notes)
     if cfg.backend is None:
         name, why = default_backend_spec()
         cfg = cfg.updated({"backend": name}, "default backend")
         notes.append(f"backend: {name} ({why})")
     name, _ = parse_backend_spec(cfg.backend or "offline")
-    cfg = _pair_learner(cfg, name, own, notes)
     if cfg.output_format != "auto":
         if cfg.output_format not in FORMATS:
             raise FORMATS.unknown(cfg.output_format, accepted=["auto", *table_format_names()])
@@ -118,9 +113,18 @@ def prepare(cfg: TrainConfig, spec: EnvSpec | None = None) -> Prepared:
     return Prepared(cfg, spec, mode, name, notes)
 
 
-def _pair_learner(cfg: TrainConfig, name: str, own: str | None, notes: list[str]) -> TrainConfig:
+def pair_learner(cfg: TrainConfig, notes: list[str] | None = None) -> TrainConfig:
     """A learner backend runs its own mode, and that mode only that backend: ``--backend q-learning`` with the
-    default ``--mode table`` becomes ``--mode q-learning`` (said in a note); any other pairing is refused."""
+    default ``--mode table`` becomes ``--mode q-learning`` (said in ``notes``), ``--mode q-learning`` without a
+    backend takes ``q-learning``; any other pairing is refused. ``compare`` resolves its runs' settings with it too."""
+    if cfg.mode not in MODES:
+        raise MODES.unknown(cfg.mode)
+    own = MODES.entry(cfg.mode).info.get("backend")  # a mode that learns by itself has its own backend
+    if cfg.backend is None and own:
+        cfg = cfg.updated({"backend": own}, f"--mode {cfg.mode}")
+    if cfg.backend is None:
+        return cfg
+    name, _ = parse_backend_spec(cfg.backend)
     learns = learner_mode(name)
     if own and name != own:
         raise UserError(f"--mode {cfg.mode} learns by itself and asks no backend; drop --backend {cfg.backend} "
@@ -131,7 +135,8 @@ def _pair_learner(cfg: TrainConfig, name: str, own: str | None, notes: list[str]
         hint = BACKENDS.entry(name).info.get("elsewhere")
         raise UserError(f"--backend {name} is the learner of --mode {learns} and does not answer --mode {cfg.mode}"
                         + (f"; {hint}" if hint else ""))
-    notes.append(f"mode: {learns} (--backend {name} is a learner that steps the environment itself)")
+    if notes is not None:
+        notes.append(f"mode: {learns} (--backend {name} is a learner that steps the environment itself)")
     return cfg.updated({"mode": learns}, f"--backend {name}")
 
 

@@ -12,12 +12,16 @@ Each pair is one run of :mod:`llm_policy_gen.run` in its own run directory ``OUT
 
 * ``results.csv`` -- one row per run: its summary numbers with ``status=ok``, or ``status=failed`` (or
   ``interrupted``) with the error and no numbers (a failed run never stops the sweep);
-* ``results.md`` -- the settings every run shared, then per backend: final eval mean (the best table's mean on the
-  held-out episodes) with a 95 % percentile-bootstrap interval over seeds (:func:`llm_policy_gen.stats.bootstrap_ci`:
-  10,000 resamples, seed 0), median episodes to solve (unsolved runs count as never solving), solve rate, calls,
+* ``results.md`` -- the settings every run shared, then per backend: the interquartile mean over seeds of the final
+  held-out return (the best table's mean on the held-out episodes) and of the normalised score (0: the uniform random
+  policy, 1: the reward threshold), each with rliable's 95 % stratified bootstrap interval
+  (:func:`llm_policy_gen.stats.iqm_interval`: 2,000 resamples, seed 0), median episodes to solve
+  (unsolved runs count as never solving), solve rate, calls,
   tokens, cost and wall time; the budget and the runs it stopped;
 * ``curves.png`` -- the best table's held-out mean against environment episodes, median and interquartile band per
   backend over seeds; ``curves.json`` holds the points it was drawn from;
+* ``random_policy.json`` -- the uniform random policy's mean return on each run seed's held-out seeds
+  (:mod:`llm_policy_gen.random_policy`), where the task has a reward threshold;
 * ``compare.json`` -- the sweep's parameters, the settings that decide its results, and its limits' report;
 * ``sweep.jsonl`` -- one line per attempt of a run: started (and on which node), lost, resumed, done.
 
@@ -251,8 +255,14 @@ def run_compare(config: CompareConfig) -> list[ResultRow]:
             stopped = exc
         finally:
             display.close()
+        # the random policy's held-out means for the normalised score: measured unless the sweep was stopped (then
+        # only those measured before are used)
+        try:
+            random = _random_baseline(out, cfg, record.seeds, measure=stopped is None)
+        except KeyboardInterrupt as exc:
+            stopped, random = exc, _random_baseline(out, cfg, record.seeds, measure=False)
         with HeldInterrupts(raise_after=False):  # the closing files are written whole, whatever comes
-            rows = _close_sweep(c, out, record, tasks, results, t0, stopped is not None, spec.reward_threshold)
+            rows = _close_sweep(c, out, record, tasks, results, t0, stopped is not None, spec.reward_threshold, random)
         if stopped is not None:
             raise SweepInterrupted(str(out), sum(r.ok for r in rows), len(rows), c.command, signal_of(stopped))
         return rows
@@ -260,7 +270,7 @@ def run_compare(config: CompareConfig) -> list[ResultRow]:
 
 def _close_sweep(c: CompareConfig, out: Path, record: SweepRecord, tasks: list[RunTask],
                  results: dict[tuple[str, int], TaskResult], t0: float, interrupted: bool,
-                 threshold: float | None) -> list[ResultRow]:
+                 threshold: float | None, random: dict[int, float] | None) -> list[ResultRow]:
     """The comparison's files, from the runs' results (unfinished runs as ``interrupted``); returns the rows."""
     ordered = [results.get((t.backend, t.seed)) or failed_result(
         t, "interrupted before it finished; run the same command again to resume it", "interrupted")
@@ -273,9 +283,30 @@ def _close_sweep(c: CompareConfig, out: Path, record: SweepRecord, tasks: list[R
     write_results(out / "results.csv", rows)
     curves = [r.curve for r in ordered if r.row.ok]
     write_curves(out, c.env_id, curves)
-    write_bytes_atomic(out / "results.md", results_markdown(record, rows).encode("utf-8"))
+    write_bytes_atomic(out / "results.md", results_markdown(record, rows, random).encode("utf-8"))
     plot_curves(curves, out / "curves.png", f"{c.env_id}: kept table over seeds", c.backends, threshold)
     return rows
+
+
+def _random_baseline(out: Path, cfg: Any, seeds: list[int], measure: bool = True) -> dict[int, float] | None:
+    """The uniform random policy's held-out mean per run seed (``random_policy.json``), for the normalised score;
+    None (and the score n/a) where the task has no goal. With ``measure`` False only the seeds measured before are
+    given."""
+    from ..random_policy import POLICY, heldout_random_means
+    from ..run.prepare import resolve_spec
+    from .results import read_random_baseline, write_random_baseline
+
+    spec = resolve_spec(cfg)
+    if spec.reward_threshold is None:
+        return None
+    key = {"env_id": spec.env_id, "env_kwargs": dict(spec.kwargs), "heldout_episodes": cfg.heldout_episodes,
+           "policy": POLICY}
+    known = read_random_baseline(out, key)
+    missing = [s for s in seeds if s not in known]
+    if missing and measure:
+        known.update(heldout_random_means(spec, missing, cfg.heldout_episodes))
+        write_random_baseline(out, key, known)
+    return known
 
 
 # ---------------------------------------------------------------------------------------------------- CLI

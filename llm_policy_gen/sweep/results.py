@@ -3,7 +3,10 @@
 * ``results.csv`` -- one :class:`ResultRow` per run (:data:`CSV_COLUMNS`), :func:`write_results` / :func:`read_results`;
 * ``curves.json`` -- one :class:`Curve` per finished run, :func:`write_curves` / :func:`load_curves`;
 * ``compare.json`` -- the sweep's :class:`SweepRecord`;
-* ``results.md`` -- :func:`results_markdown`, from :func:`backend_stats` (the bootstrap summary per backend).
+* ``results.md`` -- :func:`results_markdown`, from :func:`backend_stats` (rliable's interquartile means and intervals
+  per backend);
+* ``random_policy.json`` -- the uniform random policy's held-out mean per run seed, :func:`read_random_baseline` /
+  :func:`write_random_baseline`.
 
 Reports and the paper read a comparison through this module only; nothing here runs a sweep.
 """
@@ -24,11 +27,11 @@ from ..console import plural
 from ..errors import UserError
 from ..run.stop import StopKind, StopReason
 from ..runlog import write_bytes_atomic, write_json_atomic
-from ..stats import DEFAULT_RESAMPLES, DEFAULT_SEED, Interval, bootstrap_ci, median_censored
+from ..stats import DEFAULT_RESAMPLES, DEFAULT_SEED, Interval, iqm_interval, median_censored, normalized
 
 __all__ = ["CSV_COLUMNS", "TIME_COLUMNS", "split_entry", "finished", "ResultRow", "Curve", "SweepRecord",
            "write_results", "read_results", "write_curves", "load_curves", "BackendStats", "backend_stats",
-           "results_markdown"]
+           "results_markdown", "BASELINE_FILE", "read_random_baseline", "write_random_baseline"]
 
 #: Columns of ``results.csv``, in order.
 CSV_COLUMNS = (
@@ -237,6 +240,28 @@ class SweepRecord:
         return cls(**{f.name: data[f.name] for f in fields(cls) if data.get(f.name) is not None})
 
 
+# ---------------------------------------------------------------------------------------- random_policy.json
+BASELINE_FILE = "random_policy.json"
+"""The uniform random policy's held-out mean per run seed (:mod:`llm_policy_gen.random_policy`)."""
+
+
+def read_random_baseline(folder: Path, key: Mapping[str, Any] | None = None) -> dict[int, float]:
+    """The means per run seed that ``folder``'s ``random_policy.json`` holds (none when it is missing, unreadable
+    or, given ``key``, made for another environment, held-out count or policy)."""
+    try:
+        data = json.loads((Path(folder) / BASELINE_FILE).read_text(encoding="utf-8"))
+        if key is not None and any(data.get(k) != v for k, v in json.loads(json.dumps(dict(key))).items()):
+            return {}
+        return {int(k): float(v) for k, v in data["by_seed"].items()}
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return {}
+
+
+def write_random_baseline(folder: Path, key: Mapping[str, Any], by_seed: Mapping[int, float]) -> None:
+    write_json_atomic(Path(folder) / BASELINE_FILE, {**dict(key), "by_seed": {str(k): float(v) for k, v in
+                                                                              sorted(by_seed.items())}})
+
+
 # ---------------------------------------------------------------------------------------------------- the summary
 @dataclass
 class BackendStats:
@@ -246,8 +271,11 @@ class BackendStats:
     is_llm: bool
     runs: int
     ok: int
-    score: Interval
-    """Mean final held-out score with its percentile-bootstrap interval over seeds."""
+    returns: Interval
+    """Interquartile mean over seeds of the final held-out return, with its stratified bootstrap interval."""
+    score: Interval | None
+    """The same for the normalised score ``(return - R) / (goal - R)``, R the uniform random policy's return on the
+    run's held-out seeds; None without a goal or R."""
     median_episodes_to_solve: float | None
     solve_rate: float
     calls: float
@@ -260,8 +288,21 @@ def _mean(values: Sequence[float]) -> float:
     return float(np.mean(values)) if values else float("nan")
 
 
-def backend_stats(rows: Sequence[ResultRow], backends: Sequence[str] | None = None) -> list[BackendStats]:
-    """Per-backend aggregates of result rows (in ``backends`` order, else first appearance)."""
+def _score(runs: Sequence[ResultRow], random: Mapping[int, float] | None, goal: float | None) -> Interval | None:
+    """IQM [95% CI] of the runs' normalised scores; None where a run's seed has no random return or there is no
+    goal."""
+    have = [r for r in runs if r.best_eval_mean is not None]
+    if random is None or goal is None or any(r.seed not in random for r in have):
+        return None
+    scores = normalized([float(r.best_eval_mean or 0.0) for r in have], [random[r.seed] for r in have], goal)
+    return None if scores is None else iqm_interval(scores)
+
+
+def backend_stats(rows: Sequence[ResultRow], backends: Sequence[str] | None = None,
+                  random: Mapping[int, float] | None = None, goal: float | None = None) -> list[BackendStats]:
+    """Per-backend aggregates of result rows (in ``backends`` order, else first appearance); ``random``: the uniform
+    random policy's held-out mean per run seed (:func:`~llm_policy_gen.random_policy.random_baseline`), ``goal``:
+    the task's goal (the reward threshold), for the normalised score."""
     order = list(backends) if backends else list(dict.fromkeys(r.backend for r in rows))
     out = []
     for b in order:
@@ -272,7 +313,8 @@ def backend_stats(rows: Sequence[ResultRow], backends: Sequence[str] | None = No
             is_llm=any(bool(r.is_llm) for r in ok),
             runs=len(mine),
             ok=len(ok),
-            score=bootstrap_ci([r.best_eval_mean for r in ok if r.best_eval_mean is not None]),
+            returns=iqm_interval([r.best_eval_mean for r in ok if r.best_eval_mean is not None]),
+            score=_score(ok, random, goal),
             median_episodes_to_solve=median_censored([r.episodes_to_solve if r.solved else None for r in ok]),
             solve_rate=(sum(bool(r.solved) for r in ok) / len(ok)) if ok else float("nan"),
             calls=_mean([float(r.llm_calls or 0) for r in ok]),
@@ -287,8 +329,9 @@ def _f(x: float | None, digits: int = 1) -> str:
     return "n/a" if x is None or not np.isfinite(x) else f"{x:,.{digits}f}"
 
 
-def results_markdown(record: SweepRecord, rows: Sequence[ResultRow]) -> str:
-    """The text of ``results.md``."""
+def results_markdown(record: SweepRecord, rows: Sequence[ResultRow], random: Mapping[int, float] | None = None) -> str:
+    """The text of ``results.md`` (``random``: the uniform random policy's held-out mean per run seed)."""
+    goal = record.reward_threshold
     lines = [
         f"# Comparison on {record.env_id}",
         "",
@@ -296,26 +339,30 @@ def results_markdown(record: SweepRecord, rows: Sequence[ResultRow]) -> str:
         f"{plural(record.iterations or 0, 'iteration')} per run. Command: `{record.command}`",
         "",
         *_settings_lines(record, rows),
-        "| backend | LLM | runs ok | final eval mean [95% CI] | median episodes to solve | solve rate | "
-        "calls / run | tokens / run | cost USD (total) | wall s / run |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| backend | LLM | runs ok | IQM held-out return [95% CI] | IQM normalised score [95% CI] | median "
+        "episodes to solve | solve rate | calls / run | tokens / run | cost USD (total) | wall s / run |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for s in backend_stats(rows, record.backends):
+    for s in backend_stats(rows, record.backends, random, goal):
         med = "not reached" if s.median_episodes_to_solve is None else f"{s.median_episodes_to_solve:,.0f}"
         rate = "n/a" if not np.isfinite(s.solve_rate) else f"{100 * s.solve_rate:.0f}%"
         lines.append(
-            f"| {s.backend} | {'yes' if s.is_llm else 'no'} | {s.ok}/{s.runs} | {s.score.format(1)} | {med} | "
+            f"| {s.backend} | {'yes' if s.is_llm else 'no'} | {s.ok}/{s.runs} | {s.returns.format(1)} | "
+            f"{s.score.format(2) if s.score is not None else 'n/a'} | {med} | "
             f"{rate} | {_f(s.calls, 1)} | {_f(s.tokens, 0)} | {s.cost_usd:.4f} | {_f(s.wall_s, 1)} |"
         )
     lines += [
         "",
-        f"- Final eval mean: the kept table's mean return on {record.heldout_episodes} held-out episodes "
-        f"(`best_eval_mean` of each run's summary), averaged over seeds; the interval is a percentile bootstrap over "
-        f"seeds ({DEFAULT_RESAMPLES:,} resamples, seed {DEFAULT_SEED}). With few seeds it is optimistic (narrow).",
+        f"- IQM held-out return: each run's kept table's mean return on {record.heldout_episodes} held-out episodes "
+        "(`best_eval_mean` of its summary); across seeds rliable's interquartile mean (the mean of the middle half "
+        "of the runs) with a 95% stratified bootstrap interval (`rliable.library.get_interval_estimates`, "
+        f"{DEFAULT_RESAMPLES:,} resamples, seed {DEFAULT_SEED}). With few seeds the interval is optimistic (narrow).",
+        _score_note(goal, random),
         "- Median episodes to solve: environment episodes (training + test + confirmation, held-out excluded) "
         "until the kept table's held-out mean first reached the reward threshold; runs that never solved count as "
         "never solving, so the median is \"not reached\" when half the runs or more did not solve.",
-        "- Calls: calls to the backend. Backends with LLM = no (offline optimiser, q-learning, random) are not "
+        "- Calls: calls to the backend. Backends with LLM = no (offline optimiser, q-learning, kept-table-q, random) "
+        "are not "
         "language models; their calls cost nothing.",
         "- Curves: `curves.png` (median and interquartile band over seeds of the kept table's held-out mean "
         "against environment episodes).",
@@ -327,6 +374,19 @@ def results_markdown(record: SweepRecord, rows: Sequence[ResultRow]) -> str:
                   "them from their checkpoints.", ""]
         lines += [f"- {r.backend} seed {r.seed} ({r.status}): {r.error}" for r in failed]
     return "\n".join(lines) + "\n"
+
+
+def _score_note(goal: float | None, random: Mapping[int, float] | None) -> str:
+    if goal is None:
+        return "- IQM normalised score: n/a, the task has no goal (no reward threshold) to normalise by."
+    if not random:
+        return "- IQM normalised score: n/a, the uniform random policy's return was not measured."
+    lo, hi = min(random.values()), max(random.values())
+    spread = f"{lo:,.2f}" if lo == hi else f"{lo:,.2f} to {hi:,.2f}"
+    return ("- IQM normalised score: `(return - R) / (goal - R)` per run, goal the reward threshold "
+            f"{goal:g} and R the uniform random policy's mean return on that run's held-out seeds ({spread}; "
+            "`random_policy.json`; not the `random` backend, a random search): 0 is acting at random, 1 the goal; "
+            "IQM and interval as above. No ratio of returns is reported.")
 
 
 def _settings_lines(record: SweepRecord, rows: Sequence[ResultRow]) -> list[str]:

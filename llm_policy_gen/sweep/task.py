@@ -54,8 +54,12 @@ class RunTask:
 
     @property
     def mode(self) -> str:
-        """The entry's mode (``BACKEND@MODE``), else the sweep's (table by default)."""
-        return split_entry(self.backend)[1] or str(self.settings.get("mode", "table"))
+        """The entry's mode (``BACKEND@MODE``), else the sweep's, else the backend's own where it is a learner
+        (``q-learning``), else table."""
+        from ..backends import learner_mode, parse_backend_spec
+
+        given = split_entry(self.backend)[1] or self.settings.get("mode")
+        return str(given or learner_mode(parse_backend_spec(self.backend_spec)[0]) or "table")
 
     @property
     def run_dir(self) -> Path:

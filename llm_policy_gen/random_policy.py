@@ -1,0 +1,60 @@
+"""The uniform random policy's return: the zero of a normalised score (:func:`llm_policy_gen.stats.normalized`).
+
+Not the ``random`` backend (a random *search* over tables, kept by the keeper): this is one policy that acts
+uniformly at random in the environment's own action space (``env.action_space.sample()``, seeded with the episode's
+seed), whatever the spec's discretisation, so that every backend and peer is measured from the same zero. Episodes
+run on the run's **held-out seeds** (the keeper's :class:`~llm_policy_gen.keeper.SeedPlan` of the run's seed), under
+the spec's environment settings and reward (:func:`~llm_policy_gen.envs.make.make_env`), so the baseline and the kept
+table are measured on the same episodes.
+
+``compare`` keeps the means per run seed in its folder's ``random_policy.json``
+(:func:`llm_policy_gen.sweep.results.write_random_baseline`), computed once for the seeds missing there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from .collect import fresh_env_per_episode
+from .envs.make import make_env
+from .envs.spec import EnvSpec
+from .keeper import SeedPlan
+
+__all__ = ["uniform_random_returns", "heldout_seeds", "heldout_random_means", "POLICY"]
+
+POLICY = "uniform random actions: env.action_space.sample(), the action space seeded with each episode's seed"
+
+
+def uniform_random_returns(spec: EnvSpec, seeds: Sequence[int]) -> np.ndarray:
+    """The uniform random policy's return on each of ``seeds``."""
+    out = []
+    env = make_env(spec)
+    try:
+        for s in seeds:
+            if fresh_env_per_episode(spec):  # Box2D keeps a world across resets
+                env.close()
+                env = make_env(spec)
+            env.reset(seed=int(s))
+            env.action_space.seed(int(s))
+            ret, done = 0.0, False
+            while not done:
+                _, r, term, trunc, _ = env.step(env.action_space.sample())
+                ret += float(r)
+                done = bool(term or trunc)
+            out.append(ret)
+    finally:
+        env.close()
+    return np.asarray(out, dtype=np.float64)
+
+
+def heldout_seeds(run_seed: int, episodes: int) -> list[int]:
+    """The held-out seeds of a run with seed ``run_seed`` (those its ``best_eval_mean`` is measured on)."""
+    plan = SeedPlan(int(run_seed))
+    return [plan.heldout(j) for j in range(int(episodes))]
+
+
+def heldout_random_means(spec: EnvSpec, run_seeds: Sequence[int], episodes: int) -> dict[int, float]:
+    """The uniform random policy's mean return on each run seed's ``episodes`` held-out seeds."""
+    return {int(s): float(uniform_random_returns(spec, heldout_seeds(s, episodes)).mean()) for s in run_seeds}
