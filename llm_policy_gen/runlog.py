@@ -136,14 +136,16 @@ def append_jsonl(path: Path, obj: Any) -> None:
 
 
 @contextmanager
-def appends_undone_on_error(*paths: Path) -> Iterator[None]:
-    """The JSONL files ``paths`` cut back to their size before the block when the block raises (a file the block
-    made is removed): a group of writes that must go together -- an iteration's record and its checkpoint -- leaves
-    all of its lines or none. Cutting a file back needs no room on the disk."""
+def appends_undone_on_error(*paths: Path, done: Callable[[], bool] = lambda: False) -> Iterator[None]:
+    """The JSONL files ``paths`` cut back to their size before the block when the block raises before ``done()``
+    holds (a file the block made is removed): a group of writes that must go together -- an iteration's record and
+    its checkpoint -- leaves all of its lines or none. Cutting a file back needs no room on the disk."""
     sizes = {Path(p): (Path(p).stat().st_size if Path(p).exists() else None) for p in paths}
     try:
         yield
     except BaseException:
+        if done():  # the group was written whole; what failed came after it
+            raise
         for p, size in sizes.items():
             try:
                 if size is None:

@@ -23,8 +23,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from fakes import openai_server
+from fakes.tables import CARTPOLE_STATES, render_table_answer
 
 from llm_policy_gen.cli import main
 from llm_policy_gen.runlog import read_jsonl
@@ -86,7 +88,10 @@ def test_quiet_prints_only_the_summary(tmp_path: Path, capsys: pytest.CaptureFix
 
 def test_a_best_that_is_still_the_initial_table_is_flagged(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     answers = tmp_path / "prose.jsonl"
-    answers.write_text("".join(json.dumps({"response_text": t}) + "\n" for t in ("push left, I think", "no idea")))
+    # prose, then a valid table worse than the initial one (always push left): none is ever accepted (a run with no
+    # valid answer at all is exit 1, issue 29 item 11)
+    left = render_table_answer(np.zeros(CARTPOLE_STATES, dtype=np.int64), "always push left")
+    answers.write_text("".join(json.dumps({"response_text": t}) + "\n" for t in ("push left, I think", left)))
     code = main(["train", "--backend", f"replay:{answers}", "--iterations", "2", "--candidates", "1",
                  "--repair-attempts", "0", "--heldout-episodes", "3", "--logs-dir", str(tmp_path), "--no-plots"])
     out = capsys.readouterr()

@@ -81,7 +81,8 @@ def _drive(run: Run, first: int) -> tuple[StopReason, bool]:
             return stop, True
         # The iteration's record and its checkpoint go together: a Ctrl-C (or SIGTERM) waits for both, and a write
         # that fails (a full disk, a file size limit) takes the record's line back out of events.jsonl.
-        with HeldInterrupts(), appends_undone_on_error(run.dir.events):
+        committed = lambda: run.committed is not None and run.committed.get("iteration") == iteration  # noqa: E731, B023
+        with HeldInterrupts(), appends_undone_on_error(run.dir.events, done=committed):
             c.iteration = iteration
             c.since_best = 0 if step.accepted else c.since_best + 1
             c.accepted_count += int(step.accepted)

@@ -48,7 +48,8 @@ node from the last checkpoint the driver received). Runs are seeded, so both exe
 times excepted).
 
 Exit codes: 0 when every run finished, 1 when some failed (the files are written all the same), 2 for bad input, 130
-when interrupted (the files then say which runs a re-run will resume).
+when interrupted, 143 or 129 for SIGTERM or SIGHUP, handled as Ctrl-C (the files then say which runs a re-run will
+resume, and the last line names the folder and the command).
 """
 
 from __future__ import annotations
