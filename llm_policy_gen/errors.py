@@ -19,6 +19,7 @@ __all__ = [
     "BackendUnreachable",
     "ReplayExhausted",
     "ProposalError",
+    "JSONBounds",
     "RunInterrupted",
     "missing_extra",
 ]
@@ -63,6 +64,11 @@ class BackendUnreachable(BackendError):
 class NoCallSucceeded(BackendError):
     """A run made calls and not one of them succeeded: it ends with exit 1, naming the first error and the URL
     (never "0 calls" and exit 0)."""
+
+
+class JSONBounds(LLMPolicyGenError, ValueError):
+    """A JSON text from outside is over the bounds this package reads (:mod:`llm_policy_gen.safe_json`): too long,
+    nested too deeply, or a number with too many digits. The message says which, without the text."""
 
 
 class ReplayExhausted(LLMPolicyGenError):

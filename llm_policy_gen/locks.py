@@ -16,7 +16,6 @@ run finished; the interrupt then takes effect as soon as the group is written.
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import signal
@@ -31,6 +30,7 @@ from types import TracebackType
 from typing import Any
 
 from .errors import UserError
+from .safe_json import loads as safe_loads
 
 __all__ = ["FolderLock", "FolderBusy", "HeldInterrupts", "LOCK_FILE", "HOLDER_FILE", "LOCK_FILES", "die_with_parent"]
 
@@ -92,7 +92,7 @@ class FolderLock:
     def holder(self) -> str:
         """Who holds the lock, as its note says."""
         try:
-            note = json.loads(self.note_path.read_text(encoding="utf-8"))
+            note = safe_loads(self.note_path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             note = None
         return _holder_text(note)

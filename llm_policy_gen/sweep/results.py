@@ -23,7 +23,7 @@ import numpy as np
 from ..console import plural
 from ..errors import UserError
 from ..run.stop import StopKind, StopReason
-from ..runlog import write_bytes_atomic, write_json_atomic
+from ..runlog import read_json_object, write_bytes_atomic, write_json_atomic
 from ..stats import DEFAULT_RESAMPLES, DEFAULT_SEED, Interval, bootstrap_ci, median_censored
 
 __all__ = ["CSV_COLUMNS", "TIME_COLUMNS", "split_entry", "finished", "ResultRow", "Curve", "SweepRecord",
@@ -181,7 +181,7 @@ def load_curves(out: Path) -> list[Curve]:
     p = Path(out) / "curves.json"
     if not p.is_file():
         raise UserError(f"{p} does not exist; run `llm-policy-gen compare ... --out {Path(out)}` first")
-    return curves_from_json(json.loads(p.read_text(encoding="utf-8")))
+    return curves_from_json(read_json_object(p) or {})
 
 
 def curves_from_json(data: Mapping[str, Any]) -> list[Curve]:
