@@ -233,5 +233,6 @@ def test_a_context_too_small_for_the_fixed_prompt_is_refused_naming_the_smallest
     assert 600 < fixed < need <= 2 * fixed  # the fixed prompt is about 940 tokens; the answer as many again at most
     base = dict(env_id="CartPole-v1", backend=f"llamacpp:{model}", logs_dir=str(tmp_path / "logs"), progress=False)
     check_backend(prepare(TrainConfig(**base, n_ctx=need)))  # the context named is enough
-    assert main([*args, "--n-ctx", str(need - 1)]) == 2
-    assert "is too small" in one_line(capsys.readouterr().err)
+    print(line)  # the figures, for the record
+    assert main([*args, "--n-ctx", str(fixed)]) == 2  # room for the fixed part, none for an answer
+    assert f"--n-ctx {fixed} is too small" in one_line(capsys.readouterr().err)
