@@ -56,7 +56,7 @@ def check_text(text: str, *, max_chars: int | None = None, max_depth: int = MAX_
     if digits:
         raise JSONBounds(f"it holds a number of {len(digits.group()):,} digits (at most {MAX_DIGITS} are read)")
     if deep and max(accumulate(map(_STEP.__getitem__, _NOT_BRACKET.sub("", outside))), default=0) > max_depth:
-        raise JSONBounds(f"it is nested more than {max_depth} levels deep")
+        raise JSONBounds(f"it is nested too deeply (more than {max_depth} levels)")
 
 
 def loads(text: str | bytes, *, max_chars: int | None = None, max_depth: int = MAX_DEPTH) -> Any:

@@ -89,7 +89,7 @@ def test_a_hostile_answer_is_an_invalid_answer_recorded_and_repaired(fake_openai
     assert not first["valid"] and not first.get("failed") and second["valid"]
     assert first["response_text"] == answer  # the paid call is kept in the transcript
     assert "cannot be read as JSON" in first["errors"][0], first["errors"]
-    assert ("nested more than 100 levels" in first["errors"][0]) != ("digits" in first["errors"][0])
+    assert ("nested too deeply (more than 100 levels)" in first["errors"][0]) != ("digits" in first["errors"][0])
     assert first["errors"][0] in fake_openai.bodies[1]["messages"][-1]["content"]  # sent back for repair
 
 
