@@ -17,8 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from .errors import UserError
+from .errors import JSONBounds, UserError
 from .runlog import write_bytes_atomic
+from .safe_json import loads
 
 __all__ = ["save_checkpoint", "load_checkpoint", "CHECKPOINT_VERSION"]
 
@@ -68,12 +69,17 @@ def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
 def load_checkpoint(path: Path) -> dict[str, Any]:
     """The state saved by :func:`save_checkpoint`; an unreadable file is a :class:`UserError`."""
     try:
-        with np.load(Path(path), allow_pickle=False) as npz:
-            meta = json.loads(bytes(npz["__state__"]).decode("utf-8"))
+        with np.load(Path(path), allow_pickle=False) as npz:  # never pickled: loading runs no code
+            meta = loads(bytes(npz["__state__"]).decode("utf-8"))
+            if not isinstance(meta, dict) or not isinstance(meta.get("state"), dict):
+                raise UserError(f"checkpoint {path} holds no state object; it was not written by llm-policy-gen")
             if meta.get("version") != CHECKPOINT_VERSION:
-                raise UserError(f"checkpoint {path} has version {meta.get('version')}, expected "
+                raise UserError(f"checkpoint {path} has version {str(meta.get('version'))[:20]}, expected "
                                 f"{CHECKPOINT_VERSION}")
             arrays = {k: npz[k] for k in npz.files if k != "__state__"}
-    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
-        raise UserError(f"cannot read checkpoint {path}: {type(exc).__name__}: {exc}") from None
-    return dict(_decode(meta["state"], arrays))
+        state = _decode(meta["state"], arrays)
+    except JSONBounds as exc:
+        raise UserError(f"cannot read checkpoint {path}: its state {exc}") from None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, EOFError, zipfile.BadZipFile) as exc:
+        raise UserError(f"cannot read checkpoint {path}: {type(exc).__name__}: {str(exc)[:200]}") from None
+    return dict(state)

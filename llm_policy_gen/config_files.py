@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from .backends import recorded_backend
-from .errors import UserError
+from .errors import JSONBounds, UserError
+from .safe_json import loads
 
 __all__ = ["read_toml", "load_config_file", "RUN_IDENTITY"]
 
@@ -43,6 +44,10 @@ def read_toml(path: str | Path, what: str) -> dict[str, Any]:
         return tomllib.loads(_read_text(p, what))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise UserError(f"{what} {p} is not valid TOML: {exc}") from None
+    except RecursionError:
+        raise UserError(f"{what} {p} cannot be read: it is nested too deeply") from None
+    except ValueError as exc:  # an integer past sys.get_int_max_str_digits()
+        raise UserError(f"{what} {p} cannot be read: {str(exc).split(':')[0]}") from None
 
 
 #: Keys of a run's config.json beside its ``config`` object: a JSON file with them is a run's record.
@@ -60,9 +65,11 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
     p = Path(path)
     if p.suffix.lower() == ".json":
         try:
-            data = json.loads(_read_text(p, "config file"))
+            data = loads(_read_text(p, "config file"))
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise UserError(f"config file {p} is not valid JSON: {exc}") from None
+        except JSONBounds as exc:
+            raise UserError(f"config file {p} cannot be read as JSON: {exc}") from None
         section = data.get("config", data) if isinstance(data, dict) else None
         if isinstance(data, dict) and "config" not in data and RUN_RECORD_KEYS & set(data):
             raise UserError(f"config file {p} is a run's config.json without its 'config' object (the settings); "

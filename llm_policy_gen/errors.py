@@ -23,6 +23,7 @@ __all__ = [
     "ProposalError",
     "Interrupted",
     "EnvOutputError",
+    "JSONBounds",
     "RunInterrupted",
     "SweepInterrupted",
     "NoCallSucceeded",
@@ -82,6 +83,11 @@ class EnvOutputError(LLMPolicyGenError):
     """The environment returned a non-finite reward or observation (NaN, infinity): named with its step and
     episode. Before a run starts it is a :class:`SpecError` (exit 2); during a run it ends the run (exit 1) with its
     directory as of the last finished iteration."""
+
+
+class JSONBounds(LLMPolicyGenError, ValueError):
+    """A JSON text from outside is over the bounds this package reads (:mod:`llm_policy_gen.safe_json`): too long,
+    nested too deeply, or a number with too many digits. The message says which, without the text."""
 
 
 class ReplayExhausted(LLMPolicyGenError):

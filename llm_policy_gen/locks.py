@@ -21,7 +21,6 @@ summary written, the lock and its note released, the resume command printed; exi
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import signal
@@ -36,6 +35,7 @@ from types import TracebackType
 from typing import Any
 
 from .errors import Interrupted, UserError
+from .safe_json import loads as safe_loads
 
 __all__ = ["FolderLock", "FolderBusy", "HeldInterrupts", "LOCK_FILE", "HOLDER_FILE", "LOCK_FILES", "die_with_parent",
            "stops_as_interrupts", "STOP_SIGNALS"]
@@ -98,7 +98,7 @@ class FolderLock:
     def holder(self) -> str:
         """Who holds the lock, as its note says."""
         try:
-            note = json.loads(self.note_path.read_text(encoding="utf-8"))
+            note = safe_loads(self.note_path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             note = None
         return _holder_text(note)

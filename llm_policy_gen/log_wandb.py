@@ -26,7 +26,6 @@ offline run in the same folder, starting at the first redone iteration.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -35,6 +34,7 @@ from typing import Any
 
 from .errors import missing_extra
 from .loggers import scalars
+from .safe_json import loads as safe_loads
 
 __all__ = ["WandbWriter", "WANDB_SETTINGS"]
 
@@ -60,7 +60,7 @@ def _run_config(run_dir: Path) -> dict[str, Any]:
 
     path = run_dir / "config.json"
     try:
-        record = json.loads(path.read_text(encoding="utf-8"))
+        record = safe_loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
     config = record.get("config") if isinstance(record, dict) else None

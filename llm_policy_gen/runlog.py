@@ -25,7 +25,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from .errors import UserError
+from .errors import JSONBounds, UserError
+from .safe_json import loads as safe_loads
 
 __all__ = ["check_out_file", "write_json_atomic", "write_bytes_atomic", "append_jsonl", "appends_undone_on_error",
            "read_jsonl", "read_json", "read_json_object",
@@ -198,11 +199,11 @@ def _json_line(path: Path, number: int, raw: bytes) -> dict[str, Any]:
         raise UserError(f"{where} is not UTF-8 text (byte 0x{raw[exc.start]:02x} at column {exc.start + 1})") \
             from None
     try:
-        value = json.loads(text)
+        value = safe_loads(text)
     except json.JSONDecodeError as exc:
         raise UserError(f"{where} is not valid JSON ({exc.msg} at column {exc.colno})") from None
-    except RecursionError:
-        raise UserError(f"{where} is nested too deeply to be read as JSON") from None
+    except JSONBounds as exc:
+        raise UserError(f"{where} cannot be read as JSON: {exc}") from None
     if not isinstance(value, dict):
         raise UserError(f"{where} is not a JSON object (it holds a {type(value).__name__})")
     return value
@@ -224,12 +225,21 @@ def read_json_object(path: Path, *, lenient: bool = False) -> dict[str, Any] | N
     return data if isinstance(data, dict) else None
 
 
-def read_json(path: Path) -> Any:
-    """A JSON file's value; a file that is missing, unreadable, not UTF-8, not JSON or nested too deeply is a
+MAX_JSON_BYTES = 256 << 20
+"""Largest JSON file :func:`read_json` reads (a policy file of a million states is about 10 MB)."""
+
+
+def read_json(path: Path, max_bytes: int = MAX_JSON_BYTES) -> Any:
+    """A JSON file's value; a file that is missing, unreadable, not UTF-8, not JSON, larger than ``max_bytes``,
+    nested too deeply or holding a number of too many digits (:mod:`~llm_policy_gen.safe_json`) is a
     :class:`UserError` whose one line names it."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        with p.open("rb") as fh:
+            data = fh.read(max_bytes + 1)
+        if len(data) > max_bytes:
+            raise UserError(f"{p} is larger than {max_bytes:,} bytes, more than any file this package writes")
+        text = data.decode("utf-8")
     except FileNotFoundError:
         raise UserError(f"{p} does not exist") from None
     except UnicodeDecodeError as exc:
@@ -237,11 +247,11 @@ def read_json(path: Path) -> Any:
     except OSError as exc:
         raise UserError(f"cannot read {p}: {exc.strerror or exc}") from None
     try:
-        return json.loads(text)
+        return safe_loads(text)
     except json.JSONDecodeError as exc:
         raise UserError(f"{p} is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
-    except RecursionError:
-        raise UserError(f"{p} is nested too deeply to be read as JSON") from None
+    except JSONBounds as exc:
+        raise UserError(f"{p} cannot be read as JSON: {exc}") from None
 
 
 def run_id_problem(run_id: str) -> str | None:

@@ -239,6 +239,26 @@ def is_free(client: LLMClient) -> bool:
 
 
 @runtime_checkable
+class RendersChat(Protocol):
+    """What a client that renders chat messages with its model's own template offers (the in-process llama.cpp
+    model), so that the backend factory can refuse, before a run starts, a model that cannot take chat messages and
+    a context too small for the prompt."""
+
+    def check_chat(self) -> None:
+        """Raise a :class:`~llm_policy_gen.errors.BackendConfigError` when the model cannot take chat messages."""
+        ...
+
+    def chat_tokens(self, messages: list[Message]) -> int:
+        """Tokens of ``messages`` rendered by the model's chat template."""
+        ...
+
+    @property
+    def context_tokens(self) -> int | None:
+        """The model's context size in tokens (prompt and answer together), or None when unknown."""
+        ...
+
+
+@runtime_checkable
 class CountsTokens(Protocol):
     """What a client that knows its model's tokenizer offers (the in-process llama.cpp model does), so that the
     prompt is measured in tokens rather than characters (``--max-prompt-tokens``)."""

@@ -4,9 +4,10 @@ The key is a SHA-256 of provider, model, base URL, messages, output schema, samp
 index** (the candidate number) and the call's seed where it has one, so the K candidates of an iteration are K
 distinct samples and a re-run with the same inputs costs nothing. A hit returns the stored text with zero tokens (the
 transcript marks it ``cached: true``).
-Entries are JSON files written atomically; an unreadable entry is a miss. Every string of an entry has every known
-secret scrubbed from it when it is written (a key or URL password a server echoed, in any field), and again when it is
-read (an entry written by an older version).
+Entries are JSON files written atomically; an unreadable entry (not JSON, not an object, or over the bounds of
+:mod:`~llm_policy_gen.safe_json`: a nesting or digit bomb) is a miss, and the new answer replaces it. Every string of
+an entry has every known secret scrubbed from it when it is written (a key or URL password a server echoed, in any
+field), and again when it is read (an entry written by an older version).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..runlog import write_json_atomic
+from ..safe_json import loads
 from .base import Completion, Request, Sampling
 from .keys import redact_all
 
@@ -59,7 +61,7 @@ class ResponseCache:
         key, path = self._path(request)
         t0 = time.perf_counter()
         try:
-            entry: dict[str, Any] = redact_all(json.loads(path.read_text(encoding="utf-8")))
+            entry: dict[str, Any] = redact_all(loads(path.read_text(encoding="utf-8")))
             text = entry["text"]
         except (OSError, ValueError, KeyError, TypeError):
             return None

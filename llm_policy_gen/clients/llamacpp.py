@@ -6,8 +6,10 @@ not thread-safe, so calls are serialised by a lock per model, and the K candidat
 other (each still a distinct sample: its seed is a function of the run seed and the call's key,
 :func:`~.base.call_seed`).
 
-* **Chat template**: the model's own (``tokenizer.chat_template`` in the GGUF metadata, applied by llama-cpp-python);
-  its sha256 and name are recorded.
+* **Chat template**: the model's own (``tokenizer.chat_template`` in the GGUF metadata), compiled when the model is
+  loaded and rendered under limits (:mod:`.chat_template`: Jinja's sandbox, a deadline and size bounds); its sha256 and
+  name are recorded. A model without one (a base model), or whose template does not compile, is refused when the
+  backend is built for a mode that sends chat messages (:meth:`LlamaCppClient.check_chat`), before the run starts.
 * **Structured output**: ``json_schema`` turns the answer format's JSON schema into a GBNF grammar with
   ``LlamaGrammar.from_json_schema`` (llama.cpp's converter), so decoding cannot leave the schema; a schema the
   converter refuses is a refusal and the client steps down once (say so) to ``json_mode`` (any JSON, the generic
@@ -15,14 +17,16 @@ other (each still a distinct sample: its seed is a function of the run seed and 
   generic JSON grammar silently; this client builds the grammar itself so that a step down is never silent.
   Which schema keywords the converter enforces is tested in ``tests/test_schema_bounds.py``.
 * **Context**: the model's training context (``n_ctx_train``) unless ``--n-ctx`` is given. The answer's token cap
-  is what the context leaves after the prompt (at most ``--max-output-tokens``).
+  is what the context leaves after the prompt (at most ``--max-output-tokens``). A context that cannot hold the first
+  prompt's fixed part and as much again for an answer is refused before the run starts, naming the smallest
+  ``--n-ctx`` that does (:func:`~llm_policy_gen.run.backend.check_context`, through :meth:`LlamaCppClient.chat_tokens`).
 * **Tokens** are counted by the model's tokenizer (:meth:`LlamaCppClient.count_tokens`, which the prompt builder
   uses for ``--max-prompt-tokens``).
 * **Threads**: ``--llm-threads``, else the usable cores (``os.sched_getaffinity``) divided by the processes that
   share them (``LLM_POLICY_GEN_PROCESSES``, which a sweep with ``--workers N`` sets to N).
-* **Timeout**: ``--timeout`` bounds the generation of one attempt (checked at every token; prompt evaluation itself
-  cannot be interrupted). A call that passes it fails with a timeout and is not retried: the same prompt on the same
-  machine would take as long again.
+* **Timeout**: ``--timeout`` bounds one attempt from the moment it has the model: rendering the chat template and
+  generating (checked at every token; prompt evaluation itself cannot be interrupted). A call that passes it fails
+  with a timeout (0 tokens, no text) and is not retried: the same prompt on the same machine would take as long again.
 * **Identity**: :meth:`describe` records the file's sha256, size, quantisation, context, chat template and the
   llama-cpp-python version in ``config.json``; the answer cache keys on the sha256, not the path
   (:attr:`cache_identity`), so a moved or renamed file keeps its cached answers and another file with the same name
@@ -41,7 +45,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from ..errors import BackendConfigError
-from .base import ClientOptions, Completion, Request, call_seed
+from .base import ClientOptions, Completion, Message, Request, call_seed
+from .chat_template import ChatTemplate, TemplateProblem, TemplateTimeout, compile_template, syntax_error_text
 from .profiles import ClientProfile
 from .retry import FaultKind
 from .sdk import SDKClient
@@ -129,8 +134,23 @@ class LocalModel:
     n_threads: int
     lock: threading.Lock = field(default_factory=threading.Lock)
     grammars: dict[str, Any] = field(default_factory=dict)
-    formatter: Any = None
+    chat: ChatTemplate | None = None
+    chat_problem: str | None = None
+    """Why the model cannot take chat messages (no chat template, or one that does not compile), else None."""
     stop_ids: set[int] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        eos, bos = self.llm.token_eos(), self.llm.token_bos()
+        self.stop_ids = {eos} if eos != -1 else set()
+        if not self.template:
+            self.chat_problem = "has no chat template (tokenizer.chat_template): it is a base model"
+            return
+        model = self.llm._model  # the token texts the template uses for bos/eos, as llama-cpp-python reads them
+        try:
+            self.chat = compile_template(self.template, bos_token=model.token_get_text(bos) if bos != -1 else "",
+                                         eos_token=model.token_get_text(eos) if eos != -1 else "")
+        except TemplateProblem as exc:
+            self.chat_problem = f"has a chat template that does not compile ({exc})"
 
     @property
     def n_ctx(self) -> int:
@@ -140,23 +160,21 @@ class LocalModel:
     def template(self) -> str:
         return str((self.llm.metadata or {}).get("tokenizer.chat_template", ""))
 
-    def format(self, messages: list[dict[str, str]]) -> tuple[list[int], list[str], set[int]]:
-        """The prompt's tokens by the model's own chat template, its stop strings and stop tokens."""
-        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+    def format(self, messages: list[dict[str, str]], deadline: float) -> tuple[list[int], list[str], set[int]]:
+        """The prompt's tokens by the model's own chat template (rendered under the limits of
+        :mod:`.chat_template`, :class:`TemplateTimeout` past ``deadline``), its stop strings and stop tokens."""
+        if self.chat is None:
+            raise TemplateProblem(f"{self.path.name} {self.chat_problem}")
+        prompt = self.chat.render(messages, deadline)
+        # the template writes the special tokens itself (llama-cpp-python's ``added_special``): no BOS added here
+        tokens = self.llm.tokenize(prompt.text.encode("utf-8"), add_bos=False, special=True)
+        return list(tokens), prompt.stop, self.stop_ids
 
-        if self.formatter is None:
-            if not self.template:
-                raise ValueError(f"{self.path.name} has no chat template (tokenizer.chat_template)")
-            model = self.llm._model  # the token texts the template uses for bos/eos, as llama-cpp-python reads them
-            eos, bos = self.llm.token_eos(), self.llm.token_bos()
-            self.formatter = Jinja2ChatFormatter(
-                template=self.template, eos_token=model.token_get_text(eos) if eos != -1 else "",
-                bos_token=model.token_get_text(bos) if bos != -1 else "", stop_token_ids=[eos])
-            self.stop_ids = {eos} if eos != -1 else set()
-        result = self.formatter(messages=messages)
-        tokens = self.llm.tokenize(result.prompt.encode("utf-8"), add_bos=not result.added_special, special=True)
-        stop = [] if result.stop is None else [result.stop] if isinstance(result.stop, str) else list(result.stop)
-        return list(tokens), stop, self.stop_ids
+
+def chat_refusal(name: str, problem: str) -> str:
+    """The one line that refuses a model that cannot take chat messages, with what to do instead."""
+    return (f"llamacpp model {name} {problem}; the modes that ask a model send chat messages, so give an "
+            "instruction-tuned GGUF with a working chat template (`python tools/fetch_model.py smollm2` fetches one)")
 
 
 def load_model(path: Path, n_ctx: int | None, n_threads: int) -> LocalModel:
@@ -166,6 +184,8 @@ def load_model(path: Path, n_ctx: int | None, n_threads: int) -> LocalModel:
     except ImportError:
         raise BackendConfigError("llamacpp needs llama-cpp-python: pip install -e '.[local]' "
                                  "(it compiles llama.cpp: 10-15 minutes on 2 cores)") from None
+    from jinja2 import TemplateSyntaxError
+
     key = (str(path.resolve()), int(n_ctx or 0), n_threads)
     with _models_lock:
         model = _models.get(key)
@@ -173,10 +193,22 @@ def load_model(path: Path, n_ctx: int | None, n_threads: int) -> LocalModel:
             try:
                 llm = llama_cpp.Llama(model_path=str(path), n_ctx=int(n_ctx or 0), n_threads=n_threads,
                                       n_threads_batch=n_threads, verbose=False)
+            except TemplateSyntaxError as exc:  # llama-cpp-python compiles the file's chat templates as it loads
+                raise BackendConfigError(chat_refusal(
+                    path.name, f"has a chat template that does not compile ({syntax_error_text(exc)})")) from None
             except (ValueError, RuntimeError, OSError) as exc:
                 raise BackendConfigError(f"llama.cpp could not load {path}: {exc}") from None
+            _quiet_llama_cpp()
             model = _models[key] = LocalModel(path, llm, n_threads)
     return model
+
+
+def _quiet_llama_cpp() -> None:
+    """Keep llama.cpp's log lines (warnings and errors of the C library, which ``verbose=False`` still prints) off
+    the console: the errors that matter reach the user as this package's own messages."""
+    import logging
+
+    logging.getLogger("llama-cpp-python").setLevel(logging.CRITICAL + 1)
 
 
 def model_identity(model: LocalModel) -> dict[str, Any]:
@@ -291,6 +323,30 @@ class LlamaCppClient(SDKClient):
         with self._model.lock:
             return len(self._model.llm.tokenize(text.encode("utf-8"), add_bos=False, special=True))
 
+    def chat_tokens(self, messages: list[Message]) -> int:
+        """Tokens of ``messages`` as the model sees them: rendered by its chat template, then tokenized (within
+        ``--timeout``; a template that cannot render them is a :class:`BackendConfigError`)."""
+        self.check_chat()
+        timeout = self.options.retry.attempt_timeout_s
+        with self._model.lock:
+            try:
+                return len(self._model.format([m.to_dict() for m in messages], time.monotonic() + timeout)[0])
+            except TemplateTimeout:
+                raise BackendConfigError(chat_refusal(
+                    self._model.path.name, f"has a chat template that passed --timeout {timeout:g} s rendering the "
+                    "first prompt")) from None
+            except TemplateProblem as exc:
+                raise BackendConfigError(chat_refusal(
+                    self._model.path.name, f"has a chat template that cannot render the first prompt ({exc})")) \
+                    from None
+
+    def check_chat(self) -> None:
+        """Refuse (:class:`BackendConfigError`, one line with advice) a model that cannot take chat messages: a
+        base model without a chat template, or one whose template does not compile. Asked by the backend factory
+        for the modes that send chat messages (a mode that reads the model's token probabilities needs none)."""
+        if self._model.chat_problem:
+            raise BackendConfigError(chat_refusal(self._model.path.name, self._model.chat_problem))
+
     # --- the provider's part --------------------------------------------------------------------------------------
     def _grammar(self, schema: dict[str, Any] | None, mode: str) -> Any:
         from llama_cpp import LlamaGrammar
@@ -320,12 +376,15 @@ class LlamaCppClient(SDKClient):
         grammar = self._grammar(request.output.json_schema, mode)
         timeout = self.options.retry.attempt_timeout_s
         with self._model.lock:
-            prompt, stop, stop_ids = self._model.format([m.to_dict() for m in request.messages])
+            deadline = time.monotonic() + timeout  # --timeout covers rendering the chat template and generating
+            try:
+                prompt, stop, stop_ids = self._model.format([m.to_dict() for m in request.messages], deadline)
+            except TemplateTimeout:
+                raise _Deadline(f"rendering the chat template passed --timeout {timeout:g} s") from None
             room = self._model.n_ctx - len(prompt)
             if room < 16:
                 raise ValueError(f"the prompt ({len(prompt)} tokens) does not fit the model's context of "
-                                 f"{self._model.n_ctx} tokens; lower --max-prompt-tokens or raise --n-ctx")
-            deadline = time.monotonic() + timeout
+                                 f"{self._model.n_ctx} tokens; raise --n-ctx (or lower --max-prompt-tokens)")
             passed: list[bool] = []
 
             def stop_here(tokens: Any, logits: Any) -> bool:

@@ -19,7 +19,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..errors import BackendConfigError, BackendError, ReplayExhausted
+from ..errors import BackendConfigError, BackendError, JSONBounds, ReplayExhausted
+from ..safe_json import loads
 from .base import CallKey, Completion, Request
 
 __all__ = ["ReplayClient", "SOURCE_FIELDS"]
@@ -51,9 +52,11 @@ class ReplayClient:
             if not line.strip():
                 continue
             try:
-                obj = json.loads(line)
+                obj = loads(line)
             except json.JSONDecodeError as exc:
                 raise BackendConfigError(f"replay file {self.path} line {k} is not JSON ({exc.msg})") from None
+            except JSONBounds as exc:
+                raise BackendConfigError(f"replay file {self.path} line {k} cannot be read as JSON: {exc}") from None
             if not isinstance(obj, dict) or not isinstance(obj.get("response_text"), str):
                 raise BackendConfigError(
                     f"replay file {self.path} line {k} has no string 'response_text' (use a transcripts.jsonl)"

@@ -34,6 +34,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
 from ..errors import BackendConfigError
+from ..safe_json import is_bomb
 from . import keys
 from .base import ClientOptions, Completion, Message, Request
 from .deadline import AttemptDeadline
@@ -337,6 +338,8 @@ class SDKClient(ABC):
             self.reached = True
             raise
         except Exception as exc:
+            if is_bomb(exc):  # a body nested too deeply, or a number of thousands of digits
+                raise not_json(label, f"the body cannot be read as JSON ({type(exc).__name__})") from None
             reason = unreachable_reason(exc, self.options.retry.timeout_s)
             if reason is None:
                 self.reached = True

@@ -6,6 +6,9 @@ import argparse
 import json
 from typing import Any
 
+from ..errors import JSONBounds
+from ..safe_json import loads
+
 __all__ = ["int_list", "json_object", "name_list"]
 
 
@@ -18,9 +21,11 @@ def int_list(text: str) -> list[int]:
 
 def json_object(text: str) -> dict[str, Any]:
     try:
-        value = json.loads(text)
+        value = loads(text)
     except json.JSONDecodeError as exc:
         raise argparse.ArgumentTypeError(f"expected a JSON object, got {text!r} ({exc.msg})") from None
+    except JSONBounds as exc:
+        raise argparse.ArgumentTypeError(f"expected a JSON object, got {text[:60]!r}... ({exc})") from None
     if not isinstance(value, dict):
         raise argparse.ArgumentTypeError(f"expected a JSON object, got {text!r}")
     return value

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UserError
+from ..safe_json import loads
 from .argtypes import json_object
 
 __all__ = ["add_parser"]
@@ -59,7 +60,7 @@ def _run_heldout(target: str) -> tuple[int, int] | None:
     if not cfg_file.is_file():
         return None
     try:
-        rec = json.loads(cfg_file.read_text(encoding="utf-8"))
+        rec = loads(cfg_file.read_text(encoding="utf-8"))
         first = int(rec.get("seeds", {}).get("heldout", SeedPlan(int(rec["seed"])).heldout(0)))
         n = int(rec.get("config", {}).get("heldout_episodes", 100))
     except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):

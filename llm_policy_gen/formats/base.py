@@ -37,7 +37,8 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError
 
 from ..discretize import ActionDiscretizer, BoxDiscretizer, DiscreteDiscretizer, ObservationDiscretizer
-from ..errors import ProposalError
+from ..errors import JSONBounds, ProposalError
+from ..safe_json import check_text, loads, raw_decode
 
 if TYPE_CHECKING:
     from ..envs.spec import EnvSpec
@@ -195,14 +196,22 @@ def extract_json_object(text: str, required_key: str) -> dict[str, Any]:
     """The first JSON object in ``text`` that holds ``required_key`` (code fences and prose are skipped)."""
     if not isinstance(text, str) or not text.strip():
         raise ProposalError(["empty answer: reply with one JSON object"], text if isinstance(text, str) else "")
+    try:
+        check_text(text)
+        return _first_object(text, required_key)
+    except JSONBounds as exc:  # a nesting or digit bomb: an invalid answer, never a crash
+        raise ProposalError([f"the answer cannot be read as JSON: {exc}; reply with one plain JSON object"],
+                            text) from None
+
+
+def _first_object(text: str, required_key: str) -> dict[str, Any]:
     candidates = [m.group(1) for m in _FENCE.finditer(text)] + [text]
-    decoder = json.JSONDecoder()
     saw_object = False
     last_error = ""
     for chunk in candidates:
         stripped = chunk.strip()
         try:
-            obj = json.loads(stripped)
+            obj = loads(stripped)
             if isinstance(obj, dict):
                 saw_object = True
                 if required_key in obj:
@@ -211,7 +220,7 @@ def extract_json_object(text: str, required_key: str) -> dict[str, Any]:
             last_error = f"{exc.msg} at line {exc.lineno} column {exc.colno}"
         for m in re.finditer(r"\{", chunk):
             try:
-                obj, _ = decoder.raw_decode(chunk, m.start())
+                obj, _ = raw_decode(chunk, m.start())
             except json.JSONDecodeError:
                 continue
             if isinstance(obj, dict):

@@ -17,6 +17,7 @@ import numpy as np
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
+    from ..clients.base import Message
     from ..clients.session import Answer, LLMSession
     from ..collect import Episode, Rollouts
     from ..config import TrainConfig
@@ -27,7 +28,8 @@ if TYPE_CHECKING:
     from ..policy import Policy
     from ..prompt import PromptBuilder, PromptContext
 
-__all__ = ["Setup", "RunServices", "Step", "Mode", "stopped_before_any_answer", "first_stop"]
+__all__ = ["Setup", "RunServices", "Step", "Mode", "stopped_before_any_answer", "first_stop", "uses_chat",
+           "first_messages"]
 
 
 @dataclass(frozen=True)
@@ -196,3 +198,18 @@ class Mode(Protocol):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         ...
+
+
+def uses_chat(mode: Mode) -> bool:
+    """Whether ``mode`` sends chat messages to a model (every mode here does). An optional attribute ``uses_chat``
+    of the mode says otherwise: a mode that reads a model's token probabilities as its policy (``--mode lm-policy``)
+    needs no chat template, so the backend factory does not ask the model for one."""
+    return bool(getattr(mode, "uses_chat", True))
+
+
+def first_messages(mode: Mode, run: RunServices) -> list[Message] | None:
+    """The messages of ``mode``'s first call with nothing learned yet (the part of every prompt that no cap can cut),
+    from the mode's optional method ``first_messages(run)``; None for a mode without one. The run checks with them
+    that a model's context can hold a prompt and an answer before the run starts."""
+    hook = getattr(mode, "first_messages", None)
+    return hook(run) if callable(hook) else None

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..clients.base import Message
 from ..collect import Episode
 from ..formats import make_format, resolve_format_name
 from ..formats.base import AnswerFormat, Target
@@ -145,6 +146,13 @@ class LearnerMode:
             "algorithm": "tabular Q-learning, one sweep per episode as it ends", "alpha": setup.cfg.learner_alpha,
             "gamma": setup.cfg.learner_gamma, "epsilon": setup.cfg.explore_epsilon,
             "q_init": "max(0, largest step reward of the initial table's test episodes) / (1 - gamma)"}}
+
+    def first_messages(self, run: RunServices) -> list[Message]:
+        """The first prompt with nothing learned, the mode's own sections left empty (see
+        :func:`~.base.first_messages`)."""
+        assert self.fmt is not None and self.target is not None
+        current = self.target.array(np.zeros(run.observation.n_states))
+        return run.builder.build(run.context(1, self.fmt, self.target, current, None, templates=self.templates))
 
     def start(self, run: RunServices) -> None:
         """Score the initial table (as table mode does) and start the learner."""

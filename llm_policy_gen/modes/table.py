@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from ..clients.base import Message
 from ..formats import make_format, resolve_format_name
 from ..formats.base import AnswerFormat, Target
 from .base import RunServices, Setup, Step, first_stop, stopped_before_any_answer
@@ -34,6 +35,12 @@ class TableMode:
         self.fmt = make_format(name)
         self.target = Target("action", n_actions=setup.actions.n_actions)
         return {"output_format": name}
+
+    def first_messages(self, run: RunServices) -> list[Message]:
+        """The first prompt with nothing learned (see :func:`~.base.first_messages`)."""
+        assert self.fmt is not None and self.target is not None
+        return run.builder.build(run.context(1, self.fmt, self.target, run.best_table, None,
+                                             current_source=run.best_source))
 
     def start(self, run: RunServices) -> None:
         """Score the initial table on the first test seeds and the held-out seeds."""

@@ -40,6 +40,7 @@ from ..formats.base import table_dims
 from ..formats.rules import table_as_rules
 from ..formats.ruleset import RuleSet
 from ..prompt import IterationState
+from ..safe_json import loads
 from .base import Proposer, TableSearch
 from .population import DIGITS, LinearRuleSearch
 
@@ -122,8 +123,8 @@ class KeptRulesSearch(LinearRuleSearch):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
         base = str(state.get("base") or "")
-        self.base = RuleSet.from_dict(json.loads(base)) if base else None
-        self.slots = [(int(i), int(j), str(key)) for i, j, key in json.loads(str(state.get("slots") or "[]"))]
+        self.base = RuleSet.from_dict(loads(base)) if base else None
+        self.slots = [(int(i), int(j), str(key)) for i, j, key in loads(str(state.get("slots") or "[]"))]
 
 
 class RuleRefinement(TableSearch):
@@ -214,5 +215,5 @@ class RefiningProposer:
         self.llm.load_state_dict(state["llm"])
         self.refinement.load_state_dict(state["refinement"])
         self.asked_model = bool(state["asked_model"])
-        self.model_rules = [(int(i), int(c), dict(src)) for i, c, src in json.loads(str(state.get("model_rules")
+        self.model_rules = [(int(i), int(c), dict(src)) for i, c, src in loads(str(state.get("model_rules")
                                                                                          or "[]"))]

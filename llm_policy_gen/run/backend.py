@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..backends import BACKENDS, base_url_variable, is_client, parse_backend_spec
-from ..clients.base import ClientOptions, CountsTokens, LLMClient, Sampling, is_free
+from ..clients.base import ClientOptions, CountsTokens, LLMClient, Message, RendersChat, Sampling, is_free
 from ..clients.cache import ResponseCache
 from ..clients.keys import endpoint_notice, remember_url
 from ..clients.replay import SOURCE_FIELDS
@@ -36,7 +36,7 @@ from ..proposers.base import Proposer
 from ..proposers.llm import LLMProposer
 from ..proposers.refine import RefiningProposer
 
-__all__ = ["Backend", "make_backend", "client_options", "default_cache_dir"]
+__all__ = ["Backend", "make_backend", "client_options", "default_cache_dir", "check_context"]
 
 
 @dataclass
@@ -78,9 +78,12 @@ def client_options(cfg: TrainConfig) -> ClientOptions:
 
 def make_backend(cfg: TrainConfig, needs_session: bool, mode_name: str, transcript: Transcript,
                  builder: PromptBuilder, log: Callable[[str], None], *, recorded: RecordedCalls | None = None,
-                 limiter: CallLimiter | None = None, budget: Budget | None = None) -> Backend:
+                 limiter: CallLimiter | None = None, budget: Budget | None = None, chat: bool = True,
+                 first: Callable[[], list[Message] | None] = lambda: None) -> Backend:
     """The run's backend (see the module doc); ``needs_session``: the mode asks the model directly, which a
-    proposer that writes whole tables cannot serve."""
+    proposer that writes whole tables cannot serve; ``chat``: the mode sends chat messages, so a model that cannot
+    take them (a base model without a chat template) is refused here, before the run starts; ``first``: the mode's
+    first messages, with which a model's context is checked (:func:`check_context`)."""
     name, model = parse_backend_spec(cfg.backend or "offline")
     factory = BACKENDS.load(name)
     if not is_client(name):
@@ -95,8 +98,11 @@ def make_backend(cfg: TrainConfig, needs_session: bool, mode_name: str, transcri
         _check_replay_source(client, transcript)
     else:
         client = factory(model, options)
+    if chat and isinstance(client, RendersChat):
+        client.check_chat()
     _check_budget_is_priced(cfg, client.provider, client.model, client.is_llm and not is_free(client))
     _fit_prompts_and_samples(cfg, client, builder, log)
+    check_context(cfg, client, builder, first)
     described = client.describe()
     endpoint = None
     if "base_url" in described:  # a client that calls a server: say where, and where URL and key came from
@@ -119,6 +125,46 @@ def make_backend(cfg: TrainConfig, needs_session: bool, mode_name: str, transcri
     if cfg.refine:
         proposer = RefiningProposer(proposer, cfg.refine, cfg.seed, transcript)
     return Backend(name, model, proposer, session, endpoint)
+
+
+def check_context(cfg: TrainConfig, client: LLMClient | None, builder: PromptBuilder,
+                  first: Callable[[], list[Message] | None]) -> None:
+    """Refuse (one line, before the run starts) a model context that cannot hold the first prompt's fixed part
+    (``first()``: the mode's first messages with nothing learned, rendered by the model's chat template and counted
+    by its tokenizer) and as many tokens again for the answer (at most ``--max-output-tokens``: the share of the
+    context the default prompt cap leaves the answer). No ``--max-prompt-tokens`` can cut that part, so the message
+    names the smallest ``--n-ctx`` that fits: where the prompt cap follows the context (no ``--max-prompt-tokens``),
+    the prompt is measured again at the cap of the context it names (the table's share of the prompt grows with the
+    cap), until that context holds it."""
+    if not isinstance(client, RendersChat) or not client.context_tokens:
+        return
+    messages = first()
+    if messages is None:
+        return
+
+    def needed(fixed: int) -> int:
+        return fixed + min(cfg.max_output_tokens, fixed)
+
+    fixed = client.chat_tokens(messages)
+    need = needed(fixed)
+    context = int(client.context_tokens)
+    if need <= context:
+        return
+    if cfg.max_prompt_tokens is None:
+        limit = builder.limit
+        try:
+            for _ in range(8):
+                builder.limit = default_token_cap(cfg.max_prompt_chars, need, cfg.max_output_tokens)
+                again = client.chat_tokens(first() or messages)
+                if needed(again) <= need:
+                    break
+                fixed, need = again, needed(again)
+        finally:
+            builder.limit = limit
+    given = f"--n-ctx {cfg.n_ctx}" if cfg.n_ctx else f"the model's context of {context} tokens"
+    raise UserError(f"{given} is too small: the prompt's fixed part (task, table and answer format, which no "
+                    f"--max-prompt-tokens can cut) is {fixed} tokens of {client.model} and the answer needs "
+                    f"{need - fixed} more; give --n-ctx {need} or more")
 
 
 def _check_budget_is_priced(cfg: TrainConfig, provider: str, model: str, is_llm: bool) -> None:

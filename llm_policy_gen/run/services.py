@@ -25,7 +25,7 @@ from ..envs.spec import EnvSpec
 from ..formats.base import AnswerFormat, Target
 from ..keeper import Keeper, SeedPlan, Verdict
 from ..memory import ExperienceMemory, episodes_from_state, episodes_state
-from ..modes.base import Mode, Setup
+from ..modes.base import Mode, Setup, first_messages, uses_chat
 from ..policy import Policy, TablePolicy
 from ..prompt import HistoryEntry, PromptBuilder, PromptContext
 from ..runlog import JsonlWriter, Logger, RunDir
@@ -71,7 +71,8 @@ class Run:
         """Calls of a non-LLM proposer (free; counted so that runs compare call for call)."""
         self._shared_budget = budget is not None
         self.backend = make_backend(cfg, mode.needs_session, mode.name, self.transcript, self.builder, self.log,
-                                    recorded=recorded, limiter=limiter, budget=budget)
+                                    recorded=recorded, limiter=limiter, budget=budget, chat=uses_chat(mode),
+                                    first=lambda: first_messages(mode, self))
         self.backend_name, self.model = self.backend.name, self.backend.model
         self.endpoint = self.backend.endpoint
         """Where the calls go and where its base URL and key came from (said before the first call)."""

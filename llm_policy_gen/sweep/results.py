@@ -26,7 +26,7 @@ import numpy as np
 from ..console import plural
 from ..errors import UserError
 from ..run.stop import StopKind, StopReason
-from ..runlog import write_bytes_atomic, write_json_atomic
+from ..runlog import read_json_object, write_bytes_atomic, write_json_atomic
 from ..stats import DEFAULT_RESAMPLES, DEFAULT_SEED, Interval, iqm_interval, median_censored, normalized
 
 __all__ = ["CSV_COLUMNS", "TIME_COLUMNS", "split_entry", "finished", "ResultRow", "Curve", "SweepRecord",
@@ -184,7 +184,7 @@ def load_curves(out: Path) -> list[Curve]:
     p = Path(out) / "curves.json"
     if not p.is_file():
         raise UserError(f"{p} does not exist; run `llm-policy-gen compare ... --out {Path(out)}` first")
-    return curves_from_json(json.loads(p.read_text(encoding="utf-8")))
+    return curves_from_json(read_json_object(p) or {})
 
 
 def curves_from_json(data: Mapping[str, Any]) -> list[Curve]:
@@ -249,7 +249,7 @@ def read_random_baseline(folder: Path, key: Mapping[str, Any] | None = None) -> 
     """The means per run seed that ``folder``'s ``random_policy.json`` holds (none when it is missing, unreadable
     or, given ``key``, made for another environment, held-out count or policy)."""
     try:
-        data = json.loads((Path(folder) / BASELINE_FILE).read_text(encoding="utf-8"))
+        data = read_json_object(Path(folder) / BASELINE_FILE, lenient=True) or {}
         if key is not None and any(data.get(k) != v for k, v in json.loads(json.dumps(dict(key))).items()):
             return {}
         return {int(k): float(v) for k, v in data["by_seed"].items()}
