@@ -27,12 +27,14 @@ from .generic import DEFAULT_BINS, box_dims, env_spaces, generic_spec, grid_of
 from .spec import EnvSpec
 from .text import RENDERERS, describe_kwargs
 
-__all__ = ["MAX_BINS", "MAX_STATES", "apply_dims_bins", "apply_env_kwargs"]
+__all__ = ["MAX_BINS", "MAX_EPISODE_STEPS", "MAX_STATES", "apply_dims_bins", "apply_env_kwargs"]
 
 MAX_BINS = 1000
 """Upper bound on the bins of one dimension."""
 MAX_STATES = 1_000_000
 """Upper bound on a table's states (the same cap as :meth:`EnvSpec.validate`)."""
+MAX_EPISODE_STEPS = 1_000_000
+"""Upper bound on a step limit given in ``--env-kwargs`` (an episode that long is a hang, not a task)."""
 
 
 def _int_list(name: str, values: Sequence[int]) -> list[int]:
@@ -133,9 +135,9 @@ def _check_env_kwargs(env_id: str, kwargs: dict[str, Any]) -> None:
                         "render (use `evaluate --gif FILE.gif` for an animation)")
     if "max_episode_steps" in kwargs:
         steps = kwargs["max_episode_steps"]
-        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-            raise SpecError(f"{env_id}: bad max_episode_steps {steps!r} in --env-kwargs: accepted an integer >= 1 "
-                            "(every episode needs a step limit)")
+        if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= MAX_EPISODE_STEPS:
+            raise SpecError(f"{env_id}: bad max_episode_steps {steps!r} in --env-kwargs: accepted an integer from 1 "
+                            f"to {MAX_EPISODE_STEPS:,} (every episode needs a step limit)")
 
 
 def apply_env_kwargs(spec: EnvSpec, kwargs: dict[str, Any] | None) -> EnvSpec:
