@@ -176,6 +176,12 @@ def run_one(task: str, algo: str, seed: int, kind: str, out: Path, offline: tupl
         return {**record, "error": f"{type(exc).__name__}: {exc}"[:300]}
 
 
+def run_group(jobs: list[tuple[Any, ...]]) -> list[dict[str, Any]]:
+    """:func:`run_one` for jobs that may share a run folder (the same environment, algorithm, seed and budget kind),
+    one after the other in one worker: the later ones reuse the first's finished run instead of racing it."""
+    return [run_one(*job) for job in jobs]
+
+
 def cells(records: list[dict[str, Any]]) -> list[suite.PeerCell]:
     """The suite's peer columns: per task, algorithm and budget kind, the seeds' held-out means (None: the run
     failed or did not reach its budget), how many did not reach it, and the hyperparameter source."""
@@ -291,15 +297,18 @@ def main(argv: list[str] | None = None) -> int:
     # spawn, one run a process: each run's CPU time is its own.
     with ProcessPoolExecutor(max_workers=max(1, args.workers), mp_context=get_context("spawn"),
                              max_tasks_per_child=1) as pool:
-        futures = {pool.submit(run_one, *job): job[:4] for job in jobs}
+        groups: dict[tuple[Any, ...], list[tuple[Any, ...]]] = {}
+        for job in jobs:
+            groups.setdefault((setup_id(suite.BY_KEY[job[0]].env_id), *job[1:4]), []).append(job)
+        futures = [pool.submit(run_group, group) for group in groups.values()]
         for fut in as_completed(futures):
-            job = futures[fut]
-            rec = fut.result()
-            records[job] = rec
-            shown = rec.get("error") or rec.get("not_run") or rec.get("out_of_reach") or (
-                f"held-out {rec['heldout']:,.1f} after {rec['steps']:,} steps ({rec['episodes']:,} episodes), "
-                f"{rec['cpu_s']:,.0f} CPU s; {rec['hyperparameters']}")
-            print(f"{job[0]} {job[1]} seed {job[2]} {job[3]}: {shown}", flush=True)
+            for rec in fut.result():
+                job = (rec["task"], rec["algo"], rec["seed"], rec["kind"])
+                records[job] = rec
+                shown = rec.get("error") or rec.get("not_run") or rec.get("out_of_reach") or (
+                    f"held-out {rec['heldout']:,.1f} after {rec['steps']:,} steps ({rec['episodes']:,} episodes), "
+                    f"{rec['cpu_s']:,.0f} CPU s; {rec['hyperparameters']}")
+                print(f"{job[0]} {job[1]} seed {job[2]} {job[3]}: {shown}", flush=True)
             _write_json(results_file, sorted(records.values(), key=lambda r: (r["task"], r["algo"], r["seed"],
                                                                                r.get("kind", ""))))
     all_records = list(records.values())
