@@ -213,6 +213,26 @@ def test_an_interrupted_run_resumes_to_the_same_result(bench, tmp_path, algo):
     assert resumed["steps"] == whole["steps"] and resumed["episodes"] == whole["episodes"]
 
 
+@pytest.mark.slow
+def test_a_resumed_run_keeps_its_normalisation_statistics(bench, tmp_path, zoo):
+    """PPO with the zoo's VecNormalize (as on MountainCar or Hopper): statistics and running returns saved with the
+    checkpoint, so the resumed run equals the uninterrupted one."""
+    _, peers = bench
+    train = importlib.import_module("peer_train")
+    hyper = zoo.hyperparameters("ppo", "CartPole-v1")
+    hyper.normalize = {"gamma": 0.98}
+    results = []
+    for folder, stops in (("a", [None]), ("b", [1, None])):
+        for stop in stops:
+            fields = train.train(tmp_path / folder, "ppo", hyper, peers.EnvFactory("CartPole-v1"),
+                                 train.Budget("steps", 700, 700), 100_000, [50_000, 50_001], 2, 256, 3600.0, 0.0,
+                                 stop_after_segments=stop)
+        results.append(fields)
+    whole, resumed = results
+    assert resumed["resumed"] == 1 and (tmp_path / "b" / "checkpoint" / "vecnormalize.pkl").is_file()
+    assert resumed["curve"] == whole["curve"] and resumed["heldout"] == whole["heldout"]
+
+
 def test_bad_options_are_one_line_and_exit_2(bench, tmp_path, capsys):
     _, peers = bench
     assert peers.main(["--algos", "a2c", "--out", str(tmp_path / "x")]) == 2
