@@ -18,8 +18,9 @@ seed (every counted episode: training, test, confirmation; ``env_steps_total`` i
 ``episodes``: as many episodes as offline's, schedules running over offline's step count; ``zoo``: the zoo's
 ``n_timesteps``. A run stops at its budget exactly (a callback). One CPU budget for every run (``--cpu-hours``, a
 planning figure, not a cap on a result): a run whose training, at the rate it has measured so far, would need more
-is stopped, checkpointed and listed as out of reach with that projection, beside the zoo's published figure where
-the installed package ships one (rl-zoo3 2.9 ships none, and none is made up); it reports no held-out figure.
+is stopped, checkpointed (resumed only under a larger ``--cpu-hours``) and listed as out of reach with that
+projection, beside the zoo's published figure where the installed package ships one (rl-zoo3 2.9 ships none, and
+none is made up); it reports no held-out figure.
 
 **Curves**: after every ``horizon / --curve-points`` steps the agent plays the first ``--curve-episodes`` of the
 suite's held-out seeds deterministically (not counted as interaction; CPU apart); ``curve`` in the record holds
@@ -169,6 +170,7 @@ def run_one(task: str, algo: str, seed: int, kind: str, out: Path, offline: tupl
         if fields["reached"]:
             done.write_text(json.dumps(fields))
         if "out_of_reach" in fields:
+            fields["cpu_hours"] = opts["cpu_hours"]  # tried again only under a larger --cpu-hours
             ref = zoo.benchmark_reference(algo, get_spec(goal.env_id).env_id)
             fields["reference"] = ref or f"none: the installed rl-zoo3 {zoo.zoo_version()} ships no benchmark table"
         return {**record, **fields}
@@ -291,7 +293,9 @@ def main(argv: list[str] | None = None) -> int:
             for seed in (given_seeds if args.seeds else goal.seeds):
                 for kind in kinds:
                     done = records.get((task, algo, seed, kind))
-                    if done is None or not (done.get("reached") or "not_run" in done):
+                    out_of_reach = "out_of_reach" in done if done else False
+                    if done is None or not (done.get("reached") or "not_run" in done or (
+                            out_of_reach and done.get("cpu_hours", 0) >= args.cpu_hours)):
                         jobs.append((task, algo, seed, kind, out, offline_budget(suite_records, task, seed), opts))
     os.environ.update(ONE_THREAD)
     # spawn, one run a process: each run's CPU time is its own.
