@@ -15,7 +15,7 @@ help:
 	@echo "make docs   - build the documentation site into site/ (mkdocs build --strict)"
 	@echo "make test-fast - the tests without the slow marker"
 	@echo "make check  - lint, typecheck and test"
-	@echo "make peers - the peers extra (sbx-rl, torch 2.13.0 CPU from /opt/wheels) for bench/peers.py"
+	@echo "make peers - the peers extra (SB3, sb3-contrib, rl-zoo3, rliable; torch 2.13.0 CPU from /opt/wheels) for bench/peers.py"
 	@echo "make lint / typecheck / bench / paper / clean"
 	@echo "make system-deps - install the Debian packages some tests use when missing (chromium, EGL for MuJoCo)"
 
@@ -43,8 +43,12 @@ $(LLAMA_WHEEL): | $(BIN)/python
 			llama-cpp-python==$(LLAMA_VERSION) -w $(WHEELS); }
 	@touch $@
 
+# The dev install takes the `peers` extra too (its tests run in `make test`): torch 2.13.0's CPU build from
+# $(TORCH_WHEELS), never a CUDA build from the registry.
+TORCH_WHEELS ?= /opt/wheels
 $(STAMP_DEV): pyproject.toml $(LLAMA_WHEEL) | $(BIN)/python
-	$(BIN)/python -m pip install --quiet --find-links $(WHEELS) -e ".[dev]" "llama-cpp-python==$(LLAMA_VERSION)"
+	$(BIN)/python -m pip install --quiet --find-links $(WHEELS) --find-links $(TORCH_WHEELS) -e ".[dev,peers]" \
+		"llama-cpp-python==$(LLAMA_VERSION)"
 	@touch $@ $(STAMP_RUN)
 
 # `make local`: the `local` extra (llamacpp backend and llama_cpp.server) into the run environment, once (a stamp,
@@ -55,9 +59,9 @@ $(STAMP_LOCAL): pyproject.toml $(STAMP_RUN) $(LLAMA_WHEEL) | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --find-links $(WHEELS) -e ".[local]" "llama-cpp-python==$(LLAMA_VERSION)"
 	@touch $@
 
-# `make peers`: the `peers` extra (sbx-rl for bench/peers.py). torch is pinned to 2.13.0, whose CPU build these
-# machines keep in /opt/wheels; from the registry any torch pulls a CUDA build of several GB.
-TORCH_WHEELS ?= /opt/wheels
+# `make peers`: the `peers` extra (stable-baselines3, sb3-contrib, rl-zoo3, rliable for bench/peers.py) into the run
+# environment. torch is pinned to 2.13.0, whose CPU build these machines keep in /opt/wheels; from the registry any
+# torch pulls a CUDA build of several GB.
 peers: $(STAMP_RUN)
 	$(BIN)/python -m pip install --quiet --find-links $(TORCH_WHEELS) -e ".[peers]"
 

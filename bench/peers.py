@@ -1,96 +1,114 @@
-"""Peers beside the goal table: Stable-Baselines' JAX agents (``sbx-rl``) on the suite's tasks and episode budgets.
+"""Peers beside the goal table: Stable-Baselines3 PPO, DQN and SAC (TRPO from sb3-contrib on request) with the RL
+Baselines3 Zoo's tuned hyperparameters, at the interaction ``offline`` used.
 
-    python bench/peers.py [--tasks cartpole,taxi,...] [--seeds 0-2] [--algos ppo,dqn,sac]
-                          [--out ~/llm-policy-gen-bench/suite] [--cap-minutes 10] [--workers N] [--list]
+    python bench/peers.py [--tasks cartpole,mountaincar,...] [--seeds 0-9] [--algos ppo,dqn,sac]
+                          [--budgets steps,episodes,zoo] [--cpu-hours 3] [--curve-points 10] [--curve-episodes 10]
+                          [--out ~/llm-policy-gen-bench/suite] [--workers N] [--list]
 
-Needs the ``peers`` extra (``make peers``: sbx-rl, and torch 2.13.0's CPU build for stable-baselines3).
+Needs the ``peers`` extra (stable-baselines3, sb3-contrib, rl-zoo3, rliable; torch 2.13.0's CPU build).
 
-Every (task, algorithm, seed) is one run: PPO on every task, DQN on tasks with discrete actions, SAC on those with
-continuous ones, with the library's default hyperparameters, on the environment the suite uses (the spec's
-``gymnasium.make`` arguments, time limit and reward wrappers; an observation that is one integer, as in Taxi or
-FrozenLake, is given one-hot). **Episode budget**: the agent trains until it has finished as many training episodes
-as the suite's budget for the task (a callback counts finished episodes and stops training at the budget, mid-rollout
-if need be); ``learn`` is only bounded by the budget times the episode step limit, which it never reaches.
-**Time cap**: a run whose training has used ``--cap-minutes`` of CPU time (one core: JAX and torch are held to one
-thread) is stopped there and marked ``capped`` with the episodes it got to. **Evaluation as in the suite**: the
-trained agent acts deterministically on the same 100 held-out seeds as the suite's run of that seed
-(``seed * 1,000,000 + 50,000 + j``), each episode in a new environment; training episodes start from the training
-range (the model is seeded with ``seed * 1,000,000 + 100,000``), disjoint from them.
+**Hyperparameters** (``bench/zoo.py``): each run takes the zoo's entry for its environment and algorithm from the
+YAML of the installed ``rl-zoo3`` package (its wrappers: ``VecNormalize``, frozen at evaluation; ``n_envs``;
+``lin_X`` schedules; ``policy_kwargs`` parsed, never evaluated). A MuJoCo ``-v5`` task uses the zoo's ``-v4`` (or
+``-v2``) entry, labelled so; a task without an entry (Taxi, CliffWalking, FrozenLake; DQN beyond CartPole,
+MountainCar, LunarLander, Acrobot) runs at SB3's defaults labelled untuned. Every record names its source.
 
-**Shared runs**: a task that differs from an earlier one only in its spec's table or rules (the same environment
-and budget, as LunarLander-v3.products and LunarLander-v3) is not trained again: its cells show the other task's
-runs, marked so.
+**Budgets**, one run each (``--budgets``): ``steps``: as many environment steps as ``offline`` took on that task and
+seed (every counted episode: training, test, confirmation; ``env_steps_total`` in the suite's ``results.json``);
+``episodes``: as many episodes as offline's, schedules running over offline's step count; ``zoo``: the zoo's
+``n_timesteps``. A run stops at its budget exactly (a callback). One CPU budget for every run (``--cpu-hours``, a
+planning figure, not a cap on a result): a run whose training, at the rate it has measured so far, would need more
+is stopped, checkpointed (resumed only under a larger ``--cpu-hours``) and listed as out of reach with that
+projection, beside the zoo's published figure where the installed package ships one (rl-zoo3 2.9 ships none, and
+none is made up); it reports no held-out figure.
 
-``--out`` is the suite's folder (default outside the work tree): records go to ``OUT/peers.json``, one per run,
-written after each run, so an interrupted invocation goes on where it stopped (a run that failed is run again; a
-run cut short by the interruption starts afresh: none takes more than the cap). ``OUT/suite.md`` is then rewritten
-from the suite's ``results.json`` (the suite is not run) with one column per algorithm: median held-out mean of the
-seeds, each seed's, the worst seed, the seeds meeting the goal, the ratio to ``offline`` and the capped runs.
+**Curves**: after every ``horizon / --curve-points`` steps the agent plays the first ``--curve-episodes`` of the
+suite's held-out seeds deterministically (not counted as interaction; CPU apart); ``curve`` in the record holds
+``[steps, episodes, mean]``. **Final**: the 100 held-out seeds of the suite's run of that seed (``seed * 1,000,000
++ 50,000 + j``), each the first episode of a new environment; training environments are seeded from the training
+range (``seed * 1,000,000 + 100,000``).
 
-Not a test: it prints figures.
+**Resume**: each run lives in ``OUT/peers/ENV/ALGO_KIND_TARGET_sSEED`` and checkpoints there (SB3 ``save``, replay
+buffer, environments, ``VecNormalize``, random generators) every ``--checkpoint-minutes`` of CPU, so an interrupted
+invocation goes on where it stopped with the same result. Tasks that differ only in what a peer never sees (a
+spec's table: LunarLander-v3.products) share a run when their budgets are equal.
+
+Written to ``OUT``: ``peers.json`` (one record per task, algorithm, seed and budget), ``peers.md`` (every cell,
+with source, steps, episodes, budget reached, CPU seconds, and the cells out of reach) and the peer columns of
+``suite.md``. Not a test: it prints figures.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
+import math
 import os
-import statistics
 import sys
-import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
 import suite
 
-ALGOS = ("ppo", "dqn", "sac")
-COLUMN = {"ppo": "sbx PPO", "dqn": "sbx DQN", "sac": "sbx SAC"}
+ALGOS = ("ppo", "dqn", "sac", "trpo")
+DEFAULT_ALGOS = "ppo,dqn,sac"
+KINDS = ("steps", "episodes", "zoo")
+KIND_LABEL = {"steps": "= steps", "episodes": "= episodes", "zoo": "zoo budget"}
 HELDOUT_EPISODES = 100
 """As the suite's runs (``heldout_episodes``' default)."""
-ONE_THREAD = {"XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1",
-              "JAX_PLATFORMS": "cpu", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
-def algos_for(discrete_actions: bool) -> tuple[str, ...]:
-    """PPO everywhere; DQN for discrete actions, SAC for continuous ones."""
-    return ("ppo", "dqn") if discrete_actions else ("ppo", "sac")
+def algos_for(discrete_actions: bool, wanted: list[str]) -> list[str]:
+    """PPO and TRPO everywhere; DQN for discrete actions, SAC for continuous ones."""
+    fits = {"ppo", "trpo", "dqn" if discrete_actions else "sac"}
+    return [a for a in wanted if a in fits]
 
 
-def timestep_bound(budget: int, max_episode_steps: int) -> int:
-    """The ``total_timesteps`` given to ``learn``: the most ``budget`` episodes can take. The episode counter stops
-    training at the budget first; the bound only keeps ``learn`` from stopping earlier."""
-    if budget < 1 or max_episode_steps < 1:
-        raise ValueError(f"budget and max_episode_steps must be >= 1, got {budget} and {max_episode_steps}")
-    return budget * max_episode_steps
+def offline_budget(records: list[dict[str, Any]], task: str, seed: int) -> tuple[int, int] | None:
+    """(environment steps, episodes) of ``offline``'s finished run of ``task`` and ``seed`` in the suite's records,
+    the steps from ``env_steps_total`` (or, for a record written before it existed, the run's ``summary.json``)."""
+    for r in records:
+        if r.get("task") == task and r.get("seed") == seed and r.get("backend") == "offline" and "heldout" in r:
+            steps = r.get("env_steps_total")
+            if steps is None and r.get("run_dir"):
+                summary = Path(r["run_dir"]) / "summary.json"
+                if summary.is_file():
+                    steps = json.loads(summary.read_text()).get("env_steps_total")
+            if steps is not None:
+                return int(steps), int(r["episodes"])
+    return None
 
 
-@dataclass
-class BudgetClock:
-    """Counts finished training episodes and the CPU seconds spent; says when to stop (the budget, or the cap)."""
+def budget_for(kind: str, hyper: Any, offline: tuple[int, int] | None) -> Any:
+    """The run's :class:`peer_train.Budget`, or a string saying why the cell has none."""
+    from peer_train import Budget
 
-    budget: int
-    cap_s: float
-    start_cpu: float = 0.0
-    episodes: int = 0
-    steps: int = 0
-    capped: bool = False
-
-    def tick(self, finished: int, cpu_now: float) -> bool:
-        """One environment step with ``finished`` episodes ending at it; False: stop training."""
-        self.steps += 1
-        self.episodes += int(finished)
-        if self.episodes >= self.budget:
-            return False
-        if cpu_now - self.start_cpu > self.cap_s:
-            self.capped = True
-            return False
-        return True
+    if kind == "zoo":
+        if hyper.n_timesteps is None:
+            return "no zoo budget (untuned)"
+        return Budget("zoo", hyper.n_timesteps, hyper.n_timesteps)
+    if offline is None:
+        return "no finished offline run of this task and seed in the suite's results.json"
+    steps, episodes = offline
+    return Budget("steps", steps, steps) if kind == "steps" else Budget("episodes", episodes, steps)
 
 
-def _make(env_id: str) -> Any:
+def setup_id(env_id: str) -> str:
+    """The environment a peer sees (gymnasium id, make arguments, time limit, reward wrappers), as a folder name;
+    two tasks that differ only in their table share it."""
+    from llm_policy_gen.envs import get_spec
+
+    spec = get_spec(env_id)
+    setup = json.dumps([spec.env_id, spec.kwargs, spec.max_episode_steps, list(spec.reward_wrappers)],
+                       sort_keys=True)
+    return f"{spec.env_id}_{hashlib.sha256(setup.encode()).hexdigest()[:6]}"
+
+
+def make_one(env_id: str) -> Any:
     """The suite's environment for ``env_id`` (spec kwargs, time limit, reward wrappers), one-hot if its
     observation is one integer."""
     import gymnasium as gym
@@ -104,194 +122,203 @@ def _make(env_id: str) -> Any:
     return env
 
 
-def evaluate(model: Any, env_id: str, seeds: list[int], batch: int = 25) -> list[float]:
-    """Deterministic returns on ``seeds``, each episode in a new environment, ``batch`` episodes stepping together."""
-    import numpy as np
+class EnvFactory:
+    """A picklable ``make_one`` for one task (the DummyVecEnv and its checkpoint keep it)."""
 
-    returns: list[float] = []
-    for k in range(0, len(seeds), batch):
-        part = seeds[k:k + batch]
-        envs = [_make(env_id) for _ in part]
-        obs = [env.reset(seed=int(s))[0] for env, s in zip(envs, part, strict=True)]
-        rets = [0.0] * len(part)
-        active = list(range(len(part)))
-        while active:
-            acts, _ = model.predict(np.stack([obs[i] for i in active]), deterministic=True)
-            still = []
-            for a, i in zip(acts, active, strict=True):
-                o, r, term, trunc, _ = envs[i].step(a)
-                rets[i] += float(r)
-                if not (term or trunc):
-                    obs[i] = o
-                    still.append(i)
-            active = still
-        for env in envs:
-            env.close()
-        returns.extend(rets)
-    return returns
+    def __init__(self, env_id: str) -> None:
+        self.env_id = env_id
+
+    def __call__(self) -> Any:
+        return make_one(self.env_id)
 
 
-def run_one(task: str, algo: str, seed: int, cap_s: float, budget: int | None = None,
-            heldout_episodes: int = HELDOUT_EPISODES) -> dict[str, Any]:
-    """Train and evaluate one peer (in a fresh worker process); returns its record. ``budget`` overrides the task's
-    (tests)."""
+def run_dir_for(out: Path, task: str, algo: str, kind: str, budget: Any, seed: int) -> Path:
+    return out / "peers" / setup_id(suite.BY_KEY[task].env_id) / f"{algo}_{kind}{budget.target}_s{seed}"
+
+
+def run_one(task: str, algo: str, seed: int, kind: str, out: Path, offline: tuple[int, int] | None,
+            opts: dict[str, Any]) -> dict[str, Any]:
+    """Train (or resume, or reuse) and evaluate one peer; returns its record."""
     os.environ.update(ONE_THREAD)
     goal = suite.BY_KEY[task]
-    budget = goal.budget if budget is None else budget
-    record: dict[str, Any] = {"task": task, "env_id": goal.env_id, "algo": algo, "seed": seed, "budget": budget}
+    record: dict[str, Any] = {"task": task, "env_id": goal.env_id, "algo": algo, "seed": seed, "kind": kind}
     try:
-        import numpy as np
-        import sbx
+        import peer_train
         import torch
-        from stable_baselines3.common.callbacks import BaseCallback
+        import zoo
 
+        from llm_policy_gen.envs import get_spec
         from llm_policy_gen.keeper import SeedPlan
 
         torch.set_num_threads(1)
+        hyper = zoo.hyperparameters(algo, get_spec(goal.env_id).env_id)
+        record.update(hyperparameters=hyper.source, tuned=hyper.tuned, zoo_entry=hyper.raw or None)
+        budget = budget_for(kind, hyper, offline)
+        if isinstance(budget, str):
+            return {**record, "not_run": budget}
+        run_dir = run_dir_for(out, task, algo, kind, budget, seed)
+        record["run_dir"] = str(run_dir)
+        done = run_dir / "result.json"
+        if done.is_file():
+            return {**record, **json.loads(done.read_text()), "reused": True}
         plan = SeedPlan(seed)
-        cpu0, wall0 = time.process_time(), time.time()
-        clock = BudgetClock(budget, cap_s, start_cpu=cpu0)
-
-        class EpisodeBudget(BaseCallback):  # type: ignore[misc]
-            def _on_step(self) -> bool:
-                return clock.tick(int(np.sum(self.locals["dones"])), time.process_time())
-
-        env = _make(goal.env_id)
-        limit = env.spec.max_episode_steps if env.spec is not None else None
-        bound = timestep_bound(budget, int(limit or 10_000))
-        cls = {"ppo": sbx.PPO, "dqn": sbx.DQN, "sac": sbx.SAC}[algo]
-        kwargs: dict[str, Any] = {} if algo == "ppo" else {"buffer_size": min(1_000_000, bound)}
-        model = cls("MlpPolicy", env, seed=plan.train(0), verbose=0, **kwargs)
-        model.learn(total_timesteps=bound, callback=EpisodeBudget())
-        train_cpu, train_wall = time.process_time() - cpu0, time.time() - wall0
-        returns = evaluate(model, goal.env_id, [plan.heldout(j) for j in range(heldout_episodes)])
+        every = max(1, math.ceil(budget.horizon / opts["curve_points"]))
+        fields = peer_train.train(run_dir, algo, hyper, EnvFactory(goal.env_id), budget, plan.train(0),
+                                  [plan.heldout(j) for j in range(opts.get("heldout_episodes", HELDOUT_EPISODES))],
+                                  opts["curve_episodes"], every, opts["cpu_hours"] * 3600,
+                                  opts["checkpoint_minutes"] * 60, opts.get("stop_after_segments"))
+        if fields["reached"]:
+            done.write_text(json.dumps(fields))
+        if "out_of_reach" in fields:
+            fields["cpu_hours"] = opts["cpu_hours"]  # tried again only under a larger --cpu-hours
+            ref = zoo.benchmark_reference(algo, get_spec(goal.env_id).env_id)
+            fields["reference"] = ref or f"none: the installed rl-zoo3 {zoo.zoo_version()} ships no benchmark table"
+        return {**record, **fields}
     except Exception as exc:  # a failed run is a row with its error
         return {**record, "error": f"{type(exc).__name__}: {exc}"[:300]}
-    record.update(heldout=float(statistics.fmean(returns)), heldout_episodes=len(returns), episodes=clock.episodes,
-                  timesteps=clock.steps, capped=clock.capped, train_cpu_s=round(train_cpu, 1),
-                  train_wall_s=round(train_wall, 1), eval_wall_s=round(time.time() - wall0 - train_wall, 1),
-                  hyperparameters="library defaults" + (f", buffer_size {kwargs['buffer_size']}" if kwargs else ""))
-    return record
 
 
-def run_tasks() -> dict[str, str]:
-    """Each task's key -> the task whose runs stand for it: the first of the suite's tasks with the same environment
-    (gymnasium id, ``make`` arguments, time limit, reward wrappers) and episode budget. A peer sees the environment,
-    not the spec's table or rules, so LunarLander-v3.products would train the very runs of LunarLander-v3. Each spec
-    is read once."""
-    from llm_policy_gen.envs import get_spec
-
-    first: dict[tuple[Any, ...], str] = {}
-    found: dict[str, str] = {}
-    for goal in suite.GOALS:
-        spec = get_spec(goal.env_id)
-        setup = (spec.env_id, json.dumps(spec.kwargs, sort_keys=True), spec.max_episode_steps,
-                 tuple(spec.reward_wrappers), goal.budget)
-        found[goal.key] = first.setdefault(setup, goal.key)
-    return found
+def run_group(jobs: list[tuple[Any, ...]]) -> list[dict[str, Any]]:
+    """:func:`run_one` for jobs that may share a run folder (the same environment, algorithm, seed and budget kind),
+    one after the other in one worker: the later ones reuse the first's finished run instead of racing it."""
+    return [run_one(*job) for job in jobs]
 
 
 def cells(records: list[dict[str, Any]]) -> list[suite.PeerCell]:
-    """The suite's peer columns from the records: per task and algorithm, the seeds' held-out means (None for a
-    failed run), the capped count; only runs at the task's own budget count. A task whose runs are another's
-    (``run_tasks``) shows that task's, marked."""
+    """The suite's peer columns: per task, algorithm and budget kind, the seeds' held-out means (None: the run
+    failed or did not reach its budget), how many did not reach it, and the hyperparameter source."""
     out: list[suite.PeerCell] = []
-    sources = run_tasks()
     for goal in suite.GOALS:
-        source = sources[goal.key]
         for algo in ALGOS:
-            rs = sorted((r for r in records if r["task"] == source and r["algo"] == algo
-                         and r["budget"] == goal.budget), key=lambda r: r["seed"])
-            if not rs:
-                continue
-            errors = [r["error"] for r in rs if "error" in r]
-            out.append(suite.PeerCell(
-                task=goal.key, column=COLUMN[algo], values=tuple(r.get("heldout") for r in rs),
-                capped=sum(bool(r.get("capped")) for r in rs),
-                error=errors[0] if len(errors) == len(rs) else None,
-                same_as=None if source == goal.key else suite.BY_KEY[source].env_id))
+            for kind in KINDS:
+                rs = sorted((r for r in records if r["task"] == goal.key and r["algo"] == algo
+                             and r.get("kind") == kind and "not_run" not in r), key=lambda r: r["seed"])
+                if not rs:
+                    continue
+                errors = [r["error"] for r in rs if "error" in r]
+                sources = sorted({r["hyperparameters"] for r in rs if "hyperparameters" in r})
+                out.append(suite.PeerCell(
+                    task=goal.key, column=f"{algo.upper()} {KIND_LABEL[kind]}",
+                    values=tuple(r.get("heldout") for r in rs),
+                    unreached=sum("error" not in r and not r.get("reached") for r in rs),
+                    error=errors[0] if len(errors) == len(rs) else None, source="; ".join(sources)))
     return out
 
 
-def _write_records(path: Path, records: dict[tuple[str, str, int], dict[str, Any]]) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(sorted(records.values(), key=lambda r: (r["task"], r["algo"], r["seed"])), indent=1))
-    tmp.replace(path)
+def details(records: list[dict[str, Any]]) -> str:
+    """``peers.md``: every run's figures, then the cells only a reference can fill."""
+    lines = ["# Peers (bench/peers.py)", "", "One row per task, algorithm, budget and seed: held-out mean over 100 "
+             "episodes, steps and episodes trained, whether the budget was reached, training CPU seconds (curve "
+             "evaluations apart), the hyperparameter source.", "",
+             "| task | algo | budget | seed | held-out | steps | episodes | reached | CPU s | source |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    key = lambda r: (r["task"], r["algo"], KINDS.index(r.get("kind", "steps")), r["seed"])  # noqa: E731
+    for r in sorted(records, key=key):
+        held = r.get("error") or r.get("not_run") or (f"{r['heldout']:,.2f}" if "heldout" in r else "-")
+        target = f"{r['kind']} {r['target']:,}" if "target" in r else r.get("kind", "")
+        lines.append(f"| {r['task']} | {r['algo'].upper()} | {target} | {r['seed']} | {held} | "
+                     f"{r.get('steps', 0):,} | {r.get('episodes', 0):,} | {'yes' if r.get('reached') else 'no'} | "
+                     f"{r.get('cpu_s', 0):,.0f} | {r.get('hyperparameters', '')} |")
+    far = [r for r in sorted(records, key=key) if "out_of_reach" in r]
+    lines += ["", "## Out of reach on these cores", ""]
+    lines += [f"- {r['task']} {r['algo'].upper()} {r['kind']} {r['target']:,}, seed {r['seed']}: "
+              f"{r['out_of_reach']}. Reference: {r['reference']}." for r in far] or ["None."]
+    return "\n".join(lines) + "\n"
 
 
 def _discrete(env_id: str) -> bool:
     import gymnasium as gym
 
-    env = _make(env_id)
+    env = make_one(env_id)
     try:
         return isinstance(env.action_space, gym.spaces.Discrete)
     finally:
         env.close()
 
 
+def _write_json(path: Path, data: Any) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=1))
+    tmp.replace(path)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tasks", default=",".join(suite.BY_KEY), help="comma-separated task keys (see --list)")
-    ap.add_argument("--seeds", default="0-2")
-    ap.add_argument("--algos", default=",".join(ALGOS), help="of ppo,dqn,sac (each only where it applies)")
+    ap.add_argument("--seeds", default=None, help="e.g. 0-2; default: each task's own (0-9, 0-4 for the long ones)")
+    ap.add_argument("--algos", default=DEFAULT_ALGOS, help=f"of {','.join(ALGOS)} (each only where it applies)")
+    ap.add_argument("--budgets", default=",".join(KINDS), help="of steps,episodes,zoo")
+    ap.add_argument("--cpu-hours", type=float, default=3.0, help="CPU budget per run (planning; see above)")
+    ap.add_argument("--curve-points", type=int, default=10, help="held-out curve points per run")
+    ap.add_argument("--curve-episodes", type=int, default=10, help="held-out episodes per curve point")
+    ap.add_argument("--checkpoint-minutes", type=float, default=10.0, help="CPU minutes between checkpoints")
     ap.add_argument("--out", default=str(suite.DEFAULT_OUT), help="the suite's results folder")
-    ap.add_argument("--cap-minutes", type=float, default=10.0, help="CPU minutes of training before a run is capped")
     ap.add_argument("--workers", type=int, default=1, help="runs at a time (each on one core)")
     ap.add_argument("--list", action="store_true", help="list the tasks and exit")
     args = ap.parse_args(argv)
     if args.list:
         suite.list_tasks()
         return 0
-    wanted = args.algos.split(",")
-    unknown = [a for a in wanted if a not in ALGOS]
-    if unknown:
-        print(f"peers: unknown algorithm {unknown[0]!r}; accepted: {', '.join(ALGOS)}", file=sys.stderr)
+    wanted, kinds = args.algos.split(","), args.budgets.split(",")
+    bad = [a for a in wanted if a not in ALGOS] + [k for k in kinds if k not in KINDS]
+    if bad or args.cpu_hours <= 0 or args.curve_points < 1 or args.curve_episodes < 1:
+        what = f"unknown algorithm or budget {bad[0]!r}" if bad else "--cpu-hours, --curve-points and " \
+            "--curve-episodes must be positive"
+        print(f"peers: {what}; algorithms: {', '.join(ALGOS)}; budgets: {', '.join(KINDS)}", file=sys.stderr)
         return 2
-    parsed = suite.tasks_and_seeds("peers", args.tasks, args.seeds)
+    parsed = suite.tasks_and_seeds("peers", args.tasks, args.seeds or "0")
     if parsed is None:
         return 2
-    tasks, seeds = parsed
-    try:
-        import sbx  # noqa: F401
-    except ImportError:
-        print("peers: sbx-rl is not installed; `make peers` installs the `peers` extra", file=sys.stderr)
+    tasks, given_seeds = parsed
+    from importlib.util import find_spec
+
+    if find_spec("rl_zoo3") is None or find_spec("stable_baselines3") is None:
+        print("peers: the `peers` extra is not installed (stable-baselines3, rl-zoo3); `make peers` installs it",
+              file=sys.stderr)
         return 2
     out = Path(args.out).expanduser()
     out.mkdir(parents=True, exist_ok=True)
     results_file = out / "peers.json"
-    records: dict[tuple[str, str, int], dict[str, Any]] = {}
+    records: dict[tuple[str, str, int, str], dict[str, Any]] = {}
     if results_file.is_file():
         for r in json.loads(results_file.read_text()):
-            records[(r["task"], r["algo"], r["seed"])] = r
-    jobs: list[tuple[str, str, int]] = []
-    sources = run_tasks()
-    for key in dict.fromkeys(sources[k] for k in tasks):
-        goal = suite.BY_KEY[key]
-        for algo in algos_for(_discrete(goal.env_id)):
-            if algo not in wanted:
-                continue
-            for seed in seeds:
-                done = records.get((key, algo, seed))
-                if done is None or "error" in done or done.get("budget") != goal.budget:
-                    jobs.append((key, algo, seed))
-    jobs.sort(key=lambda j: -suite.BY_KEY[j[0]].budget)
+            records[(r["task"], r["algo"], r["seed"], r.get("kind", "episodes"))] = r
+    suite_records = suite.read_results(out)
+    opts = {"curve_points": args.curve_points, "curve_episodes": args.curve_episodes, "cpu_hours": args.cpu_hours,
+            "checkpoint_minutes": args.checkpoint_minutes}
+    jobs = []
+    for task in tasks:
+        goal = suite.BY_KEY[task]
+        for algo in algos_for(_discrete(goal.env_id), wanted):
+            for seed in (given_seeds if args.seeds else goal.seeds):
+                for kind in kinds:
+                    done = records.get((task, algo, seed, kind))
+                    out_of_reach = "out_of_reach" in done if done else False
+                    if done is None or not (done.get("reached") or "not_run" in done or (
+                            out_of_reach and done.get("cpu_hours", 0) >= args.cpu_hours)):
+                        jobs.append((task, algo, seed, kind, out, offline_budget(suite_records, task, seed), opts))
     os.environ.update(ONE_THREAD)
-    cap_s = args.cap_minutes * 60
-    # spawn, one run a process: JAX does not survive fork, and each run's CPU time is its own.
+    # spawn, one run a process: each run's CPU time is its own.
     with ProcessPoolExecutor(max_workers=max(1, args.workers), mp_context=get_context("spawn"),
                              max_tasks_per_child=1) as pool:
-        futures = {pool.submit(run_one, *job, cap_s): job for job in jobs}
+        groups: dict[tuple[Any, ...], list[tuple[Any, ...]]] = {}
+        for job in jobs:
+            groups.setdefault((setup_id(suite.BY_KEY[job[0]].env_id), *job[1:4]), []).append(job)
+        futures = [pool.submit(run_group, group) for group in groups.values()]
         for fut in as_completed(futures):
-            job = futures[fut]
-            rec = fut.result()
-            records[job] = rec
-            shown = rec.get("error") or (
-                f"held-out {rec['heldout']:,.1f} after {rec['episodes']:,} episodes ({rec['timesteps']:,} steps), "
-                f"{rec['train_cpu_s']:,.0f} CPU s" + (" (capped)" if rec["capped"] else ""))
-            print(f"{job[0]} {job[1]} seed {job[2]}: {shown}", flush=True)
-            _write_records(results_file, records)
-    page = suite.write_report(out, peers=cells(list(records.values())))
-    print(f"wrote {page} (from {out / 'results.json'}) and {results_file}")
+            for rec in fut.result():
+                job = (rec["task"], rec["algo"], rec["seed"], rec["kind"])
+                records[job] = rec
+                shown = rec.get("error") or rec.get("not_run") or rec.get("out_of_reach") or (
+                    f"held-out {rec['heldout']:,.1f} after {rec['steps']:,} steps ({rec['episodes']:,} episodes), "
+                    f"{rec['cpu_s']:,.0f} CPU s; {rec['hyperparameters']}")
+                print(f"{job[0]} {job[1]} seed {job[2]} {job[3]}: {shown}", flush=True)
+            _write_json(results_file, sorted(records.values(), key=lambda r: (r["task"], r["algo"], r["seed"],
+                                                                               r.get("kind", ""))))
+    all_records = list(records.values())
+    (out / "peers.md").write_text(details(all_records))
+    page = suite.write_report(out, peers=cells(all_records))
+    print(f"wrote {page} (from {out / 'results.json'}), {out / 'peers.md'} and {results_file}")
     return 0
 
 

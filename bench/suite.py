@@ -174,6 +174,7 @@ def run_one(goal: Goal, backend: str, seed: int, out: Path, keep_policies: bool 
     within = [e for e in events if e["episodes_total"] <= goal.budget]
     record.update(
         run_dir=str(run_dir), heldout=summary["best_eval_mean"], episodes=summary["episodes_total"],
+        env_steps_total=summary.get("env_steps_total"),
         iterations=summary["iterations"], wall_s=summary["wall_s"],
         cpu_s=None if existing or partial else round(usage.ru_utime + usage.ru_stime - cpu0, 1),
         heldout_within=within[-1]["best_eval_mean"] if within else None,
@@ -218,12 +219,19 @@ class PeerCell:
     """The column's header, e.g. ``"sbx PPO"``."""
     values: tuple[float | None, ...]
     """Held-out mean per seed (None: the run failed)."""
-    capped: int = 0
-    """Seeds whose run was stopped at the time cap before its episode budget."""
+    unreached: int = 0
+    """Seeds whose run did not reach its budget (out of reach of the CPU budget per run, or not finished yet)."""
     error: str | None = None
-    same_as: str | None = None
-    """The environment id of the task whose runs these are, when the two differ only in what a peer never sees (the
-    table's spec)."""
+    source: str = ""
+    """Where the hyperparameters come from (``"rl-zoo3 2.9.2 dqn.yml CartPole-v1"``, ``"untuned: SB3 defaults"``)."""
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> PeerCell:
+        """A cell kept in ``report.json``, also one written before ``unreached`` and ``source`` (then untuned
+        sbx runs: ``capped`` counted as not reached)."""
+        known = {k: v for k, v in d.items() if k in ("task", "column", "values", "unreached", "error", "source")}
+        unreached = int(d.get("unreached", d.get("capped", 0)))
+        return cls(**{**known, "values": tuple(d["values"]), "unreached": unreached})
 
 
 def ratio(peer: float | None, offline: float | None) -> float | None:
@@ -241,10 +249,10 @@ def _peer_text(goal: Goal, cell: PeerCell, offline: float | None) -> str:
     r = ratio(med, offline)
     seeds = ", ".join(_fmt(v, goal) for v in cell.values)
     worst, met = seed_stats(goal, list(cell.values))
-    capped = f"; capped {cell.capped}/{len(cell.values)}" if cell.capped else ""
-    same = f"; the runs of {cell.same_as}" if cell.same_as else ""
+    unreached = f"; budget not reached {cell.unreached}/{len(cell.values)}" if cell.unreached else ""
+    source = f"; {cell.source}" if cell.source else ""
     return (f"**{_fmt(med, goal)}** ({seeds}); worst {_fmt(worst, goal)}, met {met}; "
-            f"{'no ratio to offline' if r is None else f'{r:.2f}x offline'}{capped}{same}")
+            f"{'no ratio to offline' if r is None else f'{r:.2f}x offline'}{unreached}{source}")
 
 
 def markdown(records: list[dict[str, Any]], note: str, peers: list[PeerCell] | tuple[PeerCell, ...] = ()) -> str:
@@ -261,12 +269,14 @@ def markdown(records: list[dict[str, Any]], note: str, peers: list[PeerCell] | t
     ]
     if columns:
         lines += [
-            "Peer columns (bench/peers.py, on the first row of each task): the held-out mean over the same 100 "
-            "held-out seeds of a Stable-Baselines (JAX) agent trained for the task's episode budget in training "
-            "episodes, default hyperparameters, median of its seeds (each seed's in brackets), the worst seed and "
-            "the seeds that meet the goal, and the ratio of the median to offline's (above 1: better than offline; "
-            "offline / peer for negative scores). 'capped k/N': k runs were stopped at the time cap before their "
-            "budget.", ""]
+            "Peer columns (bench/peers.py, on the first row of each task; every run in peers.md): the held-out "
+            "mean over the same 100 held-out seeds of a Stable-Baselines3 agent with the RL Baselines3 Zoo's "
+            "hyperparameters for the task (or SB3's defaults, labelled untuned: the source ends each cell), trained "
+            "for as many environment steps as offline used on that seed ('= steps'), as many episodes ('= "
+            "episodes') or the zoo's own budget ('zoo budget'); median of its seeds (each seed's in brackets), the "
+            "worst seed and the seeds that meet the goal, and the ratio of the median to offline's (above 1: better "
+            "than offline; offline / peer for negative scores). 'budget not reached k/N': k runs are out of reach "
+            "of the CPU budget per run (no figure; peers.md lists them).", ""]
     header = ["task", "goal", "budget", "backend", "held-out (seeds)", "worst", "met", "within budget (worst, met)",
               "episodes used", "reached", "wall s", "CPU s", "today", "anchors", *columns]
     lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
@@ -332,7 +342,7 @@ def write_report(out: Path, note: str | None = None, peers: list[PeerCell] | Non
     if note is None:
         note = str(kept.get("note", ""))
     if peers is None:
-        peers = [PeerCell(**{**c, "values": tuple(c["values"])}) for c in kept.get("peers", [])]
+        peers = [PeerCell.from_dict(c) for c in kept.get("peers", [])]
     kept_file.write_text(json.dumps({"note": note, "peers": [asdict(c) for c in peers]}, indent=1))
     records = sorted(read_results(out), key=lambda r: (r["task"], r["seed"]))
     page = out / "suite.md"

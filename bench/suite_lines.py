@@ -39,10 +39,9 @@ def task_line(goal: suite.Goal, rows: list[dict[str, Any]], peers: Sequence[suit
             continue
         p = suite._median(list(cell.values))
         r = suite.ratio(p, suite._median([x["heldout"] for x in rs]))
-        capped = f", {cell.capped} of {len(cell.values)} capped" if cell.capped else ""
-        same = f", {cell.same_as}'s runs" if cell.same_as else ""
+        unreached = f", {cell.unreached} of {len(cell.values)} out of reach" if cell.unreached else ""
         text += (f"; {cell.column} {suite._fmt(p, goal)}"
-                 f"{'' if r is None else f' ({r:.2f}x offline)'}{capped}{same}")
+                 f"{'' if r is None else f' ({r:.2f}x offline)'}{unreached}")
     return text + "."
 
 

@@ -1,14 +1,18 @@
-"""bench/peers.py and the report of bench/suite.py: episode budget, time cap, peer columns with the ratio to offline,
-worst seed and goal count. The logic needs no sbx; one end-to-end run does (skipped without the `peers` extra)."""
+"""bench/peers.py, bench/zoo.py, bench/peer_train.py and the peer columns of bench/suite.py: the zoo's YAML read from
+the installed rl-zoo3, policy_kwargs parsed without evaluation, the untuned fallback, budgets taken from the suite's
+results, tiny end-to-end PPO and DQN runs, checkpoint and resume. Needs the `peers` extra (`make test` installs it)."""
 
 from __future__ import annotations
 
 import importlib
 import json
+import sys
+from importlib import util
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+import yaml
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 
@@ -17,51 +21,237 @@ BENCH = Path(__file__).resolve().parent.parent / "bench"
 def bench(monkeypatch: pytest.MonkeyPatch) -> tuple[ModuleType, ModuleType]:
     """(suite, peers), imported as the scripts import each other (bench/ first on the path)."""
     monkeypatch.syspath_prepend(str(BENCH))
+    for name, value in (("OMP_NUM_THREADS", "1"), ("MKL_NUM_THREADS", "1")):  # run_one sets them: undone after
+        monkeypatch.setenv(name, value)
     return importlib.import_module("suite"), importlib.import_module("peers")
 
 
-def _suite_record(task: str, seed: int, heldout: float, within: float, backend: str = "offline") -> dict:
+@pytest.fixture
+def zoo(bench) -> ModuleType:
+    return importlib.import_module("zoo")
+
+
+def _zoo_yaml(algo: str) -> dict:
+    """The package's file, found without importing rl_zoo3 (which patches gymnasium's TimeLimit)."""
+    spec = util.find_spec("rl_zoo3")
+    assert spec is not None and spec.submodule_search_locations
+    return yaml.safe_load((Path(spec.submodule_search_locations[0]) / "hyperparams" / f"{algo}.yml").read_text())
+
+
+def _suite_record(task: str, seed: int, heldout: float, within: float, backend: str = "offline", **extra) -> dict:
     return {"task": task, "env_id": "CartPole-v1", "backend": backend, "seed": seed, "budget": 100,
             "heldout": heldout, "heldout_within": within, "episodes": 110, "reached_at": 50 if heldout >= 475 else None,
-            "wall_s": 1.0, "cpu_s": 1.0, "iterations": 3, "stop": "max_episodes"}
+            "wall_s": 1.0, "cpu_s": 1.0, "iterations": 3, "stop": "max_episodes", **extra}
 
 
-def _peer_record(task: str, algo: str, seed: int, heldout: float | None, budget: int = 100,
-                 capped: bool = False) -> dict:
-    rec = {"task": task, "env_id": "CartPole-v1", "algo": algo, "seed": seed, "budget": budget}
+def _peer_record(task: str, algo: str, seed: int, heldout: float | None, kind: str = "steps",
+                 reached: bool = True) -> dict:
+    rec = {"task": task, "env_id": "CartPole-v1", "algo": algo, "seed": seed, "kind": kind,
+           "hyperparameters": f"rl-zoo3 2.9.2 {algo}.yml CartPole-v1"}
     if heldout is None:
         return {**rec, "error": "RuntimeError: boom"}
-    return {**rec, "heldout": heldout, "episodes": budget, "timesteps": 2000, "capped": capped}
+    if not reached:
+        return {**rec, "reached": False, "out_of_reach": "needs about 9 CPU-h"}
+    return {**rec, "heldout": heldout, "episodes": 100, "steps": 2000, "reached": True}
 
 
-def test_budget_clock_stops_at_the_episode_budget(bench):
+def test_the_zoo_entry_is_read_from_the_installed_package(zoo):
+    """DQN on CartPole-v1: every value of the package's own entry reaches the algorithm's arguments, policy_kwargs
+    parsed; n_timesteps is the zoo budget."""
+    entry = _zoo_yaml("dqn")["CartPole-v1"]
+    hyper = zoo.hyperparameters("dqn", "CartPole-v1")
+    assert hyper.tuned and hyper.source == f"rl-zoo3 {zoo.zoo_version()} dqn.yml CartPole-v1"
+    assert hyper.n_timesteps == int(entry["n_timesteps"]) and hyper.n_envs == 1 and hyper.normalize is None
+    expected = {k: v for k, v in entry.items() if k not in ("n_timesteps", "policy", "policy_kwargs")}
+    assert {k: v for k, v in hyper.kwargs.items() if k != "policy_kwargs"} == expected
+    assert hyper.kwargs["policy_kwargs"] == {"net_arch": [256, 256]}
+    assert "rl_zoo3" not in sys.modules  # read, not imported: importing it patches gymnasium's TimeLimit
+    # PPO on CartPole-v1: n_envs, and lin_X strings as linear schedules from X to 0
+    ppo_entry = _zoo_yaml("ppo")["CartPole-v1"]
+    ppo = zoo.hyperparameters("ppo", "CartPole-v1")
+    assert ppo.n_envs == ppo_entry["n_envs"]
+    start = float(ppo_entry["learning_rate"].split("_")[1])
+    assert ppo.kwargs["learning_rate"](1.0) == pytest.approx(start)
+    assert ppo.kwargs["learning_rate"](0.25) == pytest.approx(start / 4)
+
+
+def test_mujoco_v5_takes_the_v4_entry_labelled_and_normalize_takes_gamma(zoo):
+    hyper = zoo.hyperparameters("ppo", "Hopper-v5")
+    entry = _zoo_yaml("ppo")["Hopper-v4"]
+    assert hyper.source.endswith("ppo.yml Hopper-v4 (used for Hopper-v5)")
+    assert hyper.normalize == {"gamma": entry["gamma"]}
+    import torch
+
+    assert hyper.kwargs["policy_kwargs"]["activation_fn"] is torch.nn.ReLU
+    assert zoo.hyperparameters("ppo", "InvertedPendulum-v5").source.endswith("(used for InvertedPendulum-v5)")
+    # an older version is borrowed only for MuJoCo tasks
+    assert zoo.find_entry({"LunarLander-v2": {}}, "LunarLander-v3") is None
+
+
+def test_a_task_without_an_entry_runs_untuned_never_under_another_entry(bench, zoo):
     _, peers = bench
-    clock = peers.BudgetClock(budget=3, cap_s=600.0)
-    finished = iter((0, 1, 0, 0, 1, 0, 1, 0))
-    while clock.tick(next(finished), cpu_now=1.0):
-        pass
-    assert next(finished) == 0  # stopped at the step that finished the third episode
-    assert (clock.episodes, clock.steps, clock.capped) == (3, 7, False)
+    for algo, env_id in (("ppo", "Taxi-v4"), ("dqn", "Taxi-v4"), ("dqn", "CliffWalking-v1"),
+                         ("ppo", "FrozenLake-v1")):
+        hyper = zoo.hyperparameters(algo, env_id)
+        assert not hyper.tuned and hyper.kwargs == {} and hyper.normalize is None and hyper.n_envs == 1
+        assert hyper.source.startswith("untuned: SB3 defaults")
+        assert peers.budget_for("zoo", hyper, (1000, 50)) == "no zoo budget (untuned)"
+    assert "default" in _zoo_yaml("dqn")  # the zoo's catch-all exists and is not used
 
 
-def test_budget_clock_caps_on_cpu_time_and_says_so(bench):
+@pytest.mark.parametrize("text", [
+    "__import__('os').system('touch /tmp/x')", "dict(a=open('/etc/passwd'))", "dict(f=eval('1'))",
+    "dict(x=nn.Module)", "dict(**kw)", "[1, 2]", "lambda: dict()", "dict(a=1) if True else 0", "dict(a=os.sep)",
+    "dict(net_arch=[256, 256]", "(nn.ReLU).__class__"])
+def test_policy_kwargs_parser_refuses_anything_but_literals_and_known_torch_names(zoo, text):
+    with pytest.raises(zoo.ZooError):
+        zoo.parse_kwargs(text)
+
+
+def test_policy_kwargs_parser_reads_the_zoo_forms(zoo):
+    import torch
+
+    got = zoo.parse_kwargs("dict(log_std_init=-2,\n ortho_init=False, activation_fn=nn.Tanh,\n"
+                           " net_arch=dict(pi=[256, 256], vf=[64]), optimizer_class=th.optim.RMSprop)")
+    assert got == {"log_std_init": -2, "ortho_init": False, "activation_fn": torch.nn.Tanh,
+                   "net_arch": {"pi": [256, 256], "vf": [64]}, "optimizer_class": torch.optim.RMSprop}
+    assert zoo.parse_kwargs("{'norm_obs': True, 'norm_reward': False}") == {"norm_obs": True, "norm_reward": False}
+
+
+def test_the_equal_budgets_come_from_the_suite_results(bench, tmp_path):
+    """env_steps_total from the record, or from the run's summary.json for a record written before it existed;
+    the episode count from the record; a failed or missing offline run gives no budget."""
     _, peers = bench
-    clock = peers.BudgetClock(budget=100, cap_s=600.0, start_cpu=50.0)
-    assert clock.tick(1, cpu_now=649.0)
-    assert not clock.tick(1, cpu_now=651.0)
-    assert clock.capped and clock.episodes == 2
-    # the budget reached at the same step wins: not capped
-    late = peers.BudgetClock(budget=1, cap_s=1.0)
-    assert not late.tick(1, cpu_now=5.0) and not late.capped
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "summary.json").write_text(json.dumps({"env_steps_total": 4321}))
+    records = [_suite_record("cartpole", 0, 500.0, 480.0, env_steps_total=1234),
+               _suite_record("cartpole", 1, 500.0, 480.0, run_dir=str(run)),
+               _suite_record("cartpole", 2, 9.0, 9.0, backend="random", env_steps_total=99),
+               {"task": "cartpole", "backend": "offline", "seed": 3, "error": "boom"}]
+    assert peers.offline_budget(records, "cartpole", 0) == (1234, 110)
+    assert peers.offline_budget(records, "cartpole", 1) == (4321, 110)
+    assert peers.offline_budget(records, "cartpole", 2) is None and peers.offline_budget(records, "cartpole", 3) is None
+    steps = peers.budget_for("steps", None, (1234, 110))
+    episodes = peers.budget_for("episodes", None, (1234, 110))
+    assert (steps.kind, steps.target, steps.horizon) == ("steps", 1234, 1234)
+    assert (episodes.kind, episodes.target, episodes.horizon) == ("episodes", 110, 1234)
+    assert "no finished offline run" in peers.budget_for("steps", None, None)
 
 
-def test_timestep_bound_and_algorithms(bench):
+@pytest.mark.slow
+def test_suite_records_gain_env_steps_total(bench, tmp_path, monkeypatch):
+    """bench/suite.py's record of a finished run carries the run's step count (from its summary)."""
+    suite, _ = bench
+    monkeypatch.setenv("LLM_POLICY_GEN_WORKERS", "1")  # run_one sets it for its process: undone after the test
+    rec = suite.run_one(suite.Goal("tiny", "CartPole-v1", 4, 475, "", ""), "offline", 0, tmp_path)
+    summary = json.loads((Path(rec["run_dir"]) / "summary.json").read_text())
+    assert rec["env_steps_total"] == summary["env_steps_total"] > 0
+
+
+def _write_suite(out: Path, steps: int, episodes: int) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps([{**_suite_record("cartpole", 0, 500.0, 480.0),
+                                                   "episodes": episodes, "env_steps_total": steps}]))
+
+
+@pytest.mark.slow
+def test_tiny_ppo_and_dqn_runs_end_to_end_with_their_records(bench, tmp_path, capsys):
+    """The command trains PPO and DQN (zoo-tuned) to offline's step count, writes peers.json, peers.md and the
+    suite.md columns; each record names its source, steps, episodes, budget reached, CPU and the curve."""
     _, peers = bench
-    assert peers.timestep_bound(100, 500) == 50_000
-    with pytest.raises(ValueError, match="got 0"):
-        peers.timestep_bound(0, 500)
-    assert peers.algos_for(True) == ("ppo", "dqn")
-    assert peers.algos_for(False) == ("ppo", "sac")
+    out = tmp_path / "suite"
+    _write_suite(out, steps=300, episodes=20)
+    assert peers.main(["--tasks", "cartpole", "--seeds", "0", "--budgets", "steps", "--curve-points", "2",
+                       "--curve-episodes", "2", "--out", str(out)]) == 0
+    records = {r["algo"]: r for r in json.loads((out / "peers.json").read_text())}
+    assert sorted(records) == ["dqn", "ppo"]
+    for algo, rec in records.items():
+        assert "error" not in rec, rec
+        assert rec["hyperparameters"] == f"rl-zoo3 {importlib.import_module('zoo').zoo_version()} {algo}.yml " \
+                                         "CartPole-v1"
+        assert rec["kind"] == "steps" and rec["target"] == 300 and rec["reached"]
+        assert 300 <= rec["steps"] < 300 + 8  # exactly the budget (PPO: 8 environments step together)
+        assert rec["episodes"] > 0 and rec["cpu_s"] > 0 and rec["heldout_episodes"] == 100
+        assert 8.0 <= rec["heldout"] <= 500.0
+        assert len(rec["curve"]) == 2 and rec["curve"][-1][0] == rec["steps"]
+    page = (out / "suite.md").read_text()
+    assert "| PPO = steps | DQN = steps |" in page and "rl-zoo3" in page
+    details = (out / "peers.md").read_text()
+    assert "| cartpole | DQN | steps 300 | 0 |" in details and "## Out of reach on these cores\n\nNone." in details
+    # again: the finished runs are kept, not trained again
+    assert peers.main(["--tasks", "cartpole", "--seeds", "0", "--budgets", "steps", "--out", str(out)]) == 0
+    assert "held-out" not in capsys.readouterr().out.split("wrote")[-1]
+
+
+@pytest.mark.slow
+def test_a_run_over_the_cpu_budget_is_listed_out_of_reach_with_no_figure(bench, tmp_path):
+    _, peers = bench
+    opts = {"curve_points": 4, "curve_episodes": 1, "cpu_hours": 1e-9, "checkpoint_minutes": 10.0,
+            "heldout_episodes": 2}
+    rec = peers.run_one("cartpole", "dqn", 0, "steps", tmp_path, (2000, 50), opts)
+    assert not rec["reached"] and "heldout" not in rec and rec["steps"] < 2000
+    assert "CPU-h" in rec["out_of_reach"] and rec["reference"].startswith("none: the installed rl-zoo3")
+    assert (Path(rec["run_dir"]) / "checkpoint" / "model.zip").is_file()  # a larger budget resumes it
+    assert "- cartpole DQN steps 2,000, seed 0: needs about" in peers.details([rec])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("algo", ["dqn", "ppo"])
+def test_an_interrupted_run_resumes_to_the_same_result(bench, tmp_path, algo):
+    """Stopped after its first segment (checkpointed), then resumed: the same curve and held-out figure as the
+    run that was not interrupted (seeded; environments, replay buffer and generators restored)."""
+    _, peers = bench
+    opts = {"curve_points": 3, "curve_episodes": 2, "cpu_hours": 1.0, "checkpoint_minutes": 10.0,
+            "heldout_episodes": 3}
+    whole = peers.run_one("cartpole", algo, 0, "steps", tmp_path / "a", (1200, 50), opts)
+    cut = peers.run_one("cartpole", algo, 0, "steps", tmp_path / "b", (1200, 50), {**opts, "stop_after_segments": 1})
+    assert not cut["reached"] and len(cut["curve"]) == 1 and "heldout" not in cut
+    resumed = peers.run_one("cartpole", algo, 0, "steps", tmp_path / "b", (1200, 50), opts)
+    assert resumed["resumed"] == 1 and not resumed["fresh_episodes_on_resume"]
+    assert resumed["curve"] == whole["curve"] and resumed["heldout"] == whole["heldout"]
+    assert resumed["steps"] == whole["steps"] and resumed["episodes"] == whole["episodes"]
+
+
+@pytest.mark.slow
+def test_a_resumed_run_keeps_its_normalisation_statistics(bench, tmp_path, zoo):
+    """PPO with the zoo's VecNormalize (as on MountainCar or Hopper): statistics and running returns saved with the
+    checkpoint, so the resumed run equals the uninterrupted one."""
+    _, peers = bench
+    train = importlib.import_module("peer_train")
+    hyper = zoo.hyperparameters("ppo", "CartPole-v1")
+    hyper.normalize = {"gamma": 0.98}
+    results = []
+    for folder, stops in (("a", [None]), ("b", [1, None])):
+        for stop in stops:
+            fields = train.train(tmp_path / folder, "ppo", hyper, peers.EnvFactory("CartPole-v1"),
+                                 train.Budget("steps", 700, 700), 100_000, [50_000, 50_001], 2, 256, 3600.0, 0.0,
+                                 stop_after_segments=stop)
+        results.append(fields)
+    whole, resumed = results
+    assert resumed["resumed"] == 1 and (tmp_path / "b" / "checkpoint" / "vecnormalize.pkl").is_file()
+    assert resumed["curve"] == whole["curve"] and resumed["heldout"] == whole["heldout"]
+
+
+def test_bad_options_are_one_line_and_exit_2(bench, tmp_path, capsys):
+    _, peers = bench
+    assert peers.main(["--algos", "a2c", "--out", str(tmp_path / "x")]) == 2
+    assert peers.main(["--budgets", "hours", "--out", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and "unknown algorithm or budget 'a2c'" in err[0] and "'hours'" in err[1]
+    assert not (tmp_path / "x").exists()
+
+
+def test_algorithms_by_action_space(bench):
+    _, peers = bench
+    assert peers.algos_for(True, ["ppo", "dqn", "sac"]) == ["ppo", "dqn"]
+    assert peers.algos_for(False, ["ppo", "dqn", "sac", "trpo"]) == ["ppo", "sac", "trpo"]
+
+
+def test_tasks_that_differ_only_in_their_table_share_the_environment_folder(bench):
+    _, peers = bench
+    assert peers.setup_id("LunarLander-v3.products") == peers.setup_id("LunarLander-v3")
+    assert peers.setup_id("CartPole-v1") != peers.setup_id("LunarLander-v3")
 
 
 def test_ratio_is_above_one_when_the_peer_is_better(bench):
@@ -84,79 +274,52 @@ def test_suite_md_has_worst_met_and_peer_columns(bench):
     suite, peers = bench
     records = [_suite_record("cartpole", 0, 500.0, 480.0), _suite_record("cartpole", 1, 300.0, 290.0),
                _suite_record("cartpole", 2, 490.0, 470.0), _suite_record("cartpole", 0, 150.0, 150.0, "random")]
-    peer_records = [_peer_record("cartpole", "ppo", 0, 245.0), _peer_record("cartpole", "ppo", 1, 200.0, capped=True),
-                    _peer_record("cartpole", "ppo", 2, None), _peer_record("cartpole", "dqn", 0, 9.0, budget=5),
-                    *[_peer_record("taxi", "dqn", s, -200.0) for s in range(2)]]
-    taxi = suite.BY_KEY["taxi"]
-    for r in peer_records[-2:]:
-        r["budget"] = taxi.budget
+    peer_records = [_peer_record("cartpole", "ppo", 0, 245.0), _peer_record("cartpole", "ppo", 1, 200.0),
+                    _peer_record("cartpole", "ppo", 2, None), _peer_record("cartpole", "ppo", 3, 0, reached=False),
+                    _peer_record("cartpole", "dqn", 0, 9.0, kind="zoo"),
+                    {"task": "cartpole", "algo": "dqn", "seed": 0, "kind": "steps", "not_run": "no offline run"},
+                    *[{**_peer_record("taxi", "dqn", s, -200.0), "hyperparameters": "untuned: SB3 defaults"}
+                      for s in range(2)]]
     cells = peers.cells(peer_records)
-    # a run at another budget (a test's) is not a column; a failed seed is a missing value, not a failed cell
-    assert [(c.task, c.column, c.values, c.capped) for c in cells] == [
-        ("cartpole", "sbx PPO", (245.0, 200.0, None), 1), ("taxi", "sbx DQN", (-200.0, -200.0), 0)]
+    # a cell not run (no budget) is no column; a failed seed and one out of reach are missing values
+    assert [(c.task, c.column, c.values, c.unreached) for c in cells] == [
+        ("cartpole", "PPO = steps", (245.0, 200.0, None, None), 1), ("cartpole", "DQN zoo budget", (9.0,), 0),
+        ("taxi", "DQN = steps", (-200.0, -200.0), 0)]
     page = suite.markdown(records, "a note", cells)
     lines = page.splitlines()
     header = next(line for line in lines if line.startswith("| task"))
-    assert header.endswith("| sbx PPO | sbx DQN |") and "| worst | met | within budget (worst, met) |" in header
+    assert header.endswith("| PPO = steps | DQN zoo budget | DQN = steps |")
     n_cols = header.count("|")
     rows = [line for line in lines if line.startswith("| ") and not line.startswith("| task")]
     assert all(row.count("|") == n_cols for row in rows), rows
     offline = next(r for r in rows if "| offline |" in r)
     assert "**490.0** (500.0, 300.0, 490.0) | 300.0 | 2/3 | 470.0 (290.0, 1/3) |" in offline
-    # the peer cell: median 222.5 of two seeds, ratio to offline's 490.0, one capped run of three
-    assert "**222.5** (245.0, 200.0, -); worst 200.0, met 0/3; 0.45x offline; capped 1/3" in offline
+    assert ("**222.5** (245.0, 200.0, -, -); worst 200.0, met 0/4; 0.45x offline; budget not reached 1/4; "
+            "rl-zoo3 2.9.2 ppo.yml CartPole-v1") in offline
     random_row = next(r for r in rows if "| random |" in r)
-    assert random_row.endswith("|  |  |")  # peers only on the task's first row
+    assert random_row.endswith("|  |  |  |")  # peers only on the task's first row
     taxi_row = next(r for r in rows if r.startswith("| Taxi-v4"))
-    assert "(suite not run)" in taxi_row and "no ratio to offline" in taxi_row
+    assert "(suite not run)" in taxi_row and "no ratio to offline; untuned: SB3 defaults" in taxi_row
 
 
-def test_a_task_that_differs_only_in_its_table_shows_the_other_tasks_runs(bench):
-    """A peer never sees the spec's table or rules: LunarLander-v3.products is LunarLander-v3's runs, marked so; the
-    same environment at another budget (Hopper-v5.rich) is trained on its own."""
-    suite, peers = bench
-    sources = peers.run_tasks()
-    assert sources["lunarlander-products"] == "lunarlander"
-    assert sources["lunarlander"] == "lunarlander"
-    assert sources["hopper-rich"] == "hopper-rich"
-    budget = suite.BY_KEY["lunarlander"].budget
-    records = [_peer_record("lunarlander", "ppo", s, v, budget=budget) for s, v in enumerate((-120.0, 40.0, 10.0))]
-    by_task = {c.task: c for c in peers.cells(records)}
-    assert by_task["lunarlander"].values == by_task["lunarlander-products"].values == (-120.0, 40.0, 10.0)
-    assert by_task["lunarlander"].same_as is None
-    assert by_task["lunarlander-products"].same_as == "LunarLander-v3"
-    rows = [_suite_record("lunarlander-products", 0, 20.0, 20.0)]
-    page = suite.markdown(rows, "n", [by_task["lunarlander-products"]])
-    assert "**10.0** (-120.0, 40.0, 10.0); worst -120.0, met 0/3; 0.50x offline; the runs of LunarLander-v3" in page
-    line = importlib.import_module("suite_lines").readme_lines(rows, [by_task["lunarlander-products"]])
-    assert "; sbx PPO 10.0 (0.50x offline), LunarLander-v3's runs." in line
-
-
-def test_write_report_keeps_the_other_scripts_part(bench, tmp_path):
+def test_write_report_keeps_the_other_scripts_part_and_reads_old_cells(bench, tmp_path):
     suite, peers = bench
     (tmp_path / "results.json").write_text(json.dumps([_suite_record("cartpole", 0, 500.0, 480.0)]))
     suite.write_report(tmp_path, note="suite note")
-    peers_cells = peers.cells([_peer_record("cartpole", "ppo", 0, 125.0)])
-    suite.write_report(tmp_path, peers=peers_cells)  # bench/peers.py: the suite's note stays
+    suite.write_report(tmp_path, peers=peers.cells([_peer_record("cartpole", "ppo", 0, 125.0)]))
     page = (tmp_path / "suite.md").read_text()
     assert "suite note" in page and "0.25x offline" in page
     suite.write_report(tmp_path, note="a later suite note")  # the suite again: the peer column stays
     page = (tmp_path / "suite.md").read_text()
     assert "a later suite note" in page and "0.25x offline" in page and "\nsuite note\n" not in page
-
-
-@pytest.mark.slow
-def test_one_peer_run_end_to_end(bench, monkeypatch):
-    pytest.importorskip("sbx")
-    _, peers = bench
-    for name, value in peers.ONE_THREAD.items():  # run_one sets them for its process: undone after the test
-        monkeypatch.setenv(name, value)
-    rec = peers.run_one("cartpole", "ppo", 0, cap_s=600.0, budget=3, heldout_episodes=4)
-    assert "error" not in rec, rec
-    assert rec["episodes"] == 3 and not rec["capped"] and rec["heldout_episodes"] == 4
-    assert 8.0 <= rec["heldout"] <= 500.0
-    capped = peers.run_one("cartpole", "ppo", 0, cap_s=0.0, budget=1000, heldout_episodes=2)
-    assert capped["capped"] and capped["episodes"] < 1000
+    # a report.json of the sbx peers (capped, same_as) still reads
+    (tmp_path / "report.json").write_text(json.dumps({"note": "n", "peers": [
+        {"task": "cartpole", "column": "sbx PPO", "values": [9.0, 9.5], "capped": 1, "error": None,
+         "same_as": None}]}))
+    suite.write_report(tmp_path)
+    page = (tmp_path / "suite.md").read_text()
+    assert "| sbx PPO |" in page and "(9.0, 9.5); worst 9.0, met 0/2; 0.02x offline; budget not reached 1/2" \
+        in page
 
 
 def test_the_readme_has_one_line_per_task_with_its_verdict(bench, tmp_path):
@@ -168,10 +331,8 @@ def test_the_readme_has_one_line_per_task_with_its_verdict(bench, tmp_path):
     suite.write_report(tmp_path, note="n", peers=peers.cells([_peer_record("cartpole", "ppo", 0, 250.0)]))
     lines = (tmp_path / "readme.md").read_text().splitlines()
     assert len(lines) == 2 and lines[0].startswith("- **CartPole-v1**") and lines[1].startswith("- **Taxi-v4**")
-    # 8 of 10 seeds meet 475 within the budget and the median (478.5) does: met; the peer's ratio is to offline's
-    # final median (500.0)
-    assert "offline 478.5 (seeds 0-9), 8/10 seeds meet it, worst 224.0: **met**; sbx PPO 250.0 (0.50x offline)." \
-        in lines[0]
+    assert "offline 478.5 (seeds 0-9), 8/10 seeds meet it, worst 224.0: **met**; PPO = steps 250.0 (0.50x " \
+           "offline)." in lines[0]
     assert lines[1].endswith("offline 7.00 (seeds 0-9), 0/10 seeds meet it, worst 7.00: not met.")
 
 

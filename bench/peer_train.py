@@ -1,0 +1,268 @@
+"""One peer run for bench/peers.py: Stable-Baselines3 (or sb3-contrib) with the zoo's settings, trained in segments
+to a budget, a held-out curve point after each segment, checkpointed and resumable.
+
+A run trains in segments of ``eval_every`` environment steps (``learn(..., reset_num_timesteps=False)``), and after
+each one scores the agent deterministically on the first ``curve_episodes`` of the suite's held-out seeds (frozen
+normalisation statistics, new environments: not counted as interaction). Schedules (``lin_X``, DQN's epsilon) run
+over the run's ``horizon`` in steps whatever the segments, through :class:`_Horizon`, and stay at their final value
+past it. The budget stops training at the exact step or episode (a callback), mid-rollout if need be.
+
+**Checkpoint**: after a segment, at most every ``checkpoint_cpu_s`` CPU seconds, the folder ``RUN/checkpoint``
+is replaced atomically by: the model (``save``: weights, optimiser, counters, the last observation), the replay
+buffer, the training environments (pickled, so that episodes go on where they were), the ``VecNormalize``
+statistics with its running returns, the random generators (torch, numpy, ``random``, the action space's) and the
+run's own books (steps, episodes, curve, CPU seconds). Resuming from it gives the same run as an uninterrupted one
+(``tests/test_peers.py`` checks it). An environment that cannot be pickled (some MuJoCo builds) is reset on resume;
+the record then says ``fresh_episodes_on_resume``.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+import random
+import shutil
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import zoo
+
+
+@dataclass
+class Books:
+    """What a run counts, saved with each checkpoint."""
+
+    steps: int = 0
+    episodes: int = 0
+    cpu_s: float = 0.0
+    """Training CPU seconds (all invocations), evaluation excluded."""
+    eval_cpu_s: float = 0.0
+    curve: list[list[float]] = field(default_factory=list)
+    """``[steps, episodes, held-out mean]`` after each segment."""
+    resumed: int = 0
+    fresh_episodes_on_resume: bool = False
+
+
+@dataclass
+class Budget:
+    kind: str
+    """``steps`` (equal environment steps), ``episodes`` (equal episodes) or ``zoo`` (the zoo's n_timesteps)."""
+    target: int
+    horizon: int
+    """Steps over which schedules run (the target for step budgets; for an episode budget, the equal-steps one)."""
+
+    def done(self, books: Books) -> bool:
+        return (books.episodes if self.kind == "episodes" else books.steps) >= self.target
+
+    def fraction(self, books: Books) -> float:
+        return (books.episodes if self.kind == "episodes" else books.steps) / max(1, self.target)
+
+
+def algo_class(algo: str) -> Any:
+    """The library class for ``algo``, with :class:`_Horizon` mixed in."""
+    import stable_baselines3 as sb3
+
+    base = {"ppo": sb3.PPO, "dqn": sb3.DQN, "sac": sb3.SAC}.get(algo)
+    if base is None:
+        import sb3_contrib
+
+        base = {"trpo": sb3_contrib.TRPO}[algo]
+    return _HORIZON_CLASSES.setdefault(algo, type(f"Horizon{base.__name__}", (_Horizon, base), {}))
+
+
+_HORIZON_CLASSES: dict[str, Any] = {}
+
+
+class _Horizon:
+    """Progress for schedules measured against ``horizon`` steps (clamped at 0), not against one ``learn`` call."""
+
+    horizon: int = 0
+    num_timesteps: int
+    _current_progress_remaining: float
+
+    def _update_current_progress_remaining(self, num_timesteps: int, total_timesteps: int) -> None:
+        self._current_progress_remaining = max(0.0, 1.0 - float(num_timesteps) / float(self.horizon or
+                                                                                       total_timesteps))
+
+
+def make_venv(make_one: Any, hyper: zoo.Hyper, n_envs: int, train: bool) -> tuple[Any, Any]:
+    """(inner DummyVecEnv, the wrapped one): ``VecNormalize`` (frozen, raw rewards unless ``train``) and
+    ``VecFrameStack`` as the zoo sets them."""
+    from stable_baselines3.common.vec_env import DummyVecEnv, VecFrameStack, VecNormalize
+
+    inner = DummyVecEnv([make_one] * n_envs)
+    env: Any = inner
+    if hyper.normalize is not None:
+        kw = dict(hyper.normalize)
+        if not train:
+            kw.update(training=False, norm_reward=False)
+        env = VecNormalize(env, **kw)
+    if hyper.frame_stack:
+        env = VecFrameStack(env, int(hyper.frame_stack))
+    return inner, env
+
+
+def evaluate(model: Any, train_env: Any, make_one: Any, hyper: zoo.Hyper, seeds: list[int],
+             batch: int = 25) -> list[float]:
+    """Deterministic returns (the environment's own rewards) on consecutive ``seeds``, each the first episode of a
+    new environment, with the training normalisation statistics frozen."""
+    from stable_baselines3.common.vec_env import sync_envs_normalization
+
+    if any(b - a != 1 for a, b in zip(seeds, seeds[1:], strict=False)):
+        raise ValueError("held-out seeds must be consecutive")
+    out: list[float] = []
+    for k in range(0, len(seeds), batch):
+        part = seeds[k:k + batch]
+        _, env = make_venv(make_one, hyper, len(part), train=False)
+        if hyper.normalize is not None:
+            sync_envs_normalization(train_env, env)
+        env.seed(part[0])
+        obs = env.reset()
+        rets, done = np.zeros(len(part)), np.zeros(len(part), dtype=bool)
+        while not done.all():
+            acts, _ = model.predict(obs, deterministic=True)
+            obs, rew, dones, infos = env.step(acts)
+            rets += np.where(done, 0.0, rew)  # raw: an evaluation VecNormalize leaves rewards as they are
+            done |= dones
+        env.close()
+        out.extend(float(r) for r in rets)
+    return out
+
+
+def _rng_state(model: Any) -> dict[str, Any]:
+    import torch
+
+    return {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "random": random.getstate(),
+            "action_space": model.action_space.np_random.bit_generator.state}
+
+
+def _set_rng_state(model: Any, state: dict[str, Any]) -> None:
+    import torch
+
+    torch.set_rng_state(state["torch"])
+    np.random.set_state(state["numpy"])
+    random.setstate(state["random"])
+    model.action_space.np_random.bit_generator.state = state["action_space"]
+
+
+def save_checkpoint(run_dir: Path, model: Any, inner: Any, env: Any, books: Books) -> None:
+    """Replace ``run_dir/checkpoint`` atomically (written beside it, then renamed)."""
+    import cloudpickle
+
+    tmp, final, old = run_dir / "checkpoint.tmp", run_dir / "checkpoint", run_dir / "checkpoint.old"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    model.save(tmp / "model.zip")
+    if getattr(model, "replay_buffer", None) is not None:
+        model.save_replay_buffer(tmp / "replay.pkl")
+    try:
+        (tmp / "envs.pkl").write_bytes(cloudpickle.dumps(inner))
+    except Exception:  # an environment that cannot be pickled: reset on resume, and said so
+        pass
+    norm = model.get_vec_normalize_env()
+    if norm is not None:
+        (tmp / "vecnormalize.pkl").write_bytes(pickle.dumps((norm, norm.returns)))
+    (tmp / "rng.pkl").write_bytes(pickle.dumps(_rng_state(model)))
+    (tmp / "books.json").write_text(json.dumps(asdict(books)))
+    if final.exists():
+        final.rename(old)
+    tmp.rename(final)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def load_checkpoint(run_dir: Path, algo: str, make_one: Any,
+                    hyper: zoo.Hyper) -> tuple[Any, Any, Any, Books] | None:
+    """(model, its inner DummyVecEnv, its wrapped environment, books) from ``run_dir/checkpoint``; None when there
+    is none."""
+    import cloudpickle
+    from stable_baselines3.common.vec_env import VecFrameStack
+
+    ck = run_dir / "checkpoint"
+    if not (ck / "books.json").is_file():
+        return None
+    books = Books(**json.loads((ck / "books.json").read_text()))
+    fresh = not (ck / "envs.pkl").is_file()
+    inner, env = make_venv(make_one, hyper, hyper.n_envs, train=True)
+    if not fresh:
+        inner = cloudpickle.loads((ck / "envs.pkl").read_bytes())
+        env = inner
+    if (ck / "vecnormalize.pkl").is_file():
+        norm, returns = pickle.loads((ck / "vecnormalize.pkl").read_bytes())
+        norm.set_venv(inner)
+        norm.returns = returns
+        env = norm
+    if hyper.frame_stack and not fresh:
+        env = VecFrameStack(env, int(hyper.frame_stack))  # its stacked frames restart: said by fresh_episodes
+        fresh = True
+    model = algo_class(algo).load(ck / "model.zip", env=env, device="cpu", force_reset=fresh)
+    if (ck / "replay.pkl").is_file():
+        model.load_replay_buffer(ck / "replay.pkl", truncate_last_traj=False)
+    _set_rng_state(model, pickle.loads((ck / "rng.pkl").read_bytes()))
+    books.resumed += 1
+    books.fresh_episodes_on_resume = books.fresh_episodes_on_resume or fresh
+    return model, inner, env, books
+
+
+def train(run_dir: Path, algo: str, hyper: zoo.Hyper, make_one: Any, budget: Budget, seed: int,
+          heldout: list[int], curve_episodes: int, eval_every: int, cpu_budget_s: float,
+          checkpoint_cpu_s: float = 600.0, stop_after_segments: int | None = None) -> dict[str, Any]:
+    """Train (or resume) one run to ``budget``; returns its record fields. ``stop_after_segments`` ends the
+    invocation early, as an interruption would (tests)."""
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    loaded = load_checkpoint(run_dir, algo, make_one, hyper)
+    if loaded is None:
+        inner, env = make_venv(make_one, hyper, hyper.n_envs, train=True)
+        model = algo_class(algo)(hyper.policy, env, seed=seed, verbose=0, device="cpu", **hyper.kwargs)
+        books = Books()
+    else:
+        model, inner, env, books = loaded
+    model.horizon = budget.horizon
+
+    class Counter(BaseCallback):  # type: ignore[misc]
+        def _on_step(self) -> bool:
+            books.steps = int(self.model.num_timesteps)
+            books.episodes += int(np.sum(self.locals["dones"]))
+            return not budget.done(books)
+
+    segments, last_ck = 0, books.cpu_s
+    out_of_reach = None
+    while not budget.done(books):
+        cpu0 = time.process_time()
+        boundary = (books.steps // eval_every + 1) * eval_every
+        if budget.kind != "episodes":
+            boundary = min(boundary, budget.target)
+        model.learn(total_timesteps=boundary - books.steps, callback=Counter(), reset_num_timesteps=False)
+        books.cpu_s += time.process_time() - cpu0
+        cpu1 = time.process_time()
+        returns = evaluate(model, env, make_one, hyper, heldout[:curve_episodes])
+        books.eval_cpu_s += time.process_time() - cpu1
+        books.curve.append([books.steps, books.episodes, round(statistics.fmean(returns), 4)])
+        segments += 1
+        projected = books.cpu_s / max(1e-9, budget.fraction(books))
+        if not budget.done(books) and projected > cpu_budget_s:
+            out_of_reach = (f"needs about {projected / 3600:,.1f} CPU-h at the rate measured over "
+                            f"{books.steps:,} steps; the budget per run is {cpu_budget_s / 3600:,.2f} CPU-h")
+        if budget.done(books) or out_of_reach or books.cpu_s - last_ck >= checkpoint_cpu_s \
+                or segments == stop_after_segments:
+            save_checkpoint(run_dir, model, inner, env, books)
+            last_ck = books.cpu_s
+        if out_of_reach or segments == stop_after_segments:
+            break
+    fields: dict[str, Any] = {**asdict(books), "reached": budget.done(books), "target": budget.target,
+                              "horizon": budget.horizon, "eval_every": eval_every, "curve_episodes": curve_episodes}
+    fields["cpu_s"], fields["eval_cpu_s"] = round(books.cpu_s, 1), round(books.eval_cpu_s, 1)
+    if out_of_reach:
+        fields["out_of_reach"] = out_of_reach
+    if budget.done(books):
+        cpu1 = time.process_time()
+        returns = evaluate(model, env, make_one, hyper, heldout)
+        fields.update(heldout=float(statistics.fmean(returns)), heldout_episodes=len(returns),
+                      final_eval_cpu_s=round(time.process_time() - cpu1, 1))
+    env.close()
+    return fields
