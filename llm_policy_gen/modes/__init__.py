@@ -3,7 +3,8 @@
 * ``table`` -- the model writes the policy table (:mod:`.table`);
 * ``direct`` -- the model picks each action, asked once per discretized state (:mod:`.direct`);
 * ``reward`` -- the model writes a shaping potential for a Q-learner (:mod:`.reward`);
-* ``advisor`` -- the model advises a Q-learner which action to take (:mod:`.advisor`).
+* ``advisor`` -- the model advises a Q-learner which action to take (:mod:`.advisor`);
+* ``lm-policy`` -- a language model encodes each state's text, PPO or TRPO trains a head over it (:mod:`.lm_policy`).
 
 A new mode is one file implementing :class:`~llm_policy_gen.modes.base.Mode` plus one
 ``MODES.register(name, entry_point="module:Class")`` line.
@@ -29,3 +30,9 @@ MODES.register("reward", "llm_policy_gen.modes.reward:RewardMode",
 MODES.register("advisor", "llm_policy_gen.modes.advisor:AdvisorMode",
                description="the model advises a Q-learner, which follows the advice with a decaying probability",
                calls_per_iteration="K (candidates) + repairs")
+MODES.register("lm-policy", "llm_policy_gen.modes.lm_policy:LmPolicyMode",
+               description="a language model (--lm-model) encodes each state's text; SB3 PPO or TRPO trains a head "
+               "over the frozen encodings; the read-out table is judged", calls_per_iteration="0 (no backend)",
+               backend=False,
+               no_resume="its learner's optimiser and rollout state are not checkpointed yet, so a resumed run would "
+               "differ from an uninterrupted one")

@@ -58,13 +58,19 @@ def prepare(cfg: TrainConfig, spec: EnvSpec | None = None) -> Prepared:
         spec = resolve_spec(cfg)
         if spec.train_defaults:
             cfg = cfg.with_env_defaults(spec.train_defaults)
+    if cfg.mode not in MODES:
+        raise MODES.unknown(cfg.mode)
+    asks_backend = MODES.entry(cfg.mode).info.get("backend") is not False
+    if not asks_backend:  # a mode that asks no model for answers
+        if cfg.backend not in (None, "offline"):
+            raise UserError(f"--mode {cfg.mode} asks no backend for answers; drop --backend {cfg.backend}")
+        if cfg.backend is None:
+            cfg = cfg.updated({"backend": "offline"}, "mode without backend")
     if cfg.backend is None:
         name, why = default_backend_spec()
         cfg = cfg.updated({"backend": name}, "default backend")
         notes.append(f"backend: {name} ({why})")
     name, _ = parse_backend_spec(cfg.backend or "offline")
-    if cfg.mode not in MODES:
-        raise MODES.unknown(cfg.mode)
     if cfg.output_format != "auto":
         if cfg.output_format not in FORMATS:
             raise FORMATS.unknown(cfg.output_format, accepted=["auto", *table_format_names()])
@@ -74,7 +80,7 @@ def prepare(cfg: TrainConfig, spec: EnvSpec | None = None) -> Prepared:
     mode: Mode = MODES.load(cfg.mode)()
     _check_refine(cfg, name, mode)
     notice = BACKENDS.entry(name).info.get("notice")
-    if notice:
+    if notice and asks_backend:
         notes.append(f"backend: {name} -- {notice}")
     if cfg.temperature is not None and not is_llm(name):
         notes.append(f"note: --temperature has no effect on {name} (no language model is sampled)")
