@@ -43,7 +43,7 @@ $(LLAMA_WHEEL): | $(BIN)/python
 	@touch $@
 
 $(STAMP_DEV): pyproject.toml $(LLAMA_WHEEL) | $(BIN)/python
-	$(BIN)/python -m pip install --quiet --find-links $(WHEELS) -e ".[dev]" "llama-cpp-python==$(LLAMA_VERSION)"
+	$(BIN)/python -m pip install --quiet --find-links $(WHEELS) --find-links $(TORCH_WHEELS) -e ".[dev,lm-policy]" "llama-cpp-python==$(LLAMA_VERSION)"
 	@touch $@ $(STAMP_RUN)
 
 # `make local`: the `local` extra (llamacpp backend and llama_cpp.server) into the run environment.
