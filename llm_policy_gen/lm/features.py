@@ -14,7 +14,6 @@ model's encodings add is measured, not assumed.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Literal
 
 import numpy as np
@@ -36,19 +35,19 @@ def standardise(x: np.ndarray) -> np.ndarray:
     return out.astype(np.float32)
 
 
-def features_table(kind: FeatureKind, n_states: int, *, encode: Callable[[], np.ndarray] | None = None,
+def features_table(kind: FeatureKind, n_states: int, *, encodings: np.ndarray | None = None,
                    width: int | None = None, seed: int = 0) -> np.ndarray:
-    """The (n_states, width) float32 features table of ``kind``; ``encode`` gives the model's raw encodings of every
-    state's text (``lm`` only), ``width`` the random features' width."""
+    """The (n_states, width) float32 features table of ``kind``; ``encodings``: the model's raw encodings of every
+    state's text (``lm`` only); ``width``: the random features' width."""
     if kind == "onehot":
         return np.eye(n_states, dtype=np.float32)
     if kind == "random":
         rng = np.random.default_rng([int(seed), 31])
         return rng.standard_normal((n_states, int(width or DEFAULT_RANDOM_WIDTH))).astype(np.float32)
     if kind == "lm":
-        if encode is None:
+        if encodings is None:
             raise ValueError("lm features need the model's encodings")
-        raw = np.asarray(encode(), dtype=np.float32)
+        raw = np.asarray(encodings, dtype=np.float32)
         if raw.shape[0] != n_states:
             raise ValueError(f"{raw.shape[0]} encodings for {n_states} states")
         return standardise(raw)

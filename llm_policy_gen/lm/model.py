@@ -106,8 +106,8 @@ def model_identity(path: str | Path) -> ModelIdentity:
             h.update(f"{f.relative_to(p).as_posix()}\0{_file_sha256(f)}\n".encode())
         return ModelIdentity(str(p), "folder", h.hexdigest())
     try:
-        with p.open("rb") as f:
-            magic = f.read(4)
+        with p.open("rb") as fh:
+            magic = fh.read(4)
     except OSError as exc:
         raise UserError(f"--lm-model {path} cannot be read: {exc.strerror or exc}") from None
     if magic != GGUF_MAGIC:

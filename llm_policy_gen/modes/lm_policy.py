@@ -90,39 +90,35 @@ class LmPolicyMode:
         if cfg.lm_device != "cpu":
             import torch
 
-            if cfg.lm_device.startswith("cuda") and not torch.cuda.is_available():
-                raise UserError(f"bad --device {cfg.lm_device}: no CUDA device is available here; accepted: cpu")
+            if not cfg.lm_device.startswith("cuda") or not torch.cuda.is_available():
+                raise UserError(f"bad --device {cfg.lm_device}: no such device here; accepted: cpu"
+                                + (", cuda" if torch.cuda.is_available() else ""))
         self.settings = _settings(setup)
-        n = setup.observation.n_states
         facts: dict[str, Any] = {"features": cfg.lm_features, "learner": self.settings.describe()}
-        width: int | None = None
-        encode = None
-        if cfg.lm_model and cfg.lm_features in ("lm", "random"):
-            encoder = self._encoder(setup)
-            width = encoder.width
+        encoder = self._encoder(setup) if cfg.lm_model and cfg.lm_features in ("lm", "random") else None
+        raw: np.ndarray | None = None
+        if encoder is not None:
             facts["lm_model"] = encoder.lm.describe()
             if cfg.lm_features == "lm":
                 from ..lm.text import STATE_TEMPLATE, state_texts
 
                 texts = state_texts(setup.spec, setup.observation)
-
-                def encode() -> np.ndarray:
-                    return encoder.encode(texts)
-
-                facts.update(pooling=cfg.lm_pooling, state_template=STATE_TEMPLATE, state_texts=len(set(texts)))
-        self.features = features_table(cfg.lm_features, n, encode=encode, width=width, seed=cfg.seed)
-        if cfg.lm_features == "lm":
-            facts.update(lm_forward_passes=encoder.forward_passes, lm_encodings_from_cache=encoder.disk_hits)
+                raw = encoder.encode(texts)
+                facts.update(pooling=cfg.lm_pooling, state_template=STATE_TEMPLATE, state_texts=len(set(texts)),
+                             lm_forward_passes=encoder.forward_passes, lm_encodings_from_cache=encoder.disk_hits)
+        self.features = features_table(cfg.lm_features, setup.observation.n_states,
+                                       encodings=raw,
+                                       width=None if encoder is None else encoder.width, seed=cfg.seed)
         facts["features_width"] = int(self.features.shape[1])
         self.facts = facts
         return facts
 
     def _encoder(self, setup: Setup) -> Any:
         """The model loaded (its progress bars kept off the console) and its encoder."""
+        import torch
+
         from ..lm.encoder import Encoder
         from ..lm.model import default_lm_cache, load_language_model
-
-        import torch
 
         cfg = setup.cfg
         assert cfg.lm_model is not None
