@@ -129,6 +129,28 @@ def test_a_onehot_run_counts_the_learners_episodes_and_refuses_resume(tmp_path: 
     assert before == after
 
 
+@needs_extra
+@pytest.mark.slow
+def test_trpo_trains_a_head_over_random_features(tmp_path: Path) -> None:
+    """sb3-contrib's TRPO over the random control (the model's width without a model) runs its updates; the
+    checkpoint keeps the head's parameters as arrays, and the frozen features table is no parameter of it."""
+    import numpy as np
+
+    from llm_policy_gen.checkpoint import load_checkpoint
+
+    logs = tmp_path / "logs"
+    assert main(lake(logs, "--lm-features", "random", "--learner", "trpo", "--iterations", "2",
+                     "--lm-n-steps", "128")) == 0
+    run = logs / "FrozenLake-v1" / "r"
+    config = json.loads((run / "config.json").read_text())
+    assert config["learner"]["class"] == "TRPO" and config["features_width"] == 576
+    state = load_checkpoint(run / "checkpoint.npz")["mode"]
+    assert state["updates"] == 2 and state["steps"] == 256
+    params = state["parameters"]
+    assert params and not any("table" in name for name in params)
+    assert all(isinstance(v, np.ndarray) and np.isfinite(v).all() for v in params.values())
+
+
 # ---------------------------------------------------------------------------------------------- the real model
 @pytest.fixture(scope="module")
 def gguf() -> Path:

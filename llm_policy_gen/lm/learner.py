@@ -2,7 +2,8 @@
 
 The observation is the discretized state's index (:mod:`.env`); SB3 turns a ``Discrete`` observation into a one-hot
 vector, and :class:`TableFeatures` (an SB3 features extractor) looks the state's row up in the frozen features table
-(an ``nn.Embedding`` that is not trained). The head is SB3's own MLP policy over those features (``net_arch`` for the
+(a module buffer, never trained: not a frozen ``nn.Embedding``, whose weight sb3-contrib's TRPO would try to
+differentiate like every parameter). The head is SB3's own MLP policy over those features (``net_arch`` for the
 policy and the value function). PPO and TRPO are the libraries' (STYLE 29): this module writes only the extractor, the
 hyperparameters and the read-out.
 
@@ -81,10 +82,11 @@ def _extractor_class() -> type:
         def __init__(self, observation_space: Any, table: np.ndarray) -> None:
             t = torch.as_tensor(np.asarray(table, dtype=np.float32))
             super().__init__(observation_space, features_dim=int(t.shape[1]))
-            self.table = torch.nn.Embedding.from_pretrained(t, freeze=True)
+            self.register_buffer("table", t)  # a buffer, not a frozen parameter: TRPO differentiates every parameter
 
         def forward(self, observations: torch.Tensor) -> torch.Tensor:
-            return self.table(observations.reshape(observations.shape[0], -1).argmax(dim=1))
+            table: torch.Tensor = self.table  # type: ignore[assignment]  # a registered buffer
+            return table[observations.reshape(observations.shape[0], -1).argmax(dim=1)]
 
     return TableFeatures
 
