@@ -47,7 +47,7 @@ $(LLAMA_WHEEL): | $(BIN)/python
 # $(TORCH_WHEELS), never a CUDA build from the registry.
 TORCH_WHEELS ?= /opt/wheels
 $(STAMP_DEV): pyproject.toml $(LLAMA_WHEEL) | $(BIN)/python
-	$(BIN)/python -m pip install --quiet --find-links $(WHEELS) --find-links $(TORCH_WHEELS) -e ".[dev,peers]" \
+	$(BIN)/python -m pip install --quiet --find-links $(WHEELS) --find-links $(TORCH_WHEELS) -e ".[dev,peers,lm-policy]" \
 		"llama-cpp-python==$(LLAMA_VERSION)"
 	@touch $@ $(STAMP_RUN)
 

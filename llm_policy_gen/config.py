@@ -51,9 +51,10 @@ class TrainConfig(BaseModel):
     backend: str | None = _field(None, "offline, replay:PATH, gemini[:MODEL], openai[:MODEL], anthropic[:MODEL], "
                                  "ollama[:MODEL], llamacpp:PATH.gguf, q-learning, kept-table-q, random",
                                  "Backend spec; None: the first configured provider, else offline.")
-    mode: str = _field("table", "table, direct, reward, advisor, q-learning, or another registered mode",
+    mode: str = _field("table", "table, direct, reward, advisor, q-learning, lm-policy, or another registered mode",
                        "What the model writes: the table (table), each action (direct), ...; q-learning: no model, "
-                       "the standard Q-learner (the mode of --backend q-learning).")
+                       "the standard Q-learner (the mode of --backend q-learning); lm-policy: a language model "
+                       "as the policy network's backbone (--lm-model).")
     iterations: int = _field(30, "an integer >= 1", "Proposal rounds.", ge=1, resume=True)
     max_episodes: int | None = _field(None, "an integer >= 1", "End the run once the counted episodes (training, "
                                       "test and confirmation) reach this many; combines with iterations.", ge=1,
@@ -171,6 +172,34 @@ class TrainConfig(BaseModel):
                          operational=True)
     log: list[str] = _field([], "a list of: csv, tensorboard, wandb", "Extra loggers of per-iteration scalars.",
                             operational=True)
+    # ---- --mode lm-policy (llm_policy_gen/modes/lm_policy.py; a later design round moves these to the mode)
+    lm_model: str | None = _field(None, "a .gguf file or a Hugging Face model folder", "lm-policy mode: the language "
+                                  "model that encodes each state's text (not --backend, whose llamacpp: means "
+                                  "llama.cpp).")
+    lm_features: Literal["lm", "onehot", "random"] = _field(
+        "lm", "lm, onehot or random", "lm-policy mode: the head's state features: the model's encodings (lm), or "
+        "the controls: one-hot states (onehot), random features of the model's width (random).")
+    lm_pooling: Literal["mean", "last"] = _field("mean", "mean or last", "lm-policy mode: an encoding is the mean of "
+                                                 "the last hidden states over the text's tokens (mean) or the last "
+                                                 "token's (last).")
+    lm_learner: Literal["ppo", "trpo"] = _field("ppo", "ppo or trpo", "lm-policy mode: SB3 PPO or sb3-contrib TRPO.",
+                                                flag="--learner")
+    lm_device: str = _field("cpu", "cpu, or cuda where a GPU is present", "lm-policy mode: torch device of the model "
+                            "and the head.", flag="--device")
+    lm_n_steps: int = _field(256, "an integer >= 2", "lm-policy mode: environment steps per rollout; an iteration is "
+                             "one rollout and its optimisation.", ge=2)
+    lm_batch_size: int = _field(64, "an integer >= 2", "lm-policy mode: PPO's minibatch (TRPO: its value "
+                                "function's).", ge=2)
+    lm_epochs: int = _field(10, "an integer >= 1", "lm-policy mode: PPO's passes over each rollout (TRPO: value "
+                            "function updates).", ge=1)
+    lm_learning_rate: float = _field(3e-4, "a number > 0", "lm-policy mode: Adam's step size (TRPO: the value "
+                                     "function's).", gt=0.0)
+    lm_gamma: float = _field(0.99, "a number in [0, 1)", "lm-policy mode: the learner's discount.", ge=0.0, lt=1.0)
+    lm_ent_coef: float = _field(0.0, "a number >= 0", "lm-policy mode: PPO's entropy bonus.", ge=0.0)
+    lm_net_arch: list[int] = _field([64, 64], "a list of integers >= 1", "lm-policy mode: hidden layers of the head's "
+                                    "policy and value networks.")
+    lm_cache: str | None = _field(None, "a folder", "lm-policy mode: where the model's safetensors copy and the "
+                                  "encodings are kept (default: ~/.cache/llm-policy-gen/lm).", operational=True)
     explicit: list[str] = _field([], "a list of setting names", "Settings given by the user (file or command "
                                  "line); an env spec's train defaults never replace them.", flag=None, operational=True)
 
@@ -190,6 +219,13 @@ class TrainConfig(BaseModel):
     def _env_id(cls, v: str) -> str:
         if not v.strip():
             raise ValueError("empty")
+        return v
+
+    @field_validator("lm_net_arch")
+    @classmethod
+    def _net_arch(cls, v: list[int]) -> list[int]:
+        if not v or any(n < 1 for n in v):
+            raise ValueError("hidden layer sizes must be >= 1")
         return v
 
     @model_validator(mode="after")

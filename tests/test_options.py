@@ -36,6 +36,10 @@ FLAGS = {
     "--unreachable-after": "unreachable_after", "--no-cache": "cache", "--prices": "prices_file", "--bins": "bins",
     "--dims": "dims", "--env-kwargs": "env_kwargs", "--no-plots": "plots", "--no-progress": "progress",
     "--quiet": "quiet", "--log": "log", "--evidence": "evidence", "--refine": "refine",
+    "--lm-model": "lm_model", "--lm-features": "lm_features", "--lm-pooling": "lm_pooling", "--learner": "lm_learner",
+    "--device": "lm_device", "--lm-n-steps": "lm_n_steps", "--lm-batch-size": "lm_batch_size",
+    "--lm-epochs": "lm_epochs", "--lm-learning-rate": "lm_learning_rate", "--lm-gamma": "lm_gamma",
+    "--lm-ent-coef": "lm_ent_coef", "--lm-net-arch": "lm_net_arch", "--lm-cache": "lm_cache",
 }
 #: Settings given only in a file.
 FILE_ONLY = {"explore_epsilon", "eval_start", "eval_max", "eval_rise_every", "best_k", "worst_k", "memory_capacity",
@@ -63,6 +67,10 @@ def values(tmp_path: Path) -> dict[str, Any]:
         "cache_dir": str(tmp_path / "cache"), "prices_file": str(prices), "bins": [5, 6], "dims": [0, 1],
         "env_kwargs": {"goal_velocity": 0.01}, "binning": "seed", "plots": False, "progress": False,
         "quiet": True, "log": ["csv"], "evidence": "both",
+        # lm-policy settings: the advisor run below ignores them, config.json records them
+        "lm_model": str(tmp_path / "model.gguf"), "lm_features": "random", "lm_pooling": "last", "lm_learner": "trpo",
+        "lm_device": "cuda", "lm_n_steps": 128, "lm_batch_size": 32, "lm_epochs": 3, "lm_learning_rate": 0.001,
+        "lm_gamma": 0.9, "lm_ent_coef": 0.01, "lm_net_arch": [32], "lm_cache": str(tmp_path / "lm"),
     }
 
 
@@ -167,13 +175,15 @@ def test_the_train_flags_are_todays_and_file_only_settings_have_none(capsys: pyt
 
 def test_the_lists_read_from_the_fields_are_todays() -> None:
     assert config.OPTION_NAMES == {"env_id": "--env", "timeout_s": "--timeout", "prices_file": "--prices",
-                                   "cache": "--no-cache", "plots": "--no-plots", "progress": "--no-progress"}
+                                   "cache": "--no-cache", "plots": "--no-plots", "progress": "--no-progress",
+                                   "lm_learner": "--learner", "lm_device": "--device"}
     assert set(run.RESUME_OPTIONS) == {"iterations", "max_episodes", "progress", "quiet", "plots", "patience",
                                           "budget_usd", "timeout_s", "max_retries", "max_concurrent_calls", "cache",
                                           "llm_threads", "local_concurrency"}
     assert set(plan.OPERATIONAL_SETTINGS) == {
         "logs_dir", "run_id", "explicit", "progress", "quiet", "plots", "log", "timeout_s", "max_retries",
-        "max_concurrent_calls", "unreachable_after", "cache", "cache_dir", "llm_threads", "local_concurrency"}
+        "max_concurrent_calls", "unreachable_after", "cache", "cache_dir", "llm_threads", "local_concurrency",
+        "lm_cache"}
     assert run.RESUME_OPTIONS[0] == "iterations"  # the refusal's list starts with the most common one
 
 

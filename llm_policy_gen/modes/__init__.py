@@ -6,6 +6,7 @@
 * ``advisor`` -- the model advises a Q-learner which action to take (:mod:`.advisor`);
 * ``q-learning`` -- no model: the standard epsilon-greedy tabular Q-learner, a baseline (:mod:`.qlearning`; the mode
   of ``--backend q-learning``, its registry line says ``backend``).
+* ``lm-policy`` -- a language model encodes each state's text, PPO or TRPO trains a head over it (:mod:`.lm_policy`).
 
 A new mode is one file implementing :class:`~llm_policy_gen.modes.base.Mode` plus one
 ``MODES.register(name, entry_point="module:Class")`` line.
@@ -34,3 +35,9 @@ MODES.register("advisor", "llm_policy_gen.modes.advisor:AdvisorMode",
 MODES.register("q-learning", "llm_policy_gen.modes.qlearning:QLearningMode", backend="q-learning",
                description="no model: the standard epsilon-greedy tabular Q-learner in its own episodes (baseline)",
                calls_per_iteration="none")
+MODES.register("lm-policy", "llm_policy_gen.modes.lm_policy:LmPolicyMode",
+               description="a language model (--lm-model) encodes each state's text; SB3 PPO or TRPO trains a head "
+               "over the frozen encodings; the read-out table is judged", calls_per_iteration="0 (no backend)",
+               backend=False,
+               no_resume="its learner's optimiser and rollout state are not checkpointed yet, so a resumed run would "
+               "differ from an uninterrupted one")

@@ -95,6 +95,11 @@ class RunServices(Protocol):
         """``n`` (default ``train_episodes``) counted episodes on the next training seeds."""
         ...
 
+    def count_episodes(self, episodes: list[Episode]) -> None:
+        """Count episodes the mode played itself (a library learner stepping its own environment, seeded by
+        :meth:`train_seeds`) as training episodes: memory, totals and the next prompt's fresh episodes."""
+        ...
+
     def train_seeds(self, n: int | None = None) -> list[int]:
         """Reserve the next ``n`` (default ``train_episodes``) training seeds, for a mode that runs several
         candidates on the same seeds (:meth:`train_on`)."""

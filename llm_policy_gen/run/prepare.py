@@ -101,7 +101,7 @@ def prepare(cfg: TrainConfig, spec: EnvSpec | None = None) -> Prepared:
     mode: Mode = MODES.load(cfg.mode)()
     _check_refine(cfg, name, mode)
     notice = BACKENDS.entry(name).info.get("notice")
-    if notice:
+    if notice and MODES.entry(cfg.mode).info.get("backend") is not False:  # not for a mode that never asks it
         notes.append(f"backend: {name} -- {notice}")
     if cfg.temperature is not None and not is_llm(name):
         notes.append(f"note: --temperature has no effect on {name} (no language model is sampled)")
@@ -120,6 +120,10 @@ def pair_learner(cfg: TrainConfig, notes: list[str] | None = None) -> TrainConfi
     if cfg.mode not in MODES:
         raise MODES.unknown(cfg.mode)
     own = MODES.entry(cfg.mode).info.get("backend")  # a mode that learns by itself has its own backend
+    if own is False:  # a mode that asks no model for answers (lm-policy) runs on offline, which it never asks
+        if cfg.backend not in (None, "offline"):
+            raise UserError(f"--mode {cfg.mode} asks no backend for answers; drop --backend {cfg.backend}")
+        return cfg if cfg.backend else cfg.updated({"backend": "offline"}, "mode without backend")
     if cfg.backend is None and own:
         cfg = cfg.updated({"backend": own}, f"--mode {cfg.mode}")
     if cfg.backend is None:

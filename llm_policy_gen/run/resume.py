@@ -26,6 +26,7 @@ from ..envs.spec import EnvSpec
 from ..errors import SpecError, UserError
 from ..locks import FolderLock, HeldInterrupts
 from ..loggers import check_writers
+from ..modes import MODES
 from ..runlog import RunDir, read_json, read_jsonl, rewrite_jsonl
 from .driver import execute
 from .prepare import prepare
@@ -186,6 +187,9 @@ def _resume(run_dir: Path, overrides: dict[str, Any] | None, log: Callable[[str]
     settings["run_id"] = rd.path.name
     settings["logs_dir"] = str(rd.path.parent.parent)
     cfg = TrainConfig.build((settings, f"{rd.config}"), (dict(overrides or {}), "command line"))
+    why = MODES.entry(cfg.mode).info.get("no_resume") if cfg.mode in MODES else None
+    if why:  # a mode that cannot resume yet says why in its registry line
+        raise UserError(f"{rd.path} is a --mode {cfg.mode} run, which cannot be resumed yet ({why}); start a new run")
     if rd.summary.is_file():
         done = read_json(rd.summary)
         if not isinstance(done, dict):

@@ -165,6 +165,9 @@ class Run:
         self._count(episodes)
         return episodes
 
+    def count_episodes(self, episodes: list[Episode]) -> None:
+        self._count(episodes)
+
     def train_seeds(self, n: int | None = None) -> list[int]:
         n = self.cfg.train_episodes if n is None else n
         seeds = [self.plan.train(self.counters.train_counter + j) for j in range(n)]

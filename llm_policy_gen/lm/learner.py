@@ -1,0 +1,146 @@
+"""The learner: SB3 PPO or sb3-contrib TRPO over a frozen features table, and its read-out table.
+
+The observation is the discretized state's index (:mod:`.env`); SB3 turns a ``Discrete`` observation into a one-hot
+vector, and :class:`TableFeatures` (an SB3 features extractor) looks the state's row up in the frozen features table
+(a module buffer, never trained: not a frozen ``nn.Embedding``, whose weight sb3-contrib's TRPO would try to
+differentiate like every parameter). The head is SB3's own MLP policy over those features (``net_arch`` for the
+policy and the value function). PPO and TRPO are the libraries' (STYLE 29): this module writes only the extractor, the
+hyperparameters and the read-out.
+
+One :meth:`TableLearner.update` is one rollout of ``n_steps`` environment steps and its optimisation (``learn`` with
+``reset_num_timesteps=False``, so the environment goes on where the last rollout left it). :meth:`TableLearner.table`
+reads the policy out per state: the most probable action of each state's features (the deterministic policy), an
+array of action indices like every other mode's table.
+
+The head runs on one torch thread: with two, under contention on a shared 2-core machine, 16k PPO steps took
+150-250 s instead of 5-9 s (measured while filing the issue).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+__all__ = ["Algorithm", "ALGORITHMS", "LearnerSettings", "TableLearner"]
+
+Algorithm = Literal["ppo", "trpo"]
+ALGORITHMS: tuple[Algorithm, ...] = ("ppo", "trpo")
+
+
+@dataclass(frozen=True)
+class LearnerSettings:
+    """The learner's hyperparameters (the rest are the library's defaults, named in :meth:`describe`)."""
+
+    algorithm: Algorithm = "ppo"
+    n_steps: int = 256
+    """Environment steps per rollout (one update per rollout)."""
+    batch_size: int = 64
+    """PPO: minibatch size; TRPO: the value function's minibatch size."""
+    n_epochs: int = 10
+    """PPO: passes over each rollout; TRPO: value-function updates per rollout (``n_critic_updates``)."""
+    learning_rate: float = 3e-4
+    """PPO: Adam's step size; TRPO: the value function's (the policy step is the KL-bounded natural gradient)."""
+    gamma: float = 0.99
+    gae_lambda: float = 0.95
+    ent_coef: float = 0.0
+    """PPO only (TRPO has no entropy bonus)."""
+    target_kl: float = 0.01
+    """TRPO only: the trust region's KL bound."""
+    net_arch: list[int] = field(default_factory=lambda: [64, 64])
+    device: str = "cpu"
+    seed: int = 0
+
+    def algorithm_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments of the library's constructor."""
+        common = {"n_steps": self.n_steps, "batch_size": self.batch_size, "learning_rate": self.learning_rate,
+                  "gamma": self.gamma, "gae_lambda": self.gae_lambda, "seed": self.seed, "device": self.device}
+        if self.algorithm == "ppo":
+            return {**common, "n_epochs": self.n_epochs, "ent_coef": self.ent_coef}
+        return {**common, "n_critic_updates": self.n_epochs, "target_kl": self.target_kl}
+
+    def describe(self) -> dict[str, Any]:
+        """What ``config.json`` records: these settings, the library and its version."""
+        import importlib.metadata as md
+
+        lib = "stable-baselines3" if self.algorithm == "ppo" else "sb3-contrib"
+        name = "PPO" if self.algorithm == "ppo" else "TRPO"
+        return {**asdict(self), "library": f"{lib} {md.version(lib)}", "class": name,
+                "policy": f"MlpPolicy (tanh, net_arch pi={self.net_arch} vf={self.net_arch}) over frozen features",
+                "others": "the library's defaults", "torch_threads": 1}
+
+
+def _extractor_class() -> type:
+    """:class:`TableFeatures`, defined when torch is imported (the base install has no torch)."""
+    import torch
+    from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
+
+    class TableFeatures(BaseFeaturesExtractor):  # type: ignore[misc]
+        """A one-hot state in, the state's frozen row of the features table out."""
+
+        def __init__(self, observation_space: Any, table: np.ndarray) -> None:
+            t = torch.as_tensor(np.asarray(table, dtype=np.float32))
+            super().__init__(observation_space, features_dim=int(t.shape[1]))
+            self.register_buffer("table", t)  # a buffer, not a frozen parameter: TRPO differentiates every parameter
+
+        def forward(self, observations: torch.Tensor) -> torch.Tensor:
+            table: torch.Tensor = self.table  # type: ignore[assignment]  # a registered buffer
+            return table[observations.reshape(observations.shape[0], -1).argmax(dim=1)]
+
+    return TableFeatures
+
+
+class TableLearner:
+    """An SB3 algorithm whose head reads a frozen features table indexed by the discretized state."""
+
+    def __init__(self, env: Any, features: np.ndarray, settings: LearnerSettings) -> None:
+        import torch
+
+        torch.set_num_threads(1)
+        self.settings = settings
+        self.features = np.asarray(features, dtype=np.float32)
+        self.n_states = int(self.features.shape[0])
+        policy_kwargs = {"features_extractor_class": _extractor_class(),
+                         "features_extractor_kwargs": {"table": self.features},
+                         "net_arch": {"pi": list(settings.net_arch), "vf": list(settings.net_arch)}}
+        kwargs = settings.algorithm_kwargs()
+        if settings.algorithm == "ppo":
+            from stable_baselines3 import PPO
+
+            self.model: Any = PPO("MlpPolicy", env, policy_kwargs=policy_kwargs, verbose=0, **kwargs)
+        else:
+            from sb3_contrib import TRPO
+
+            self.model = TRPO("MlpPolicy", env, policy_kwargs=policy_kwargs, verbose=0, **kwargs)
+        self.updates = 0
+
+    @property
+    def steps(self) -> int:
+        """Environment steps the learner has taken."""
+        return int(self.model.num_timesteps)
+
+    def update(self) -> None:
+        """One rollout of ``n_steps`` and its optimisation."""
+        self.model.learn(total_timesteps=self.settings.n_steps, reset_num_timesteps=False, progress_bar=False)
+        self.updates += 1
+
+    def probabilities(self) -> np.ndarray:
+        """(n_states, n_actions) action probabilities of every state's features."""
+        import torch
+
+        policy = self.model.policy
+        obs, _ = policy.obs_to_tensor(np.arange(self.n_states))
+        with torch.no_grad():
+            dist = policy.get_distribution(obs)
+            probs = dist.distribution.probs
+        return np.asarray(probs.cpu().numpy(), dtype=np.float64)
+
+    def table(self) -> np.ndarray:
+        """The read-out table: each state's most probable action (ties: the lowest index)."""
+        return np.argmax(self.probabilities(), axis=1).astype(np.int64)
+
+    def parameters(self) -> dict[str, np.ndarray]:
+        """The head's trainable tensors, by name (the frozen table left out), as numpy arrays."""
+        return {name: p.detach().cpu().numpy().copy() for name, p in self.model.policy.named_parameters()
+                if p.requires_grad}

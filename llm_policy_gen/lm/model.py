@@ -1,0 +1,197 @@
+"""A language model for features: loaded from a GGUF file or a Hugging Face folder, with its identity.
+
+``--lm-model PATH`` names either a ``.gguf`` file (read by ``transformers`` with the ``gguf`` package, its weights
+dequantised to float32) or a folder that ``transformers`` loads (``config.json``, weights, tokenizer files). Only the
+base model is kept (no language-model head): the encoder reads its last hidden states.
+
+**Identity.** A model is known by its sha256: of the GGUF file's bytes, or of a folder's files (each file's relative
+path and sha256, sorted). It keys the weight cache and the encoding cache, and ``config.json`` records it with the
+resolved path.
+
+**Weight cache.** Reading a GGUF file dequantises every tensor (16-27 s for SmolLM2-135M on a busy 2-core machine).
+The float32 weights are therefore written once as safetensors, with the model's config and tokenizer files, into
+``CACHE/<sha256>/`` (written under a temporary name and renamed, so a killed process leaves no half folder); later
+loads read that folder (about 2 s) and give the same weights, hence the same encodings. ``save_pretrained`` refuses a
+GGUF-loaded model, so the weights go through ``safetensors.torch.save_model`` (which also drops tied copies).
+
+Every problem with the path is a :class:`~llm_policy_gen.errors.UserError` (one line, exit 2): a missing path, a
+file that is not GGUF, a folder without ``config.json``, no tokenizer, an architecture ``transformers`` cannot load.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import UserError
+
+__all__ = ["LanguageModel", "ModelIdentity", "model_identity", "load_language_model", "load_from_source",
+           "default_lm_cache", "GGUF_MAGIC"]
+
+GGUF_MAGIC = b"GGUF"
+_COMPLETE = "identity.json"
+"""Written last into a cache folder: a folder without it is not used."""
+
+
+@dataclass(frozen=True)
+class ModelIdentity:
+    """Which model: the resolved path, its kind (``gguf`` or ``folder``) and its sha256."""
+
+    path: str
+    kind: str
+    sha256: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"path": self.path, "kind": self.kind, "sha256": self.sha256}
+
+
+@dataclass
+class LanguageModel:
+    """A loaded base model (``transformers`` ``PreTrainedModel``), its tokenizer and identity."""
+
+    identity: ModelIdentity
+    model: Any
+    tokenizer: Any
+    loaded_from: str
+    """``gguf``, ``folder`` or ``cache`` (the safetensors copy)."""
+    load_s: float = 0.0
+
+    @property
+    def hidden_size(self) -> int:
+        return int(self.model.config.hidden_size)
+
+    @property
+    def architecture(self) -> str:
+        return str(getattr(self.model.config, "model_type", "") or "")
+
+    def describe(self) -> dict[str, Any]:
+        """What ``config.json`` records."""
+        return {**self.identity.to_dict(), "architecture": self.architecture, "hidden_size": self.hidden_size,
+                "loaded_from": self.loaded_from, "load_s": round(self.load_s, 2)}
+
+
+def default_lm_cache() -> Path:
+    """``$XDG_CACHE_HOME/llm-policy-gen/lm`` (``~/.cache`` without the variable)."""
+    root = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(root) / "llm-policy-gen" / "lm"
+
+
+def _file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def model_identity(path: str | Path) -> ModelIdentity:
+    """The identity of ``--lm-model PATH``; a path that is neither a GGUF file nor a model folder is refused."""
+    p = Path(path).expanduser()
+    accepted = "give a .gguf file or a Hugging Face model folder (python tools/fetch_model.py --path smollm2 " \
+               "prints one)"
+    if not p.exists():
+        raise UserError(f"--lm-model {path} does not exist; {accepted}")
+    p = p.resolve()
+    if p.is_dir():
+        if not (p / "config.json").is_file():
+            raise UserError(f"--lm-model {path} is a folder without config.json, not a Hugging Face model folder; "
+                            f"{accepted}")
+        h = hashlib.sha256()
+        for f in sorted(x for x in p.rglob("*") if x.is_file()):
+            h.update(f"{f.relative_to(p).as_posix()}\0{_file_sha256(f)}\n".encode())
+        return ModelIdentity(str(p), "folder", h.hexdigest())
+    try:
+        with p.open("rb") as fh:
+            magic = fh.read(4)
+    except OSError as exc:
+        raise UserError(f"--lm-model {path} cannot be read: {exc.strerror or exc}") from None
+    if magic != GGUF_MAGIC:
+        raise UserError(f"--lm-model {path} is not a GGUF model file (it does not start with GGUF); {accepted}")
+    return ModelIdentity(str(p), "gguf", _file_sha256(p))
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return (text[0] if text else type(exc).__name__)[:240]
+
+
+def load_from_source(identity: ModelIdentity) -> tuple[Any, Any]:
+    """(base model in float32, tokenizer) read from the GGUF file or the folder itself."""
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    p = Path(identity.path)
+    where = {"pretrained_model_name_or_path": str(p.parent), "gguf_file": p.name} if identity.kind == "gguf" \
+        else {"pretrained_model_name_or_path": str(p)}
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(**where)
+    except Exception as exc:  # transformers raises OSError, ValueError, KeyError, ... for a missing tokenizer
+        raise UserError(f"--lm-model {identity.path} has no tokenizer transformers can load "
+                        f"({_first_line(exc)})") from None
+    try:
+        model = AutoModel.from_pretrained(**where, dtype=torch.float32)
+    except Exception as exc:  # an architecture or tensor layout transformers does not know
+        raise UserError(f"--lm-model {identity.path}: transformers cannot load this model "
+                        f"({_first_line(exc)})") from None
+    model.eval()
+    return model, tokenizer
+
+
+def _write_cache(folder: Path, identity: ModelIdentity, model: Any, tokenizer: Any) -> None:
+    """The float32 weights, config and tokenizer into ``folder`` (via a temporary folder and a rename)."""
+    from safetensors.torch import save_model
+
+    tmp = folder.with_name(f"{folder.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        save_model(model, str(tmp / "model.safetensors"))
+        model.config.save_pretrained(str(tmp))
+        tokenizer.save_pretrained(str(tmp))
+        (tmp / _COMPLETE).write_text(json.dumps(identity.to_dict(), indent=2), encoding="utf-8")
+        if (folder / _COMPLETE).is_file():  # another process got there first: its copy is the same
+            return
+        shutil.rmtree(folder, ignore_errors=True)
+        os.replace(tmp, folder)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _read_cache(folder: Path) -> tuple[Any, Any]:
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(folder))
+    model = AutoModel.from_pretrained(str(folder), dtype=torch.float32)
+    model.eval()
+    return model, tokenizer
+
+
+def load_language_model(path: str | Path, cache_dir: Path | None = None) -> LanguageModel:
+    """The model at ``path``: a GGUF file from its safetensors copy under ``cache_dir`` (default
+    :func:`default_lm_cache`) when there is one, else from the file (and the copy written); a folder as it is."""
+    import time
+
+    from . import require_extra
+
+    require_extra()
+    identity = model_identity(path)
+    t0 = time.perf_counter()
+    if identity.kind == "folder":
+        model, tokenizer = load_from_source(identity)
+        return LanguageModel(identity, model, tokenizer, "folder", time.perf_counter() - t0)
+    folder = (cache_dir or default_lm_cache()) / identity.sha256 / "weights"
+    if (folder / _COMPLETE).is_file():
+        model, tokenizer = _read_cache(folder)
+        return LanguageModel(identity, model, tokenizer, "cache", time.perf_counter() - t0)
+    model, tokenizer = load_from_source(identity)
+    try:
+        _write_cache(folder, identity, model, tokenizer)
+    except OSError:
+        pass  # a read-only or full cache costs the next load time, not this run
+    return LanguageModel(identity, model, tokenizer, "gguf", time.perf_counter() - t0)
