@@ -28,22 +28,11 @@ import numpy as np
 from .errors import JSONBounds, UserError
 from .safe_json import loads as safe_loads
 
-__all__ = ["check_out_file", "write_json_atomic", "write_bytes_atomic", "append_jsonl", "appends_undone_on_error",
+__all__ = ["write_json_atomic", "write_bytes_atomic", "append_jsonl", "appends_undone_on_error",
            "read_jsonl", "read_json", "read_json_object",
            "run_id_problem",
            "check_fields", "EVENT_FIELDS", "TRANSCRIPT_FIELDS",
            "rewrite_jsonl", "RunDir", "to_jsonable", "slug", "KVWriter", "JsonlWriter", "Logger", "current_umask"]
-
-
-def check_out_file(path: Path, flag: str) -> Path:
-    """``path``, a file the user asked a command to write (``--out``, ``--gif``): a :class:`UserError` when its folder
-    does not exist. Nothing is created for it: a mistyped folder (``/nonexistent/x.png``) is named, not made."""
-    parent = Path(path).parent
-    if not parent.is_dir():
-        why = "is not a folder" if parent.exists() else "does not exist"
-        raise UserError(f"bad {flag} {str(path)!r}: the folder {str(parent)!r} {why}; create it first or give "
-                        "another path")
-    return Path(path)
 
 
 def current_umask() -> int:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import random
 import socket
 import threading
-import time
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 
@@ -273,11 +272,15 @@ def test_no_key_reaches_an_error_message(monkeypatch: pytest.MonkeyPatch) -> Non
 def test_timed_call_counts_attempts_and_waits() -> None:
     policy = RetryPolicy(max_retries=1, initial_delay_s=0.05, jitter=0.0)
     fn = Script(Fault("retry"))
-    started = time.perf_counter()
-    result, attempts, latency = timed_call_with_retries(fn, classify, policy, describe="p:m", sleep=time.sleep)
-    elapsed = time.perf_counter() - started
+    now = [100.0]  # an injected clock that only the injected sleep moves: the attempts themselves take no time
+
+    def sleep(seconds: float) -> None:
+        now[0] += seconds
+
+    result, attempts, latency = timed_call_with_retries(fn, classify, policy, describe="p:m", sleep=sleep,
+                                                        clock=lambda: now[0])
     assert (result, attempts) == ("done", 2)
-    assert 0.05 <= latency <= elapsed  # the wait between attempts is part of the call's wall time
+    assert latency == pytest.approx(0.05)  # the wait between attempts is part of the call's wall time
 
 
 def test_timed_call_raises_like_the_plain_loop() -> None:

@@ -227,13 +227,14 @@ class RetryOptions(TypedDict, total=False):
 
 
 def timed_call_with_retries(
-    fn: Callable[[], T], classify: Classifier, policy: RetryPolicy, **options: Unpack[RetryOptions]
+    fn: Callable[[], T], classify: Classifier, policy: RetryPolicy, *,
+    clock: Callable[[], float] = time.perf_counter, **options: Unpack[RetryOptions]
 ) -> tuple[T, int, float]:
-    """:func:`call_with_retries` (same arguments) plus the wall time of the whole call.
+    """:func:`call_with_retries` (same arguments) plus the wall time of the whole call, read from ``clock``.
 
     Returns ``(result, attempts, latency_s)``; the latency counts every attempt and every wait between attempts,
     which is what a backend reports as ``Completion.latency_s``.
     """
-    start = time.perf_counter()
+    start = clock()
     result, attempts = call_with_retries(fn, classify, policy, **options)
-    return result, attempts, time.perf_counter() - start
+    return result, attempts, clock() - start

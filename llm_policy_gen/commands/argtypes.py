@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 from typing import Any
 
-from ..errors import JSONBounds
+from ..errors import JSONBounds, UserError
 from ..safe_json import loads
 
-__all__ = ["int_list", "json_object", "name_list"]
+__all__ = ["int_list", "json_object", "name_list", "check_out_file"]
 
 
 def int_list(text: str) -> list[int]:
@@ -33,3 +34,14 @@ def json_object(text: str) -> dict[str, Any]:
 
 def name_list(text: str) -> list[str]:
     return [x.strip() for x in text.split(",") if x.strip()]
+
+
+def check_out_file(path: Path, flag: str) -> Path:
+    """``path``, a file the user asked a command to write (``--out``, ``--gif``): a :class:`UserError` when its folder
+    does not exist. Nothing is created for it: a mistyped folder (``/nonexistent/x.png``) is named, not made."""
+    parent = Path(path).parent
+    if not parent.is_dir():
+        why = "is not a folder" if parent.exists() else "does not exist"
+        raise UserError(f"bad {flag} {str(path)!r}: the folder {str(parent)!r} {why}; create it first or give "
+                        "another path")
+    return Path(path)

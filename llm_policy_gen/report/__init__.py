@@ -21,8 +21,9 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from ..commands.argtypes import check_out_file
 from ..errors import UserError
-from ..runlog import RunDir, check_out_file, write_bytes_atomic
+from ..runlog import RunDir, write_bytes_atomic
 from .data import REPORT_NAME, is_compare_dir, is_run_dir, load_compare, load_run
 
 __all__ = ["write_report", "add_parser", "REPORT_NAME"]
