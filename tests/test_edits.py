@@ -8,7 +8,7 @@ import pytest
 from llm_policy_gen.config import TrainConfig
 from llm_policy_gen.discretize import BoxDiscretizer, DimSpec, DiscreteActions, DiscreteDiscretizer
 from llm_policy_gen.envs import get_spec
-from llm_policy_gen.errors import ProposalError
+from llm_policy_gen.errors import NoValidAnswer, ProposalError
 from llm_policy_gen.formats import make_format
 from llm_policy_gen.formats.base import MAX_ERRORS, FormatContext, Target, table_dims
 from llm_policy_gen.formats.edits import EditsFormat, describe_edit_dims, table_as_edits
@@ -222,15 +222,19 @@ def test_replayed_edits_give_the_same_tables_as_full_tables(tmp_path):
 
 def test_malformed_replayed_edits_are_never_adopted(tmp_path):
     bad = answer(edit(1, (2, 3, 9)))  # bin 9 does not exist for the pole angle
-    res = train(TrainConfig(env_id="CartPole-v1", iterations=1, progress=False, plots=False, heldout_episodes=5,
-                            output_format="edits", repair_attempts=0, logs_dir=str(tmp_path), candidates=1,
-                            backend=_write(tmp_path / "bad.jsonl", [bad])), log=lambda _m: None)
-    event = read_jsonl(res.run_dir / "events.jsonl")[0]
+    # its only answer refused: the run ends as a failure (exit 1 on the command line), its files written
+    with pytest.raises(NoValidAnswer, match="no answer of this run was valid"):
+        train(TrainConfig(env_id="CartPole-v1", iterations=1, progress=False, plots=False, heldout_episodes=5,
+                          output_format="edits", repair_attempts=0, logs_dir=str(tmp_path / "logs"), candidates=1,
+                          backend=_write(tmp_path / "bad.jsonl", [bad])), log=lambda _m: None)
+    (run_dir,) = (tmp_path / "logs" / "CartPole-v1").iterdir()
+    assert json.loads((run_dir / "summary.json").read_text())["stop_reason"] == "failed: no answer was valid"
+    event = read_jsonl(run_dir / "events.jsonl")[0]
     assert event["accepted"] is False and event["eval_mean"] is None and event["valid"] is False
     assert any("bins must be in 0..5" in e for e in event["validation_errors"])
-    best = TablePolicy.load(res.run_dir / "best_policy.json").table
+    best = TablePolicy.load(run_dir / "best_policy.json").table
     assert np.array_equal(best, get_spec("CartPole-v1").default_table())
-    assert json.loads((res.run_dir / "policies" / "iter_0001.json").read_text())["meta"]["candidate"] is None
+    assert json.loads((run_dir / "policies" / "iter_0001.json").read_text())["meta"]["candidate"] is None
 
 
 def test_table_as_edits_covers_the_table_once():
