@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import importlib.util
 import shutil
+import signal
 import tempfile
 import threading
 import time
@@ -24,8 +25,10 @@ from fakes import openai_server
 from fakes.tables import FillThenGo
 
 from llm_policy_gen.cli import main
+from llm_policy_gen.locks import stops_as_interrupts
 from llm_policy_gen.runlog import append_jsonl, read_jsonl, rewrite_jsonl, write_json_atomic
 from llm_policy_gen.sweep.compare import CompareConfig, run_compare
+from llm_policy_gen.sweep.ray import _connect
 from llm_policy_gen.sweep.results import TIME_COLUMNS, read_results
 from llm_policy_gen.sweep.sync import DirSync, apply_changes, pack_dir, unpack_dir
 
@@ -86,6 +89,28 @@ def test_changes_outside_the_run_directory_are_refused(tmp_path: Path) -> None:
     assert sorted(pack_dir(tmp_path / "run")) == ["config.json", "policies/iter_0001.json"]
 
 
+def test_starting_ray_keeps_the_stop_handlers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A local Ray node installs its own SIGTERM handler in the driver and leaves it there; the sweep puts its own
+    (a stop handled as Ctrl-C) back at once, so a SIGTERM still ends the sweep with its files written."""
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+
+    class LocalRay:  # ray.init's effect on the driver's signal handlers, without starting a node
+        initialized = False
+
+        def is_initialized(self) -> bool:
+            return self.initialized
+
+        def init(self, **kwargs: Any) -> None:
+            signal.signal(signal.SIGTERM, lambda *_: None)
+            self.initialized = True
+
+    ray = LocalRay()
+    with stops_as_interrupts():
+        ours = signal.getsignal(signal.SIGTERM)
+        assert _connect(ray, 1, tmp_path / "stage") is True and ray.initialized
+        assert signal.getsignal(signal.SIGTERM) is ours
+
+
 # ---------------------------------------------------------------------------------------------------- the cluster
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Any]:
@@ -105,6 +130,9 @@ def cluster() -> Iterator[Any]:
 
         mp.setattr(ray_constants, "ENABLE_RAY_CLUSTER", False)
         mp.setenv("RAY_TMPDIR", folder)
+        # the head node, started in this process, installs Ray's SIGTERM handler here and leaves it after its
+        # shutdown: put this process's own back, or a later test's SIGTERM would end the whole test session
+        before = signal.getsignal(signal.SIGTERM)
         c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "node_ip_address": "127.0.0.1",
                                                           "include_dashboard": False})
         try:
@@ -114,6 +142,7 @@ def cluster() -> Iterator[Any]:
             yield c
         finally:
             c.shutdown()
+            signal.signal(signal.SIGTERM, before)
             shutil.rmtree(folder, ignore_errors=True)
 
 

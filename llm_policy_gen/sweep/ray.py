@@ -30,6 +30,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import signal
 import socket
 import tempfile
 import threading
@@ -40,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UserError, missing_extra
+from ..locks import STOP_SIGNALS
 from ..runlog import write_bytes_atomic
 from .limits import SweepLimits
 from .sync import DirSync, apply_changes, pack_dir, resume_point, unpack_dir
@@ -227,8 +229,25 @@ def _connect(ray: Any, workers: int | None, stage: Path) -> bool:
         # "local": a new instance even when /tmp/ray/ray_current_cluster names another one.
         kwargs.update(num_cpus=workers or os.cpu_count() or 1, include_dashboard=False,
                       _node_ip_address="127.0.0.1")
-    ray.init(address=address or "local", **kwargs)
+    with _stops_kept():
+        ray.init(address=address or "local", **kwargs)
     return True
+
+
+@contextmanager
+def _stops_kept() -> Iterator[None]:
+    """Keep this process's SIGTERM and SIGHUP handlers across ``ray.init``: a local Ray node installs its own SIGTERM
+    handler in the driver (it kills the node's processes and exits) and leaves it there after ``ray.shutdown``, so
+    a SIGTERM would end the sweep without its closing files, and every later run of this process too. Ours (a stop
+    handled as Ctrl-C) is put back at once; Ray's own exit hook still ends the node's processes."""
+    main = threading.current_thread() is threading.main_thread()
+    before = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS} if main else {}
+    try:
+        yield
+    finally:
+        for sig, handler in before.items():
+            if handler is not None and signal.getsignal(sig) is not handler:
+                signal.signal(sig, handler)
 
 
 def stage_package(folder: Path) -> Path:
