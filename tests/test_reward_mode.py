@@ -13,6 +13,7 @@ from run_helpers import LAKE8, answer, cfg, goal_distances, kill_and_resume, qui
 from llm_policy_gen.cli import main
 from llm_policy_gen.collect import Collector, Episode
 from llm_policy_gen.envs import get_spec
+from llm_policy_gen.errors import NoValidAnswer
 from llm_policy_gen.formats import make_format
 from llm_policy_gen.formats.base import Target
 from llm_policy_gen.keeper import SeedPlan
@@ -119,11 +120,14 @@ def test_a_potential_that_knows_the_way_lets_the_learner_solve_the_big_lake(tmp_
 
 def test_potentials_outside_the_bound_go_back_for_repair(tmp_path: Path) -> None:
     backend = write_replay(tmp_path / "big.jsonl", lambda _i, _c: answer(np.full(16, 1e4), "value"), 1)
-    res = train(cfg(tmp_path / "logs", mode="reward", backend=backend, iterations=1, candidates=1,
-                    repair_attempts=0, potential_bound=50.0), log=quiet)
-    (call,) = read_jsonl(res.run_dir / "transcripts.jsonl")
+    # its only answer refused: the run ends as a failure (exit 1 on the command line, issue 29 item 11)
+    with pytest.raises(NoValidAnswer, match="out of range"):
+        train(cfg(tmp_path / "logs", mode="reward", backend=backend, iterations=1, candidates=1,
+                  repair_attempts=0, potential_bound=50.0), log=quiet)
+    (run_dir,) = (tmp_path / "logs" / "FrozenLake-v1").iterdir()
+    (call,) = read_jsonl(run_dir / "transcripts.jsonl")
     assert not call["valid"] and any("out of range [-50, 50]" in e for e in call["errors"])
-    (event,) = read_jsonl(res.run_dir / "events.jsonl")
+    (event,) = read_jsonl(run_dir / "events.jsonl")
     assert event["learner_candidate"] is None and event["learner_train_returns"] == [None]
 
 
