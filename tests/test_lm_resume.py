@@ -14,7 +14,6 @@ import subprocess
 import sys
 import zipfile
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest

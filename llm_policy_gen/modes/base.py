@@ -4,7 +4,8 @@ A :class:`Mode` decides what a candidate is, how it becomes a policy and how it 
 (:mod:`llm_policy_gen.run`) owns everything else: the iteration loop, the stops (iterations, ``--max-episodes``,
 budget, patience, an unreachable backend), the counters, events, checkpoints and the summary. A mode reaches the
 run only through :class:`RunServices`, so a new mode is one file plus one registry line and never imports the
-engine.
+engine. A mode whose learner steps its environment itself (a library learner) declares :class:`OwnLoop`; the run
+then owns that learner's environment, counts its episodes, judges its read-out table and checkpoints its state.
 """
 
 from __future__ import annotations
