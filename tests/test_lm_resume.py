@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from run_helpers import run_records
+from run_helpers import kill_and_resume, run_records
 from test_lm_policy import LM_CACHE, gguf, lake, needs_extra, one_line  # noqa: F401  # gguf: a fixture
 
 from llm_policy_gen.checkpoint import load_checkpoint, save_checkpoint
@@ -54,6 +54,16 @@ def test_a_stopped_ppo_run_resumes_to_the_uninterrupted_runs_files(tmp_path: Pat
 def test_a_stopped_trpo_run_over_random_features_resumes_the_same(tmp_path: Path) -> None:
     whole, resumed = stopped_and_resumed(tmp_path, 4, 3, "--lm-features", "random", "--learner", "trpo", *FAST)
     assert run_records(resumed) == run_records(whole)
+
+
+@needs_extra
+@pytest.mark.slow
+def test_a_killed_ppo_run_resumes_to_the_uninterrupted_runs_files(tmp_path: Path) -> None:
+    """``kill -9`` once two iterations are logged (wherever the process then is, inside an update or writing), then
+    ``train --resume``: the same summary and tables as a run that went through."""
+    cut, ref = kill_and_resume(tmp_path, ["--mode", "lm-policy", "--lm-features", "onehot", *FAST,
+                                          "--heldout-episodes", "20"], "FrozenLake-v1", 6, 2)
+    assert cut == ref
 
 
 @needs_extra
