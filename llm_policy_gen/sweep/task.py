@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..run.files import RunDir
 from ..run.stop import StopKind, StopReason
-from ..runlog import read_jsonl, slug, write_bytes_atomic, write_json_atomic
+from ..runlog import slug, write_bytes_atomic, write_json_atomic
 from .limits import Limits, SharedBudget, SharedLimiter, provider_key
 from .results import Curve, ResultRow, finished, split_entry
 
@@ -128,8 +129,7 @@ def result_from_summary(task: RunTask, summary: Mapping[str, Any]) -> TaskResult
                              "again to resume it", status, stop.text)
     row = ResultRow.from_summary(summary, backend=task.backend, mode=task.mode, seed=task.seed, status="ok",
                                  error="", run_dir=_relative_dir(task))
-    events = task.run_dir / "events.jsonl"
-    return TaskResult(row, _curve_from_events(task, read_jsonl(events) if events.is_file() else []))
+    return TaskResult(row, _curve_from_events(task, RunDir(task.run_dir).load_events(check=False)))
 
 
 def error_text(exc: BaseException) -> str:
@@ -154,7 +154,7 @@ def run_one(task: RunTask, limits: Limits | None = None, holder: str = "") -> Ta
                                            holder),
                   "budget": SharedBudget(limits, holder)}
     try:
-        if (task.run_dir / "config.json").is_file():
+        if RunDir(task.run_dir).config.is_file():
             (task.run_dir / ERROR_MARKER).unlink(missing_ok=True)
             # The sweep's own environment and endpoint, named again: a module:EnvId environment is imported and a
             # remote base URL is called on resume only when named (config.json has no password either).
