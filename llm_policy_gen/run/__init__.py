@@ -11,11 +11,14 @@
 - :mod:`.start` and :mod:`.resume`: ``train`` and ``train --resume``.
 
 The names below are imported when first used (PEP 562), so that reading a run directory (:mod:`.files`, which the
-report, the plots and the sweep use) does not import the whole run.
+report, the plots, the sweep, the loggers and the lock use) does not import the whole run (nor import it in a
+circle). ``run.prepare`` and ``run.resume`` stay the functions, as they were, when their modules are imported.
 """
 
 from __future__ import annotations
 
+import sys
+import types
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
@@ -44,3 +47,16 @@ def __getattr__(name: str) -> Any:
     value = getattr(import_module(where, __name__), name)
     globals()[name] = value
     return value
+
+
+class _Package(types.ModuleType):
+    """The package, whose ``prepare`` and ``resume`` stay the functions when their modules are imported (the import
+    system sets a submodule as its package's attribute)."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if isinstance(value, types.ModuleType) and name in _WHERE:
+            return  # the module is in sys.modules under its full name; the package's name is the function's
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

@@ -1,8 +1,9 @@
 """A run's records, written in one place: the iteration's ``events.jsonl`` line, ``summary.json`` and
 ``config.json`` (the counters and the checkpoint state are :mod:`.counters`).
 
-The records stay JSON objects on disk (the outside contract names their keys); here they are typed
-(:class:`Event`, :class:`Summary`) so that what a record holds is declared once. A mode adds its own event keys
+The records stay JSON objects on disk (the outside contract names their keys); they are typed
+(:class:`~.schema.Event`, :class:`~.schema.Summary`, declared once in :mod:`.schema`) and filled here; :mod:`.files`
+writes and reads them. A mode adds its own event keys
 through :attr:`~llm_policy_gen.modes.base.Step.fields`; a key the run writes itself may be replaced only where the
 mode declares it (:data:`MODE_MAY_SET`), anything else is refused rather than overwritten silently.
 """
