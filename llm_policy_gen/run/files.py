@@ -56,12 +56,15 @@ TESTING_PNG = "testing.png"
 PROGRESS_CSV = "progress.csv"
 LOCK_FILE = ".lock"
 HOLDER_FILE = ".lock.holder.json"
+COMPARE_LOG = "compare.log"
+COMPARE_ERROR = "compare_error.json"
 _POLICY_PREFIX = "iter_"
 _TENSORBOARD_PREFIX = "events"  # tensorboardX adds ``.out.tfevents.<time>.<host><suffix>``
 
 RUN_FILE_NAMES = (CONFIG, EVENTS, TRANSCRIPTS, SUMMARY, BEST_POLICY, CHECKPOINT, POLICIES, TRAINING_PNG, TESTING_PNG,
-                  PROGRESS_CSV, LOCK_FILE, HOLDER_FILE)
-"""The names of a run directory's own files and folders (a writer of ``--log`` keeps its folder, named after it)."""
+                  PROGRESS_CSV, LOCK_FILE, HOLDER_FILE, COMPARE_LOG, COMPARE_ERROR)
+"""The names of a run directory's own files and folders (a writer of ``--log`` keeps its folder, named after it;
+a ``compare`` run adds its console log and, when it failed, its error)."""
 
 _LINKING_WRITERS = frozenset({"wandb"})
 """Folders of a run directory whose writer (a library) makes symbolic links of its own inside them."""
@@ -139,6 +142,8 @@ class RunDir:
     progress_csv = property(lambda self: self.path / PROGRESS_CSV)
     tensorboard_prefix = property(lambda self: self.path / _TENSORBOARD_PREFIX)
     lock_files = property(lambda self: (self.path / LOCK_FILE, self.path / HOLDER_FILE))
+    compare_log = property(lambda self: self.path / COMPARE_LOG)
+    compare_error = property(lambda self: self.path / COMPARE_ERROR)
 
     def writer_folder(self, name: str) -> Path:
         """The folder a ``--log`` writer keeps for itself, named after it (``wandb``)."""
