@@ -164,7 +164,7 @@ def parse_backend_spec(spec: str) -> tuple[str, str]:
         err = BACKENDS.unknown(name)
         raise BackendConfigError(str(err) if name == spec.strip().lower() else f"{err}; the spec was {spec!r}")
     if name == "replay" and not model:
-        raise BackendConfigError("replay needs a file: --backend replay:PATH/TO/transcripts.jsonl")
+        raise BackendConfigError("replay needs a file: --backend replay:PATH, a run directory or its transcript file")
     if name in NON_LLM and model:
         raise BackendConfigError(f"{name} takes no model, got {spec!r}")
     return name, model or default_model(name)

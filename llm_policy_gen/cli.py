@@ -85,9 +85,9 @@ def _add_setting(p: argparse.ArgumentParser, name: str, flag: str, help_text: st
 def _cmd_train(args: argparse.Namespace) -> int:
     from .clients.keys import load_env_noted
     from .config import TrainConfig
-    from .config_files import load_config_file
     from .console import printable
     from .run import resume, train
+    from .run.files import load_settings
 
     load_env_noted()
     cli: dict[str, Any] = {n: getattr(args, n) for n in _TRAIN_OPTIONS if getattr(args, n) is not None}
@@ -98,7 +98,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
             raise UserError("--resume takes the run's own env spec; do not give --spec with it")
         result = resume(Path(args.resume), cli)
     else:
-        file_settings = load_config_file(args.config) if args.config else {}
+        file_settings = load_settings(args.config) if args.config else {}
         if "env_id" not in cli and isinstance(file_settings.get("env_id"), str):
             from .envs.catalog import check_env_named
 

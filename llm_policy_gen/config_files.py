@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import stat
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -57,11 +58,14 @@ RUN_RECORD_KEYS = frozenset({"package", "version", "argv", "env_spec", "schema_v
 RUN_IDENTITY = ("run_id", "explicit")
 
 
-def load_config_file(path: str | Path) -> dict[str, Any]:
+def load_config_file(path: str | Path, upgrade: Callable[[dict[str, Any], Path], dict[str, Any]] | None = None
+                     ) -> dict[str, Any]:
     """Settings from a config file: TOML (top-level keys or one ``[train]`` table; dashes allowed in names), or a
     run's ``config.json`` (its ``config`` object, without the run's own id), which re-runs that experiment; a backend
     it records under a name that has since moved is given its name of today
-    (:func:`~llm_policy_gen.backends.recorded_backend`: an old run's ``q-learning`` is ``kept-table-q``)."""
+    (:func:`~llm_policy_gen.backends.recorded_backend`: an old run's ``q-learning`` is ``kept-table-q``). ``upgrade``
+    reads a run's record of an older layout as today's, or refuses a newer one
+    (:func:`llm_policy_gen.run.files.load_settings` passes it)."""
     p = Path(path)
     if p.suffix.lower() == ".json":
         try:
@@ -71,6 +75,9 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
         except JSONBounds as exc:
             raise UserError(f"config file {p} cannot be read as JSON: {exc}") from None
         section = data.get("config", data) if isinstance(data, dict) else None
+        if isinstance(data, dict) and RUN_RECORD_KEYS & set(data) and upgrade is not None:
+            data = upgrade(data, p)  # a run's record in today's layout (run.files.load_settings)
+            section = data.get("config", data)
         if isinstance(data, dict) and "config" not in data and RUN_RECORD_KEYS & set(data):
             raise UserError(f"config file {p} is a run's config.json without its 'config' object (the settings); "
                             "it was cut or edited: give another run's config.json or a TOML file")

@@ -35,13 +35,12 @@ from types import TracebackType
 from typing import Any
 
 from .errors import Interrupted, UserError
+from .run.files import HOLDER_FILE, LOCK_FILE
 from .safe_json import loads as safe_loads
 
 __all__ = ["FolderLock", "FolderBusy", "HeldInterrupts", "LOCK_FILE", "HOLDER_FILE", "LOCK_FILES", "die_with_parent",
            "stops_as_interrupts", "STOP_SIGNALS"]
 
-LOCK_FILE = ".lock"
-HOLDER_FILE = ".lock.holder.json"
 LOCK_FILES = (LOCK_FILE, HOLDER_FILE)
 """Files of the lock in a folder (not part of a run: copies and listings leave them out)."""
 
@@ -113,6 +112,11 @@ class FolderLock:
             "command": redact(shlex.join(["llm-policy-gen" if i == 0 else a for i, a in enumerate(sys.argv)])),
             "since": datetime.now(UTC).isoformat(timespec="seconds"),
         })
+
+    def moved_to(self, folder: Path) -> None:
+        """The locked folder was renamed to ``folder`` (a new run put in place): the lock, held on the lock file
+        itself, moves with it; its note is found there from now on."""
+        self.folder = Path(folder)
 
     def release(self) -> None:
         """Remove the note and release the lock (the note first: whoever holds the lock next writes its own)."""

@@ -34,7 +34,7 @@ from typing import Any
 
 from .errors import missing_extra
 from .loggers import scalars
-from .safe_json import loads as safe_loads
+from .run.files import RunDir
 
 __all__ = ["WandbWriter", "WANDB_SETTINGS"]
 
@@ -58,12 +58,8 @@ def _run_config(run_dir: Path) -> dict[str, Any]:
     """The redacted settings of the run, from its config.json (which the engine writes before any logger starts)."""
     from .clients.keys import redact_all
 
-    path = run_dir / "config.json"
-    try:
-        record = safe_loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    config = record.get("config") if isinstance(record, dict) else None
+    record = RunDir(run_dir).load_config(lenient=True)
+    config = record.get("config") if record is not None else None
     return dict(redact_all(config)) if isinstance(config, dict) else {}
 
 
@@ -101,7 +97,7 @@ class WandbWriter:
             raise missing_extra("--log wandb needs wandb", "wandb") from None
         self.dir = Path(run_dir)
         config = _run_config(self.dir)
-        with _folders_in(self.dir / "wandb"):
+        with _folders_in(RunDir(self.dir).writer_folder("wandb")):
             self._run = wandb.init(
                 dir=str(self.dir), project="llm-policy-gen", group=str(config.get("env_id") or "") or None,
                 name=self.dir.name, config=config, settings=wandb.Settings(**WANDB_SETTINGS), reinit="create_new",

@@ -50,15 +50,15 @@ from typing import Any
 
 from .errors import missing_extra
 from .registry import Registry
-from .runlog import KVWriter, read_jsonl, write_bytes_atomic
+from .run.files import PROGRESS_CSV, RunDir
+from .runlog import KVWriter, write_bytes_atomic
 
 __all__ = ["LOGGERS", "scalars", "make_writers", "check_writers", "CSVWriter", "TensorBoardWriter", "PROGRESS_CSV"]
 
-PROGRESS_CSV = "progress.csv"
 
 #: Logger name -> "module:factory"; a factory takes the run directory and returns a KVWriter.
 LOGGERS: Registry[Any] = Registry("logger", "--log")
-LOGGERS.register("csv", "llm_policy_gen.loggers:CSVWriter", description="progress.csv, one row per iteration")
+LOGGERS.register("csv", "llm_policy_gen.loggers:CSVWriter", description=f"{PROGRESS_CSV}, one row per iteration")
 LOGGERS.register("tensorboard", "llm_policy_gen.loggers:TensorBoardWriter",
                  description="TensorBoard event files (needs the tensorboard extra)", extra="tensorboard",
                  requires="tensorboardX")
@@ -148,15 +148,14 @@ def scalars(record: dict[str, Any]) -> dict[str, float | int]:
 
 
 def _events_so_far(run_dir: Path) -> list[dict[str, Any]]:
-    path = Path(run_dir) / "events.jsonl"
-    return read_jsonl(path) if path.is_file() else []
+    return RunDir(Path(run_dir)).load_events(check=False)
 
 
 class CSVWriter:
     """``progress.csv``: one row per iteration, Stable-Baselines3's column style (see the module docstring)."""
 
     def __init__(self, run_dir: Path) -> None:
-        self.path = Path(run_dir) / PROGRESS_CSV
+        self.path = RunDir(Path(run_dir)).progress_csv
         self.keys: list[str] = []
         self.rows: list[dict[str, float | int]] = [scalars(r) for r in _events_so_far(run_dir)]
         for row in self.rows:
@@ -211,10 +210,11 @@ class TensorBoardWriter:
         self.dir = Path(run_dir)
         done = [int(e["iteration"]) for e in _events_so_far(self.dir) if "iteration" in e]
         first = max(done, default=0) + 1
-        earlier = any(self.dir.glob("events.out.tfevents.*"))
+        prefix = RunDir(self.dir).tensorboard_prefix
+        earlier = any(self.dir.glob(f"{prefix.name}.out.tfevents.*"))
         self.dir.mkdir(parents=True, exist_ok=True)
         # A distinct suffix per start: two writers opened in the same second must not share (and truncate) a file.
-        self._writer = EventsWriter(str(self.dir / "events"), f".{os.getpid()}.i{first:04d}")
+        self._writer = EventsWriter(str(prefix), f".{os.getpid()}.i{first:04d}")
         if earlier:
             # A restart marker: TensorBoard drops the events of earlier files from this step on.
             self._writer.write_event(Event(wall_time=time.time(), step=first,

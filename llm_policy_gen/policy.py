@@ -30,7 +30,7 @@ from .runlog import read_json, to_jsonable, write_bytes_atomic
 if TYPE_CHECKING:
     from .envs.spec import EnvSpec
 
-__all__ = ["Policy", "LearnsOnline", "TablePolicy", "FORMAT_VERSION", "load_run_policy", "spec_fingerprint"]
+__all__ = ["Policy", "LearnsOnline", "TablePolicy", "FORMAT_VERSION", "spec_fingerprint"]
 
 FORMAT_VERSION = 2
 
@@ -249,43 +249,3 @@ def _norm(spec: Any) -> str:
         return x
 
     return json.dumps(strip(spec), sort_keys=True)
-
-
-def load_run_policy(target: str | Path, env_id: str | None = None) -> tuple[TablePolicy, EnvSpec | None]:
-    """The best table of a run directory (or a policy file) and, when known, the run's env spec.
-
-    ``env_id`` is the ``--env`` the command line named: a policy or run whose environment is ``module:EnvId`` is
-    refused unless it names the same (see :func:`~llm_policy_gen.envs.catalog.check_env_named`), before anything
-    is imported.
-    """
-    from .envs.catalog import check_env_named
-    from .envs.spec import EnvSpec
-
-    path = Path(target)
-    if path.is_dir():
-        path = path / "best_policy.json"
-        if not path.is_file():
-            raise PolicyFileError(f"{target} holds no best_policy.json; give a run directory or a policy file")
-    policy = TablePolicy.load(path)
-    check_env_named(policy.env_id, env_id, f"the policy {path}")
-    spec: EnvSpec | None = None
-    cfg = path.parent / "config.json"
-    if cfg.is_file():
-        record = read_json(cfg)
-        try:
-            spec = EnvSpec.from_dict(record["env_spec"])
-        except (KeyError, ValueError, TypeError):
-            spec = None
-        if spec is not None:
-            check_env_named(policy.env_id, env_id, f"the policy {path}", spec.env_id)
-    if spec is None:
-        try:
-            from .envs import get_spec  # imported here: envs is heavier than a policy file
-            from .envs.tailor import apply_env_kwargs
-
-            spec = get_spec(policy.env_id)
-            if policy.env_kwargs is not None and policy.env_kwargs != spec.kwargs:
-                spec = apply_env_kwargs(spec, policy.env_kwargs)  # the environment the table was made for
-        except UserError:
-            spec = None
-    return policy, spec

@@ -1,12 +1,12 @@
-"""The run directory, atomic writes, and the logger that fans each iteration's record out to writers.
+"""Atomic writes, JSON and JSONL readers, and the logger that fans each iteration's record out to writers.
 
 JSON files are written to a temporary file in the same folder, flushed, fsynced and renamed over the target, so a
 run killed at any moment leaves either the old or the new file, never half a file; the file gets the permissions the
 umask gives any new file (not the temporary file's 0600). JSONL files grow by one complete line per ``os.write`` on a
 descriptor opened with ``O_APPEND``; a write that fails part-way (a full disk) is cut back, so a line is never half
-there.
+there. Which files a run directory holds, and their readers, are :mod:`llm_policy_gen.run.files`'s.
 
-:class:`Logger` is the one place an iteration's record goes; its :class:`KVWriter` s write it out (``events.jsonl``,
+:class:`Logger` is the one place an iteration's record goes; its :class:`KVWriter` s write it out (the events file,
 the console, and the optional CSV and TensorBoard writers), in the manner of Stable-Baselines3's logger.
 """
 
@@ -17,9 +17,8 @@ import os
 import re
 import tempfile
 import unicodedata
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -31,8 +30,8 @@ from .safe_json import loads as safe_loads
 __all__ = ["write_json_atomic", "write_bytes_atomic", "append_jsonl", "appends_undone_on_error",
            "read_jsonl", "read_json", "read_json_object",
            "run_id_problem",
-           "check_fields", "EVENT_FIELDS", "TRANSCRIPT_FIELDS",
-           "rewrite_jsonl", "RunDir", "to_jsonable", "slug", "KVWriter", "JsonlWriter", "Logger", "current_umask"]
+           "check_fields", "CHECKS", "Check", "TRANSCRIPT_FIELDS",
+           "rewrite_jsonl", "to_jsonable", "slug", "KVWriter", "JsonlWriter", "Logger", "current_umask"]
 
 
 def current_umask() -> int:
@@ -270,34 +269,34 @@ def _is_message(m: Any) -> bool:
     return isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
 
 
-_NUMBER = ("a number", _is_number)
-_INT = ("an integer", _is_int)
-_LIST = ("a list", lambda x: isinstance(x, list))
+Check = tuple[str, Callable[[Any], bool]]
+"""What a field must be (said in messages) and the test of a value that is not null."""
 
-EVENT_FIELDS: dict[str, tuple[str, Callable[[Any], bool]]] = {
-    **dict.fromkeys(("eval_mean", "train_return", "best_test_mean", "best_eval_mean", "heldout_mean", "cost_usd",
-                     "cost_usd_total", "wall_s"), _NUMBER),
-    **dict.fromkeys(("episodes_total", "env_steps_total", "llm_calls", "input_tokens", "output_tokens",
-                     "eval_episodes", "chosen"), _INT),
-    **dict.fromkeys(("candidate_means", "eval_returns", "train_returns"),
-                    ("a list of numbers", lambda x: isinstance(x, list) and all(v is None or _is_number(v)
-                                                                                for v in x))),
-    "validation_errors": _LIST,
+CHECKS: dict[str, Check] = {
+    "number": ("a number", _is_number),
+    "int": ("an integer", _is_int),
+    "bool": ("true or false", lambda x: isinstance(x, bool)),
+    "str": ("a string", lambda x: isinstance(x, str)),
+    "numbers": ("a list of numbers", lambda x: isinstance(x, list) and all(v is None or _is_number(v) for v in x)),
+    "list": ("a list", lambda x: isinstance(x, list)),
+    "object": ("an object", lambda x: isinstance(x, dict)),
 }
-"""The fields of an ``events.jsonl`` line that are computed with, and the type each must have when not null."""
+"""The checks of a record's fields by kind (:data:`TRANSCRIPT_FIELDS`, and the event fields
+:mod:`~llm_policy_gen.run.schema` derives from its typed records)."""
 
-TRANSCRIPT_FIELDS: dict[str, tuple[str, Callable[[Any], bool]]] = {
-    **dict.fromkeys(("candidate", "attempt", "state", "input_tokens", "output_tokens", "cached_input_tokens"), _INT),
-    **dict.fromkeys(("cost_usd", "latency_s"), _NUMBER),
-    "errors": _LIST,
+TRANSCRIPT_FIELDS: dict[str, Check] = {
+    **dict.fromkeys(("candidate", "attempt", "state", "input_tokens", "output_tokens", "cached_input_tokens"),
+                    CHECKS["int"]),
+    **dict.fromkeys(("cost_usd", "latency_s"), CHECKS["number"]),
+    "errors": CHECKS["list"],
     "messages": ("a list of {role, content} objects", lambda x: isinstance(x, list) and all(map(_is_message, x))),
-    "response_text": ("a string", lambda x: isinstance(x, str)),
+    "response_text": CHECKS["str"],
 }
-"""The same for a ``transcripts.jsonl`` line (what a resume reuses and a report shows)."""
+"""The fields of a ``transcripts.jsonl`` line that are computed with (what a resume reuses and a report shows), and
+the type each must have when not null."""
 
 
-def check_fields(rows: Sequence[dict[str, Any]], path: Path,
-                 types: dict[str, tuple[str, Callable[[Any], bool]]]) -> None:
+def check_fields(rows: Sequence[Mapping[str, Any]], path: Path, types: Mapping[str, Check]) -> None:
     """Refuse, in one line naming the file, the line and the field, a row (line ``k + 1`` of ``path``) whose
     ``types`` fields have the wrong type: the file was changed by hand or by another program."""
     for number, row in enumerate(rows, 1):
@@ -311,67 +310,6 @@ def check_fields(rows: Sequence[dict[str, Any]], path: Path,
 def slug(text: str) -> str:
     """``text`` as a safe file name: runs of other characters than letters, digits, ``_.-`` become ``-``."""
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-") or "run"
-
-
-_LINKING_WRITERS = frozenset({"wandb"})
-"""Folders of a run directory whose writer (a library) makes symbolic links of its own inside them."""
-
-
-class RunDir:
-    """``logs/<env-id>/<run-id>/`` and the files of the contract."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = Path(path)
-
-    @classmethod
-    def create(cls, logs_dir: Path, env_id: str, backend: str, seed: int, run_id: str | None = None) -> RunDir:
-        base = Path(logs_dir) / slug(env_id)
-        if run_id is None:
-            stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
-            run_id = f"{stamp}_{slug(backend)}_s{seed}"
-        problem = run_id_problem(run_id)
-        if problem:
-            raise UserError(f"bad --run-id {run_id!r}: {problem}; accepted a non-empty name without path separators "
-                            "or control characters, not made only of dots")
-        path = base / run_id
-        k = 1
-        while path.exists():
-            k += 1
-            path = base / f"{run_id}-{k}"
-        try:
-            (path / "policies").mkdir(parents=True)
-        except OSError as exc:
-            raise UserError(f"cannot create the run directory {path}: {exc.strerror}; choose --logs-dir") from None
-        return cls(path)
-
-    config = property(lambda self: self.path / "config.json")
-    events = property(lambda self: self.path / "events.jsonl")
-    transcripts = property(lambda self: self.path / "transcripts.jsonl")
-    summary = property(lambda self: self.path / "summary.json")
-    best_policy = property(lambda self: self.path / "best_policy.json")
-    checkpoint = property(lambda self: self.path / "checkpoint.npz")
-    training_png = property(lambda self: self.path / "training.png")
-    testing_png = property(lambda self: self.path / "testing.png")
-
-    def policy_file(self, iteration: int) -> Path:
-        return self.path / "policies" / f"iter_{iteration:04d}.json"
-
-    def check_no_links(self) -> None:
-        """Refuse (:class:`UserError`, one line) a run directory that holds a symbolic link anywhere inside it:
-        whatever resumes or writes a run reads, replaces and deletes files there, never through a link.
-
-        The one exception is the inside of ``wandb/`` (W&B's own offline run, which links its logs itself and is
-        written only by W&B); ``wandb`` itself must not be a link.
-        """
-        for root, dirs, files in os.walk(self.path):
-            if Path(root) != self.path and Path(root).relative_to(self.path).parts[0] in _LINKING_WRITERS:
-                continue
-            for name in sorted(dirs + files):
-                p = Path(root) / name
-                if p.is_symlink():
-                    raise UserError(f"{p} is a symbolic link (to {os.readlink(p)}); a run directory must hold its "
-                                    "own files, so nothing is written or deleted through a link: replace the link "
-                                    "with the file or folder itself")
 
 
 class KVWriter(Protocol):

@@ -20,8 +20,9 @@ from llm_policy_gen.envs import get_spec
 from llm_policy_gen.envs.spec import EnvSpec
 from llm_policy_gen.plotting.figure import plt
 from llm_policy_gen.plotting.table import action_labels, grid_map, plot_policy, policy_figure
-from llm_policy_gen.policy import TablePolicy, load_run_policy
+from llm_policy_gen.policy import TablePolicy
 from llm_policy_gen.run import train
+from llm_policy_gen.run.files import load_run_policy
 
 PNG = b"\x89PNG\r\n\x1a\n"
 ROOT = Path(__file__).resolve().parents[1]

@@ -384,7 +384,7 @@ def test_a_missing_extra_gives_the_readme_install_command(tmp_path: Path, monkey
 def test_hoppers_policy_drawing_has_apart_titles_and_a_legend_of_its_27_actions(tmp_path: Path) -> None:
     pytest.importorskip("mujoco")
     from llm_policy_gen.plotting.table import policy_figure
-    from llm_policy_gen.policy import load_run_policy
+    from llm_policy_gen.run.files import load_run_policy
 
     code = main(["train", "--env", "Hopper-v5", "--backend", "offline", "--iterations", "1", "--candidates", "1",
                  "--heldout-episodes", "1", "--logs-dir", str(tmp_path), "--run-id", "h", "--no-plots", "--quiet"])

@@ -283,7 +283,7 @@ def generate(compare_dir: Path, out: Path) -> list[Path]:
 
 def _policy_figure(compare_dir: Path, kept: Sequence[ResultRow], target: Path, put: Any) -> Path:
     from llm_policy_gen.plotting.table import plot_policy
-    from llm_policy_gen.policy import load_run_policy
+    from llm_policy_gen.run.files import load_run_policy
 
     ok = [r for r in kept if r.ok and r.best_eval_mean is not None]
     best = max(ok, key=lambda r: (r.best_eval_mean or 0.0, -int(r.seed)))

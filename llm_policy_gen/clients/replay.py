@@ -38,7 +38,9 @@ class ReplayClient:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         if self.path.is_dir():
-            self.path = self.path / "transcripts.jsonl"
+            from ..run.files import RunDir
+
+            self.path = RunDir(self.path).transcripts
         self.model = str(self.path)
         try:
             raw = self.path.read_text(encoding="utf-8")

@@ -37,7 +37,7 @@ def _load_policy_and_spec(target: str, env_kwargs: dict[str, Any] | None = None,
                           env_id: str | None = None) -> tuple[Any, Any]:
     from ..envs import get_spec
     from ..envs.tailor import apply_env_kwargs
-    from ..policy import load_run_policy
+    from ..run.files import load_run_policy
 
     policy, spec = load_run_policy(target, env_id)
     if spec is None:
@@ -51,16 +51,15 @@ def _load_policy_and_spec(target: str, env_kwargs: dict[str, Any] | None = None,
 def _run_heldout(target: str) -> tuple[int, int] | None:
     """(first held-out seed, episodes) of the run ``target`` belongs to, when it is a run directory."""
     from ..keeper import SeedPlan
+    from ..run.files import config_of, run_dir_of
 
-    d = Path(target)
-    folder = d if d.is_dir() else d.parent
-    if not d.is_dir() and folder.name == "policies":  # RUN/policies/iter_NNNN.json
-        folder = folder.parent
-    cfg_file = folder / "config.json"
-    if not cfg_file.is_file():
+    rd = run_dir_of(target)
+    if rd is None:
         return None
     try:
-        rec = loads(cfg_file.read_text(encoding="utf-8"))
+        rec = loads(rd.config.read_text(encoding="utf-8"))
+        if isinstance(rec, dict):
+            rec = config_of(rec, rd.config)  # a newer layout: one line (it was refused loading the policy, too)
         first = int(rec.get("seeds", {}).get("heldout", SeedPlan(int(rec["seed"])).heldout(0)))
         n = int(rec.get("config", {}).get("heldout_episodes", 100))
     except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):

@@ -137,9 +137,9 @@ class RunServices(Protocol):
         adoption)."""
         ...
 
-    def save_policy(self, path_name: str, table: np.ndarray, meta: dict[str, Any],
+    def save_policy(self, iteration: int | None, table: np.ndarray, meta: dict[str, Any],
                     source: dict[str, Any] | None = None) -> None:
-        """Write a policy file (``best_policy.json`` or ``policies/iter_NNNN.json``) into the run directory."""
+        """Write a policy file into the run directory: the iteration's, or with None the best policy's."""
         ...
 
     def measure_heldout(self, policy: Policy | np.ndarray, iteration: int) -> Rollouts:

@@ -203,7 +203,7 @@ class DirectMode:
         accepted = self.best_batch is None or mean > self.best_batch
         if accepted:
             self.best_batch, self.best_iteration = mean, iteration
-        run.save_policy("best_policy.json", policy.table(), {"mode": "direct", "iteration": iteration,
+        run.save_policy(None, policy.table(), {"mode": "direct", "iteration": iteration,
                                                              "states_asked": len(policy.answers)})
         return Step(episodes, 0.0, list(policy.log), None, accepted, mean, returns, fields={
             "best_test_mean": self.best_batch,
@@ -222,7 +222,7 @@ class DirectMode:
         policy.phase, policy.log = "heldout", []
         stopped_before = policy.stop
         held = run.measure_heldout(policy, run.iteration)
-        run.save_policy("best_policy.json", policy.table(), {
+        run.save_policy(None, policy.table(), {
             "mode": "direct", "states_asked": sorted(policy.answers), "fallback_action": policy.fallback,
             "heldout_mean": held.mean})
         extra: dict[str, Any] = {

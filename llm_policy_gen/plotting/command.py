@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import SpecError, UserError
-from ..policy import load_run_policy
+from ..run.files import load_run_policy
 
 __all__ = ["add_parser"]
 

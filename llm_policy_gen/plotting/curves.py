@@ -30,7 +30,7 @@ import numpy as np
 from matplotlib.ticker import MaxNLocator
 
 from ..errors import UserError
-from ..runlog import read_json_object, read_jsonl
+from ..run.files import RunDir
 from ..stats import quartile_band, step_curves
 from .figure import plt, save_figure
 
@@ -56,10 +56,10 @@ def smooth(values: Sequence[float] | np.ndarray, window: int = 5) -> np.ndarray:
 
 
 def load_events(run_dir: Path) -> list[dict[str, Any]]:
-    path = Path(run_dir) / "events.jsonl"
-    if not path.is_file():
-        raise UserError(f"{run_dir} is not a run directory (no events.jsonl)")
-    return read_jsonl(path)
+    rd = RunDir(Path(run_dir))
+    if not rd.events.is_file():
+        raise UserError(f"{run_dir} is not a run directory (no {rd.events.name})")
+    return rd.load_events(check=False)
 
 
 def _section(record: dict[str, Any], key: str) -> dict[str, Any]:
@@ -107,10 +107,10 @@ class RunCurves:
 
 def load_run(run_dir: Path) -> RunCurves:
     """The curves of the run in ``run_dir`` (its events, and the backend, mode and threshold of its config)."""
-    rd = Path(run_dir)
-    events = [e for e in load_events(rd) if e.get("iteration") is not None]
-    record = read_json_object(rd / "config.json", lenient=True) or {}
-    summary = read_json_object(rd / "summary.json", lenient=True) or {}
+    events = [e for e in load_events(run_dir) if e.get("iteration") is not None]
+    rd = RunDir(Path(run_dir))
+    record = rd.load_config(lenient=True) or {}
+    summary = rd.load_summary(lenient=True) or {}
     cfg = _section(record, "config")
     spec = _section(record, "env_spec")
     backend = str(cfg.get("backend") or summary.get("backend") or "run")
@@ -120,7 +120,7 @@ def load_run(run_dir: Path) -> RunCurves:
     sizes = [int(e["heldout_episodes"]) for e in events if e.get("heldout_episodes")]
     final = summary.get("best_eval_mean")
     return RunCurves(
-        name=rd.name,
+        name=rd.path.name,
         env_id=str(spec.get("env_id") or summary.get("env_id") or ""),
         group=backend if mode == "table" else f"{backend}@{mode}",
         threshold=None if threshold is None else float(threshold),
@@ -324,8 +324,8 @@ def plot_runs(run_dirs: Sequence[Path], out: Path, kind: str = "testing", window
 
 def plot_run(run_dir: Path, window: int = 5, x_axis: str = "iterations") -> tuple[Path, Path]:
     """Write ``training.png`` and ``testing.png`` into a run directory."""
-    rd = Path(run_dir)
+    rd = RunDir(Path(run_dir))
     return (
-        plot_runs([rd], rd / "training.png", "training", window, x_axis),
-        plot_runs([rd], rd / "testing.png", "testing", window, x_axis),
+        plot_runs([rd.path], rd.training_png, "training", window, x_axis),
+        plot_runs([rd.path], rd.testing_png, "testing", window, x_axis),
     )

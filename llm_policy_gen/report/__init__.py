@@ -23,7 +23,8 @@ from typing import Any
 
 from ..commands.argtypes import check_out_file
 from ..errors import UserError
-from ..runlog import RunDir, write_bytes_atomic
+from ..run.files import RunDir
+from ..runlog import write_bytes_atomic
 from .data import REPORT_NAME, is_compare_dir, is_run_dir, load_compare, load_run
 
 __all__ = ["write_report", "add_parser", "REPORT_NAME"]

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UserError
-from ..runlog import EVENT_FIELDS, TRANSCRIPT_FIELDS, RunDir, check_fields, read_json_object, read_jsonl
+from ..run.files import RunDir, is_run_dir
+from ..runlog import read_json_object
 from ..sweep.results import Curve, ResultRow, SweepRecord, curves_from_json, read_random_baseline, read_results
 
 __all__ = ["IterationView", "RunData", "CompareData", "load_run", "load_compare", "is_run_dir", "is_compare_dir",
@@ -22,20 +23,6 @@ __all__ = ["IterationView", "RunData", "CompareData", "load_run", "load_compare"
 
 REPORT_NAME = "report.html"
 """The page's file name inside the directory it reports on (the default ``--out``)."""
-
-
-def _read_lines(path: Path) -> list[dict[str, Any]]:
-    if not path.is_file():
-        return []
-    try:
-        return read_jsonl(path)  # a broken line is one line naming the file and the line
-    except OSError as exc:
-        raise UserError(f"{path} cannot be read: {exc.strerror or exc}") from None
-
-
-def is_run_dir(path: Path) -> bool:
-    return any((Path(path) / n).is_file() for n in ("events.jsonl", "summary.json")) or (
-        (Path(path) / "config.json").is_file() and (Path(path) / "policies").is_dir())
 
 
 def is_compare_dir(path: Path) -> bool:
@@ -156,21 +143,23 @@ class RunData:
 def load_run(path: Path) -> RunData:
     """Read a run directory (see the module docstring); a folder that is not one is a :class:`UserError`."""
     p = Path(path)
+    rd = RunDir(p)
     if not is_run_dir(p):
-        raise UserError(f"{p} is not a run directory (no events.jsonl or summary.json); give the folder `train` "
-                        "printed")
-    config = read_json_object(p / "config.json") or {}
-    summary = read_json_object(p / "summary.json")
-    events = _read_lines(p / "events.jsonl")
-    check_fields(events, p / "events.jsonl", EVENT_FIELDS)
+        raise UserError(f"{p} is not a run directory (no {rd.events.name} or {rd.summary.name}); give the folder "
+                        "`train` printed")
+    try:  # a broken line is one line naming the file and the line
+        config = rd.load_config() or {}
+        summary = rd.load_summary()
+        events = rd.load_events()
+        transcripts = rd.load_transcripts()
+    except OSError as exc:
+        raise UserError(f"{exc.filename or p} cannot be read: {exc.strerror or exc}") from None
     events.sort(key=lambda e: int(e.get("iteration", 0)))
     v1 = bool(events) and not any("best_test_mean" in e or "candidate_means" in e for e in events)
-    transcripts = _read_lines(p / "transcripts.jsonl")
-    check_fields(transcripts, p / "transcripts.jsonl", TRANSCRIPT_FIELDS)
-    missing = [f"{name} ({why})" for name, why in (
-        ("config.json", "settings"), ("events.jsonl", "iterations and curves"), ("summary.json", "the run did not "
-         "finish: figures come from the last logged iteration"), ("transcripts.jsonl", "model calls"),
-        ("best_policy.json", "the policy figure")) if not (p / name).is_file()]
+    why = {rd.config.name: "settings", rd.events.name: "iterations and curves", rd.summary.name: "the run did not "
+           "finish: figures come from the last logged iteration", rd.transcripts.name: "model calls",
+           rd.best_policy.name: "the policy figure"}
+    missing = [f"{name} ({why[name]})" for name in rd.missing()]
     return RunData(p, config, summary, events, [IterationView.from_event(e, v1) for e in events], transcripts,
                    1 if v1 else 2, missing)
 

@@ -115,10 +115,11 @@ def usage_curves(its: Sequence[IterationView]) -> str | None:
 def policy_image(run_dir: Path) -> tuple[str | None, str]:
     """The best table drawn by :func:`llm_policy_gen.plotting.table.plot_policy`, or None and why not."""
     from ..plotting.table import plot_policy
-    from ..policy import load_run_policy
+    from ..run.files import RunDir, load_run_policy
 
-    if not (Path(run_dir) / "best_policy.json").is_file():
-        return None, "no best_policy.json in this run directory"
+    best = RunDir(Path(run_dir)).best_policy
+    if not best.is_file():
+        return None, f"no {best.name} in this run directory"
     try:
         policy, spec = load_run_policy(run_dir)
         with tempfile.TemporaryDirectory() as tmp:

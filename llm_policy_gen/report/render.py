@@ -15,6 +15,7 @@ from urllib.parse import quote
 
 from .. import __version__
 from ..errors import missing_extra
+from ..run.files import CONFIG, SUMMARY
 from ..runlog import slug
 from .data import REPORT_NAME, CompareData, RunData
 from .images import file_uri, policy_image, run_curves, seed_curves, usage_curves
@@ -169,8 +170,8 @@ def render_run(run: RunData) -> str:
     threshold = s.get("reward_threshold", (run.config.get("env_spec") or {}).get("reward_threshold"))
     settings = sorted((k, json.dumps(v, ensure_ascii=False)) for k, v in run.settings.items())
     raw = [(f"{name} (as written)", _json_text(obj)) for name, obj in (
-        ("summary.json", run.summary), ("environment spec", run.config.get("env_spec")),
-        ("backend", run.config.get("backend")), ("config.json", run.config or None)) if obj]
+        (SUMMARY, run.summary), ("environment spec", run.config.get("env_spec")),
+        ("backend", run.config.get("backend")), (CONFIG, run.config or None)) if obj]
     model = str(s.get("model") or "") if run.is_llm else ""
     return str(template.render(
         kind="run", run=run, version=__version__, run_version=run.config.get("version", "?"), generated=_generated(),

@@ -1,5 +1,7 @@
 """One run, from a configuration to its directory: discretize, collect, prompt, propose, validate, keep, log.
 
+- :mod:`.files`: the run directory, every path in it and the readers and writers of its files;
+- :mod:`.schema`: the keys of its records (an ``events.jsonl`` line, ``summary.json``);
 - :mod:`.prepare`: the checks every run makes before it writes anything (``train``, ``resume``, ``compare``);
 - :mod:`.backend`: the one backend factory (a proposer, and for LLM clients the session);
 - :mod:`.services`: :class:`Run`, the parts a run owns and the services a mode may use;
@@ -7,16 +9,54 @@
 - :mod:`.stop`: why a run stopped;
 - :mod:`.driver`: the iteration loop for every mode;
 - :mod:`.start` and :mod:`.resume`: ``train`` and ``train --resume``.
+
+The names below are imported when first used (PEP 562), so that reading a run directory (:mod:`.files`, which the
+report, the plots, the sweep, the loggers and the lock use) does not import the whole run (nor import it in a
+circle). ``run.prepare`` and ``run.resume`` stay the functions, as they were, when their modules are imported.
 """
 
-from ..config import RESUME_OPTIONS
-from .backend import default_cache_dir
-from .prepare import Prepared, check_backend, prepare, resolve_spec
-from .records import RunResult
-from .resume import resume
-from .services import Run
-from .start import train
-from .stop import StopKind, StopReason
+from __future__ import annotations
+
+import sys
+import types
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..config import RESUME_OPTIONS
+    from .backend import default_cache_dir
+    from .prepare import Prepared, check_backend, prepare, resolve_spec
+    from .records import RunResult
+    from .resume import resume
+    from .services import Run
+    from .start import train
+    from .stop import StopKind, StopReason
 
 __all__ = ["RunResult", "Run", "Prepared", "prepare", "check_backend", "resolve_spec", "train", "resume",
            "default_cache_dir", "RESUME_OPTIONS", "StopKind", "StopReason"]
+
+_WHERE = {"RESUME_OPTIONS": "..config", "default_cache_dir": ".backend", "Prepared": ".prepare",
+          "check_backend": ".prepare", "prepare": ".prepare", "resolve_spec": ".prepare", "RunResult": ".records",
+          "resume": ".resume", "Run": ".services", "train": ".start", "StopKind": ".stop", "StopReason": ".stop"}
+
+
+def __getattr__(name: str) -> Any:
+    where = _WHERE.get(name)
+    if where is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(where, __name__), name)
+    globals()[name] = value
+    return value
+
+
+class _Package(types.ModuleType):
+    """The package, whose ``prepare`` and ``resume`` stay the functions when their modules are imported (the import
+    system sets a submodule as its package's attribute)."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if isinstance(value, types.ModuleType) and name in _WHERE:
+            return  # the module is in sys.modules under its full name; the package's name is the function's
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

@@ -29,7 +29,7 @@ from ..errors import (
     signal_of,
 )
 from ..locks import HeldInterrupts
-from ..runlog import appends_undone_on_error, write_json_atomic
+from ..runlog import appends_undone_on_error
 from .counters import rollouts_from_state
 from .records import RunResult, Summary, event_record, summary_record
 from .services import Run
@@ -132,9 +132,7 @@ def _finish(run: Run, stop: StopReason, interrupted: bool, held: HeldInterrupts)
         run.keeper.load_state_dict(state["keeper"])
         run.best_heldout = rollouts_from_state(state["heldout"])
         run.save_best()
-        for p in (run.dir.path / "policies").glob("iter_*.json"):
-            if p.stem[5:].isdigit() and int(p.stem[5:]) > int(state["iteration"]):
-                p.unlink()
+        run.dir.prune_after(int(state["iteration"]))
     else:
         try:
             with held.allowed():  # the mode's ending may call the model: a Ctrl-C cuts it short
@@ -142,7 +140,7 @@ def _finish(run: Run, stop: StopReason, interrupted: bool, held: HeldInterrupts)
         except (KeyboardInterrupt, Exception) as exc:  # the summary must still be written
             extra = {"finish_error": f"{type(exc).__name__}: {redact(str(exc))[:200]}"}
     summary = summary_record(run, stop, dict(extra), state)
-    write_json_atomic(run.dir.summary, summary)
+    run.dir.write_summary(summary)
     if run.cfg.plots and run.dir.events.exists():
         from ..plotting.curves import plot_run
 

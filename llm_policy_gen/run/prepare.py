@@ -164,7 +164,7 @@ def check_backend(prepared: Prepared) -> str | None:
     """Build ``prepared``'s run in a scratch folder without starting it (its backend, key and SDK included);
     returns where its calls will go and where that base URL and the key came from (None for no server)."""
     from ..console import Console
-    from ..runlog import RunDir
+    from .files import RunDir
     from .services import Run
 
     cfg = prepared.cfg

@@ -1,8 +1,9 @@
 """A run's records, written in one place: the iteration's ``events.jsonl`` line, ``summary.json`` and
 ``config.json`` (the counters and the checkpoint state are :mod:`.counters`).
 
-The records stay JSON objects on disk (the outside contract names their keys); here they are typed
-(:class:`Event`, :class:`Summary`) so that what a record holds is declared once. A mode adds its own event keys
+The records stay JSON objects on disk (the outside contract names their keys); they are typed
+(:class:`~.schema.Event`, :class:`~.schema.Summary`, declared once in :mod:`.schema`) and filled here; :mod:`.files`
+writes and reads them. A mode adds its own event keys
 through :attr:`~llm_policy_gen.modes.base.Step.fields`; a key the run writes itself may be replaced only where the
 mode declares it (:data:`MODE_MAY_SET`), anything else is refused rather than overwritten silently.
 """
@@ -13,7 +14,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -24,6 +25,7 @@ from ..collect import Rollouts
 from ..modes.base import Step
 from ..prompt import HistoryEntry
 from ..templates import prompts_source
+from .schema import Event, Summary
 from .stop import StopReason
 
 if TYPE_CHECKING:
@@ -31,97 +33,6 @@ if TYPE_CHECKING:
 
 __all__ = ["Event", "Summary", "RunResult", "MODE_MAY_SET", "event_record", "summary_record",
            "config_record", "heldout_returns"]
-
-
-class Event(TypedDict, total=False):
-    """One ``events.jsonl`` line (the keys every mode's line has; a mode adds its own)."""
-
-    iteration: int
-    mode: str
-    train_return: float | None
-    train_returns: list[float]
-    train_epsilon: float | None
-    eval_mean: float | None
-    eval_returns: list[float]
-    eval_episodes: int
-    candidates: int
-    candidate_means: list[float | None]
-    chosen: int | None
-    best_test_mean: float | None
-    best_eval_mean: float | None
-    heldout_mean: float | None
-    accepted: bool
-    accepted_total: int
-    valid: bool
-    n_changed: int
-    episodes_total: int
-    env_steps_total: int
-    heldout_episodes_total: int
-    input_tokens: int
-    output_tokens: int
-    cached_input_tokens: int
-    cost_usd: float
-    input_tokens_total: int
-    output_tokens_total: int
-    cost_usd_total: float
-    cost_complete: bool
-    llm_calls: int
-    failed_calls: int
-    first_call_error: str | None
-    validation_errors: list[str]
-    notes: list[str]
-    prompt_chars: int | None
-    wall_s: float
-    confirmation: dict[str, Any]
-    heldout_std: float
-    heldout_episodes: int
-    heldout_returns: list[float]
-    heldout_returns_before: list[float]
-
-
-class Summary(TypedDict, total=False):
-    """``summary.json`` (a mode's ending adds its own keys)."""
-
-    env_id: str
-    mode: str
-    backend: str
-    model: str
-    is_llm: bool
-    seed: int
-    candidates: int
-    best_eval_mean: float | None
-    best_eval_std: float | None
-    best_eval_episodes: int
-    best_test_mean: float | None
-    best_iteration: int
-    accepted_count: int
-    never_accepted: bool
-    reward_threshold: float | None
-    solved: bool
-    episodes_to_solve: int | None
-    iteration_solved: int | None
-    iterations: int
-    episodes_total: int
-    env_steps_total: int
-    heldout_episodes_total: int
-    input_tokens: int
-    output_tokens: int
-    cached_input_tokens: int
-    cost_usd: float
-    cost_complete: bool
-    llm_calls: int
-    cached_calls: int
-    failed_calls: int
-    first_call_error: str | None
-    invalid_iterations: int
-    prompt_chars_first: int | None
-    prompt_chars_last: int | None
-    prompt_chars_max: int | None
-    stop_reason: str
-    unreachable_after: int
-    wall_s: float
-    unfinished_iteration_calls: int
-    unfinished_iteration_failed_calls: int
 
 
 @dataclass

@@ -20,15 +20,15 @@ from ..clients.keys import is_loopback_url, redact, without_userinfo
 from ..clients.transcript import RecordedCalls
 from ..clients.usage import Budget, CallLimiter
 from ..config import RESUME_OPTIONS, TrainConfig, option_name
-from ..config_files import load_config_file
 from ..console import Console
 from ..envs.spec import EnvSpec
 from ..errors import SpecError, UserError
 from ..locks import FolderLock, HeldInterrupts
 from ..loggers import check_writers
 from ..modes import MODES
-from ..runlog import RunDir, read_json, read_jsonl, rewrite_jsonl
+from ..runlog import read_jsonl, rewrite_jsonl
 from .driver import execute
+from .files import RunDir, load_settings
 from .prepare import prepare
 from .records import RunResult
 from .services import Run
@@ -164,19 +164,20 @@ def _resume(run_dir: Path, overrides: dict[str, Any] | None, log: Callable[[str]
     if not rd.path.is_dir():
         raise UserError(f"{run_dir} does not exist; give the run directory `train` printed")
     if not rd.config.is_file():
-        raise UserError(f"{run_dir} is not a run directory (no config.json); give the folder `train` printed")
+        raise UserError(f"{run_dir} is not a run directory (no {rd.config.name}); give the folder `train` printed")
     rd.check_no_links()  # nothing is deleted or written through a link (the lock's own files included)
     held.enter_context(FolderLock(rd.path, "the run directory"))
-    record = read_json(rd.config)
+    record = rd.load_config()  # a newer layout is refused here, in one line naming its schema_version
     try:
+        assert record is not None, "it holds no JSON object"
         spec = EnvSpec.from_dict(record["env_spec"])
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise UserError(f"{rd.config} cannot be read as a run's config.json: {exc}") from None
+    except (OSError, ValueError, KeyError, TypeError, AssertionError) as exc:
+        raise UserError(f"{rd.config} cannot be read as a run's {rd.config.name}: {exc}") from None
     overrides = dict(overrides or {})
     given_url = overrides.pop("base_url", None)
     _check_resume_env(rd, record, spec, overrides.pop("env_id", None))
     _check_resume_endpoint(rd, record, given_url)
-    settings = load_config_file(rd.config)
+    settings = load_settings(rd.config)
     _check_resume_paths(rd, settings, overrides)
     bad = sorted(set(overrides) - set(RESUME_OPTIONS))
     if bad:
@@ -191,9 +192,9 @@ def _resume(run_dir: Path, overrides: dict[str, Any] | None, log: Callable[[str]
     if why:  # a mode that cannot resume yet says why in its registry line
         raise UserError(f"{rd.path} is a --mode {cfg.mode} run, which cannot be resumed yet ({why}); start a new run")
     if rd.summary.is_file():
-        done = read_json(rd.summary)
-        if not isinstance(done, dict):
-            raise UserError(f"{rd.summary} does not hold a JSON object; it is not a run's summary.json")
+        done = rd.load_summary()
+        if done is None:
+            raise UserError(f"{rd.summary} does not hold a JSON object; it is not a run's {rd.summary.name}")
         stop = StopReason.parse(done.get("stop_reason"))
         finished = stop is None or stop.kind not in (StopKind.INTERRUPTED, StopKind.FAILED)
         if finished and int(done.get("iterations", 0)) >= cfg.iterations:
@@ -206,8 +207,7 @@ def _resume(run_dir: Path, overrides: dict[str, Any] | None, log: Callable[[str]
     _check_records_within(rd, done_iter, state is not None)
     torn: list[str] = []  # a last line cut by a kill: dropped, and said
     recorded, kept_lines = RecordedCalls.from_transcript(rd.transcripts, done_iter, on_torn=torn.append)
-    events = [e for e in read_jsonl(rd.events, on_torn=torn.append) if int(e.get("iteration", 0)) <= done_iter] \
-        if rd.events.is_file() else []
+    events = [e for e in rd.load_events(on_torn=torn.append, check=False) if int(e.get("iteration", 0)) <= done_iter]
     check_writers(cfg.log)
     # The run is built and its state loaded before any file of it changes: a refused resume (a model file gone, a
     # checkpoint this version cannot load) leaves the run directory as it was, its summary included.
@@ -219,9 +219,7 @@ def _resume(run_dir: Path, overrides: dict[str, Any] | None, log: Callable[[str]
     with HeldInterrupts():  # the cuts go together: an interrupt waits for all of them
         rewrite_jsonl(rd.transcripts, kept_lines)
         rewrite_jsonl(rd.events, events)
-        for p in (rd.path / "policies").glob("iter_*.json"):
-            if p.stem[5:].isdigit() and int(p.stem[5:]) > done_iter:
-                p.unlink()
+        rd.prune_after(done_iter)
         rd.summary.unlink(missing_ok=True)
     run.open_log()
     console.notice(f"resuming {rd.path} after iteration {done_iter}"

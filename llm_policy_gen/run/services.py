@@ -28,9 +28,10 @@ from ..memory import ExperienceMemory, episodes_from_state, episodes_state
 from ..modes.base import Learner, Mode, OwnLoop, Setup, Step, first_messages, uses_chat
 from ..policy import Policy, TablePolicy
 from ..prompt import HistoryEntry, PromptBuilder, PromptContext
-from ..runlog import JsonlWriter, Logger, RunDir
+from ..runlog import JsonlWriter, Logger
 from .backend import make_backend
 from .counters import Counters, rollouts_from_state
+from .files import RunDir
 from .learner_env import LearnerEnv
 
 __all__ = ["Run"]
@@ -85,6 +86,10 @@ class Run:
         """An :class:`~llm_policy_gen.modes.base.OwnLoop` mode's learner (built by :meth:`mode_start` or
         :meth:`load_state_dict`), whose state the checkpoint holds beside the run's."""
         self._learner_env: LearnerEnv | None = None
+
+    def published(self) -> None:
+        """The run directory was renamed into place (:meth:`~.files.RunDir.publish`): the transcript follows it."""
+        self.transcript.path = self.dir.transcripts
 
     def open_log(self) -> None:
         """The iteration writers: ``events.jsonl``, the console and those of ``--log`` (csv, tensorboard)."""
@@ -232,10 +237,10 @@ class Run:
             table = tables[k]
             assert table is not None
             meta.update(candidate=k + 1, eval_mean=verdict.test_means[k], eval_returns=verdict.test_returns[k])
-            self.save_policy(f"policies/iter_{iteration:04d}.json", table, meta, sources[k] if sources else None)
+            self.save_policy(iteration, table, meta, sources[k] if sources else None)
         else:  # no valid candidate: the kept table stands
             meta.update(candidate=None)
-            self.save_policy(f"policies/iter_{iteration:04d}.json", self.keeper.best_table, meta,
+            self.save_policy(iteration, self.keeper.best_table, meta,
                              self.keeper.best_source)
         if verdict.accepted:
             self.measure_best(iteration)
@@ -247,13 +252,14 @@ class Run:
         return TablePolicy(self.spec.env_id, self.observation, self.actions, np.asarray(table), meta,
                            dict(self.spec.kwargs), source)
 
-    def save_policy(self, path_name: str, table: np.ndarray, meta: dict[str, Any],
+    def save_policy(self, iteration: int | None, table: np.ndarray, meta: dict[str, Any],
                     source: dict[str, Any] | None = None) -> None:
-        self.policy_of(table, meta, source).save(self.dir.path / path_name)
+        path = self.dir.best_policy if iteration is None else self.dir.policy_file(iteration)
+        self.policy_of(table, meta, source).save(path)
 
     def save_best(self, meta: dict[str, Any] | None = None) -> None:
         adopted = [h.eval_mean for h in self.history if h.iteration == self.keeper.best_iteration and h.accepted]
-        self.save_policy("best_policy.json", self.keeper.best_table,
+        self.save_policy(None, self.keeper.best_table,
                          {"iteration": self.keeper.best_iteration, "heldout_mean": self.heldout_mean,
                           "heldout_seeds": [self.plan.heldout(0), self.plan.heldout(self.cfg.heldout_episodes - 1)],
                           **({"eval_mean": adopted[0]} if adopted else {}), **(meta or {})}, self.keeper.best_source)
@@ -281,7 +287,7 @@ class Run:
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
-        """Everything ``checkpoint.npz`` holds: the counters, the random streams, the memory, the keeper, the
+        """Everything the checkpoint holds: the counters, the random streams, the memory, the keeper, the
         backend's and the mode's state, and an own-loop mode's learner with its environment's episode in progress."""
         held = self.best_heldout
         return {

@@ -1,7 +1,10 @@
 """``train``: a new run from a configuration.
 
-The run directory is created and locked, and ``config.json`` written, before anything else can fail: a run killed
-from then on can be resumed. A run refused before it started (a bad backend, a missing key) leaves no directory.
+The run is built in a hidden folder beside its directory (:meth:`~.files.RunDir.stage`, locked from the start), its
+whole ``config.json`` written there once, and only then renamed into place (:meth:`~.files.RunDir.publish`): a run
+directory is never seen without its configuration, so a run killed from then on, before its first iteration
+included, can be resumed. A run refused or interrupted before that (a bad backend, a missing key, a Ctrl-C while a
+model loads) leaves no directory.
 """
 
 from __future__ import annotations
@@ -10,15 +13,15 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 
-from .. import __version__
 from ..backends import is_client
 from ..clients.usage import Budget, CallLimiter
 from ..config import TrainConfig
 from ..console import Console
 from ..errors import RunInterrupted, signal_of
-from ..locks import LOCK_FILES, FolderLock, HeldInterrupts
-from ..runlog import RunDir, write_json_atomic
+from ..locks import FolderLock, HeldInterrupts
+from ..loggers import check_writers
 from .driver import execute
+from .files import RunDir
 from .prepare import prepare
 from .records import RunResult, config_record
 from .services import Run
@@ -42,26 +45,27 @@ def _train(cfg: TrainConfig, log: Callable[[str], None] | None, held: ExitStack,
            budget: Budget | None) -> RunResult:
     p = prepare(cfg)
     cfg, spec, mode = p.cfg, p.spec, p.mode
-    with HeldInterrupts(raise_after=False) as starting:  # never a run directory without its config.json
-        run_dir = RunDir.create(Path(cfg.logs_dir), spec.env_id, cfg.backend or p.backend, cfg.seed, cfg.run_id)
-        held.enter_context(FolderLock(run_dir.path, "the run directory"))  # released when the run ends, however
-        # What a resume needs, at once: a run killed from here on can be resumed (the full record follows below).
-        write_json_atomic(run_dir.config, {"package": "llm-policy-gen", "version": __version__, "seed": cfg.seed,
-                                           "mode": mode.name, "config": cfg.to_dict(), "env_spec": spec.to_dict()})
-    if starting.pending:
-        raise RunInterrupted(str(run_dir.path), 0, starting.signum)
-    console = make_console(cfg, spec.env_id, p.backend, mode.name, log)
-    for n in p.notes:
-        console.notice(n)
+    run_dir = RunDir.stage(Path(cfg.logs_dir), spec.env_id, cfg.backend or p.backend, cfg.seed, cfg.run_id)
+    console: Console | None = None
     try:
+        lock = held.enter_context(FolderLock(run_dir.path, "the run directory"))  # released when the run ends
+        check_writers(cfg.log)
+        console = make_console(cfg, spec.env_id, p.backend, mode.name, log)
+        for n in p.notes:
+            console.notice(n)
         run = Run(cfg, spec, mode, run_dir, console, limiter=limiter, budget=budget)
-        run.open_log()
+        run_dir.write_config(config_record(run))  # once, whole, before anyone can see the directory
     except BaseException:
-        console.close()
-        _remove_unstarted(run_dir)
+        if console is not None:
+            console.close()
+        run_dir.discard()  # never seen: a run that did not start leaves nothing
         raise
-    write_json_atomic(run_dir.config, config_record(run))
+    assert console is not None
     try:
+        with HeldInterrupts():  # in place with its lock and transcript, or not at all
+            lock.moved_to(run_dir.publish())
+            run.published()
+        run.open_log()
         run.mode_start()
     except KeyboardInterrupt as exc:
         console.close()
@@ -70,20 +74,9 @@ def _train(cfg: TrainConfig, log: Callable[[str], None] | None, held: ExitStack,
     except BaseException:
         console.close()
         run.collector.close()
+        run_dir.discard()  # a rename that failed: the run never became visible
         raise
     return execute(run, 1)
-
-
-def _remove_unstarted(run_dir: RunDir) -> None:
-    """A run refused before it started (a bad backend, a missing key) leaves no directory behind."""
-    try:
-        for name in (run_dir.config.name, *LOCK_FILES):
-            (run_dir.path / name).unlink(missing_ok=True)
-        (run_dir.path / "policies").rmdir()
-        run_dir.path.rmdir()
-        run_dir.path.parent.rmdir()  # logs/<env-id>/, when this run was its only one
-    except OSError:
-        pass
 
 
 def make_console(cfg: TrainConfig, env_id: str, backend: str, mode: str,

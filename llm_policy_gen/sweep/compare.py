@@ -363,13 +363,13 @@ def _command(args: argparse.Namespace, backends: list[str]) -> str:
 def _cmd_compare(args: argparse.Namespace) -> int:
     from ..clients.keys import load_env_noted, remember_url
     from ..config import TrainConfig
-    from ..config_files import load_config_file
+    from ..run.files import load_settings
     from .plan import parse_backends, parse_seeds
 
     load_env_noted()
     seeds = parse_seeds(args.seeds)
     backends = parse_backends(args.backends)
-    settings: dict[str, Any] = load_config_file(args.config) if args.config else {}
+    settings: dict[str, Any] = load_settings(args.config) if args.config else {}
     for fixed in ("env_id", "backend", "seed", "logs_dir", "run_id"):
         settings.pop(fixed, None)
     remember_url(settings.get("base_url") if isinstance(settings.get("base_url"), str) else None)

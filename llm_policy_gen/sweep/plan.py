@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from ..config import OPERATIONAL_SETTINGS  # what may differ between invocations of one sweep
 from ..console import printable
 from ..errors import UserError
+from ..run.files import RunDir
 from ..runlog import read_json_object, to_jsonable
 from .results import SweepRecord, finished, split_entry
 from .task import RunTask
@@ -92,10 +93,11 @@ def _found(task: RunTask) -> Found:
     d = task.run_dir
     if not d.exists():
         return Found("new")
-    record = read_json_object(d / "config.json", lenient=True)
+    rd = RunDir(d)
+    record = rd.load_config(lenient=True)
     if record is None or not isinstance(record.get("config"), dict):
         return Found("stale")
-    summary = read_json_object(d / "summary.json", lenient=True)
+    summary = rd.load_summary(lenient=True)
     done = summary is not None and finished(summary)
     return Found("finished" if done else "started", summary, record["config"])
 
@@ -109,7 +111,7 @@ def committed_cost(task: RunTask, found: Found) -> float:
     """What a run already spent, as far as its checkpoint (or its final summary) records it."""
     if found.state == "finished" and found.summary is not None:
         return float(found.summary.get("cost_usd") or 0.0)
-    ckpt = task.run_dir / "checkpoint.npz"
+    ckpt = RunDir(task.run_dir).checkpoint
     if found.state != "started" or not ckpt.is_file():
         return 0.0
     from ..checkpoint import load_checkpoint

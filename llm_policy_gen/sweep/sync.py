@@ -14,11 +14,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePosixPath
 
 from ..errors import UserError
-from ..runlog import read_jsonl, write_bytes_atomic
+from ..run.files import CHECKPOINT, RunDir
+from ..runlog import write_bytes_atomic
 
 __all__ = ["CHECKPOINT", "Change", "DirSync", "pack_dir", "unpack_dir", "apply_changes", "resume_point"]
-
-CHECKPOINT = "checkpoint.npz"
 
 Change = tuple[str, str, int, bytes]
 """``(kind, path relative to the run directory, offset, data)``; kind is ``write``, ``append`` or ``delete``."""
@@ -134,12 +133,12 @@ def resume_point(run_dir: Path) -> tuple[int, float]:
     """(iteration of the run's checkpoint, cost of the recorded calls after it, which a resume counts again)."""
     from ..checkpoint import load_checkpoint
 
+    rd = RunDir(run_dir)
     done = 0
-    if (run_dir / CHECKPOINT).is_file():
+    if rd.checkpoint.is_file():
         try:
-            done = int(load_checkpoint(run_dir / CHECKPOINT)["iteration"])
+            done = int(load_checkpoint(rd.checkpoint)["iteration"])
         except UserError:
             done = 0
-    transcripts = run_dir / "transcripts.jsonl"
-    later = read_jsonl(transcripts) if transcripts.is_file() else []
+    later = rd.load_transcripts()
     return done, sum(float(r.get("cost_usd") or 0.0) for r in later if int(r.get("iteration", 0)) > done)

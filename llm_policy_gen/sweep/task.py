@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..run.files import COMPARE_ERROR, RunDir
 from ..run.stop import StopKind, StopReason
-from ..runlog import read_jsonl, slug, write_bytes_atomic, write_json_atomic
+from ..runlog import slug, write_bytes_atomic, write_json_atomic
 from .limits import Limits, SharedBudget, SharedLimiter, provider_key
 from .results import Curve, ResultRow, finished, split_entry
 
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
 __all__ = ["ERROR_MARKER", "RunTask", "TaskResult", "Done", "Note", "failed_result", "result_from_summary",
            "error_text", "run_one"]
 
-ERROR_MARKER = "compare_error.json"
+ERROR_MARKER = COMPARE_ERROR
 """Written into a run directory whose run raised (the error of its row); removed when the run resumes."""
 
 
@@ -128,8 +129,7 @@ def result_from_summary(task: RunTask, summary: Mapping[str, Any]) -> TaskResult
                              "again to resume it", status, stop.text)
     row = ResultRow.from_summary(summary, backend=task.backend, mode=task.mode, seed=task.seed, status="ok",
                                  error="", run_dir=_relative_dir(task))
-    events = task.run_dir / "events.jsonl"
-    return TaskResult(row, _curve_from_events(task, read_jsonl(events) if events.is_file() else []))
+    return TaskResult(row, _curve_from_events(task, RunDir(task.run_dir).load_events(check=False)))
 
 
 def error_text(exc: BaseException) -> str:
@@ -153,9 +153,10 @@ def run_one(task: RunTask, limits: Limits | None = None, holder: str = "") -> Ta
         shared = {"limiter": SharedLimiter(limits, provider_key(task.backend_spec, task.settings.get("base_url")),
                                            holder),
                   "budget": SharedBudget(limits, holder)}
+    rd = RunDir(task.run_dir)
     try:
-        if (task.run_dir / "config.json").is_file():
-            (task.run_dir / ERROR_MARKER).unlink(missing_ok=True)
+        if rd.config.is_file():
+            rd.compare_error.unlink(missing_ok=True)
             # The sweep's own environment and endpoint, named again: a module:EnvId environment is imported and a
             # remote base URL is called on resume only when named (config.json has no password either).
             url = task.settings.get("base_url")
@@ -170,8 +171,8 @@ def run_one(task: RunTask, limits: Limits | None = None, holder: str = "") -> Ta
     except Exception as exc:  # a failed run is a row of the table, never the end of the sweep
         out = failed_result(task, error_text(exc))
         if task.run_dir.is_dir():
-            write_json_atomic(task.run_dir / ERROR_MARKER, {"error": out.row.error})
+            write_json_atomic(rd.compare_error, {"error": out.row.error})
     out.log = logs
     if task.run_dir.is_dir() and logs:
-        write_bytes_atomic(task.run_dir / "compare.log", ("\n".join(logs) + "\n").encode("utf-8"))
+        write_bytes_atomic(rd.compare_log, ("\n".join(logs) + "\n").encode("utf-8"))
     return out

@@ -1,0 +1,296 @@
+"""The run directory ``logs/<env-id>/<run-id>/``: every path in it, and the readers and writers of its files.
+
+This module is the one owner of a run directory's layout: no other module of the package names one of its files
+(``tests/test_run_files.py`` checks that no other module holds one of :data:`RUN_FILE_NAMES` as a string). The
+others ask a :class:`RunDir` for a path (``rd.events``, ``rd.policy_file(3)``) or a record (``rd.load_events()``).
+
+``config.json`` carries ``schema_version``, the layout of the directory (:data:`SCHEMA_VERSION`). A reader checks it
+(:func:`config_of`): a directory written before the key existed is layout 1, read through :data:`UPGRADES` (the one
+mapping of older layouts to this one), and a newer or unknown version is refused in one line naming it.
+
+A new run is written into a hidden sibling folder first (:meth:`RunDir.stage`), its whole ``config.json`` included,
+and renamed into place (:meth:`RunDir.publish`): a run directory is never seen without its configuration, so one
+killed at any moment from then on resumes.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import PolicyFileError, UserError
+from ..runlog import (
+    TRANSCRIPT_FIELDS,
+    check_fields,
+    read_json,
+    read_json_object,
+    read_jsonl,
+    run_id_problem,
+    slug,
+    write_json_atomic,
+)
+from .schema import EVENT_FIELDS, SCHEMA_KEY, SCHEMA_VERSION, UPGRADES, Summary, config_of
+
+if TYPE_CHECKING:
+    from ..envs.spec import EnvSpec
+    from ..policy import TablePolicy
+
+__all__ = ["RunDir", "RUN_FILE_NAMES", "SCHEMA_VERSION", "SCHEMA_KEY", "UPGRADES", "config_of", "is_run_dir",
+           "run_dir_of", "load_run_policy", "load_settings", "CONFIG", "EVENTS", "TRANSCRIPTS", "SUMMARY",
+           "BEST_POLICY", "CHECKPOINT", "POLICIES", "PROGRESS_CSV", "LOCK_FILE", "HOLDER_FILE"]
+
+CONFIG = "config.json"
+EVENTS = "events.jsonl"
+TRANSCRIPTS = "transcripts.jsonl"
+SUMMARY = "summary.json"
+BEST_POLICY = "best_policy.json"
+CHECKPOINT = "checkpoint.npz"
+POLICIES = "policies"
+TRAINING_PNG = "training.png"
+TESTING_PNG = "testing.png"
+PROGRESS_CSV = "progress.csv"
+LOCK_FILE = ".lock"
+HOLDER_FILE = ".lock.holder.json"
+COMPARE_LOG = "compare.log"
+COMPARE_ERROR = "compare_error.json"
+_POLICY_PREFIX = "iter_"
+_TENSORBOARD_PREFIX = "events"  # tensorboardX adds ``.out.tfevents.<time>.<host><suffix>``
+
+RUN_FILE_NAMES = (CONFIG, EVENTS, TRANSCRIPTS, SUMMARY, BEST_POLICY, CHECKPOINT, POLICIES, TRAINING_PNG, TESTING_PNG,
+                  PROGRESS_CSV, LOCK_FILE, HOLDER_FILE, COMPARE_LOG, COMPARE_ERROR)
+"""The names of a run directory's own files and folders (a writer of ``--log`` keeps its folder, named after it;
+a ``compare`` run adds its console log and, when it failed, its error)."""
+
+_LINKING_WRITERS = frozenset({"wandb"})
+"""Folders of a run directory whose writer (a library) makes symbolic links of its own inside them."""
+
+class RunDir:
+    """``logs/<env-id>/<run-id>/``: the paths of the contract's files, and their readers and writers."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self._wanted: Path | None = None
+        """Where a staged run goes when it is published (None once it is in place)."""
+
+    # ------------------------------------------------------------------ creating one
+    @classmethod
+    def stage(cls, logs_dir: Path, env_id: str, backend: str, seed: int, run_id: str | None = None) -> RunDir:
+        """A new run's folder, hidden beside where it will be (``logs/<env-id>/.<run-id>.<random>.starting``)
+        until :meth:`publish` renames it into place; a bad ``run_id`` is a :class:`UserError`."""
+        base = Path(logs_dir) / slug(env_id)
+        if run_id is None:
+            run_id = f"{datetime.now(UTC).strftime('%Y%m%d-%H%M%S')}_{slug(backend)}_s{seed}"
+        problem = run_id_problem(run_id)
+        if problem:
+            raise UserError(f"bad --run-id {run_id!r}: {problem}; accepted a non-empty name without path separators "
+                            "or control characters, not made only of dots")
+        try:
+            base.mkdir(parents=True, exist_ok=True)
+            staged = cls(Path(tempfile.mkdtemp(prefix=f".{run_id}.", suffix=".starting", dir=base)))
+            staged.policies.mkdir()
+        except OSError as exc:
+            raise UserError(f"cannot create the run directory {base / run_id}: {exc.strerror}; choose --logs-dir") \
+                from None
+        staged._wanted = base / run_id
+        return staged
+
+    def publish(self) -> Path:
+        """Rename a staged run into place (``RUN_ID``, or ``RUN_ID-2``, ... when taken); returns its path."""
+        wanted = self._wanted
+        if wanted is None:
+            return self.path
+        path, k = wanted, 1
+        while path.exists():
+            k += 1
+            path = wanted.with_name(f"{wanted.name}-{k}")
+        os.rename(self.path, path)
+        self.path, self._wanted = path, None
+        return path
+
+    def discard(self) -> None:
+        """Remove a staged run that never started (and ``logs/<env-id>/`` when it was its only folder)."""
+        if self._wanted is None:
+            return
+        shutil.rmtree(self.path, ignore_errors=True)
+        try:
+            self.path.parent.rmdir()
+        except OSError:
+            pass
+
+    @classmethod
+    def create(cls, logs_dir: Path, env_id: str, backend: str, seed: int, run_id: str | None = None) -> RunDir:
+        """A new, empty run directory in place at once (:meth:`stage` then :meth:`publish`)."""
+        rd = cls.stage(logs_dir, env_id, backend, seed, run_id)
+        rd.publish()
+        return rd
+
+    # ------------------------------------------------------------------ paths
+    config = property(lambda self: self.path / CONFIG)
+    events = property(lambda self: self.path / EVENTS)
+    transcripts = property(lambda self: self.path / TRANSCRIPTS)
+    summary = property(lambda self: self.path / SUMMARY)
+    best_policy = property(lambda self: self.path / BEST_POLICY)
+    checkpoint = property(lambda self: self.path / CHECKPOINT)
+    policies = property(lambda self: self.path / POLICIES)
+    training_png = property(lambda self: self.path / TRAINING_PNG)
+    testing_png = property(lambda self: self.path / TESTING_PNG)
+    progress_csv = property(lambda self: self.path / PROGRESS_CSV)
+    tensorboard_prefix = property(lambda self: self.path / _TENSORBOARD_PREFIX)
+    lock_files = property(lambda self: (self.path / LOCK_FILE, self.path / HOLDER_FILE))
+    compare_log = property(lambda self: self.path / COMPARE_LOG)
+    compare_error = property(lambda self: self.path / COMPARE_ERROR)
+
+    def writer_folder(self, name: str) -> Path:
+        """The folder a ``--log`` writer keeps for itself, named after it (``wandb``)."""
+        return self.path / name
+
+    def policy_file(self, iteration: int) -> Path:
+        return self.policies / f"{_POLICY_PREFIX}{iteration:04d}.json"
+
+    def iteration_policies(self) -> dict[int, Path]:
+        """The per-iteration policy files, by iteration."""
+        out: dict[int, Path] = {}
+        for p in self.policies.glob(f"{_POLICY_PREFIX}*.json"):
+            number = p.stem[len(_POLICY_PREFIX):]
+            if number.isdigit():
+                out[int(number)] = p
+        return dict(sorted(out.items()))
+
+    def prune_after(self, iteration: int) -> None:
+        """Delete the policy files of iterations after ``iteration`` (the last checkpoint's): the files agree with
+        the checkpoint again (an interrupted run's summary, a resume)."""
+        for k, p in self.iteration_policies().items():
+            if k > iteration:
+                p.unlink(missing_ok=True)
+
+    def check_no_links(self) -> None:
+        """Refuse (:class:`UserError`, one line) a run directory that holds a symbolic link anywhere inside it:
+        whatever resumes or writes a run reads, replaces and deletes files there, never through a link.
+
+        The one exception is the inside of ``wandb/`` (W&B's own offline run, which links its logs itself and is
+        written only by W&B); ``wandb`` itself must not be a link.
+        """
+        for root, dirs, files in os.walk(self.path):
+            if Path(root) != self.path and Path(root).relative_to(self.path).parts[0] in _LINKING_WRITERS:
+                continue
+            for name in sorted(dirs + files):
+                p = Path(root) / name
+                if p.is_symlink():
+                    raise UserError(f"{p} is a symbolic link (to {os.readlink(p)}); a run directory must hold its "
+                                    "own files, so nothing is written or deleted through a link: replace the link "
+                                    "with the file or folder itself")
+
+    # ------------------------------------------------------------------ readers and writers
+    def write_config(self, record: Mapping[str, Any]) -> None:
+        """``config.json``, whole, with this version's ``schema_version``."""
+        write_json_atomic(self.config, {**record, SCHEMA_KEY: SCHEMA_VERSION})
+
+    def load_config(self, *, lenient: bool = False) -> dict[str, Any] | None:
+        """``config.json`` in this version's layout (:func:`config_of`: a newer layout is always refused); None
+        when there is none, or holds no object, or, when ``lenient``, cannot be read as JSON (a scan over folders
+        that may hold anything)."""
+        record = read_json_object(self.config, lenient=lenient)
+        return None if record is None else config_of(record, self.config)
+
+    def write_summary(self, summary: Summary | Mapping[str, Any]) -> None:
+        write_json_atomic(self.summary, summary)
+
+    def load_summary(self, *, lenient: bool = False) -> dict[str, Any] | None:
+        """``summary.json``: a :class:`~.schema.Summary` with the mode's own keys (None while the run has not
+        ended; see :meth:`load_config` for ``lenient``)."""
+        return read_json_object(self.summary, lenient=lenient)
+
+    def load_events(self, on_torn: Callable[[str], None] | None = None, *,
+                    check: bool = True) -> list[dict[str, Any]]:
+        """The ``events.jsonl`` lines, each an :class:`~.schema.Event` with the mode's own keys ([] without the
+        file); ``check``: a field of the wrong type (:data:`~.schema.EVENT_FIELDS`) is one line."""
+        if not self.events.is_file():
+            return []
+        rows = read_jsonl(self.events, on_torn=on_torn)
+        if check:
+            check_fields(rows, self.events, EVENT_FIELDS)
+        return rows
+
+    def load_transcripts(self, on_torn: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
+        """The ``transcripts.jsonl`` lines ([] without the file), their computed fields checked."""
+        if not self.transcripts.is_file():
+            return []
+        rows = read_jsonl(self.transcripts, on_torn=on_torn)
+        check_fields(rows, self.transcripts, TRANSCRIPT_FIELDS)
+        return rows
+
+    def missing(self) -> list[str]:
+        """The names of the contract's files this directory lacks (the report says what it leaves out)."""
+        return [p.name for p in (self.config, self.events, self.summary, self.transcripts, self.best_policy)
+                if not p.is_file()]
+
+
+def load_settings(path: Path | str) -> dict[str, Any]:
+    """Settings from a ``--config`` file (TOML, or a run's ``config.json`` read through :func:`config_of`)."""
+    from ..config_files import load_config_file
+
+    return load_config_file(path, upgrade=config_of)
+
+
+def is_run_dir(path: Path | str) -> bool:
+    """``path`` holds a run (its events or summary, or a configuration beside a policies folder)."""
+    rd = RunDir(Path(path))
+    return rd.events.is_file() or rd.summary.is_file() or (rd.config.is_file() and rd.policies.is_dir())
+
+
+def run_dir_of(target: Path | str) -> RunDir | None:
+    """The run directory a run directory or one of its policy files belongs to (None: no ``config.json`` there)."""
+    p = Path(target)
+    folder = p if p.is_dir() else p.parent
+    if not p.is_dir() and folder.name == POLICIES:  # RUN/policies/iter_NNNN.json
+        folder = folder.parent
+    rd = RunDir(folder)
+    return rd if rd.config.is_file() else None
+
+
+def load_run_policy(target: str | Path, env_id: str | None = None) -> tuple[TablePolicy, EnvSpec | None]:
+    """The best table of a run directory (or a policy file) and, when known, the run's env spec.
+
+    ``env_id`` is the ``--env`` the command line named: a policy or run whose environment is ``module:EnvId`` is
+    refused unless it names the same (see :func:`~llm_policy_gen.envs.catalog.check_env_named`), before anything
+    is imported. A run's ``config.json`` of a newer layout is refused (:func:`config_of`).
+    """
+    from ..envs.catalog import check_env_named
+    from ..envs.spec import EnvSpec
+    from ..policy import TablePolicy
+
+    path = Path(target)
+    if path.is_dir():
+        path = RunDir(path).best_policy
+        if not path.is_file():
+            raise PolicyFileError(f"{target} holds no {BEST_POLICY}; give a run directory or a policy file")
+    policy = TablePolicy.load(path)
+    check_env_named(policy.env_id, env_id, f"the policy {path}")
+    spec: EnvSpec | None = None
+    cfg = RunDir(path.parent).config
+    if cfg.is_file():
+        record = read_json(cfg)
+        if isinstance(record, dict):
+            record = config_of(record, cfg)
+        try:
+            spec = EnvSpec.from_dict(record["env_spec"])
+        except (KeyError, ValueError, TypeError):
+            spec = None
+        if spec is not None:
+            check_env_named(policy.env_id, env_id, f"the policy {path}", spec.env_id)
+    if spec is None:
+        try:
+            from ..envs import get_spec  # imported here: envs is heavier than a policy file
+            from ..envs.tailor import apply_env_kwargs
+
+            spec = get_spec(policy.env_id)
+            if policy.env_kwargs is not None and policy.env_kwargs != spec.kwargs:
+                spec = apply_env_kwargs(spec, policy.env_kwargs)  # the environment the table was made for
+        except UserError:
+            spec = None
+    return policy, spec

@@ -1,0 +1,171 @@
+"""The keys of a run's records, declared once: an ``events.jsonl`` line (:class:`Event`) and ``summary.json``
+(:class:`Summary`), and the field checks a reader applies (:data:`EVENT_FIELDS`, derived from :class:`Event`); and
+the run directory's layout version, ``config.json``'s ``schema_version`` (:data:`SCHEMA_VERSION`, :func:`config_of`).
+
+The records stay JSON objects on disk (the outside contract names their keys); :mod:`.records` fills them and
+:mod:`.files` reads them back. This module imports nothing of the run, so that a reader of a run directory (the
+report, the plots, the sweep) needs none of it.
+"""
+
+from __future__ import annotations
+
+import json
+import types
+import typing
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, TypedDict, get_args, get_origin, get_type_hints
+
+from ..errors import UserError
+from ..runlog import CHECKS, Check
+
+__all__ = ["Event", "Summary", "EVENT_FIELDS", "fields_of", "SCHEMA_KEY", "SCHEMA_VERSION", "UPGRADES", "config_of"]
+
+
+class Event(TypedDict, total=False):
+    """One ``events.jsonl`` line (the keys every mode's line has; a mode adds its own)."""
+
+    iteration: int
+    mode: str
+    train_return: float | None
+    train_returns: list[float]
+    train_epsilon: float | None
+    eval_mean: float | None
+    eval_returns: list[float]
+    eval_episodes: int
+    candidates: int
+    candidate_means: list[float | None]
+    chosen: int | None
+    best_test_mean: float | None
+    best_eval_mean: float | None
+    heldout_mean: float | None
+    accepted: bool
+    accepted_total: int
+    valid: bool
+    n_changed: int
+    episodes_total: int
+    env_steps_total: int
+    heldout_episodes_total: int
+    input_tokens: int
+    output_tokens: int
+    cached_input_tokens: int
+    cost_usd: float
+    input_tokens_total: int
+    output_tokens_total: int
+    cost_usd_total: float
+    cost_complete: bool
+    llm_calls: int
+    failed_calls: int
+    first_call_error: str | None
+    validation_errors: list[str]
+    notes: list[str]
+    prompt_chars: int | None
+    wall_s: float
+    confirmation: dict[str, Any]
+    heldout_std: float
+    heldout_episodes: int
+    heldout_returns: list[float]
+    heldout_returns_before: list[float]
+
+
+class Summary(TypedDict, total=False):
+    """``summary.json`` (a mode's ending adds its own keys)."""
+
+    env_id: str
+    mode: str
+    backend: str
+    model: str
+    is_llm: bool
+    seed: int
+    candidates: int
+    best_eval_mean: float | None
+    best_eval_std: float | None
+    best_eval_episodes: int
+    best_test_mean: float | None
+    best_iteration: int
+    accepted_count: int
+    never_accepted: bool
+    reward_threshold: float | None
+    solved: bool
+    episodes_to_solve: int | None
+    iteration_solved: int | None
+    iterations: int
+    episodes_total: int
+    env_steps_total: int
+    heldout_episodes_total: int
+    input_tokens: int
+    output_tokens: int
+    cached_input_tokens: int
+    cost_usd: float
+    cost_complete: bool
+    llm_calls: int
+    cached_calls: int
+    failed_calls: int
+    first_call_error: str | None
+    invalid_iterations: int
+    prompt_chars_first: int | None
+    prompt_chars_last: int | None
+    prompt_chars_max: int | None
+    stop_reason: str
+    unreachable_after: int
+    wall_s: float
+    unfinished_iteration_calls: int
+    unfinished_iteration_failed_calls: int
+
+
+def _kind(annotation: Any) -> str | None:
+    """The :data:`~llm_policy_gen.runlog.CHECKS` kind of a record field's type (None: not checked)."""
+    if isinstance(annotation, types.UnionType) or get_origin(annotation) is typing.Union:
+        rest = [a for a in get_args(annotation) if a is not type(None)]
+        if len(rest) != 1:
+            return None
+        annotation = rest[0]
+    origin = get_origin(annotation)
+    if origin is list:
+        item = get_args(annotation)[0]
+        return "numbers" if _kind(item) in ("number", "int") else "list"
+    if origin is dict:
+        return "object"
+    return {bool: "bool", int: "int", float: "number", str: "str"}.get(annotation)
+
+
+def fields_of(record: type) -> dict[str, Check]:
+    """Each field of a typed record (a ``TypedDict``) with the check its type implies, for
+    :func:`~llm_policy_gen.runlog.check_fields`."""
+    out: dict[str, Check] = {}
+    for key, annotation in get_type_hints(record).items():
+        kind = _kind(annotation)
+        if kind is not None:
+            out[key] = CHECKS[kind]
+    return out
+
+
+EVENT_FIELDS: dict[str, Check] = fields_of(Event)
+"""The fields of an ``events.jsonl`` line, and the type each must have when not null (a mode's own keys are not
+checked)."""
+
+
+SCHEMA_KEY = "schema_version"
+SCHEMA_VERSION = 1
+"""The layout this version writes. 1: the contract's files and keys (a ``config.json`` without ``schema_version``,
+as written before the key existed, is the same layout)."""
+
+UPGRADES: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+"""Layout ``v`` -> the function that turns its ``config.json`` record into layout ``v + 1``'s: the one mapping
+through which an older run directory is read. Empty while every layout is 1."""
+
+
+def config_of(record: Mapping[str, Any], where: Path | str) -> dict[str, Any]:
+    """A run's ``config.json`` record in this version's layout: an older one upgraded through :data:`UPGRADES`,
+    a newer or unknown ``schema_version`` refused (:class:`UserError`, one line naming ``where`` and the version)."""
+    version = record.get(SCHEMA_KEY, 1)
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise UserError(f"{where}: {SCHEMA_KEY} {json.dumps(version)[:40]} is not a run-directory layout (this "
+                        f"version of llm-policy-gen reads layouts 1 to {SCHEMA_VERSION})")
+    if version > SCHEMA_VERSION:
+        raise UserError(f"{where} has {SCHEMA_KEY} {version}, a run-directory layout newer than this version of "
+                        f"llm-policy-gen reads (1 to {SCHEMA_VERSION}); upgrade llm-policy-gen to read it")
+    out = dict(record)
+    for v in range(version, SCHEMA_VERSION):
+        out = UPGRADES[v](out)
+    return out
