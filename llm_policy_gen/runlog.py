@@ -275,16 +275,18 @@ _INT = ("an integer", _is_int)
 _LIST = ("a list", lambda x: isinstance(x, list))
 
 EVENT_FIELDS: dict[str, tuple[str, Callable[[Any], bool]]] = {
-    **dict.fromkeys(("eval_mean", "train_return", "best_test_mean", "best_eval_mean", "heldout_mean", "cost_usd",
+    **dict.fromkeys(("test_mean", "train_return", "best_test_mean", "best_heldout_mean", "heldout_mean", "cost_usd",
                      "cost_usd_total", "wall_s"), _NUMBER),
     **dict.fromkeys(("episodes_total", "env_steps_total", "llm_calls", "input_tokens", "output_tokens",
-                     "eval_episodes", "chosen"), _INT),
-    **dict.fromkeys(("candidate_means", "eval_returns", "train_returns"),
+                     "test_episodes", "chosen"), _INT),
+    **dict.fromkeys(("candidate_means", "test_returns", "train_returns"),
                     ("a list of numbers", lambda x: isinstance(x, list) and all(v is None or _is_number(v)
                                                                                 for v in x))),
     "validation_errors": _LIST,
 }
-"""The fields of an ``events.jsonl`` line that are computed with, and the type each must have when not null."""
+"""The fields of an iteration record that are computed with (the code's names:
+:func:`~llm_policy_gen.schema.aliases.file_keys` gives ``events.jsonl``'s), and the type each must have when not
+null."""
 
 TRANSCRIPT_FIELDS: dict[str, tuple[str, Callable[[Any], bool]]] = {
     **dict.fromkeys(("candidate", "attempt", "state", "input_tokens", "output_tokens", "cached_input_tokens"), _INT),
@@ -385,13 +387,14 @@ class KVWriter(Protocol):
 
 
 class JsonlWriter:
-    """One line per record in a JSONL file (``events.jsonl``)."""
+    """One line per record in a JSONL file (``events.jsonl``), its keys renamed by ``keys`` (the file's names)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, keys: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> None:
         self.path = Path(path)
+        self.keys = keys
 
     def write(self, record: dict[str, Any]) -> None:
-        append_jsonl(self.path, record)
+        append_jsonl(self.path, self.keys(record) if self.keys is not None else record)
 
     def close(self) -> None:
         return None
