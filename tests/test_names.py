@@ -9,13 +9,16 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
 from llm_policy_gen.checkpoint import load_checkpoint, save_checkpoint
 from llm_policy_gen.cli import main
 from llm_policy_gen.loggers import scalars
+from llm_policy_gen.modes import MODES
+from llm_policy_gen.modes.base import RunServices, Step
+from llm_policy_gen.modes.table import TableMode
 from llm_policy_gen.runlog import read_jsonl
 from llm_policy_gen.schema.aliases import LAYOUT_BEFORE_CANDIDATES, events_in, summary_in
 
@@ -140,3 +143,39 @@ def test_the_old_names_live_only_in_the_alias_mapping() -> None:
                    if p.is_file() and p.suffix in (".py", ".j2", ".toml", ".md", ".js", ".json")
                    and any(w in p.read_text(encoding="utf-8") for w in ("best_eval_mean", "eval_start", "eval_max")))
     assert found == ["schema/aliases.py"]
+
+
+class WatchedTableMode(TableMode):
+    """Table mode that looks, right after ``run.judge``, at what the judging left behind."""
+
+    name = "watched-table"
+    seen: ClassVar[list[dict[str, Any]]] = []
+
+    def iterate(self, run: RunServices, iteration: int) -> Step:
+        before = run.counters.heldout_total  # type: ignore[attr-defined]  # the test's look behind the services
+        step = super().iterate(run, iteration)
+        policies = sorted(p.name for p in (run.dir.path / "policies").glob("iter_*.json"))  # type: ignore[attr-defined]
+        self.seen.append({"iteration": iteration, "accepted": step.accepted, "policies": policies,
+                          "heldout_measured": run.counters.heldout_total - before})  # type: ignore[attr-defined]
+        return step
+
+
+def test_judge_only_judges_and_the_run_keeps_the_verdict(tmp_path: Path) -> None:
+    """``run.judge`` writes no file and measures no held-out seed; the run does both once the iteration returns:
+    every iteration's policy file, and a new best's held-out episodes (5 each) in its events line."""
+    MODES.register("watched-table", f"{__name__}:WatchedTableMode", description="test example")
+    WatchedTableMode.seen.clear()
+    try:
+        run = _train(tmp_path, "--iterations", "4", "--mode", "watched-table")
+    finally:
+        MODES.unregister("watched-table")
+    seen = WatchedTableMode.seen
+    assert [s["iteration"] for s in seen] == [1, 2, 3, 4]
+    assert all(s["heldout_measured"] == 0 for s in seen)
+    assert [s["policies"] for s in seen] == [[f"iter_{i:04d}.json" for i in range(1, k)] for k in range(1, 5)]
+    assert sorted(p.name for p in (run / "policies").glob("iter_*.json")) == [f"iter_{i:04d}.json"
+                                                                               for i in range(1, 5)]
+    events = read_jsonl(run / "events.jsonl")
+    assert any(s["accepted"] for s in seen)  # an adoption happened, so the held-out step was exercised
+    for s, e in zip(seen, events, strict=True):
+        assert e["accepted"] == s["accepted"] and (e.get("heldout_episodes") == 5) == s["accepted"]
