@@ -179,3 +179,14 @@ def test_judge_only_judges_and_the_run_keeps_the_verdict(tmp_path: Path) -> None
     assert any(s["accepted"] for s in seen)  # an adoption happened, so the held-out step was exercised
     for s, e in zip(seen, events, strict=True):
         assert e["accepted"] == s["accepted"] and (e.get("heldout_episodes") == 5) == s["accepted"]
+
+
+def test_a_comparison_recorded_under_the_old_names_is_the_same_sweep_and_a_change_is_named() -> None:
+    """``compare`` re-run on its folder compares the recorded settings (compare.json, each run's config.json) with
+    its own: an old name is today's setting, not a setting the other side lacks."""
+    from llm_policy_gen.sweep.plan import differences, experiment
+
+    old = {"env_id": "CartPole-v1", "eval_start": 2, "eval_max": 4, "explicit": ["eval_start", "eval_max"]}
+    new = {"env_id": "CartPole-v1", "test_start": 2, "test_max": 4, "explicit": ["test_start", "test_max"]}
+    assert experiment(old) == experiment(new) == {"env_id": "CartPole-v1", "test_start": 2, "test_max": 4}
+    assert differences(experiment(old), experiment({**new, "test_max": 5})) == ["test_max 4 (this command: 5)"]
