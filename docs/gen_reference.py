@@ -17,7 +17,7 @@ import argparse
 import json
 from typing import Any
 
-__all__ = ["train_options", "commands", "on_page_markdown", "MARKERS"]
+__all__ = ["train_options", "old_names", "commands", "on_page_markdown", "MARKERS"]
 
 
 def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
@@ -52,8 +52,8 @@ def _flags_by_setting(parser: argparse.ArgumentParser, names: set[str]) -> tuple
     others: list[Any] = []
     for action in parser._actions:
         flags = [s for s in action.option_strings if s.startswith("--")]
-        if not flags or isinstance(action, argparse._HelpAction):
-            continue
+        if not flags or isinstance(action, argparse._HelpAction) or action.help == argparse.SUPPRESS:
+            continue  # an old name's flag is listed with the old names
         dest = action.dest
         name = dest if dest in names else dest[3:] if dest.startswith("no_") and dest[3:] in names else None
         if name is None:
@@ -79,7 +79,20 @@ def train_options() -> str:
     for action in others:
         flag = ", ".join(f"`{f}`" for f in action.option_strings)
         rows.append(f"| {flag} | {_cell(action.help or '')} |")
-    return "\n".join(rows) + "\n"
+    return "\n".join(rows + ["", *old_names()]) + "\n"
+
+
+def old_names() -> list[str]:
+    """The old setting names still accepted (``llm_policy_gen/schema/aliases.py``), as Markdown lines."""
+    from llm_policy_gen.schema.aliases import OLD_FLAGS, SETTING_ALIASES
+
+    rows = ["Old names, still accepted in a TOML file, a run's `config.json`, an env spec's `[train_defaults]` and on "
+            "the command line (not listed by `--help`); `config.json` records today's name:", "",
+            "| old name | old flag | today's setting |", "| --- | --- | --- |"]
+    flags = {setting: flag for flag, setting in OLD_FLAGS.items()}
+    for old, new in SETTING_ALIASES.items():
+        rows.append(f"| `{old}` | `{flags[new]}` | `{new}` |")
+    return rows
 
 
 def commands() -> str:

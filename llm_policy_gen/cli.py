@@ -44,6 +44,7 @@ class _Parser(argparse.ArgumentParser):
 
 def _add_train(sub: Any) -> None:
     from .config import OPTIONS
+    from .schema.aliases import OLD_FLAGS
 
     p = sub.add_parser("train", help="run the iterative loop and write one run directory (or --resume one)",
                        description="Run the loop: collect -> prompt -> K candidates -> validate -> keep -> log.")
@@ -53,6 +54,9 @@ def _add_train(sub: Any) -> None:
     for option in OPTIONS.values():
         if option.flag:
             _add_setting(p, option.name, option.flag, option.help())
+    for flag, setting in OLD_FLAGS.items():  # an old name's option (--eval-start) still works, unlisted
+        if OPTIONS[setting].flag:
+            _add_setting(p, setting, flag, argparse.SUPPRESS)
     p.set_defaults(func=_cmd_train)
 
 
@@ -127,13 +131,15 @@ def summary_line(s: dict[str, Any]) -> str:
     """The one line ``train`` prints about a finished run (from its summary.json)."""
     from .backends import is_client
     from .console import calls_text, cost_text, plural
+    from .schema.aliases import summary_in
 
+    s = summary_in(s)
     if s["solved"]:
         solved = f"solved after {plural(s['episodes_to_solve'], 'episode')}"
     else:
         solved = "not solved" if s.get("reward_threshold") is not None else "no threshold"
     cost = f", {cost_text(s['cost_usd'], s.get('cost_complete', True))}" if s["is_llm"] else ""
-    best = "n/a" if s["best_eval_mean"] is None else f"{s['best_eval_mean']:.2f}"
+    best = "n/a" if s["best_heldout_mean"] is None else f"{s['best_heldout_mean']:.2f}"
     model = f":{s['model']}" if s["model"] and s["is_llm"] else ""
     mode = "" if s["mode"] == "table" else f", {s['mode']} mode"
     made = calls_text(s["llm_calls"], s.get("failed_calls") or 0, s.get("first_call_error"))
@@ -141,9 +147,9 @@ def summary_line(s: dict[str, Any]) -> str:
              if is_client(s["backend"]) else f"{plural(s['llm_calls'], 'proposal')} (no model called)")
     never = " (no candidate was ever accepted: this is the initial table)" if s.get("never_accepted") \
         and s["mode"] != "direct" else ""
-    when = " (measured once, at the end)" if s["mode"] == "direct" and s["best_eval_episodes"] else ""
+    when = " (measured once, at the end)" if s["mode"] == "direct" and s["best_heldout_episodes"] else ""
     return (f"{s['env_id']} [{s['backend']}{model}{mode}] held-out mean {best} over "
-            f"{plural(s['best_eval_episodes'], 'episode')}{when}{never}, {solved}; "
+            f"{plural(s['best_heldout_episodes'], 'episode')}{when}{never}, {solved}; "
             f"{plural(s['iterations'], 'iteration')}, {plural(s['episodes_total'], 'episode')}, {calls}, "
             f"{s['wall_s']:.1f} s; stop: {s['stop_reason']}")
 

@@ -17,6 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, field_validator, model_validator
 
 from .errors import UserError
+from .schema.aliases import settings_in
 
 __all__ = ["TrainConfig", "SEED_MAX", "config_error", "option_name", "Option",
            "OPTIONS", "TRAIN_OPTIONS", "OPTION_NAMES", "RESUME_OPTIONS", "OPERATIONAL_SETTINGS"]
@@ -81,14 +82,14 @@ class TrainConfig(BaseModel):
                                 "the advised action at iteration 1.", ge=0.0, le=1.0)
     advice_decay: float = _field(0.9, "a number in [0, 1]", "Advisor mode: the advice probability is multiplied by "
                                  "this every iteration (p_t = advice_prob * advice_decay^(t-1)).", ge=0.0, le=1.0)
-    eval_start: int = _field(3, "an integer >= 1", "Test episodes per candidate at iteration 1.", ge=1, flag=None)
-    eval_max: int = _field(10, "an integer >= eval_start", "Test episodes per candidate at the end of the rise.",
-                           ge=1, flag=None)
+    test_start: int = _field(3, "an integer >= 1", "Test episodes per candidate at iteration 1.", ge=1)
+    test_max: int = _field(10, "an integer >= test_start", "Test episodes per candidate at the end of the rise.",
+                           ge=1)
     test_seeds: Literal["fixed", "fresh"] = _field("fixed", "fixed or fresh", "Test seeds of the candidates: the "
                                                    "same first ones every iteration (fixed), or new ones every "
                                                    "iteration, the kept table scored on them too (fresh).")
-    eval_rise_every: int = _field(1, "an integer >= 1", "Add one test episode every this many iterations (the "
-                                  "best is re-scored on the added seeds).", ge=1, flag=None)
+    test_rise_every: int = _field(1, "an integer >= 1", "Add one test episode every this many iterations (the "
+                                  "best is re-scored on the added seeds).", ge=1)
     confirm_episodes: int = _field(10, "an integer >= 0", "Fresh episodes per batch of the paired confirmation a "
                                    "challenger that won on the test seeds must pass before adoption (0: no "
                                    "confirmation).", ge=0)
@@ -230,9 +231,9 @@ class TrainConfig(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> TrainConfig:
-        if self.eval_max < self.eval_start:
-            raise ValueError(f"bad eval_max {self.eval_max} with eval_start {self.eval_start}: accepted eval_max >= "
-                             "eval_start")
+        if self.test_max < self.test_start:
+            raise ValueError(f"bad test_max {self.test_max} with test_start {self.test_start}: accepted test_max >= "
+                             "test_start")
         return self
 
     # ------------------------------------------------------------------ building
@@ -241,7 +242,8 @@ class TrainConfig(BaseModel):
         """Defaults, then each ``(values, source name)`` in turn; keys given anywhere become ``explicit``."""
         merged: dict[str, Any] = {}
         explicit: set[str] = set()
-        for values, source in sources:
+        for given, source in sources:
+            values = settings_in(given, source)
             unknown = sorted(set(values) - set(cls.model_fields))
             if unknown:
                 raise UserError(f"{source}: unknown setting {unknown[0]!r}; accepted: "
@@ -262,6 +264,7 @@ class TrainConfig(BaseModel):
 
     def updated(self, values: dict[str, Any], source: str) -> TrainConfig:
         """A copy with ``values`` applied (they, and only they, join the explicit settings)."""
+        values = settings_in(values, source)
         unknown = sorted(set(values) - set(TrainConfig.model_fields))
         if unknown:
             raise UserError(f"{source}: unknown setting {unknown[0]!r}")
@@ -273,6 +276,7 @@ class TrainConfig(BaseModel):
 
     def with_env_defaults(self, defaults: dict[str, Any]) -> TrainConfig:
         """Apply an env spec's ``train_defaults`` to the settings the user did not give."""
+        defaults = settings_in(defaults, "env spec train_defaults")
         unknown = sorted(set(defaults) - set(TrainConfig.model_fields))
         if unknown:
             raise UserError(f"env spec train_defaults: unknown setting {unknown[0]!r}")
@@ -319,7 +323,7 @@ def config_error(exc: ValidationError, source: str, values: dict[str, Any]) -> U
     """One line for the first problem of a validation error: the key, the value and what is accepted."""
     err = exc.errors()[0]
     key = str(err["loc"][0]) if err["loc"] else ""
-    if not key:  # a model-level check (eval_max < eval_start)
+    if not key:  # a model-level check (test_max < test_start)
         return UserError(f"{source}: {err['msg'].removeprefix('Value error, ')}")
     extra = TrainConfig.model_fields[key].json_schema_extra if key in TrainConfig.model_fields else None
     accepted = extra.get("accepted") if isinstance(extra, dict) else None

@@ -39,9 +39,9 @@ def printable(text: object, *, lines: bool = False) -> str:
 
 def _heldout(record: dict[str, Any]) -> str:
     """The held-out figure of an iteration's record; a mode that measures it only at the end (direct) says so."""
-    if record.get("best_eval_mean") is None and record.get("heldout_at_end"):
+    if record.get("best_heldout_mean") is None and record.get("heldout_at_end"):
         return "at the end"
-    return _num(record.get("best_eval_mean"))
+    return _num(record.get("best_heldout_mean"))
 
 
 def _candidates_text(means: list[Any]) -> str:

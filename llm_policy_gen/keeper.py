@@ -1,7 +1,7 @@
 """The best-policy keeper: K candidates on shared seeds, a paired confirmation on fresh seeds, revert regressions.
 
 Like Stable-Baselines3's ``EvalCallback``, every candidate is scored on the same **test seeds** as the incumbent (the
-kept table): ``eval_start`` of them at iteration 1, one more every ``rise_every`` iterations up to ``eval_max``; when
+kept table): ``test_start`` of them at iteration 1, one more every ``rise_every`` iterations up to ``test_max``; when
 the count rises the incumbent is scored on the added seeds too, so both are always compared on equal samples. The K
 candidates of an iteration run in one batched pass; identical candidates, and candidates equal to the incumbent, are
 scored once.
@@ -172,6 +172,10 @@ class Verdict:
     confirmation: Confirmation | None = None
     episodes: list[Episode] = field(default_factory=list)
     """Every episode the decision ran (incumbent's added seeds, candidates, confirmation): real experience."""
+    chosen_table: np.ndarray | None = None
+    """The challenger as it was given (None when no candidate was valid)."""
+    chosen_source: dict[str, Any] | None = None
+    """What the challenger was compiled from (its rules), when it was."""
 
     @property
     def chosen_mean(self) -> float | None:
@@ -186,8 +190,8 @@ class Keeper:
         collector: Collector,
         initial_table: np.ndarray,
         seed: int,
-        eval_start: int = 3,
-        eval_max: int = 10,
+        test_start: int = 3,
+        test_max: int = 10,
         rise_every: int = 1,
         confirm_episodes: int = 10,
         confirm_z: float = 2.0,
@@ -198,7 +202,7 @@ class Keeper:
         self.best_table = np.asarray(initial_table, dtype=np.int64).copy()
         self.best_source: dict[str, Any] | None = None
         self.plan = SeedPlan(seed)
-        self.eval_start, self.eval_max, self.rise_every = eval_start, eval_max, rise_every
+        self.test_start, self.test_max, self.rise_every = test_start, test_max, rise_every
         self.confirm_episodes, self.confirm_z = int(confirm_episodes), float(confirm_z)
         self.confirm_batches = max(1, int(confirm_batches))
         self._best_returns: dict[int, float] = {}
@@ -215,12 +219,12 @@ class Keeper:
         self.ret_low = math.inf
         """The highest and lowest return of any episode the keeper has scored."""
 
-    def n_eval(self, iteration: int) -> int:
-        return min(self.eval_max, self.eval_start + max(0, iteration - 1) // self.rise_every)
+    def n_test(self, iteration: int) -> int:
+        return min(self.test_max, self.test_start + max(0, iteration - 1) // self.rise_every)
 
     def seeds(self, iteration: int) -> list[int]:
-        first = (max(0, iteration - 1) * self.eval_max) % FRESH_TEST_SEEDS if self.fresh_test_seeds else 0
-        return [self.plan.test((first + j) % FRESH_TEST_SEEDS) for j in range(self.n_eval(iteration))]
+        first = (max(0, iteration - 1) * self.test_max) % FRESH_TEST_SEEDS if self.fresh_test_seeds else 0
+        return [self.plan.test((first + j) % FRESH_TEST_SEEDS) for j in range(self.n_test(iteration))]
 
     def _incumbent_on(self, seeds: Sequence[int], iteration: int) -> list[Episode]:
         """Run the incumbent on the seeds it has no return for yet; remember the returns."""
@@ -250,6 +254,16 @@ class Keeper:
         sources: Sequence[dict[str, Any] | None] | None = None,
     ) -> Verdict:
         """Score every valid candidate on the test seeds, confirm the best one, adopt it if it holds."""
+        verdict = self._decide(candidates, iteration, sources)
+        if verdict.chosen is not None:
+            verdict.chosen_table = candidates[verdict.chosen]
+            verdict.chosen_source = sources[verdict.chosen] if sources is not None else None
+        return verdict
+
+    def _decide(
+        self, candidates: Sequence[np.ndarray | None], iteration: int,
+        sources: Sequence[dict[str, Any] | None] | None,
+    ) -> Verdict:
         best_mean, episodes = self.score_best(iteration)
         seeds = self.seeds(iteration)
         best_rets = [self._best_returns[s] for s in seeds]

@@ -52,6 +52,7 @@ from .errors import missing_extra
 from .registry import Registry
 from .run.files import PROGRESS_CSV, RunDir
 from .runlog import KVWriter, write_bytes_atomic
+from .schema.aliases import events_in
 
 __all__ = ["LOGGERS", "scalars", "make_writers", "check_writers", "CSVWriter", "TensorBoardWriter", "PROGRESS_CSV"]
 
@@ -73,11 +74,11 @@ _NAMES = (
     ("env_steps_total", "time/total_timesteps"),
     ("heldout_episodes_total", "time/heldout_episodes_total"),
     ("best_test_mean", "eval/best_test_mean"),
-    ("best_eval_mean", "eval/heldout_mean"),
+    ("best_heldout_mean", "eval/heldout_mean"),
     ("heldout_std", "eval/heldout_std"),
     ("heldout_episodes", "eval/heldout_episodes"),
-    ("eval_mean", "eval/chosen_test_mean"),
-    ("eval_episodes", "eval/test_episodes"),
+    ("test_mean", "eval/chosen_test_mean"),
+    ("test_episodes", "eval/test_episodes"),
     ("accepted", "eval/accepted"),
     ("accepted_total", "eval/accepted_total"),
     ("chosen", "eval/chosen_candidate"),
@@ -97,7 +98,7 @@ _NAMES = (
     ("wall_s", "time/iteration_wall_s"),
 )
 #: Record keys that are not scalars of their own (lists, text, or the same number under another key).
-_SKIP = {"mode", "train_returns", "eval_returns", "candidate_means", "validation_errors", "notes", "confirmation",
+_SKIP = {"mode", "train_returns", "test_returns", "candidate_means", "validation_errors", "notes", "confirmation",
          "heldout_mean", "valid", "candidates"}
 
 
@@ -112,14 +113,10 @@ def _number(value: Any) -> float | int | None:
 
 
 def scalars(record: dict[str, Any]) -> dict[str, float | int]:
-    """The scalars of one events.jsonl record (see the module docstring); missing and non-finite values left out.
-
-    Records written before candidates existed (no ``best_test_mean``) held the test mean in ``best_eval_mean``
-    and the held-out mean in ``heldout_mean``; they are read that way.
-    """
+    """The scalars of one iteration record in the code's names (see the module docstring; a line read from
+    ``events.jsonl`` goes through :func:`~llm_policy_gen.schema.aliases.events_in` first); missing and non-finite
+    values left out."""
     rec = dict(record)
-    if "best_test_mean" not in rec and "heldout_mean" in rec:
-        rec["best_test_mean"], rec["best_eval_mean"] = rec.get("best_eval_mean"), rec.get("heldout_mean")
     out: dict[str, float | int] = {}
     for key, name in _NAMES:
         v = _number(rec.get(key))
@@ -148,7 +145,8 @@ def scalars(record: dict[str, Any]) -> dict[str, float | int]:
 
 
 def _events_so_far(run_dir: Path) -> list[dict[str, Any]]:
-    return RunDir(Path(run_dir)).load_events(check=False)
+    """The run's events.jsonl lines so far, in the code's names."""
+    return events_in(RunDir(Path(run_dir)).load_events(check=False))[0]
 
 
 class CSVWriter:

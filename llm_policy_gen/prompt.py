@@ -38,6 +38,7 @@ from .envs.spec import EnvSpec
 from .evidence_text import bin_values, dimension_lines, evidence_by_dimension, num
 from .formats.base import AnswerFormat, FormatContext, Target, table_dims
 from .memory import ExperienceMemory, StateEvidence, episode_stats, median_episode
+from .schema.aliases import event_in, template_fields
 from .table_text import entry_text, table_text
 from .templates import prompts_dir, template
 
@@ -66,9 +67,9 @@ class HistoryEntry:
     """What happened to one earlier candidate."""
 
     iteration: int
-    eval_mean: float | None
+    test_mean: float | None
     """Mean return of the candidate on the test episodes (None: refused or failed before evaluation)."""
-    eval_episodes: int
+    test_episodes: int
     accepted: bool
     n_changed: int = 0
     note: str = ""
@@ -81,7 +82,7 @@ class HistoryEntry:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> HistoryEntry:
-        return cls(**d)
+        return cls(**event_in(d))  # a checkpoint of an earlier version says eval_mean, eval_episodes
 
 
 @dataclass(kw_only=True)
@@ -119,9 +120,9 @@ class PromptContext(IterationState):
     """Everything a prompt is rendered from: the iteration's state (what proposers read) and the fields only the
     templates render."""
 
-    best_eval_mean: float | None
+    best_test_mean: float | None
     """The incumbent's mean on this iteration's test seeds."""
-    eval_episodes: int
+    test_episodes: int
     memory: ExperienceMemory
     best_k: int = 4
     worst_k: int = 1
@@ -219,12 +220,12 @@ class PromptBuilder:
             return "(no earlier candidates yet)"
         seen: dict[tuple[str, bool], HistoryEntry] = {}
         for h in ctx.history[-self.history_len * 4 :]:
-            seen[(num(h.eval_mean), h.accepted)] = h  # keep the latest of equal outcomes
-        entries = sorted(seen.values(), key=lambda h: (-1e18 if h.eval_mean is None else h.eval_mean, h.iteration))
+            seen[(num(h.test_mean), h.accepted)] = h  # keep the latest of equal outcomes
+        entries = sorted(seen.values(), key=lambda h: (-1e18 if h.test_mean is None else h.test_mean, h.iteration))
         out = []
         for h in entries[-self.history_len :]:
             who = f"iteration {h.iteration}" + (f" candidate {h.candidate}" if ctx.candidates > 1 else "")
-            if h.eval_mean is None:
+            if h.test_mean is None:
                 out.append(f"{who}: refused ({h.note or 'invalid answer'})")
                 continue
             if h.accepted:
@@ -233,7 +234,7 @@ class PromptBuilder:
                 verdict = "best on the test episodes but not confirmed on fresh episodes, reverted"
             else:
                 verdict = "not better, reverted"
-            out.append(f"{who}: {num(h.eval_mean)} on {h.eval_episodes} episodes, {verdict}, "
+            out.append(f"{who}: {num(h.test_mean)} on {h.test_episodes} episodes, {verdict}, "
                        f"{h.n_changed} states changed")
         return "\n".join(out)
 
@@ -351,8 +352,8 @@ class PromptBuilder:
             **ctx.sections,
             "n_states": ctx.observation.n_states,
             "state_meaning": self.state_meaning(ctx),
-            "eval_episodes": ctx.eval_episodes,
-            "best_eval": num(ctx.best_eval_mean),
+            "test_episodes": ctx.test_episodes,
+            "best_test": num(ctx.best_test_mean),
             "history": self.history(ctx),
             "iteration": ctx.iteration,
             "episodes": self.episodes(ctx),
@@ -367,7 +368,7 @@ class PromptBuilder:
         ``ctx.templates`` names the (system, user) templates (each mode has its own pair).
         """
         system, user = ctx.templates
-        fields = self.fields(ctx)
+        fields = template_fields(self.fields(ctx))
         tmpl = Template(self.template(user))
         system_text = self.template(system)
         rows = self.evidence_rows(ctx)

@@ -50,7 +50,7 @@ def uniform_random_returns(spec: EnvSpec, seeds: Sequence[int]) -> np.ndarray:
 
 
 def heldout_seeds(run_seed: int, episodes: int) -> list[int]:
-    """The held-out seeds of a run with seed ``run_seed`` (those its ``best_eval_mean`` is measured on)."""
+    """The held-out seeds of a run with seed ``run_seed`` (those its held-out mean is measured on)."""
     plan = SeedPlan(int(run_seed))
     return [plan.heldout(j) for j in range(int(episodes))]
 

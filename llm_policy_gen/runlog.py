@@ -323,13 +323,14 @@ class KVWriter(Protocol):
 
 
 class JsonlWriter:
-    """One line per record in a JSONL file (``events.jsonl``)."""
+    """One line per record in a JSONL file (``events.jsonl``), its keys renamed by ``keys`` (the file's names)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, keys: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> None:
         self.path = Path(path)
+        self.keys = keys
 
     def write(self, record: dict[str, Any]) -> None:
-        append_jsonl(self.path, record)
+        append_jsonl(self.path, self.keys(record) if self.keys is not None else record)
 
     def close(self) -> None:
         return None

@@ -34,7 +34,7 @@ def context(env_id: str, memory: ExperienceMemory, iteration: int = 1, table: np
     obs, acts = spec.observation_discretizer(), spec.action_discretizer()
     return PromptContext(
         spec=spec, observation=obs, actions=acts, iteration=iteration,
-        current_table=spec.default_table() if table is None else table, best_eval_mean=0.0, eval_episodes=3,
+        current_table=spec.default_table() if table is None else table, best_test_mean=0.0, test_episodes=3,
         memory=memory, evidence=memory.evidence(), fmt=make_format(fmt),
         target=Target("action", n_actions=acts.n_actions), fresh=list(memory.episodes if fresh is None else fresh),
     )

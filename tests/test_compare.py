@@ -141,7 +141,7 @@ def test_sweep_writes_the_comparison_and_resumes(tmp_path: Path, capsys: pytest.
         assert tuple(next(csv.reader(fh))) == CSV_COLUMNS
     for r in rows:
         summary = json.loads((out / str(r.run_dir) / "summary.json").read_text())
-        assert r.best_eval_mean == pytest.approx(summary["best_eval_mean"])
+        assert r.best_heldout_mean == pytest.approx(summary["best_eval_mean"])
         assert r.episodes_total == summary["episodes_total"] and r.iterations == 2
         assert summary["best_eval_episodes"] == 10  # --config reached the runs
     md = (out / "results.md").read_text()
@@ -194,7 +194,7 @@ def test_an_interrupted_run_resumes_and_is_never_a_result(tmp_path: Path, monkey
     rows = read_results(out / "results.csv")
     assert [(r.backend, r.seed, r.status) for r in rows] == [
         ("offline", 0, "ok"), ("offline", 1, "ok"), ("random", 0, "interrupted"), ("random", 1, "interrupted")]
-    assert all(r.best_eval_mean is None and r.iterations is None for r in rows if not r.ok)
+    assert all(r.best_heldout_mean is None and r.iterations is None for r in rows if not r.ok)
     run = out / "runs" / "FrozenLake-v1" / "random_s0"
     assert json.loads((run / "summary.json").read_text())["stop_reason"] == "interrupted"
     assert "| random | no | 0/2 |" in (out / "results.md").read_text()
@@ -255,7 +255,7 @@ def test_a_failed_run_is_a_row_not_the_end(tmp_path: Path, monkeypatch: pytest.M
     assert "1 of 2 runs failed" in capsys.readouterr().err
     rows = read_results(out / "results.csv")
     assert [r.status for r in rows] == ["failed", "ok"]
-    assert rows[0].error == "RuntimeError: the backend broke" and rows[0].best_eval_mean is None
+    assert rows[0].error == "RuntimeError: the backend broke" and rows[0].best_heldout_mean is None
     assert "## Failed runs" in (out / "results.md").read_text()
     # A re-run runs the failed run and keeps the finished one.
     assert main(argv) == 0
@@ -280,7 +280,7 @@ def test_a_spec_variant_is_compared_where_its_runs_go(tmp_path: Path, capsys: py
 
 def test_backend_stats_from_known_rows() -> None:
     def row(backend: str, seed: int, score: float, solved_at: int | None) -> ResultRow:
-        return ResultRow(backend=backend, seed=seed, status="ok", is_llm=False, best_eval_mean=score,
+        return ResultRow(backend=backend, seed=seed, status="ok", is_llm=False, best_heldout_mean=score,
                          solved=solved_at is not None, episodes_to_solve=solved_at, llm_calls=30,
                          input_tokens=100, output_tokens=50, cost_usd=0.5, wall_s=2.0)
 

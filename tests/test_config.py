@@ -78,15 +78,15 @@ def test_unknown_key_is_named_with_the_accepted_ones() -> None:
     assert "explicit" not in msg.split("accepted:")[1]
 
 
-def test_eval_max_below_eval_start_names_both() -> None:
-    msg = refused({"eval_start": 5, "eval_max": 2})
-    assert "eval_max 2" in msg and "eval_start 5" in msg
-    msg = refused({"eval_max": 2})  # against the default eval_start 3
-    assert "eval_max 2" in msg and "eval_start 3" in msg
+def test_test_max_below_test_start_names_both() -> None:
+    msg = refused({"test_start": 5, "test_max": 2})
+    assert "test_max 2" in msg and "test_start 5" in msg
+    msg = refused({"test_max": 2})  # against the default test_start 3
+    assert "test_max 2" in msg and "test_start 3" in msg
 
 
-def test_eval_max_below_eval_start_says_what_is_accepted() -> None:
-    assert "accepted" in refused({"eval_start": 5, "eval_max": 2})
+def test_test_max_below_test_start_says_what_is_accepted() -> None:
+    assert "accepted" in refused({"test_start": 5, "test_max": 2})
 
 
 def test_numbers_accept_integers_and_later_sources_win() -> None:
@@ -215,7 +215,7 @@ def test_the_command_line_exits_2_with_one_line(tmp_path: Path, capsys: pytest.C
         ("[train]\ngamma = \"high\"\n", 'bad gamma = "high"'),
         ("env_kwargs = 3\n", "bad env_kwargs = 3"),
         ("[training]\niterations = 3\n", "unknown section [training]"),
-        ("eval_start = 5\neval_max = 2\n", "bad eval_max 2 with eval_start 5"),
+        ("eval_start = 5\neval_max = 2\n", "bad test_max 2 with test_start 5"),  # the old names still read
         ("iteratons = 3\n", "unknown setting 'iteratons'"),
     ],
 )

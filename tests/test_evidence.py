@@ -37,7 +37,7 @@ def context(env_id: str = "CartPole-v1", fmt: str = "table", returns: list[int] 
         mem.add([Episode(k, states, rng.integers(0, acts.n_actions, length), rewards, k % 3 != 0, k % 3 == 0,
                          iteration=k + 1)])
     return PromptContext(spec=spec, observation=obs, actions=acts, iteration=8, current_table=spec.default_table(),
-                         best_eval_mean=20.0, eval_episodes=3, memory=mem, evidence=mem.evidence(),
+                         best_test_mean=20.0, test_episodes=3, memory=mem, evidence=mem.evidence(),
                          fmt=make_format(fmt), target=Target("action", n_actions=acts.n_actions), worst_k=1,
                          best_k=2)
 

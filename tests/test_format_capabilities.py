@@ -131,7 +131,7 @@ def test_proposers_read_the_iteration_state_not_the_prompts_fields() -> None:
     from llm_policy_gen.prompt import IterationState, PromptContext
 
     rendered_only = {f for f in PromptContext.__dataclass_fields__} - set(IterationState.__dataclass_fields__)
-    assert {"best_eval_mean", "eval_episodes", "memory", "templates", "sections"} <= rendered_only
+    assert {"best_test_mean", "test_episodes", "memory", "templates", "sections"} <= rendered_only
 
 
 class _Bare:

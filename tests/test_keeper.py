@@ -32,11 +32,11 @@ class CountingCollector(Collector):
         return super().collect_many(policies, seeds, iteration)
 
 
-def cartpole(eval_start: int = 3, eval_max: int = 5, rise_every: int = 2, confirm: int = 0,
+def cartpole(test_start: int = 3, test_max: int = 5, rise_every: int = 2, confirm: int = 0,
              seed: int = 0) -> tuple[Any, CountingCollector, Keeper]:
     spec = get_spec("CartPole-v1")
     c = CountingCollector(spec, workers=1)
-    k = Keeper(c, spec.default_table(), seed=seed, eval_start=eval_start, eval_max=eval_max, rise_every=rise_every,
+    k = Keeper(c, spec.default_table(), seed=seed, test_start=test_start, test_max=test_max, rise_every=rise_every,
                confirm_episodes=confirm, confirm_z=1.0)
     return spec, c, k
 
@@ -49,7 +49,7 @@ def lean(spec: Any, angle_weight: float, omega_weight: float) -> np.ndarray:
 
 def test_schedule_rises_from_start_to_max() -> None:
     _, c, k = cartpole()
-    assert [k.n_eval(i) for i in range(1, 9)] == [3, 3, 4, 4, 5, 5, 5, 5]
+    assert [k.n_test(i) for i in range(1, 9)] == [3, 3, 4, 4, 5, 5, 5, 5]
     assert k.seeds(3) == k.seeds(1) + [k.seeds(3)[-1]]  # the added seed extends the same list
     plan = SeedPlan(2)
     assert k.seeds(1) == [SeedPlan(0).test(j) for j in range(3)]
@@ -171,7 +171,7 @@ def staged(table: np.ndarray, seed: int) -> float:
 
 def scripted(confirm: int = 5, z: float = 1.0) -> tuple[ScriptedCollector, Keeper]:
     col = ScriptedCollector(staged)
-    return col, Keeper(col, INCUMBENT, seed=0, eval_start=3, eval_max=5, rise_every=1,  # type: ignore[arg-type]
+    return col, Keeper(col, INCUMBENT, seed=0, test_start=3, test_max=5, rise_every=1,  # type: ignore[arg-type]
                        confirm_episodes=confirm, confirm_z=z)
 
 
@@ -202,12 +202,12 @@ def test_confirmation_needs_z_standard_errors() -> None:
             return 10.0 + (11.0 if seed % 2 else -9.0) if seed >= SeedPlan(0).confirm(0) else 30.0
         return 10.0
 
-    k = Keeper(ScriptedCollector(noisy), INCUMBENT, seed=0, eval_start=3, eval_max=3,  # type: ignore[arg-type]
+    k = Keeper(ScriptedCollector(noisy), INCUMBENT, seed=0, test_start=3, test_max=3,  # type: ignore[arg-type]
                confirm_episodes=4, confirm_z=1.0)
     v = k.judge([LUCKY], 1)
     assert v.confirmation is not None and v.confirmation.diff_mean == 1.0 and v.confirmation.diff_se > 1.0
     assert not v.accepted
-    k0 = Keeper(ScriptedCollector(noisy), INCUMBENT, seed=0, eval_start=3, eval_max=3,  # type: ignore[arg-type]
+    k0 = Keeper(ScriptedCollector(noisy), INCUMBENT, seed=0, test_start=3, test_max=3,  # type: ignore[arg-type]
                 confirm_episodes=4, confirm_z=0.0)
     assert k0.judge([LUCKY], 1).accepted  # z = 0: a positive paired mean suffices
 
@@ -225,7 +225,7 @@ def test_a_small_confirmation_needs_students_critical_value() -> None:
             return 10.0 + 2.0 * (1 + (seed - SeedPlan(0).confirm(0)) % 3) if seed >= SeedPlan(0).confirm(0) else 30.0
         return 10.0
 
-    k = Keeper(ScriptedCollector(small), INCUMBENT, seed=0, eval_start=1, eval_max=1,  # type: ignore[arg-type]
+    k = Keeper(ScriptedCollector(small), INCUMBENT, seed=0, test_start=1, test_max=1,  # type: ignore[arg-type]
                confirm_episodes=3, confirm_batches=1, confirm_z=2.0)
     conf = k.judge([LUCKY], 1).confirmation
     assert conf is not None and conf.diff_mean == 4.0 and conf.diff_se == pytest.approx(2 / 3**0.5)
@@ -247,8 +247,8 @@ def test_equal_differences_pass_only_where_the_run_has_seen_no_spread() -> None:
 
     verdicts = {}
     for spread in (0.0, 5.0):
-        k = Keeper(ScriptedCollector(world(spread)), INCUMBENT, seed=0, eval_start=1,  # type: ignore[arg-type]
-                   eval_max=1, confirm_episodes=2, confirm_batches=1, confirm_z=2.0)
+        k = Keeper(ScriptedCollector(world(spread)), INCUMBENT, seed=0, test_start=1,  # type: ignore[arg-type]
+                   test_max=1, confirm_episodes=2, confirm_batches=1, confirm_z=2.0)
         assert not k.judge([LUCKY], 1).accepted
         assert k.pool_dof == 1 and k.pool_ss == pytest.approx(2 * spread**2)
         v = k.judge([GOOD], 2)
@@ -277,7 +277,7 @@ def test_state_round_trip_gives_identical_future_verdicts(tmp_path: Any) -> None
 
     def make() -> tuple[Collector, Keeper]:
         col = Collector(spec, workers=1)
-        return col, Keeper(col, spec.default_table(), seed=1, eval_start=2, eval_max=4, rise_every=1,
+        return col, Keeper(col, spec.default_table(), seed=1, test_start=2, test_max=4, rise_every=1,
                            confirm_episodes=4)
 
     ca, a = make()
@@ -306,7 +306,7 @@ def test_state_round_trip_gives_identical_future_verdicts(tmp_path: Any) -> None
 
 def test_a_challenger_with_mean_zero_beats_a_negative_incumbent() -> None:
     col = ScriptedCollector(lambda table, seed: 0.0 if table[0] == 1 else -1.0)
-    k = Keeper(col, INCUMBENT, seed=0, eval_start=3, eval_max=3, confirm_episodes=0)  # type: ignore[arg-type]
+    k = Keeper(col, INCUMBENT, seed=0, test_start=3, test_max=3, confirm_episodes=0)  # type: ignore[arg-type]
     v = k.judge([LUCKY], 1)
     assert v.test_means == [0.0] and v.best_test_mean == -1.0
     assert v.accepted and np.array_equal(k.best_table, LUCKY)
@@ -314,7 +314,7 @@ def test_a_challenger_with_mean_zero_beats_a_negative_incumbent() -> None:
 
 def test_a_challenger_with_a_negative_mean_beats_a_worse_incumbent() -> None:
     col = ScriptedCollector(lambda table, seed: -0.5 if table[0] == 1 else -1.0)
-    k = Keeper(col, INCUMBENT, seed=0, eval_start=3, eval_max=3, confirm_episodes=0)  # type: ignore[arg-type]
+    k = Keeper(col, INCUMBENT, seed=0, test_start=3, test_max=3, confirm_episodes=0)  # type: ignore[arg-type]
     assert k.judge([LUCKY], 1).accepted
 
 
@@ -334,7 +334,7 @@ def capped(table: np.ndarray, seed: int) -> float:
 
 def test_a_tie_at_the_highest_return_seen_is_confirmed_and_adopted_when_it_holds() -> None:
     col = ScriptedCollector(capped)
-    k = Keeper(col, INCUMBENT, seed=0, eval_start=3, eval_max=3, confirm_episodes=5)  # type: ignore[arg-type]
+    k = Keeper(col, INCUMBENT, seed=0, test_start=3, test_max=3, confirm_episodes=5)  # type: ignore[arg-type]
     v = k.judge([LOW], 1)  # a return below the cap has been seen: the landscape is not flat
     assert not v.accepted and v.confirmation is None
     v = k.judge([CAPPED], 2)
@@ -345,18 +345,18 @@ def test_a_tie_at_the_highest_return_seen_is_confirmed_and_adopted_when_it_holds
 
 def test_ties_are_not_confirmed_on_a_flat_landscape_nor_below_the_ceiling_nor_without_confirmation() -> None:
     flat = ScriptedCollector(lambda table, seed: -200.0)
-    k = Keeper(flat, INCUMBENT, seed=0, eval_start=3, eval_max=3, confirm_episodes=5)  # type: ignore[arg-type]
+    k = Keeper(flat, INCUMBENT, seed=0, test_start=3, test_max=3, confirm_episodes=5)  # type: ignore[arg-type]
     assert not k.judge([GOOD], 1).accepted and flat.episodes == 6  # no confirmation ran
 
     def below(table: np.ndarray, seed: int) -> float:  # LOW is lucky: 80 on the test seeds, 0 on fresh ones
         return (80.0 if seed < SeedPlan(0).confirm(0) else 0.0) if table[0] == 3 else 50.0
 
-    k = Keeper(ScriptedCollector(below), INCUMBENT, seed=0, eval_start=3, eval_max=3,  # type: ignore[arg-type]
+    k = Keeper(ScriptedCollector(below), INCUMBENT, seed=0, test_start=3, test_max=3,  # type: ignore[arg-type]
                confirm_episodes=5)
     assert not k.judge([LOW], 1).accepted  # 80 seen: 50 is not the ceiling
     v = k.judge([GOOD], 2)
     assert v.test_means[0] == v.best_test_mean and v.confirmation is None and not v.accepted
     col = ScriptedCollector(capped)
-    k = Keeper(col, INCUMBENT, seed=0, eval_start=3, eval_max=3, confirm_episodes=0)  # type: ignore[arg-type]
+    k = Keeper(col, INCUMBENT, seed=0, test_start=3, test_max=3, confirm_episodes=0)  # type: ignore[arg-type]
     k.judge([LOW], 1)
     assert not k.judge([CAPPED], 2).accepted  # without confirmation: a strictly higher test mean only

@@ -16,6 +16,7 @@ from llm_policy_gen.errors import UserError
 from llm_policy_gen.loggers import CSVWriter, TensorBoardWriter, make_writers, scalars
 from llm_policy_gen.run import Run, resume, train
 from llm_policy_gen.runlog import read_jsonl
+from llm_policy_gen.schema.aliases import events_in
 
 cfg = partial(run_cfg, env_id="CartPole-v1", heldout_episodes=20, cache=True, log=["csv", "tensorboard"])
 
@@ -102,7 +103,7 @@ def test_scalars_read_records_from_before_candidates(tmp_path: Path) -> None:
     """Version 1 records held the test mean in best_eval_mean and the held-out mean in heldout_mean."""
     old = {"iteration": 2, "best_eval_mean": 206.75, "heldout_mean": 200.3, "accepted": False, "eval_mean": 141.5,
            "episodes_total": 19, "validation_errors": ["x"]}
-    s = scalars(old)
+    s = scalars(events_in([old])[0][0])  # a line read from a file goes through the mapping first
     assert s["eval/best_test_mean"] == 206.75 and s["eval/heldout_mean"] == 200.3
     assert s["eval/accepted"] == 0 and s["llm/validation_errors"] == 1 and "candidates/valid" not in s
 

@@ -22,7 +22,7 @@ def ctx_for(spec, iteration=1, table=None, history=(), memory=None, best=None, f
     mem = memory or ExperienceMemory(obs.n_states, acts.n_actions)
     table = spec.default_table() if table is None else table
     return PromptContext(spec=spec, observation=obs, actions=acts, iteration=iteration, current_table=table,
-                         best_eval_mean=best, eval_episodes=3, memory=mem, evidence=mem.evidence(),
+                         best_test_mean=best, test_episodes=3, memory=mem, evidence=mem.evidence(),
                          fmt=make_format(fmt), target=Target("action", n_actions=acts.n_actions),
                          history=list(history), candidates=k)
 

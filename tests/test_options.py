@@ -26,7 +26,8 @@ FLAGS = {
     "--max-episodes": "max_episodes", "--candidates": "candidates", "--seed": "seed", "--logs-dir": "logs_dir",
     "--run-id": "run_id", "--train-episodes": "train_episodes", "--learner-alpha": "learner_alpha",
     "--learner-gamma": "learner_gamma", "--potential-bound": "potential_bound", "--advice-prob": "advice_prob",
-    "--advice-decay": "advice_decay", "--test-seeds": "test_seeds", "--confirm-episodes": "confirm_episodes",
+    "--advice-decay": "advice_decay", "--test-start": "test_start", "--test-max": "test_max",
+    "--test-rise-every": "test_rise_every", "--test-seeds": "test_seeds", "--confirm-episodes": "confirm_episodes",
     "--confirm-batches": "confirm_batches", "--confirm-z": "confirm_z", "--heldout-episodes": "heldout_episodes",
     "--patience": "patience", "--max-prompt-tokens": "max_prompt_tokens", "--output-format": "output_format",
     "--repair-attempts": "repair_attempts", "--base-url": "base_url", "--timeout": "timeout_s",
@@ -42,7 +43,7 @@ FLAGS = {
     "--lm-ent-coef": "lm_ent_coef", "--lm-net-arch": "lm_net_arch", "--lm-cache": "lm_cache",
 }
 #: Settings given only in a file.
-FILE_ONLY = {"explore_epsilon", "eval_start", "eval_max", "eval_rise_every", "best_k", "worst_k", "memory_capacity",
+FILE_ONLY = {"explore_epsilon", "best_k", "worst_k", "memory_capacity",
              "gamma", "max_prompt_chars", "max_answer_chars", "cache_dir", "binning", "explicit"}
 #: Settings the tiny offline run below refuses to take (``--refine`` needs rules from an LLM): tests/test_refine.py
 #: round-trips them on a replayed run.
@@ -57,8 +58,8 @@ def values(tmp_path: Path) -> dict[str, Any]:
         "env_id": "MountainCar-v0", "backend": "offline", "mode": "advisor", "iterations": 2, "max_episodes": 900,
         "candidates": 2, "seed": 7, "logs_dir": str(tmp_path / "logs"), "run_id": "every", "train_episodes": 1,
         "explore_epsilon": 0.2, "learner_alpha": 0.3, "learner_gamma": 0.95, "potential_bound": 50.0,
-        "advice_prob": 0.25, "advice_decay": 0.8, "eval_start": 2, "eval_max": 4, "test_seeds": "fresh",
-        "eval_rise_every": 2, "confirm_episodes": 2, "confirm_batches": 2, "confirm_z": 1.5, "heldout_episodes": 3,
+        "advice_prob": 0.25, "advice_decay": 0.8, "test_start": 2, "test_max": 4, "test_seeds": "fresh",
+        "test_rise_every": 2, "confirm_episodes": 2, "confirm_batches": 2, "confirm_z": 1.5, "heldout_episodes": 3,
         "patience": 5, "best_k": 3, "worst_k": 2, "memory_capacity": 50, "gamma": 0.9, "max_prompt_chars": 8000,
         "max_prompt_tokens": 4000, "output_format": "table", "repair_attempts": 1,
         "base_url": "http://127.0.0.1:9/v1", "timeout_s": 30.5, "max_retries": 1, "temperature": 0.5,

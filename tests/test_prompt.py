@@ -31,7 +31,7 @@ def context(spec, episode_len=50, n_episodes=6, fmt="table", target=None, table=
                          False, i)])
     return PromptContext(
         spec=spec, observation=obs, actions=acts, iteration=4,
-        current_table=spec.default_table() if table is None else table, best_eval_mean=20.0, eval_episodes=3,
+        current_table=spec.default_table() if table is None else table, best_test_mean=20.0, test_episodes=3,
         memory=mem, evidence=mem.evidence(), fmt=make_format(fmt),
         target=target or Target("action", n_actions=acts.n_actions), history=list(history), **kw)
 

@@ -144,7 +144,7 @@ def test_refinement_tunes_the_product_weights_of_the_kept_rules() -> None:
         mem = ExperienceMemory(obs.n_states, acts.n_actions)
         source = make_format("rules").parse(json.dumps(kept), _fctx(spec)).source
         return PromptContext(spec=spec, observation=obs, actions=acts, iteration=iteration,
-                             current_table=spec.default_table(), best_eval_mean=None, eval_episodes=3, memory=mem,
+                             current_table=spec.default_table(), best_test_mean=None, test_episodes=3, memory=mem,
                              evidence=mem.evidence(), fmt=make_format("rules"),
                              target=Target("action", n_actions=acts.n_actions), history=history, candidates=3,
                              current_source=source)

@@ -138,7 +138,7 @@ def _context(env_id: str, episodes: list[Episode], env_kwargs: dict | None = Non
     memory = ExperienceMemory(obs.n_states, acts.n_actions)
     memory.add(episodes)
     return PromptContext(spec=spec, observation=obs, actions=acts, iteration=1, current_table=np.zeros(obs.n_states),
-                         best_eval_mean=None, eval_episodes=3, memory=memory, evidence=memory.evidence(),
+                         best_test_mean=None, test_episodes=3, memory=memory, evidence=memory.evidence(),
                          fmt=make_format("table"), target=Target("value", low=-100.0, high=100.0),
                          extra={"learner_gamma": 0.99})
 

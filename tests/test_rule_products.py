@@ -187,7 +187,7 @@ def rules_ctx(spec: Any, iteration: int = 1, history: tuple[Any, ...] = (), k: i
     obs, acts = spec.observation_discretizer(), spec.action_discretizer()
     mem = ExperienceMemory(obs.n_states, acts.n_actions)
     return PromptContext(spec=spec, observation=obs, actions=acts, iteration=iteration,
-                         current_table=spec.default_table(), best_eval_mean=None, eval_episodes=3, memory=mem,
+                         current_table=spec.default_table(), best_test_mean=None, test_episodes=3, memory=mem,
                          evidence=mem.evidence(), fmt=make_format("rules"),
                          target=Target("action", n_actions=acts.n_actions), history=list(history), candidates=k)
 

@@ -104,7 +104,7 @@ def test_compare_and_report_show_iqm_with_intervals_and_no_ratio(tmp_path: Path,
     assert "IQM held-out return [95% CI]" in md and "IQM normalised score [95% CI]" in md
     for backend in ("offline", "random"):
         mine = [r for r in rows if r.backend == backend]
-        returns = np.array([r.best_eval_mean for r in mine], dtype=float)
+        returns = np.array([r.best_heldout_mean for r in mine], dtype=float)
         base = np.array([random[r.seed] for r in mine])
         score = (returns - base) / (475.0 - base)
         shown = "| " + " | ".join(["{:.1f} [{:.1f}, {:.1f}]".format(*rliable_own(returns)),

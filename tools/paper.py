@@ -44,6 +44,7 @@ import numpy as np
 
 from llm_policy_gen.errors import UserError
 from llm_policy_gen.runlog import read_jsonl, write_bytes_atomic
+from llm_policy_gen.schema.aliases import settings_in
 from llm_policy_gen.stats import DEFAULT_CONFIDENCE, DEFAULT_RESAMPLES, DEFAULT_SEED
 from llm_policy_gen.sweep.figures import plot_curves
 from llm_policy_gen.sweep.results import ResultRow, SweepRecord, backend_stats, load_curves, read_results, split_entry
@@ -124,7 +125,7 @@ def numbers_tex(record: SweepRecord, cfg: dict[str, Any], rows: Sequence[ResultR
                 qcfg: dict[str, Any]) -> str:
     from llm_policy_gen.envs.spec import EnvSpec
 
-    c = cfg["config"]
+    c = settings_in(cfg["config"], "config.json")  # a run's settings under today's names, whichever it wrote
     spec = EnvSpec.from_dict(cfg["env_spec"])
     dims = spec.dims
     bins = r" $\times$ ".join(str(d.bins) for d in dims) if dims else str(spec.n_states)
@@ -140,10 +141,10 @@ def numbers_tex(record: SweepRecord, cfg: dict[str, Any], rows: Sequence[ResultR
         "Iterations": c["iterations"],
         "TrainEpisodes": c["train_episodes"],
         "ExploreEpsilon": c["explore_epsilon"],
-        "EvalStart": c["eval_start"],
-        "EvalMax": c["eval_max"],
-        "EvalRise": "one more every iteration" if c["eval_rise_every"] == 1
-        else f"one more every {c['eval_rise_every']} iterations",
+        "EvalStart": c["test_start"],
+        "EvalMax": c["test_max"],
+        "EvalRise": "one more every iteration" if c["test_rise_every"] == 1
+        else f"one more every {c['test_rise_every']} iterations",
         "HeldoutEpisodes": c["heldout_episodes"],
         "BestK": c["best_k"],
         "WorstK": c["worst_k"],
@@ -285,11 +286,11 @@ def _policy_figure(compare_dir: Path, kept: Sequence[ResultRow], target: Path, p
     from llm_policy_gen.plotting.table import plot_policy
     from llm_policy_gen.run.files import load_run_policy
 
-    ok = [r for r in kept if r.ok and r.best_eval_mean is not None]
-    best = max(ok, key=lambda r: (r.best_eval_mean or 0.0, -int(r.seed)))
+    ok = [r for r in kept if r.ok and r.best_heldout_mean is not None]
+    best = max(ok, key=lambda r: (r.best_heldout_mean or 0.0, -int(r.seed)))
     policy, spec = load_run_policy(Path(compare_dir) / str(best.run_dir))
     put("policy_caption.tex", "\\newcommand{\\PolicyCaption}{The kept table of the best run: "
-        f"{latex_escape(best.backend)}, seed {best.seed}, held-out mean {_fmt(best.best_eval_mean, 2)}.}}\n")
+        f"{latex_escape(best.backend)}, seed {best.seed}, held-out mean {_fmt(best.best_heldout_mean, 2)}.}}\n")
     return plot_policy(policy, target, spec, title=f"{policy.env_id}: {best.backend} seed {best.seed}")
 
 

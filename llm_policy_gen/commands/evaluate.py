@@ -19,7 +19,7 @@ def add_parser(sub: Any) -> None:
     """Register ``evaluate``."""
     p = sub.add_parser("evaluate", help="run a saved policy (run directory or policy JSON)",
                        description="Evaluate a saved table. On a run directory the default seeds are the run's "
-                       "held-out seeds, so the mean reproduces summary.json's best_eval_mean.")
+                       "held-out seeds, so the mean reproduces summary.json's held-out mean of the best policy.")
     p.add_argument("target", help="a run directory (its best_policy.json) or a policy JSON file")
     p.add_argument("--episodes", type=int, help="episodes (default: the run's held-out count, else 100)")
     p.add_argument("--seed", type=int, help="first episode seed (default: the run's first held-out seed, else 0)")

@@ -133,8 +133,9 @@ class RunServices(Protocol):
 
     def judge(self, tables: list[np.ndarray | None], iteration: int,
               sources: list[dict[str, Any] | None] | None = None) -> Verdict:
-        """The keeper's verdict on candidate tables (episodes counted, held-out measured and the best saved on
-        adoption)."""
+        """The keeper's verdict on candidate tables (its episodes counted). Only a verdict: what the run keeps of it
+        (the iteration's policy file, and on adoption the new best measured on the held-out seeds and saved) the run
+        does after the mode's iteration returns its :class:`Step`."""
         ...
 
     def save_policy(self, iteration: int | None, table: np.ndarray, meta: dict[str, Any],
@@ -157,9 +158,9 @@ class Step:
     answers: list[Answer[Any]] = field(default_factory=list)
     verdict: Verdict | None = None
     accepted: bool = False
-    eval_mean: float | None = None
+    test_mean: float | None = None
     """The chosen candidate's test mean (defaults to the verdict's)."""
-    eval_returns: list[float] = field(default_factory=list)
+    test_returns: list[float] = field(default_factory=list)
     fields: dict[str, Any] = field(default_factory=dict)
     """Extra fields of the iteration's events.jsonl line."""
     stop: str | None = None

@@ -15,11 +15,11 @@ RUN_DIR`` replays exactly what the model chose.
 that keeps the calls-per-state bound.
 
 **Iterations.** There is no keeper: one iteration is a batch of ``train_episodes`` episodes (seeded from the
-training range) with the model acting. ``eval_mean`` and ``train_return`` of an iteration are both the batch's mean
+training range) with the model acting. ``test_mean`` and ``train_return`` of an iteration are both the batch's mean
 return; ``best_test_mean`` is the best batch mean so far and ``accepted`` says the batch set it (the summary's
 ``best_iteration`` is the last iteration that did). At the end the policy runs ``heldout_episodes`` held-out
-episodes, still asking the model about new states; their mean is the summary's ``best_eval_mean``. Until then there
-is no held-out figure: events say ``heldout_at_end: true`` with ``best_eval_mean: null``, and the console shows
+episodes, still asking the model about new states; their mean is the summary's ``best_heldout_mean``. Until then there
+is no held-out figure: events say ``heldout_at_end: true`` with ``best_heldout_mean: null``, and the console shows
 "held-out at the end". Held-out episodes are counted apart, as in table mode.
 
 **Stopping.** When a ``replay:`` file runs out or the next call would pass ``--budget-usd``, no more calls are made:
@@ -213,7 +213,7 @@ class DirectMode:
             "invalid_answers": policy.invalid - before[0],
             "invalid_total": policy.invalid,
             "validation_errors": policy.errors[before[2]:][:8],
-            "eval_episodes": len(episodes),
+            "test_episodes": len(episodes),
             "heldout_at_end": True,
         }, stop=policy.stop)
 

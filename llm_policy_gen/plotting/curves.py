@@ -7,7 +7,7 @@ One run (the seed project's two plots):
   smoothed;
 * ``testing.png``: every candidate's mean on the iteration's test seeds (dots), the chosen candidate's, raw and
   smoothed, and the kept table's **held-out** mean as a step line -- the measurement reported in
-  ``summary.json`` (``best_eval_mean``), taken on the same held-out episodes whenever the best changes, so it does
+  ``summary.json``, taken on the same held-out episodes whenever the best changes, so it does
   not move when the test seeds grow.
 
 Both draw the environment's reward threshold (or, when it lies far outside the curves, say where it is) and take
@@ -31,6 +31,7 @@ from matplotlib.ticker import MaxNLocator
 
 from ..errors import UserError
 from ..run.files import RunDir
+from ..schema.aliases import events_in, summary_in
 from ..stats import quartile_band, step_curves
 from .figure import plt, save_figure
 
@@ -56,10 +57,11 @@ def smooth(values: Sequence[float] | np.ndarray, window: int = 5) -> np.ndarray:
 
 
 def load_events(run_dir: Path) -> list[dict[str, Any]]:
+    """A run's events.jsonl lines (of any version) in the code's names."""
     rd = RunDir(Path(run_dir))
     if not rd.events.is_file():
         raise UserError(f"{run_dir} is not a run directory (no {rd.events.name})")
-    return rd.load_events(check=False)
+    return events_in(rd.load_events(check=False))[0]
 
 
 def _section(record: dict[str, Any], key: str) -> dict[str, Any]:
@@ -99,7 +101,8 @@ class RunCurves:
     """The kept table's held-out mean after each iteration (NaN until one was measured)."""
     heldout_episodes: int | None
     final_heldout: float | None
-    """``summary.json``'s ``best_eval_mean`` (direct mode measures the held-out episodes only at the end)."""
+    """``summary.json``'s held-out mean of the best policy (direct mode measures the held-out episodes only at the
+    end)."""
 
     def x(self, axis: str) -> np.ndarray:
         return self.episodes if axis == "episodes" else self.iterations
@@ -110,7 +113,7 @@ def load_run(run_dir: Path) -> RunCurves:
     events = [e for e in load_events(run_dir) if e.get("iteration") is not None]
     rd = RunDir(Path(run_dir))
     record = rd.load_config(lenient=True) or {}
-    summary = rd.load_summary(lenient=True) or {}
+    summary = summary_in(rd.load_summary(lenient=True) or {})
     cfg = _section(record, "config")
     spec = _section(record, "env_spec")
     backend = str(cfg.get("backend") or summary.get("backend") or "run")
@@ -118,7 +121,7 @@ def load_run(run_dir: Path) -> RunCurves:
     threshold = spec.get("reward_threshold", summary.get("reward_threshold"))
     held = _forward_fill(_floats(events, "heldout_mean"))
     sizes = [int(e["heldout_episodes"]) for e in events if e.get("heldout_episodes")]
-    final = summary.get("best_eval_mean")
+    final = summary.get("best_heldout_mean")
     return RunCurves(
         name=rd.path.name,
         env_id=str(spec.get("env_id") or summary.get("env_id") or ""),
@@ -127,10 +130,10 @@ def load_run(run_dir: Path) -> RunCurves:
         iterations=_floats(events, "iteration"),
         episodes=_floats(events, "episodes_total"),
         train=_floats(events, "train_return"),
-        chosen=_floats(events, "eval_mean"),
+        chosen=_floats(events, "test_mean"),
         candidates=[[float(m) for m in (e.get("candidate_means") or []) if m is not None] for e in events],
         heldout=held,
-        heldout_episodes=sizes[-1] if sizes else summary.get("best_eval_episodes") or cfg.get("heldout_episodes"),
+        heldout_episodes=sizes[-1] if sizes else summary.get("best_heldout_episodes") or cfg.get("heldout_episodes"),
         final_heldout=None if final is None else float(final),
     )
 

@@ -153,7 +153,7 @@ class LinearRuleSearch:
     def _scores(self, ctx: IterationState) -> list[float | None]:
         """The test means of the pending candidates, in candidate order (None: not scored)."""
         by_candidate = {h.candidate: h for h in ctx.history if h.iteration == self.pending_iteration}
-        return [by_candidate[c].eval_mean if c in by_candidate else None for c in range(1, len(self.pending) + 1)]
+        return [by_candidate[c].test_mean if c in by_candidate else None for c in range(1, len(self.pending) + 1)]
 
     def _update(self, ctx: IterationState) -> str:
         """Move ``theta`` with the scores of the pending candidates; returns what happened, for the rationale."""

@@ -196,7 +196,7 @@ class RefiningProposer:
 
     def _model_rules_best_first(self, ctx: IterationState) -> list[RuleSet]:
         """The last model call's rules, the best test mean first (unscored ones last, in candidate order)."""
-        means = {(h.iteration, h.candidate): h.eval_mean for h in ctx.history}
+        means = {(h.iteration, h.candidate): h.test_mean for h in ctx.history}
 
         def rank(item: tuple[int, int, dict[str, Any]]) -> tuple[bool, float]:
             mean = means.get((item[0], item[1]))

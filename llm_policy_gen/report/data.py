@@ -1,10 +1,11 @@
 """What a report reads: a run directory or a comparison directory, from any version of the files, as plain views.
 
 A run directory written before K candidates existed (version 1) has no ``candidate_means``, ``chosen``,
-``best_test_mean``, confirmation or checkpoint, and its ``events.jsonl`` used ``best_eval_mean`` for the kept
-table's *test* mean (the held-out mean was ``heldout_mean``). :func:`load_run` reads both into one
-:class:`IterationView` per iteration, so the page always says which number is which; whatever a directory lacks is
-listed in :attr:`RunData.missing` and its part of the page says so.
+``best_test_mean``, confirmation or checkpoint, and its ``events.jsonl`` named the kept table's *test* mean as later
+files name the held-out one (:data:`~llm_policy_gen.schema.aliases.LAYOUT_BEFORE_CANDIDATES`). :func:`load_run`
+reads both through :func:`~llm_policy_gen.schema.aliases.events_in` into one :class:`IterationView` per
+iteration, so the page always says which number is which; whatever a directory lacks is listed in
+:attr:`RunData.missing` and its part of the page says so.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 from ..errors import UserError
 from ..run.files import RunDir, is_run_dir
 from ..runlog import read_json_object
+from ..schema.aliases import LAYOUT_BEFORE_CANDIDATES, events_in, summary_in
 from ..sweep.results import Curve, ResultRow, SweepRecord, curves_from_json, read_random_baseline, read_results
 
 __all__ = ["IterationView", "RunData", "CompareData", "load_run", "load_compare", "is_run_dir", "is_compare_dir",
@@ -43,7 +45,7 @@ class IterationView:
     """1-based index of the candidate that challenged the kept table."""
     accepted: bool
     confirmation: dict[str, Any] | None
-    eval_mean: float | None
+    test_mean: float | None
     train_return: float | None
     episodes_total: int | None
     steps_total: int | None
@@ -54,26 +56,27 @@ class IterationView:
     cost_total: float | None
     errors: list[str]
     wall_s: float | None
-    eval_episodes: int | None
+    test_episodes: int | None
     heldout_measured: bool
     """The held-out episodes were run at this iteration (a new best)."""
 
     @classmethod
     def from_event(cls, e: dict[str, Any], v1: bool) -> IterationView:
+        """One iteration from its events.jsonl line in the code's names (``v1``: a version 1 file)."""
         means = list(e.get("candidate_means") or [])
         chosen = e.get("chosen")
         if v1 and not means:  # one candidate per iteration: its test mean, when its answer was valid
-            means = [e.get("eval_mean")]
-            chosen = 1 if e.get("valid", e.get("eval_mean") is not None) else None
+            means = [e.get("test_mean")]
+            chosen = 1 if e.get("valid", e.get("test_mean") is not None) else None
         return cls(
             iteration=int(e.get("iteration", 0)),
-            best_test=e.get("best_eval_mean") if v1 else e.get("best_test_mean"),
-            heldout=e.get("heldout_mean") if v1 else e.get("best_eval_mean", e.get("heldout_mean")),
+            best_test=e.get("best_test_mean"),
+            heldout=e.get("best_heldout_mean"),
             candidate_means=means,
             chosen=chosen,
             accepted=bool(e.get("accepted")),
             confirmation=e.get("confirmation") if isinstance(e.get("confirmation"), dict) else None,
-            eval_mean=e.get("eval_mean"),
+            test_mean=e.get("test_mean"),
             train_return=e.get("train_return"),
             episodes_total=e.get("episodes_total"),
             steps_total=e.get("env_steps_total"),
@@ -84,7 +87,7 @@ class IterationView:
             cost_total=e.get("cost_usd_total"),
             errors=[str(x) for x in e.get("validation_errors") or []],
             wall_s=e.get("wall_s"),
-            eval_episodes=e.get("eval_episodes"),
+            test_episodes=e.get("test_episodes"),
             heldout_measured="heldout_episodes" in e or (v1 and bool(e.get("accepted"))),
         )
 
@@ -96,12 +99,19 @@ class RunData:
     path: Path
     config: dict[str, Any]
     summary: dict[str, Any] | None
+    """``summary.json`` as written (:attr:`facts` in the code's names)."""
     events: list[dict[str, Any]]
+    """``events.jsonl``'s lines in the code's names."""
     iterations: list[IterationView]
     transcripts: list[dict[str, Any]]
     version: int
     """1: written before K candidates (see the module docstring); 2: the current files."""
     missing: list[str] = field(default_factory=list)
+
+    @property
+    def facts(self) -> dict[str, Any]:
+        """``summary.json`` in the code's names (empty when the run did not finish)."""
+        return summary_in(self.summary or {})
 
     @property
     def settings(self) -> dict[str, Any]:
@@ -150,12 +160,12 @@ def load_run(path: Path) -> RunData:
     try:  # a broken line is one line naming the file and the line
         config = rd.load_config() or {}
         summary = rd.load_summary()
-        events = rd.load_events()
+        lines = rd.load_events()
         transcripts = rd.load_transcripts()
     except OSError as exc:
         raise UserError(f"{exc.filename or p} cannot be read: {exc.strerror or exc}") from None
-    events.sort(key=lambda e: int(e.get("iteration", 0)))
-    v1 = bool(events) and not any("best_test_mean" in e or "candidate_means" in e for e in events)
+    events, layout = events_in(sorted(lines, key=lambda e: int(e.get("iteration", 0))))
+    v1 = layout == LAYOUT_BEFORE_CANDIDATES
     why = {rd.config.name: "settings", rd.events.name: "iterations and curves", rd.summary.name: "the run did not "
            "finish: figures come from the last logged iteration", rd.transcripts.name: "model calls",
            rd.best_policy.name: "the policy figure"}

@@ -58,7 +58,7 @@ def run_curves(its: Sequence[IterationView], threshold: float | None) -> str | N
     cx = [it.iteration for it in its for m in it.candidate_means if m is not None]
     cy = [float(m) for it in its for m in it.candidate_means if m is not None]
     ax_it.scatter(cx, cy, s=10, color=_CAND, alpha=0.6, label="candidates' test means", zorder=2)
-    kept = [(it.iteration, it.eval_mean) for it in its if it.accepted and it.eval_mean is not None]
+    kept = [(it.iteration, it.test_mean) for it in its if it.accepted and it.test_mean is not None]
     if kept:
         ax_it.scatter([k[0] for k in kept], [k[1] for k in kept], s=40, facecolors="none", edgecolors="black",
                       label="adopted candidate", zorder=3)

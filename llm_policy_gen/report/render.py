@@ -17,6 +17,7 @@ from .. import __version__
 from ..errors import missing_extra
 from ..run.files import CONFIG, SUMMARY
 from ..runlog import slug
+from ..schema.aliases import file_key
 from .data import REPORT_NAME, CompareData, RunData
 from .images import file_uri, policy_image, run_curves, seed_curves, usage_curves
 from .transcripts import TextStore, build_calls
@@ -72,7 +73,8 @@ def _environment() -> Any:
     env.filters.update(num=num, count=count, usd=usd, signed=signed, percent=percent)
     script = loader.get_source(env, "report.js")[0]
     safe = jinja2.utils.markupsafe.Markup  # both are the package's own text, written as they are
-    env.globals.update(script=safe(script), script_hash=safe(_sha256_source(script)))
+    env.globals.update(script=safe(script), script_hash=safe(_sha256_source(script)),
+                       heldout_key=file_key("best_heldout_mean"))  # the key summary.json names it by
     return env
 
 
@@ -84,20 +86,20 @@ def _sha256_source(script: str) -> str:
 
 def run_cards(run: RunData, compact: bool = False) -> list[Card]:
     """The summary figures of a run, each saying what it measures (from summary.json, else the last iteration)."""
-    s = run.summary or {}
+    s = run.facts
     last = run.iterations[-1] if run.iterations else None
     as_of = "" if run.finished else f" (as of iteration {last.iteration if last else 0}; the run did not finish)"
-    held = s.get("best_eval_mean", last.heldout if last else None)
-    n_held = s.get("best_eval_episodes") or run.settings.get("heldout_episodes")
-    std = f", std {num(s.get('best_eval_std'), 2)}" if _finite(s.get("best_eval_std")) else ""
+    held = s.get("best_heldout_mean", last.heldout if last else None)
+    n_held = s.get("best_heldout_episodes") or run.settings.get("heldout_episodes")
+    std = f", std {num(s.get('best_heldout_std'), 2)}" if _finite(s.get("best_heldout_std")) else ""
     best_it = s.get("best_iteration")
     test = s.get("best_test_mean", last.best_test if last else None)
-    n_test = last.eval_episodes if last else None
+    n_test = last.test_episodes if last else None
     threshold = s.get("reward_threshold", (run.config.get("env_spec") or {}).get("reward_threshold"))
     cards = [
         Card("held-out mean", num(held, 2), f"the kept table{f' (iteration {best_it})' if best_it else ''} on "
              f"{count(n_held)} held-out episodes{std}; reported only, never used to choose{as_of}", "held",
-             "best_eval_mean"),
+             file_key("best_heldout_mean")),
         Card("test mean of the kept table", num(test, 2), f"on the test seeds of the last iteration ("
              f"{count(n_test)} episodes); a candidate must beat it to be adopted{as_of}", "test", "best_test_mean"),
     ]
@@ -177,7 +179,7 @@ def render_run(run: RunData) -> str:
         kind="run", run=run, version=__version__, run_version=run.config.get("version", "?"), generated=_generated(),
         model=model, mode=s.get("mode", run.config.get("mode", run.settings.get("mode", "table"))),
         seed=s.get("seed", run.config.get("seed", "?")), stop_reason=s.get("stop_reason", ""),
-        cards=run_cards(run), heldout_episodes=count(s.get("best_eval_episodes")
+        cards=run_cards(run), heldout_episodes=count(s.get("best_heldout_episodes")
                                                      or run.settings.get("heldout_episodes", 100)),
         curves=run_curves(run.iterations, threshold), usage=usage_curves(run.iterations), policy=policy,
         policy_note=policy_note, calls=calls, call_iterations={g.iteration for g in calls},

@@ -30,6 +30,7 @@ from ..errors import (
 )
 from ..locks import HeldInterrupts
 from ..runlog import appends_undone_on_error
+from ..schema.aliases import summary_out
 from .counters import rollouts_from_state
 from .records import RunResult, Summary, event_record, summary_record
 from .services import Run
@@ -65,6 +66,8 @@ def _drive(run: Run, first: int) -> tuple[StopReason, bool]:
         ok_before = session.calls_ok if session is not None else 0
         tried_before = session.calls_tried if session is not None else 0
         step = run.mode.iterate(run, iteration)
+        if step.verdict is not None:
+            run.keep_verdict(step.verdict, iteration)
         if session is not None:
             tried = session.calls_tried - tried_before
             answered = session.calls_ok - ok_before
@@ -140,7 +143,7 @@ def _finish(run: Run, stop: StopReason, interrupted: bool, held: HeldInterrupts)
         except (KeyboardInterrupt, Exception) as exc:  # the summary must still be written
             extra = {"finish_error": f"{type(exc).__name__}: {redact(str(exc))[:200]}"}
     summary = summary_record(run, stop, dict(extra), state)
-    run.dir.write_summary(summary)
+    run.dir.write_summary(summary_out(summary))
     if run.cfg.plots and run.dir.events.exists():
         from ..plotting.curves import plot_run
 
@@ -198,7 +201,7 @@ def execute(run: Run, first: int) -> RunResult:
     assert summary is not None
     if summary["never_accepted"] and run.mode.judges_candidates:
         run.log("note: no candidate was ever accepted; the best policy is the initial table")
-    return RunResult(run.dir.path, dict(summary))
+    return RunResult(run.dir.path, summary_out(summary))
 
 
 _WRITE_ERRORS: dict[int, tuple[str, str]] = {

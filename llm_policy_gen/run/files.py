@@ -34,6 +34,7 @@ from ..runlog import (
     slug,
     write_json_atomic,
 )
+from ..schema.aliases import file_keys
 from .schema import EVENT_FIELDS, SCHEMA_KEY, SCHEMA_VERSION, UPGRADES, Summary, config_of
 
 if TYPE_CHECKING:
@@ -207,13 +208,14 @@ class RunDir:
 
     def load_events(self, on_torn: Callable[[str], None] | None = None, *,
                     check: bool = True) -> list[dict[str, Any]]:
-        """The ``events.jsonl`` lines, each an :class:`~.schema.Event` with the mode's own keys ([] without the
-        file); ``check``: a field of the wrong type (:data:`~.schema.EVENT_FIELDS`) is one line."""
+        """The ``events.jsonl`` lines as the file has them ([] without the file; the code's names of an
+        :class:`~.schema.Event` come from :func:`~llm_policy_gen.schema.aliases.events_in`); ``check``: a field of
+        the wrong type (:data:`~.schema.EVENT_FIELDS`, under the file's keys) is one line."""
         if not self.events.is_file():
             return []
         rows = read_jsonl(self.events, on_torn=on_torn)
         if check:
-            check_fields(rows, self.events, EVENT_FIELDS)
+            check_fields(rows, self.events, file_keys(EVENT_FIELDS))
         return rows
 
     def load_transcripts(self, on_torn: Callable[[str], None] | None = None) -> list[dict[str, Any]]:

@@ -2,8 +2,9 @@
 ``config.json`` (the counters and the checkpoint state are :mod:`.counters`).
 
 The records stay JSON objects on disk (the outside contract names their keys); they are typed
-(:class:`~.schema.Event`, :class:`~.schema.Summary`, declared once in :mod:`.schema`) and filled here; :mod:`.files`
-writes and reads them. A mode adds its own event keys
+(:class:`~.schema.Event`, :class:`~.schema.Summary`, declared once in :mod:`.schema`, under the code's names:
+``test_*`` for the test seeds, ``heldout_*`` for the held-out ones) and filled here; :mod:`.files` writes and reads
+them, and :mod:`llm_policy_gen.schema.aliases` gives them the keys the files carry. A mode adds its own event keys
 through :attr:`~llm_policy_gen.modes.base.Step.fields`; a key the run writes itself may be replaced only where the
 mode declares it (:data:`MODE_MAY_SET`), anything else is refused rather than overwritten silently.
 """
@@ -39,10 +40,12 @@ __all__ = ["Event", "Summary", "RunResult", "MODE_MAY_SET", "event_record", "sum
 class RunResult:
     run_dir: Path
     summary: dict[str, Any]
+    """What ``summary.json`` holds (the file's keys: :func:`~llm_policy_gen.schema.aliases.summary_in` gives the
+    code's names)."""
 
 
 #: Event keys a mode may set itself, with its reason: direct mode judges batches of its own, not candidates.
-MODE_MAY_SET = frozenset({"best_test_mean", "candidates", "validation_errors", "eval_episodes"})
+MODE_MAY_SET = frozenset({"best_test_mean", "candidates", "validation_errors", "test_episodes"})
 
 
 def heldout_returns(rollouts: Rollouts) -> list[float]:
@@ -59,11 +62,11 @@ def event_record(run: Run, step: Step, iteration: int, t_iter: float, usage: Usa
             mean = v.test_means[k] if k < len(v.test_means) else None
             chosen = v.chosen == k
             run.history.append(HistoryEntry(
-                iteration, mean, run.keeper.n_eval(iteration), v.accepted and chosen,
+                iteration, mean, run.keeper.n_test(iteration), v.accepted and chosen,
                 a.parsed.n_changed if a.parsed else 0, "; ".join(a.errors)[:200], a.candidate,
                 (v.confirmation.passed if v.confirmation is not None else None) if chosen else None))
-    eval_mean = step.eval_mean if step.eval_mean is not None else (v.chosen_mean if v else None)
-    eval_returns = step.eval_returns or (v.test_returns[v.chosen] if v is not None and v.chosen is not None else [])
+    test_mean = step.test_mean if step.test_mean is not None else (v.chosen_mean if v else None)
+    test_returns = step.test_returns or (v.test_returns[v.chosen] if v is not None and v.chosen is not None else [])
     errors = [f"candidate {a.candidate}: {e}" if len(answers) > 1 else e for a in answers for e in a.errors]
     best_test = run.keeper.test_mean(iteration) if step.verdict is not None else step.fields.get("best_test_mean")
     c, total = run.counters, run.usage
@@ -73,14 +76,14 @@ def event_record(run: Run, step: Step, iteration: int, t_iter: float, usage: Usa
         "train_return": float(np.mean([e.ret for e in step.train_episodes])) if step.train_episodes else None,
         "train_returns": [e.ret for e in step.train_episodes],
         "train_epsilon": step.train_epsilon,
-        "eval_mean": eval_mean,
-        "eval_returns": list(eval_returns),
-        "eval_episodes": run.keeper.n_eval(iteration),
+        "test_mean": test_mean,
+        "test_returns": list(test_returns),
+        "test_episodes": run.keeper.n_test(iteration),
         "candidates": len(answers),
         "candidate_means": list(v.test_means) if v is not None else [],
         "chosen": (v.chosen + 1) if v is not None and v.chosen is not None else None,
         "best_test_mean": best_test,
-        "best_eval_mean": run.heldout_mean,
+        "best_heldout_mean": run.heldout_mean,
         "heldout_mean": run.heldout_mean,
         "accepted": bool(step.accepted),
         "accepted_total": c.accepted_count,
@@ -148,9 +151,9 @@ def summary_record(run: Run, stop: StopReason, extra: dict[str, Any] | None = No
         "is_llm": run.is_llm,
         "seed": run.cfg.seed,
         "candidates": run.cfg.candidates,
-        "best_eval_mean": float(returns.mean()) if returns is not None and returns.size else None,
-        "best_eval_std": float(np.std(returns)) if returns is not None and returns.size else None,
-        "best_eval_episodes": int(returns.size) if returns is not None else 0,
+        "best_heldout_mean": float(returns.mean()) if returns is not None and returns.size else None,
+        "best_heldout_std": float(np.std(returns)) if returns is not None and returns.size else None,
+        "best_heldout_episodes": int(returns.size) if returns is not None else 0,
         "best_test_mean": best_test,
         "best_iteration": int(kept["best_iteration"]),
         "accepted_count": int(s["accepted_count"]),
@@ -173,7 +176,8 @@ def summary_record(run: Run, stop: StopReason, extra: dict[str, Any] | None = No
         "failed_calls": usage.failed_calls,
         "first_call_error": s["session"].get("first_error") if s["session"] else None,
         "invalid_iterations": len({h["iteration"] for h in history}
-                                  - {h["iteration"] for h in history if h["eval_mean"] is not None}),
+                                  - {h["iteration"] for h in history
+                                     if HistoryEntry.from_dict(h).test_mean is not None}),
         "prompt_chars_first": sizes[0] if sizes else None,
         "prompt_chars_last": sizes[-1] if sizes else None,
         "prompt_chars_max": max(sizes) if sizes else None,

@@ -30,14 +30,14 @@ class Event(TypedDict, total=False):
     train_return: float | None
     train_returns: list[float]
     train_epsilon: float | None
-    eval_mean: float | None
-    eval_returns: list[float]
-    eval_episodes: int
+    test_mean: float | None
+    test_returns: list[float]
+    test_episodes: int
     candidates: int
     candidate_means: list[float | None]
     chosen: int | None
     best_test_mean: float | None
-    best_eval_mean: float | None
+    best_heldout_mean: float | None
     heldout_mean: float | None
     accepted: bool
     accepted_total: int
@@ -78,9 +78,9 @@ class Summary(TypedDict, total=False):
     is_llm: bool
     seed: int
     candidates: int
-    best_eval_mean: float | None
-    best_eval_std: float | None
-    best_eval_episodes: int
+    best_heldout_mean: float | None
+    best_heldout_std: float | None
+    best_heldout_episodes: int
     best_test_mean: float | None
     best_iteration: int
     accepted_count: int

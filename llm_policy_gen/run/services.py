@@ -29,6 +29,7 @@ from ..modes.base import Learner, Mode, OwnLoop, Setup, Step, first_messages, us
 from ..policy import Policy, TablePolicy
 from ..prompt import HistoryEntry, PromptBuilder, PromptContext
 from ..runlog import JsonlWriter, Logger
+from ..schema.aliases import event_out
 from .backend import make_backend
 from .counters import Counters, rollouts_from_state
 from .files import RunDir
@@ -51,8 +52,8 @@ class Run:
         self.collector = Collector(spec)
         self.memory = ExperienceMemory(self.observation.n_states, self.actions.n_actions, cfg.memory_capacity,
                                        cfg.gamma, cfg.best_k)
-        self.keeper = Keeper(self.collector, spec.default_table(), cfg.seed, cfg.eval_start, cfg.eval_max,
-                             cfg.eval_rise_every, cfg.confirm_episodes, cfg.confirm_z,
+        self.keeper = Keeper(self.collector, spec.default_table(), cfg.seed, cfg.test_start, cfg.test_max,
+                             cfg.test_rise_every, cfg.confirm_episodes, cfg.confirm_z,
                              cfg.confirm_batches, fresh_test_seeds=cfg.test_seeds == "fresh")
         self.builder = PromptBuilder(max_chars=cfg.max_prompt_chars, evidence=cfg.evidence)
         self.rng = np.random.default_rng([cfg.seed, 7])
@@ -95,7 +96,8 @@ class Run:
         """The iteration writers: ``events.jsonl``, the console and those of ``--log`` (csv, tensorboard)."""
         from ..loggers import make_writers
 
-        self.logger = Logger([JsonlWriter(self.dir.events), self.console, *make_writers(self.cfg.log, self.dir.path)])
+        self.logger = Logger([JsonlWriter(self.dir.events, event_out), self.console,
+                              *make_writers(self.cfg.log, self.dir.path)])
 
     # ------------------------------------------------------------------ backend
     @property
@@ -210,7 +212,7 @@ class Run:
                 best_mean: float | None, **kw: Any) -> PromptContext:
         return PromptContext(
             spec=self.spec, observation=self.observation, actions=self.actions, iteration=iteration,
-            current_table=current, best_eval_mean=best_mean, eval_episodes=self.keeper.n_eval(iteration),
+            current_table=current, best_test_mean=best_mean, test_episodes=self.keeper.n_test(iteration),
             memory=self.memory, evidence=self.memory.evidence(), fmt=fmt, target=target,
             history=list(self.history), best_k=self.cfg.best_k, worst_k=self.cfg.worst_k, seed=self.cfg.seed,
             candidates=self.cfg.candidates, mode=self.mode.name, fresh=list(self.pending), **kw,
@@ -228,24 +230,28 @@ class Run:
 
     def judge(self, tables: list[np.ndarray | None], iteration: int,
               sources: list[dict[str, Any] | None] | None = None) -> Verdict:
+        """The keeper's verdict (its episodes counted); what the run keeps of it is :meth:`keep_verdict`'s."""
         verdict = self.keeper.judge(tables, iteration, sources)
         self._count(verdict.episodes)
+        return verdict
+
+    def keep_verdict(self, verdict: Verdict, iteration: int) -> None:
+        """What the run keeps of a mode's verdict, once its iteration returned: the challenger (or, with no valid
+        candidate, the kept table) as ``policies/iter_NNNN.json``; on adoption the new best measured on the
+        held-out seeds (reported, never used to decide) and saved as ``best_policy.json``."""
         meta: dict[str, Any] = {"iteration": iteration, "candidate_means": verdict.test_means,
                                 "accepted": verdict.accepted}
-        if verdict.chosen is not None:
+        if verdict.chosen is not None and verdict.chosen_table is not None:
             k = verdict.chosen
-            table = tables[k]
-            assert table is not None
-            meta.update(candidate=k + 1, eval_mean=verdict.test_means[k], eval_returns=verdict.test_returns[k])
-            self.save_policy(iteration, table, meta, sources[k] if sources else None)
+            meta.update(candidate=k + 1, test_mean=verdict.test_means[k], test_returns=verdict.test_returns[k])
+            self.save_policy(iteration, verdict.chosen_table, meta, verdict.chosen_source)
         else:  # no valid candidate: the kept table stands
             meta.update(candidate=None)
             self.save_policy(iteration, self.keeper.best_table, meta,
                              self.keeper.best_source)
         if verdict.accepted:
             self.measure_best(iteration)
-            self.save_best({"eval_mean": verdict.chosen_mean})
-        return verdict
+            self.save_best({"test_mean": verdict.chosen_mean})
 
     def policy_of(self, table: np.ndarray, meta: dict[str, Any], source: dict[str, Any] | None = None) -> TablePolicy:
         """``table`` as this run's policy (checked against the spec: a :class:`SpecError` if it does not fit)."""
@@ -255,14 +261,14 @@ class Run:
     def save_policy(self, iteration: int | None, table: np.ndarray, meta: dict[str, Any],
                     source: dict[str, Any] | None = None) -> None:
         path = self.dir.best_policy if iteration is None else self.dir.policy_file(iteration)
-        self.policy_of(table, meta, source).save(path)
+        self.policy_of(table, event_out(meta), source).save(path)
 
     def save_best(self, meta: dict[str, Any] | None = None) -> None:
-        adopted = [h.eval_mean for h in self.history if h.iteration == self.keeper.best_iteration and h.accepted]
+        adopted = [h.test_mean for h in self.history if h.iteration == self.keeper.best_iteration and h.accepted]
         self.save_policy(None, self.keeper.best_table,
                          {"iteration": self.keeper.best_iteration, "heldout_mean": self.heldout_mean,
                           "heldout_seeds": [self.plan.heldout(0), self.plan.heldout(self.cfg.heldout_episodes - 1)],
-                          **({"eval_mean": adopted[0]} if adopted else {}), **(meta or {})}, self.keeper.best_source)
+                          **({"test_mean": adopted[0]} if adopted else {}), **(meta or {})}, self.keeper.best_source)
 
     def measure_best(self, iteration: int) -> None:
         """The kept table on the held-out seeds: reported, never used to decide."""

@@ -150,7 +150,7 @@ class _Display:
     def done(self, task: RunTask, row: ResultRow, note: str = "") -> None:
         self.count += 1
         if row.ok:
-            best = "n/a" if row.best_eval_mean is None else f"{row.best_eval_mean:.2f}"
+            best = "n/a" if row.best_heldout_mean is None else f"{row.best_heldout_mean:.2f}"
             what = f"best {best}, {'solved' if row.solved else 'not solved'}"
         else:
             what = f"{row.status.upper()}: {row.error}"

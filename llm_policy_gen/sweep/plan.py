@@ -22,6 +22,7 @@ from ..console import printable
 from ..errors import UserError
 from ..run.files import RunDir
 from ..runlog import read_json_object, to_jsonable
+from ..schema.aliases import settings_in
 from .results import SweepRecord, finished, split_entry
 from .task import RunTask
 
@@ -124,8 +125,10 @@ def committed_cost(task: RunTask, found: Found) -> float:
 
 # ---------------------------------------------------------------------------------------------------- settings
 def experiment(config: Mapping[str, Any]) -> dict[str, Any]:
-    """The settings of a resolved config that decide a run's results (JSON values, as config.json holds them)."""
-    return {k: v for k, v in to_jsonable(dict(config)).items() if k not in OPERATIONAL_SETTINGS}
+    """The settings of a resolved config that decide a run's results (JSON values, as config.json holds them, under
+    today's names)."""
+    return {k: v for k, v in settings_in(to_jsonable(dict(config)), "config.json").items()
+            if k not in OPERATIONAL_SETTINGS}
 
 
 def resolve(cfg: TrainConfig) -> tuple[EnvSpec, TrainConfig]:
@@ -169,7 +172,7 @@ def check_same_sweep(out: Path, sweep: Mapping[str, Any], tasks: Sequence[RunTas
             recorded = {"env_id": record.env_id or None, "iterations": record.iterations}
             now = {k: sweep.get(k) for k in recorded}
         else:
-            now = dict(sweep)
+            recorded, now = experiment(recorded), dict(sweep)
         diffs = differences(recorded, now)
         if diffs:
             raise _refuse_other_settings(out, "a comparison", diffs)

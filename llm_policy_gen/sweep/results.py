@@ -27,23 +27,26 @@ from ..console import plural
 from ..errors import UserError
 from ..run.stop import StopKind, StopReason
 from ..runlog import read_json_object, write_bytes_atomic, write_json_atomic
+from ..schema.aliases import file_key, summary_in
 from ..stats import DEFAULT_RESAMPLES, DEFAULT_SEED, Interval, iqm_interval, median_censored, normalized
 
 __all__ = ["CSV_COLUMNS", "TIME_COLUMNS", "split_entry", "finished", "ResultRow", "Curve", "SweepRecord",
            "write_results", "read_results", "write_curves", "load_curves", "BackendStats", "backend_stats",
            "results_markdown", "BASELINE_FILE", "read_random_baseline", "write_random_baseline"]
 
-#: Columns of ``results.csv``, in order.
-CSV_COLUMNS = (
-    "backend", "mode", "seed", "status", "error", "is_llm", "model", "best_eval_mean", "best_eval_std", "solved",
-    "episodes_to_solve", "iterations", "episodes_total", "env_steps_total", "llm_calls", "cached_calls",
+#: The fields of a :class:`ResultRow`, in the order of ``results.csv``'s columns (the code's names).
+ROW_FIELDS = (
+    "backend", "mode", "seed", "status", "error", "is_llm", "model", "best_heldout_mean", "best_heldout_std",
+    "solved", "episodes_to_solve", "iterations", "episodes_total", "env_steps_total", "llm_calls", "cached_calls",
     "input_tokens", "output_tokens", "cost_usd", "stop_reason", "wall_s", "run_dir",
 )
+#: Columns of ``results.csv``, in order: the fields under the names ``summary.json`` gives them.
+CSV_COLUMNS = tuple(file_key(c) for c in ROW_FIELDS)
 #: Columns that measure time, not results (they differ between two runs of the same sweep).
 TIME_COLUMNS = ("wall_s",)
 _INTS = ("seed", "episodes_to_solve", "iterations", "episodes_total", "env_steps_total", "llm_calls", "cached_calls",
          "input_tokens", "output_tokens")
-_FLOATS = ("best_eval_mean", "best_eval_std", "cost_usd", "wall_s")
+_FLOATS = ("best_heldout_mean", "best_heldout_std", "cost_usd", "wall_s")
 _BOOLS = ("is_llm", "solved")
 
 
@@ -75,9 +78,9 @@ class ResultRow:
     error: str | None = None
     is_llm: bool | None = None
     model: str | None = None
-    best_eval_mean: float | None = None
+    best_heldout_mean: float | None = None
     """The kept table's mean on the held-out episodes."""
-    best_eval_std: float | None = None
+    best_heldout_std: float | None = None
     solved: bool | None = None
     episodes_to_solve: int | None = None
     iterations: int | None = None
@@ -103,16 +106,18 @@ class ResultRow:
 
     @classmethod
     def from_summary(cls, summary: Mapping[str, Any], **given: Any) -> ResultRow:
-        """The summary's values of every column, then ``given`` (backend, mode, seed, status, ...)."""
-        return cls(**{**{c: summary.get(c) for c in CSV_COLUMNS}, **given})
+        """The summary's values of every column (``summary.json``'s keys or the code's names), then ``given``
+        (backend, mode, seed, status, ...)."""
+        named = summary_in(summary)
+        return cls(**{**{c: named.get(c) for c in ROW_FIELDS}, **given})
 
     def csv_cells(self) -> dict[str, Any]:
-        return {c: _csv_value(getattr(self, c)) for c in CSV_COLUMNS}
+        return {file_key(c): _csv_value(getattr(self, c)) for c in ROW_FIELDS}
 
     @classmethod
     def from_csv(cls, cells: Mapping[str, str | None]) -> ResultRow:
         """A row of ``results.csv`` with typed values (None for empty cells; unknown columns are ignored)."""
-        values = {c: _parse_cell(c, cells.get(c) or "") for c in CSV_COLUMNS}
+        values = {c: _parse_cell(c, cells.get(file_key(c)) or "") for c in ROW_FIELDS}
         return cls(**{**values, "backend": values["backend"] or "", "status": values["status"] or ""})
 
 
@@ -291,10 +296,10 @@ def _mean(values: Sequence[float]) -> float:
 def _score(runs: Sequence[ResultRow], random: Mapping[int, float] | None, goal: float | None) -> Interval | None:
     """IQM [95% CI] of the runs' normalised scores; None where a run's seed has no random return or there is no
     goal."""
-    have = [r for r in runs if r.best_eval_mean is not None]
+    have = [r for r in runs if r.best_heldout_mean is not None]
     if random is None or goal is None or any(r.seed not in random for r in have):
         return None
-    scores = normalized([float(r.best_eval_mean or 0.0) for r in have], [random[r.seed] for r in have], goal)
+    scores = normalized([float(r.best_heldout_mean or 0.0) for r in have], [random[r.seed] for r in have], goal)
     return None if scores is None else iqm_interval(scores)
 
 
@@ -313,7 +318,7 @@ def backend_stats(rows: Sequence[ResultRow], backends: Sequence[str] | None = No
             is_llm=any(bool(r.is_llm) for r in ok),
             runs=len(mine),
             ok=len(ok),
-            returns=iqm_interval([r.best_eval_mean for r in ok if r.best_eval_mean is not None]),
+            returns=iqm_interval([r.best_heldout_mean for r in ok if r.best_heldout_mean is not None]),
             score=_score(ok, random, goal),
             median_episodes_to_solve=median_censored([r.episodes_to_solve if r.solved else None for r in ok]),
             solve_rate=(sum(bool(r.solved) for r in ok) / len(ok)) if ok else float("nan"),
@@ -354,8 +359,9 @@ def results_markdown(record: SweepRecord, rows: Sequence[ResultRow], random: Map
     lines += [
         "",
         f"- IQM held-out return: each run's kept table's mean return on {record.heldout_episodes} held-out episodes "
-        "(`best_eval_mean` of its summary); across seeds rliable's interquartile mean (the mean of the middle half "
-        "of the runs) with a 95% stratified bootstrap interval (`rliable.library.get_interval_estimates`, "
+        f"(`{file_key('best_heldout_mean')}` of its summary); across seeds rliable's interquartile mean (the mean of "
+        "the middle half of the runs) with a 95% stratified bootstrap interval "
+        "(`rliable.library.get_interval_estimates`, "
         f"{DEFAULT_RESAMPLES:,} resamples, seed {DEFAULT_SEED}). With few seeds the interval is optimistic (narrow).",
         _score_note(goal, random),
         "- Median episodes to solve: environment episodes (training + test + confirmation, held-out excluded) "

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from ..run.files import COMPARE_ERROR, RunDir
 from ..run.stop import StopKind, StopReason
 from ..runlog import slug, write_bytes_atomic, write_json_atomic
+from ..schema.aliases import events_in
 from .limits import Limits, SharedBudget, SharedLimiter, provider_key
 from .results import Curve, ResultRow, finished, split_entry
 
@@ -108,10 +109,10 @@ def failed_result(task: RunTask, error: str, status: str = "failed", stop_reason
 
 
 def _curve_from_events(task: RunTask, events: Iterable[Mapping[str, Any]]) -> Curve:
-    """(episodes_total, best table's held-out mean -- or best_eval_mean where no held-out mean was logged)."""
+    """(episodes_total, best table's held-out mean), from events.jsonl's lines of any version."""
     curve = Curve(task.backend, task.seed)
-    for e in events:
-        y = e.get("heldout_mean", e.get("best_eval_mean"))
+    for e in events_in(events)[0]:
+        y = e.get("best_heldout_mean")
         if y is None or e.get("episodes_total") is None:
             continue
         curve.x.append(float(e["episodes_total"]))

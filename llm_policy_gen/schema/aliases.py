@@ -1,0 +1,148 @@
+"""One word for one measure inside the code, and the one mapping to the words files and command lines used.
+
+Inside the package, ``test_*`` names what is measured on the **test seeds** (the episodes that judge candidates,
+rising from ``test_start`` to ``test_max``) and ``heldout_*`` what is measured on the **held-out seeds** (reported
+only, never used to decide). Earlier versions said ``eval`` for both: the settings ``eval_start``, ``eval_max`` and
+``eval_rise_every`` are about test seeds, and the key ``best_eval_mean`` was the test-seed mean in the prompt but
+the held-out mean in ``events.jsonl`` and ``summary.json``.
+
+The files keep the keys the outside contract names (``docs/run-directory.md``), so every reader and script of
+today goes on working: an ``events.jsonl`` line still says ``eval_mean``, ``eval_returns``, ``eval_episodes`` and
+``best_eval_mean``; ``summary.json`` and ``results.csv`` say ``best_eval_mean``, ``best_eval_std`` and
+``best_eval_episodes``. :func:`event_out` and :func:`summary_out` give a record the file's keys,
+:func:`events_in` and :func:`summary_in` read a file of any version back into the code's names (a run directory
+written before K candidates existed used ``best_eval_mean`` for the kept table's *test* mean and ``heldout_mean``
+for the held-out one: :data:`LAYOUT_BEFORE_CANDIDATES`).
+
+Settings are the other way round: ``config.json`` records them under their new names, and an old name is
+accepted wherever a setting is given (:func:`settings_in`: a TOML file, a run's ``config.json``, an env spec's
+``train_defaults``, the settings of ``compare``; :data:`OLD_FLAGS`: the command line).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from ..errors import UserError
+
+__all__ = ["SETTING_ALIASES", "OLD_FLAGS", "EVENT_FILE_KEYS", "SUMMARY_FILE_KEYS", "TEMPLATE_FIELD_ALIASES",
+           "LAYOUT_BEFORE_CANDIDATES", "LAYOUT_CURRENT", "settings_in", "template_fields", "event_out", "event_in",
+           "events_in", "events_layout", "summary_out", "summary_in", "file_key", "file_keys"]
+
+#: Old setting name -> the name of today (all three are about the test seeds).
+SETTING_ALIASES: dict[str, str] = {
+    "eval_start": "test_start",
+    "eval_max": "test_max",
+    "eval_rise_every": "test_rise_every",
+}
+#: Old command-line option -> the setting it gives (``--eval-start`` -> ``test_start``, whose option is
+#: ``--test-start``).
+OLD_FLAGS: dict[str, str] = {"--" + old.replace("_", "-"): new for old, new in SETTING_ALIASES.items()}
+
+#: Old prompt-template placeholder -> the placeholder of today (a template folder copied from an earlier version,
+#: ``LLM_POLICY_GEN_PROMPTS``, still fills).
+TEMPLATE_FIELD_ALIASES: dict[str, str] = {"eval_episodes": "test_episodes", "best_eval": "best_test"}
+
+#: An iteration record's key in the code -> its key in ``events.jsonl`` (the contract's spelling).
+EVENT_FILE_KEYS: dict[str, str] = {
+    "test_mean": "eval_mean",
+    "test_returns": "eval_returns",
+    "test_episodes": "eval_episodes",
+    "best_heldout_mean": "best_eval_mean",
+}
+#: A summary's key in the code -> its key in ``summary.json`` and in a comparison's ``results.csv``.
+SUMMARY_FILE_KEYS: dict[str, str] = {
+    "best_heldout_mean": "best_eval_mean",
+    "best_heldout_std": "best_eval_std",
+    "best_heldout_episodes": "best_eval_episodes",
+}
+
+LAYOUT_BEFORE_CANDIDATES = 1
+"""``events.jsonl`` written before K candidates: no ``best_test_mean`` or ``candidate_means``; its
+``best_eval_mean`` was the kept table's test mean and ``heldout_mean`` the held-out one."""
+LAYOUT_CURRENT = 2
+"""``events.jsonl`` as written today."""
+
+_FROM_EVENT_FILE = {v: k for k, v in EVENT_FILE_KEYS.items()}
+_FROM_SUMMARY_FILE = {v: k for k, v in SUMMARY_FILE_KEYS.items()}
+
+
+def _renamed(record: Mapping[str, Any], names: Mapping[str, str]) -> dict[str, Any]:
+    """``record`` with its keys renamed by ``names``, in the same order (the files' bytes depend on it)."""
+    return {names.get(k, k): v for k, v in record.items()}
+
+
+# ------------------------------------------------------------------------------------------------------- settings
+def settings_in(values: Mapping[str, Any], source: str) -> dict[str, Any]:
+    """Settings read from ``source`` with their old names replaced by today's (also inside ``explicit``); one given
+    under both names is a :class:`UserError` naming the two, unless both say the same."""
+    out: dict[str, Any] = {}
+    for key, value in values.items():
+        new = SETTING_ALIASES.get(key, key)
+        if new in out and out[new] != value:
+            old = next(o for o, n in SETTING_ALIASES.items() if n == new)
+            raise UserError(f"{source}: {old} is the old name of {new}; give one of them, not both")
+        out[new] = value
+    if isinstance(out.get("explicit"), list):
+        out["explicit"] = sorted({SETTING_ALIASES.get(str(k), str(k)) for k in out["explicit"]})
+    return out
+
+
+def template_fields(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """A prompt's template fields with the old placeholders too (each filled like its new name)."""
+    return {**fields, **{old: fields[new] for old, new in TEMPLATE_FIELD_ALIASES.items() if new in fields}}
+
+
+# -------------------------------------------------------------------------------------------------------- records
+def event_out(record: Mapping[str, Any]) -> dict[str, Any]:
+    """An iteration record with the keys ``events.jsonl`` carries."""
+    return _renamed(record, EVENT_FILE_KEYS)
+
+
+def events_layout(rows: Iterable[Mapping[str, Any]]) -> int:
+    """:data:`LAYOUT_BEFORE_CANDIDATES` for a file of lines none of which has ``best_test_mean`` or
+    ``candidate_means``, else :data:`LAYOUT_CURRENT` (an empty file too)."""
+    rows = list(rows)
+    if rows and not any("best_test_mean" in e or "candidate_means" in e for e in rows):
+        return LAYOUT_BEFORE_CANDIDATES
+    return LAYOUT_CURRENT
+
+
+def event_in(line: Mapping[str, Any], layout: int = LAYOUT_CURRENT) -> dict[str, Any]:
+    """One ``events.jsonl`` line in the code's names (``layout``: :func:`events_layout` of its file)."""
+    rec = _renamed(line, _FROM_EVENT_FILE)
+    if layout == LAYOUT_BEFORE_CANDIDATES:
+        rec["best_test_mean"] = rec.pop("best_heldout_mean", None)
+        rec["best_heldout_mean"] = rec.get("heldout_mean")
+    elif "best_heldout_mean" not in rec and "heldout_mean" in rec:
+        rec["best_heldout_mean"] = rec["heldout_mean"]
+    return rec
+
+
+def events_in(lines: Iterable[Mapping[str, Any]]) -> tuple[list[dict[str, Any]], int]:
+    """The lines of one ``events.jsonl`` in the code's names, and the file's layout."""
+    rows = list(lines)
+    layout = events_layout(rows)
+    return [event_in(e, layout) for e in rows], layout
+
+
+def summary_out(summary: Mapping[str, Any]) -> dict[str, Any]:
+    """A summary (or a result row) with the keys ``summary.json`` and ``results.csv`` carry."""
+    return _renamed(summary, SUMMARY_FILE_KEYS)
+
+
+def summary_in(summary: Mapping[str, Any]) -> dict[str, Any]:
+    """``summary.json`` (or a ``results.csv`` row) in the code's names."""
+    return _renamed(summary, _FROM_SUMMARY_FILE)
+
+
+def file_key(name: str) -> str:
+    """The key a file carries for the code's ``name`` (``best_heldout_mean`` -> ``best_eval_mean``), for messages
+    and pages that name the file's key."""
+    return SUMMARY_FILE_KEYS.get(name, EVENT_FILE_KEYS.get(name, name))
+
+
+def file_keys(names: Mapping[str, Any]) -> dict[str, Any]:
+    """``names`` (a table keyed by the code's event names) keyed by the file's names instead."""
+    return _renamed(names, EVENT_FILE_KEYS)
