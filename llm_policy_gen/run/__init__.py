@@ -9,7 +9,7 @@
 - :mod:`.start` and :mod:`.resume`: ``train`` and ``train --resume``.
 """
 
-from ..config import RESUME_OPTIONS
+from ..config import resume_options
 from .backend import default_cache_dir
 from .prepare import Prepared, check_backend, prepare, resolve_spec
 from .records import RunResult
@@ -19,4 +19,4 @@ from .start import train
 from .stop import StopKind, StopReason
 
 __all__ = ["RunResult", "Run", "Prepared", "prepare", "check_backend", "resolve_spec", "train", "resume",
-           "default_cache_dir", "RESUME_OPTIONS", "StopKind", "StopReason"]
+           "default_cache_dir", "resume_options", "StopKind", "StopReason"]
