@@ -21,7 +21,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from .errors import BackendConfigError
-from .registry import Registry
+from .registry import PluginOptions, Registry
 
 if TYPE_CHECKING:
     from .clients.profiles import ClientProfile
@@ -31,9 +31,22 @@ __all__ = ["BACKENDS", "parse_backend_spec", "is_configured", "default_backend_s
            "is_llm", "default_model", "provider_class", "provider_classes", "auto_order", "provider_variables",
            "base_url_variable", "all_profiles", "get_profile", "backend_specs", "learner_mode", "recorded_backend"]
 
+class _Backends(Registry[Any]):
+    """The backend registry: a client that declares no options of its own (a factory function) takes every client's
+    (:class:`~llm_policy_gen.clients.base.ClientSettings`), as the session it is wrapped in reads them."""
+
+    def options_model(self, name: str) -> type[PluginOptions] | None:
+        found = super().options_model(name)
+        if found is None and self.entry(name).info.get("kind") == "client":
+            from .clients.base import ClientSettings
+
+            return ClientSettings
+        return found
+
+
 #: Every backend: entry point plus ``kind`` ("client", "proposer" or "learner"); entries that are not provider
 #: classes also say ``default_model``, ``is_llm`` and ``description``.
-BACKENDS: Registry[Any] = Registry("backend", "--backend")
+BACKENDS: Registry[Any] = _Backends("backend", "--backend")
 BACKENDS.register("offline", "llm_policy_gen.proposers.offline:OfflineProposer", kind="proposer", default_model="",
                   is_llm=False, description="deterministic non-LLM optimiser; the baseline every LLM must beat",
                   notice="a deterministic optimiser, NOT an LLM (the baseline every LLM must beat)")
