@@ -74,7 +74,7 @@ def train_options() -> str:
     rows: list[str] = []
     for section in sections:
         if section:
-            rows += ["", f"### Options of {section}", ""]
+            rows += ["", f"## Options of {section}", ""]
         rows += ["| setting | flag | default | accepted | what it does |", "| --- | --- | --- | --- | --- |"]
         for name, o in every.items():
             if o.section == section:

@@ -41,7 +41,7 @@ def test_the_options_table_has_every_setting_with_its_default_and_every_train_fl
     assert "| (config file only) | `[]` |" in rows["explicit"]
     every = options()  # the plug-ins' options too, each under its plug-in's heading
     assert set(every) <= set(rows), set(every) - set(rows)
-    assert "### Options of mode reward" in table and "### Options of backend llamacpp" in table
+    assert "## Options of mode reward" in table and "## Options of backend llamacpp" in table
     for name, option in every.items():  # every number's default, as the field has it
         if type(option.default) in (int, float):
             assert f"| `{option.default}` |" in rows[name], name
