@@ -19,15 +19,14 @@ import os
 import statistics
 import tempfile
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
 TASKS = {"CliffWalking-v1": 500, "Taxi-v4": 1000}
-GRID = {"alpha": (0.1, 0.5, 1.0), "epsilon_start": (1.0, 0.1), "epsilon_episodes": (50, 100, 200)}
+GRID = {"q_alpha": (0.1, 0.5, 1.0), "q_epsilon_start": (1.0, 0.1), "q_epsilon_episodes": (50, 100, 200)}
 #: alpha = 1 is run but never chosen: it keeps only each value's last sample, right only for deterministic
 #: transitions (these two tasks), and the mode serves every task.
-CHOOSABLE = {"alpha": (0.1, 0.5)}
+CHOOSABLE = {"q_alpha": (0.1, 0.5)}
 
 
 def seeds_of(text: str) -> list[int]:
@@ -38,14 +37,12 @@ def seeds_of(text: str) -> list[int]:
 def run_one(env_id: str, seed: int, point: dict[str, Any], budget: int) -> dict[str, Any]:
     os.environ["LLM_POLICY_GEN_WORKERS"] = "1"
     from llm_policy_gen.config import TrainConfig
-    from llm_policy_gen.modes.qlearning import QLearningMode
     from llm_policy_gen.run import train
 
-    QLearningMode.settings = replace(QLearningMode.settings, **point)  # this process's runs only
     with tempfile.TemporaryDirectory() as tmp:
         cfg = TrainConfig.build(({"env_id": env_id, "backend": "q-learning", "seed": seed, "iterations": 100_000,
                                   "max_episodes": budget, "logs_dir": tmp, "progress": False,
-                                  "quiet": True, "plots": False}, "bench"))
+                                  "quiet": True, "plots": False, **point}, "bench"))
         result = train(cfg, log=lambda _m: None)
         events = [json.loads(x) for x in (result.run_dir / "events.jsonl").read_text().splitlines()]
     s = result.summary
@@ -66,10 +63,10 @@ def main() -> None:
     for item in filter(None, args.budgets.split(",")):
         env, _, n = item.partition("=")
         budgets[env] = int(n)
-    from llm_policy_gen.modes.qlearning import QLearningMode
+    from llm_policy_gen.modes.qlearning import QLearningOptions
 
     points = [dict(zip(GRID, v, strict=True)) for v in itertools.product(*GRID.values())] if args.grid else \
-        [{k: asdict(QLearningMode.settings)[k] for k in GRID}]
+        [{k: QLearningOptions().model_dump()[k] for k in GRID}]
     jobs = [(env, s, p, budgets[env]) for p in points for env in TASKS for s in seeds_of(args.seeds)]
     with ProcessPoolExecutor(args.workers) as pool:
         rows = list(pool.map(run_one, *zip(*jobs, strict=True)))

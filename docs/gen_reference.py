@@ -4,7 +4,9 @@ A page that holds a marker line gets it replaced when the site is built:
 
 * ``<!-- generated: train-options -->``: one row per field of :class:`llm_policy_gen.config.TrainConfig` (the
   setting's name in a TOML file, its ``train`` flag read from the real argument parser, its default, the values it
-  accepts and its docstring), then the ``train`` flags that are not settings;
+  accepts and its docstring), then one table per plug-in's options under the plug-in's name (the
+  :class:`~llm_policy_gen.registry.PluginOptions` of each registered mode, backend, answer format and logger), then
+  the ``train`` flags that are not settings;
 * ``<!-- generated: commands -->``: every command's ``--help`` text, as the parser prints it.
 
 Nothing generated is committed: the pages in ``docs/reference/`` hold the markers and the prose around them, so the
@@ -37,8 +39,7 @@ def _cell(text: str) -> str:
     return " ".join(str(text).split()).replace("|", "\\|")
 
 
-def _default(field: Any) -> str:
-    value = field.get_default(call_default_factory=True)
+def _default(value: Any) -> str:
     if value is None:
         return "none"
     if isinstance(value, bool):
@@ -64,17 +65,22 @@ def _flags_by_setting(parser: argparse.ArgumentParser, names: set[str]) -> tuple
 
 
 def train_options() -> str:
-    """The table of ``train`` settings and flags, as Markdown."""
-    from llm_policy_gen.config import TrainConfig
+    """The tables of ``train`` settings and flags, as Markdown: the shared settings, then each plug-in's options."""
+    from llm_policy_gen.config import options
 
-    fields = TrainConfig.model_fields
-    flags, others = _flags_by_setting(_command("train"), set(fields))
-    rows = ["| setting | flag | default | accepted | what it does |", "| --- | --- | --- | --- | --- |"]
-    for name, field in fields.items():
-        extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
-        flag = flags.get(name, "(config file only)")
-        rows.append(f"| `{name}` | {flag} | {_default(field)} | {_cell(str(extra.get('accepted', '')))} | "
-                    f"{_cell(field.description or '')} |")
+    every = options()
+    flags, others = _flags_by_setting(_command("train"), set(every))
+    sections = list(dict.fromkeys(o.section for o in every.values()))
+    rows: list[str] = []
+    for section in sections:
+        if section:
+            rows += ["", f"## Options of {section}", ""]
+        rows += ["| setting | flag | default | accepted | what it does |", "| --- | --- | --- | --- | --- |"]
+        for name, o in every.items():
+            if o.section == section:
+                flag = flags.get(name, "(config file only)")
+                rows.append(f"| `{name}` | {flag} | {_default(o.default)} | {_cell(o.accepted)} | "
+                            f"{_cell(o.description)} |")
     rows += ["", "Flags of `train` that are not settings:", "", "| flag | what it does |", "| --- | --- |"]
     for action in others:
         flag = ", ".join(f"`{f}`" for f in action.option_strings)

@@ -21,7 +21,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from .errors import BackendConfigError
-from .registry import Registry
+from .registry import PluginOptions, Registry
 
 if TYPE_CHECKING:
     from .clients.profiles import ClientProfile
@@ -29,21 +29,36 @@ if TYPE_CHECKING:
 
 __all__ = ["BACKENDS", "parse_backend_spec", "is_configured", "default_backend_spec", "list_backends", "is_client",
            "is_llm", "default_model", "provider_class", "provider_classes", "auto_order", "provider_variables",
-           "base_url_variable", "all_profiles", "get_profile", "NON_LLM", "learner_mode", "recorded_backend"]
+           "base_url_variable", "all_profiles", "get_profile", "backend_specs", "learner_mode", "recorded_backend"]
+
+class _Backends(Registry[Any]):
+    """The backend registry: a client that declares no options of its own (a factory function) takes every client's
+    (:class:`~llm_policy_gen.clients.base.ClientSettings`), as the session it is wrapped in reads them."""
+
+    def options_model(self, name: str) -> type[PluginOptions] | None:
+        found = super().options_model(name)
+        if found is None and self.entry(name).info.get("kind") == "client":
+            from .clients.base import ClientSettings
+
+            return ClientSettings
+        return found
+
 
 #: Every backend: entry point plus ``kind`` ("client", "proposer" or "learner"); entries that are not provider
 #: classes also say ``default_model``, ``is_llm`` and ``description``.
-BACKENDS: Registry[Any] = Registry("backend", "--backend")
+BACKENDS: Registry[Any] = _Backends("backend", "--backend")
 BACKENDS.register("offline", "llm_policy_gen.proposers.offline:OfflineProposer", kind="proposer", default_model="",
                   is_llm=False, description="deterministic non-LLM optimiser; the baseline every LLM must beat",
                   notice="a deterministic optimiser, NOT an LLM (the baseline every LLM must beat)")
 BACKENDS.register("replay", "llm_policy_gen.clients.replay:ReplayClient", kind="client", default_model="",
-                  is_llm=False, description="answers each call with the recorded answer of a transcripts.jsonl")
+                  is_llm=False, spec="replay:PATH",
+                  description="answers each call with the recorded answer of a transcripts.jsonl")
 BACKENDS.register("gemini", "llm_policy_gen.clients.gemini:GeminiClient", kind="client")
 BACKENDS.register("openai", "llm_policy_gen.clients.openai:OpenAIClient", kind="client")
 BACKENDS.register("anthropic", "llm_policy_gen.clients.anthropic:AnthropicClient", kind="client")
 BACKENDS.register("ollama", "llm_policy_gen.clients.ollama:OllamaClient", kind="client")
-BACKENDS.register("llamacpp", "llm_policy_gen.clients.llamacpp:LlamaCppClient", kind="client")
+BACKENDS.register("llamacpp", "llm_policy_gen.clients.llamacpp:LlamaCppClient", kind="client",
+                  spec="llamacpp:PATH.gguf")
 BACKENDS.register("q-learning", "llm_policy_gen.proposers.learns:QLearningBackend", kind="learner",
                   default_model="", is_llm=False, writes_values=False, mode="q-learning",
                   description="standard epsilon-greedy tabular Q-learning in its own episodes (baseline, not an "
@@ -57,8 +72,11 @@ BACKENDS.register("kept-table-q", "llm_policy_gen.proposers.kept_table_q:KeptTab
 BACKENDS.register("random", "llm_policy_gen.proposers.random:RandomProposer", kind="proposer", default_model="",
                   is_llm=False, description="uniformly random tables (baseline, not an LLM)")
 
-#: Backends that are not language models and take no model.
-NON_LLM = ("offline", "q-learning", "kept-table-q", "random")
+
+def backend_specs() -> list[str]:
+    """How each backend is named in ``--backend``, from its registry line: ``offline`` (a proposer or learner takes
+    no model), ``gemini[:MODEL]`` (a client), or the line's own ``spec`` (``replay:PATH``)."""
+    return [str(BACKENDS.entry(n).info.get("spec") or (f"{n}[:MODEL]" if is_client(n) else n)) for n in BACKENDS]
 
 
 def learner_mode(name: str) -> str | None:
@@ -165,7 +183,7 @@ def parse_backend_spec(spec: str) -> tuple[str, str]:
         raise BackendConfigError(str(err) if name == spec.strip().lower() else f"{err}; the spec was {spec!r}")
     if name == "replay" and not model:
         raise BackendConfigError("replay needs a file: --backend replay:PATH, a run directory or its transcript file")
-    if name in NON_LLM and model:
+    if model and not is_client(name):  # a proposer or a learner takes no model
         raise BackendConfigError(f"{name} takes no model, got {spec!r}")
     return name, model or default_model(name)
 

@@ -18,9 +18,9 @@ from typing import Any, NoReturn, TextIO
 
 from . import __version__
 from .commands.argtypes import int_list, json_object, name_list
-from .config import TRAIN_OPTIONS as _TRAIN_OPTIONS  # the settings `train` takes as options, from the fields
 from .errors import LLMPolicyGenError, RunInterrupted, SweepInterrupted, UserError, signal_of
 from .locks import stops_as_interrupts
+from .registry import Option
 
 __all__ = ["main", "build_parser"]
 
@@ -43,38 +43,43 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _add_train(sub: Any) -> None:
-    from .config import OPTIONS
+    from .config import options
     from .schema.aliases import OLD_FLAGS
 
     p = sub.add_parser("train", help="run the iterative loop and write one run directory (or --resume one)",
-                       description="Run the loop: collect -> prompt -> K candidates -> validate -> keep -> log.")
+                       description="Run the loop: collect -> prompt -> K candidates -> validate -> keep -> log. "
+                       "The settings every run shares come first, then each plug-in's own options under its name; "
+                       "an option of a plug-in this run does not use is recorded and noted, and changes nothing.")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue an interrupted or killed run from its directory")
     p.add_argument("--config", help="TOML file (top level or [train]) or a run's config.json; options override it")
     p.add_argument("--spec", help="a spec variant of the environment (see `envs`), e.g. rich: as --env ENV.rich")
-    for option in OPTIONS.values():
+    groups: dict[str, Any] = {"": p}
+    for option in options().values():
         if option.flag:
-            _add_setting(p, option.name, option.flag, option.help())
+            if option.section not in groups:
+                groups[option.section] = p.add_argument_group(f"options of {option.section}")
+            _add_setting(groups[option.section], option)
     for flag, setting in OLD_FLAGS.items():  # an old name's option (--eval-start) still works, unlisted
-        if OPTIONS[setting].flag:
-            _add_setting(p, setting, flag, argparse.SUPPRESS)
+        if options()[setting].flag:
+            _add_setting(p, options()[setting], flag, argparse.SUPPRESS)
     p.set_defaults(func=_cmd_train)
 
 
-def _add_setting(p: argparse.ArgumentParser, name: str, flag: str, help_text: str) -> None:
+def _add_setting(p: Any, option: Option, flag: str | None = None, help_text: str | None = None) -> None:
     """The flag of one setting, its parsing read from the field's type: a number, a choice, a comma list
     (``--log csv,tensorboard``, ``--bins 6,6``), a JSON object, or a switch that sets the opposite of the default
     (``--no-cache``, ``--quiet``). Unset, it is None: the config file or the default decides."""
     import types
     import typing
 
-    from .config import TrainConfig
-
-    field = TrainConfig.model_fields[name]
-    kind, help_text = field.annotation, help_text.replace("%", "%%")
+    flag = flag or option.flag
+    assert flag is not None
+    name, kind = option.name, option.annotation
+    help_text = option.help().replace("%", "%%") if help_text is None else help_text
     if typing.get_origin(kind) in (typing.Union, types.UnionType):  # X | None
         kind = next(a for a in typing.get_args(kind) if a is not type(None))
     if kind is bool:
-        p.add_argument(flag, dest=name, action="store_const", const=not field.default, help=help_text)
+        p.add_argument(flag, dest=name, action="store_const", const=not option.default, help=help_text)
         return
     if typing.get_origin(kind) is typing.Literal:
         p.add_argument(flag, dest=name, choices=typing.get_args(kind), help=help_text)
@@ -88,13 +93,13 @@ def _add_setting(p: argparse.ArgumentParser, name: str, flag: str, help_text: st
 
 def _cmd_train(args: argparse.Namespace) -> int:
     from .clients.keys import load_env_noted
-    from .config import TrainConfig
+    from .config import TrainConfig, train_options
     from .console import printable
     from .run import resume, train
     from .run.files import load_settings
 
     load_env_noted()
-    cli: dict[str, Any] = {n: getattr(args, n) for n in _TRAIN_OPTIONS if getattr(args, n) is not None}
+    cli: dict[str, Any] = {n: getattr(args, n) for n in train_options() if getattr(args, n, None) is not None}
     if args.resume:
         if args.config:
             raise UserError("--resume takes the run's own config.json; do not give --config with it")

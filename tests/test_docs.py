@@ -10,7 +10,7 @@ from pathlib import Path
 from types import ModuleType
 
 from llm_policy_gen.cli import build_parser
-from llm_policy_gen.config import TrainConfig
+from llm_policy_gen.config import TrainConfig, options
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -37,10 +37,14 @@ def test_the_options_table_has_every_setting_with_its_default_and_every_train_fl
     assert len(rows) >= 50
     assert "| `--candidates` | `4` | an integer in 1..64 |" in rows["candidates"]
     assert "| `--no-cache` | `true` |" in rows["cache"]
-    assert "| (config file only) | `0.1` |" in rows["explore_epsilon"]
-    for name, field in TrainConfig.model_fields.items():  # every number's default, as the field has it
-        if type(field.default) in (int, float):
-            assert f"| `{field.default}` |" in rows[name], name
+    assert "| `--explore-epsilon` | `0.1` |" in rows["explore_epsilon"]
+    assert "| (config file only) | `[]` |" in rows["explicit"]
+    every = options()  # the plug-ins' options too, each under its plug-in's heading
+    assert set(every) <= set(rows), set(every) - set(rows)
+    assert "## Options of mode reward" in table and "## Options of backend llamacpp" in table
+    for name, option in every.items():  # every number's default, as the field has it
+        if type(option.default) in (int, float):
+            assert f"| `{option.default}` |" in rows[name], name
     flags = {s for a in _train_parser()._actions for s in a.option_strings if s.startswith("--") and s != "--help"}
     shown = set(re.findall(r"`(--[a-z-]+)`", table))
     assert flags and flags <= shown, flags - shown

@@ -254,7 +254,7 @@ def test_a_temperature_for_a_backend_that_samples_no_model_is_said_to_do_nothing
     code = main(["train", "--env", "FrozenLake-v1", "--backend", "offline", "--temperature", "0.3", "--iterations",
                  "1", "--logs-dir", str(tmp_path), "--no-progress", "--no-plots"])
     assert code == 0
-    assert "note: --temperature has no effect on offline (no language model is sampled)" in capsys.readouterr().err
+    assert "note: --temperature has no effect on this run's backend offline" in capsys.readouterr().err
 
 
 # ----------------------------------------------------------------------------------------------- item 14

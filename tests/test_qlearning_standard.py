@@ -19,7 +19,7 @@ from llm_policy_gen.cli import main
 from llm_policy_gen.collect import Collector
 from llm_policy_gen.envs import get_spec
 from llm_policy_gen.learner import QLearner
-from llm_policy_gen.modes.qlearning import OnlineQPolicy, QLearningMode, QLearningSettings
+from llm_policy_gen.modes.qlearning import OnlineQPolicy, QLearningMode, QLearningOptions
 from llm_policy_gen.runlog import read_jsonl
 from llm_policy_gen.sweep.results import read_results
 
@@ -51,9 +51,10 @@ def test_each_step_updates_q_online_with_the_environment_reward() -> None:
 
 
 def test_epsilon_falls_linearly_then_stays() -> None:
-    s = QLearningSettings(epsilon_start=1.0, epsilon_end=0.1, epsilon_episodes=10)
+    s = QLearningOptions(q_epsilon_start=1.0, q_epsilon_end=0.1, q_epsilon_episodes=10)
     assert [round(s.epsilon(e), 6) for e in (0, 5, 10, 50)] == [1.0, 0.55, 0.1, 0.1]
-    assert QLearningMode.settings == QLearningSettings()  # the documented defaults are the mode's own
+    assert QLearningMode.Options is QLearningOptions  # the mode's own options, the documented defaults
+    assert (s.q_alpha, s.q_gamma, s.q_init) == (0.5, 0.99, 0.0)
 
 
 @pytest.mark.parametrize("seed", [0])
@@ -89,12 +90,12 @@ def test_its_episodes_and_steps_are_counted_like_every_other(tmp_path: Path) -> 
     assert (summary["episodes_total"], summary["env_steps_total"]) == \
         (events[-1]["episodes_total"], events[-1]["env_steps_total"])
     assert all(e["candidates"] == 1 and len(e["candidate_means"]) == 1 for e in events)
-    settings = QLearningSettings()
+    settings = QLearningOptions()
     assert events[0]["epsilons"][:2] == [settings.epsilon(0), settings.epsilon(1)]
     assert events[-1]["epsilons"][-1] == round(settings.epsilon(5 * len(events) - 1), 6)
     config = json.loads((run / "config.json").read_text())
     assert config["mode"] == "q-learning" and config["config"]["backend"] == "q-learning"
-    assert config["learner"]["alpha"] == QLearningSettings().alpha
+    assert config["learner"]["alpha"] == QLearningOptions().q_alpha == config["config"]["q_alpha"]
 
 
 @pytest.mark.slow

@@ -19,9 +19,10 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from ..registry import PluginOptions, setting
 from .retry import RetryPolicy
 
-__all__ = [
+__all__ = ["ClientSettings",
     "Message",
     "OutputSpec",
     "CallKey",
@@ -194,6 +195,52 @@ class ClientOptions:
     local_concurrency: int = 1
     """Calls a local server is sent at once (``llama_cpp.server`` serves one at a time; Ollama as many as its
     ``OLLAMA_NUM_PARALLEL``); the others wait their turn in the client, not in the server's queue."""
+
+
+class ClientSettings(PluginOptions):
+    """The options of every LLM client backend (``Options`` of the SDK clients and of ``replay``): where calls go,
+    how they are retried and sampled, and the answers' bounds. A client with more declares a subclass
+    (``llamacpp``: its context and threads) and its :meth:`client_options` passes them on."""
+
+    base_url: str | None = setting(None, "a URL", "Provider base URL (else the SDK's own variable).")
+    timeout_s: float | None = setting(None, "a number of seconds > 0", "Bound on one whole request attempt, however "
+                                      "the answer trickles in (None: 120 s, or 600 s for a local server: Ollama, "
+                                      "llamacpp, or an OpenAI-compatible --base-url on a loopback address).", gt=0.0,
+                                      flag="--timeout", resume=True, operational=True)
+    max_retries: int = setting(4, "an integer >= 0", "Retries of timeouts, connection errors, 429 and 5xx "
+                               "(exponential backoff with jitter, honouring Retry-After).", ge=0, resume=True,
+                               operational=True)
+    temperature: float | None = setting(None, "a number >= 0 within the provider's range",
+                                        "Sampling temperature (None: the provider's default).", ge=0.0)
+    max_output_tokens: int = setting(16384, "an integer >= 1", "Upper bound on an answer's tokens.", ge=1)
+    max_answer_chars: int = setting(262144, "an integer >= 1000", "Longest answer text accepted, in characters: a "
+                                    "longer answer is refused as invalid, stored cut to this length, never cached "
+                                    "and never sent back whole in a repair.", ge=1000)
+    local_concurrency: int = setting(1, "an integer >= 1", "Calls a local server (Ollama, an OpenAI-compatible "
+                                     "--base-url on a loopback address) is sent at once; llama_cpp.server serves "
+                                     "one at a time.", ge=1, resume=True, operational=True)
+    # the call session's (clients/session.py): repairs, spending, concurrency, the answer cache and the prices
+    repair_attempts: int = setting(2, "an integer >= 0", "Follow-up calls with the validation errors when an "
+                                   "answer is refused.", ge=0)
+    budget_usd: float | None = setting(None, "a number >= 0", "Stop cleanly before a call would pass this spend "
+                                       "(calls in flight count).", ge=0.0, resume=True)
+    max_concurrent_calls: int = setting(8, "an integer >= 1", "Calls in flight at once (the K candidates of an "
+                                        "iteration are asked concurrently).", ge=1, resume=True, operational=True)
+    unreachable_after: int = setting(3, "an integer >= 1", "Stop the run after this many iterations in a row "
+                                     "without one successful call.", ge=1, operational=True)
+    cache: bool = setting(True, "true or false", "Cache LLM answers on disk (keyed by provider, model, messages, "
+                          "schema, sampling and candidate).", flag="--no-cache", resume=True, operational=True)
+    cache_dir: str | None = setting(None, "a folder", "Answer cache folder (default: "
+                                    "~/.cache/llm-policy-gen/responses).", operational=True)
+    prices_file: str | None = setting(None, "a TOML file", "TOML price table (default: the shipped "
+                                      "llm_policy_gen/data/prices.toml).", flag="--prices")
+
+    def client_options(self) -> ClientOptions:
+        """What a client is built with."""
+        return ClientOptions(base_url=self.base_url,
+                             retry=RetryPolicy(max_retries=self.max_retries, timeout_s=self.timeout_s),
+                             sampling=Sampling(temperature=self.temperature, max_output_tokens=self.max_output_tokens),
+                             local_concurrency=self.local_concurrency)
 
 
 @runtime_checkable

@@ -35,6 +35,7 @@ other (each still a distinct sample: its seed is a function of the run seed and 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -45,13 +46,14 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from ..errors import BackendConfigError
-from .base import ClientOptions, Completion, Message, Request, call_seed
+from ..registry import setting
+from .base import ClientOptions, ClientSettings, Completion, Message, Request, call_seed
 from .chat_template import ChatTemplate, TemplateProblem, TemplateTimeout, compile_template, syntax_error_text
 from .profiles import ClientProfile
 from .retry import FaultKind
 from .sdk import SDKClient
 
-__all__ = ["LlamaCppClient", "LocalModel", "load_model", "model_identity", "PROFILE"]
+__all__ = ["LlamaCppClient", "LlamaCppSettings", "LocalModel", "load_model", "model_identity", "PROFILE"]
 
 #: What the in-process runtime accepts: llama.cpp samples at any temperature >= 0 (0 is greedy).
 PROFILE = ClientProfile("llamacpp", "llama.cpp (in process)", (0.0, 5.0), "max_tokens")
@@ -270,6 +272,19 @@ def _short_texts(schema: dict[str, Any]) -> dict[str, Any]:
     return {**schema, "properties": capped}
 
 
+class LlamaCppSettings(ClientSettings):
+    """The options of a model in this process, beside every client's."""
+
+    n_ctx: int | None = setting(None, "an integer >= 256", "Context size in tokens of an in-process model "
+                                "(llamacpp; None: the model's own).", ge=256)
+    llm_threads: int | None = setting(None, "an integer >= 1", "Threads of an in-process model (llamacpp; None: "
+                                      "the usable cores divided by the sweep's worker processes).", ge=1, resume=True,
+                                      operational=True)
+
+    def client_options(self) -> ClientOptions:
+        return dataclasses.replace(super().client_options(), n_ctx=self.n_ctx, threads=self.llm_threads)
+
+
 class LlamaCppClient(SDKClient):
     """A GGUF model in this process (see the module doc).
 
@@ -282,6 +297,7 @@ class LlamaCppClient(SDKClient):
         BackendConfigError: No file, not a GGUF file, llama-cpp-python missing, or a model llama.cpp cannot load.
     """
 
+    Options: ClassVar[type[ClientSettings]] = LlamaCppSettings
     api: ClassVar[str] = "llama.cpp create_chat_completion"
     provider_name: ClassVar[str] = "llamacpp"
     key_variables: ClassVar[tuple[str, ...]] = ()

@@ -21,7 +21,7 @@ from typing import Any
 
 from ..errors import BackendConfigError, BackendError, JSONBounds, ReplayExhausted
 from ..safe_json import loads
-from .base import CallKey, Completion, Request
+from .base import CallKey, ClientSettings, Completion, Request
 
 __all__ = ["ReplayClient", "SOURCE_FIELDS"]
 
@@ -34,6 +34,8 @@ class ReplayClient:
 
     provider = "replay"
     is_llm = False
+    Options = ClientSettings
+    """A replayed run takes the clients' options (its answers' bound, ...), those it does not use included."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)

@@ -36,7 +36,7 @@ from typing import Any, ClassVar
 from ..errors import BackendConfigError
 from ..safe_json import is_bomb
 from . import keys
-from .base import ClientOptions, Completion, Message, Request
+from .base import ClientOptions, ClientSettings, Completion, Message, Request
 from .deadline import AttemptDeadline
 from .faults import (
     DeadlinePassed,
@@ -101,6 +101,8 @@ class SDKClient(ABC):
     """
 
     is_llm: ClassVar[bool] = True
+    Options: ClassVar[type[ClientSettings]] = ClientSettings
+    """The options ``train`` takes for this client (see :class:`~llm_policy_gen.clients.base.ClientSettings`)."""
     api: ClassVar[str] = ""
     """The provider API used, for ``describe``."""
 

@@ -38,6 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError
 
 from ..discretize import ActionDiscretizer, BoxDiscretizer, DiscreteDiscretizer, ObservationDiscretizer
 from ..errors import JSONBounds, ProposalError
+from ..registry import PluginOptions, setting
 from ..safe_json import check_text, loads, raw_decode
 
 if TYPE_CHECKING:
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Target",
+    "RefineOptions",
     "FormatContext",
     "Parsed",
     "AnswerFormat",
@@ -136,6 +138,15 @@ class Parsed(Generic[V]):
     notes: list[str] = field(default_factory=list)
     source: dict[str, Any] | None = None
     """What the value compiles from, kept in policy files (rules answers)."""
+
+
+class RefineOptions(PluginOptions):
+    """The options of a refinable format (:attr:`AnswerFormat.refinable`): the numbers of the rules a model wrote,
+    tuned between model calls."""
+
+    refine: int = setting(0, "an integer >= 0", "Rules answers from an LLM: after each model call, this many "
+                          "iterations in which the population search tunes the numbers of the kept rules without "
+                          "calling the model (0: every iteration asks the model).", ge=0)
 
 
 @runtime_checkable

@@ -54,6 +54,7 @@ from .base import (
     AnswerModel,
     FormatContext,
     Parsed,
+    RefineOptions,
     Target,
     cap_errors,
     dim_names,
@@ -275,6 +276,7 @@ class RulesFormat(AnswerFormat[np.ndarray]):
     shows_table = False  # a big table cannot be printed: the prompt shows the rules (current_text)
     summarises_evidence = True
     refinable = True
+    Options = RefineOptions
 
     def _model(self, target: Target) -> type[BaseModel]:
         return RulesAnswer if target.kind == "action" else ValueRulesAnswer

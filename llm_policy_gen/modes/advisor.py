@@ -29,13 +29,14 @@ import numpy as np
 
 from ..formats.base import Target
 from ..learner import LearnerPolicy, QLearner
-from .learner import LearnerMode
+from ..registry import setting
+from .learner import LearnerMode, LearnerOptions
 
 if TYPE_CHECKING:
     from ..prompt import PromptContext
     from .base import RunServices, Setup
 
-__all__ = ["AdvisorMode", "advice_probability"]
+__all__ = ["AdvisorMode", "AdvisorOptions", "advice_probability"]
 
 
 def advice_probability(p0: float, decay: float, iteration: int) -> float:
@@ -43,10 +44,21 @@ def advice_probability(p0: float, decay: float, iteration: int) -> float:
     return float(p0) * float(decay) ** max(0, int(iteration) - 1)
 
 
+class AdvisorOptions(LearnerOptions):
+    """The advisor mode's options, beside the learner's."""
+
+    advice_prob: float = setting(0.5, "a number in [0, 1]", "Advisor mode: probability that a training step takes "
+                                 "the advised action at iteration 1.", ge=0.0, le=1.0)
+    advice_decay: float = setting(0.9, "a number in [0, 1]", "Advisor mode: the advice probability is multiplied by "
+                                  "this every iteration (p_t = advice_prob * advice_decay^(t-1)).", ge=0.0, le=1.0)
+
+
 class AdvisorMode(LearnerMode):
     """The model advises the learner."""
 
     name = "advisor"
+    Options = AdvisorOptions
+    options: AdvisorOptions
     templates = ("advisor_system.md", "advisor_user.md")
     what = "advice"
 
@@ -57,7 +69,7 @@ class AdvisorMode(LearnerMode):
         return np.asarray(run.best_table, dtype=np.int64).copy()
 
     def _p(self, run: RunServices, iteration: int) -> float:
-        return advice_probability(run.cfg.advice_prob, run.cfg.advice_decay, iteration)
+        return advice_probability(self.options.advice_prob, self.options.advice_decay, iteration)
 
     def behaviour(self, run: RunServices, learner: QLearner, value: np.ndarray, rng: np.random.Generator,
                   iteration: int) -> LearnerPolicy:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -25,13 +25,23 @@ from ..collect import Episode
 from ..formats import make_format, resolve_format_name
 from ..formats.base import AnswerFormat, Target
 from ..learner import LearnerPolicy, QLearner, optimistic_init
+from ..registry import PluginOptions, setting
 from .base import Setup, Step, first_stop, stopped_before_any_answer
 
 if TYPE_CHECKING:
     from ..prompt import PromptContext
     from .base import RunServices
 
-__all__ = ["Trial", "LearnerMode"]
+__all__ = ["Trial", "LearnerMode", "LearnerOptions"]
+
+
+class LearnerOptions(PluginOptions):
+    """The learner's settings, shared by the reward and advisor modes."""
+
+    learner_alpha: float = setting(0.2, "a number in (0, 1]", "Reward and advisor modes: step size of the learner's "
+                                   "Q-learning.", gt=0.0, le=1.0)
+    learner_gamma: float = setting(0.99, "a number in [0, 1)", "Reward and advisor modes: discount of the learner's "
+                                   "Q-learning and of the shaping term.", ge=0.0, lt=1.0)
 
 
 @dataclass
@@ -89,8 +99,12 @@ class LearnerMode:
     """What a candidate is called in prompts and messages ("potential", "advice")."""
     keep_trials = 64
     """Earlier candidates remembered for the reflection (the prompt shows the last few)."""
+    Options: ClassVar[type[LearnerOptions]] = LearnerOptions
+    options: LearnerOptions
+    """This run's options (read from its configuration by :meth:`prepare`)."""
 
     def __init__(self) -> None:
+        self.options = self.Options()
         self.fmt: AnswerFormat[Any] | None = None
         self.target: Target | None = None
         self.learner: QLearner | None = None
@@ -131,20 +145,21 @@ class LearnerMode:
 
     def extra(self, run: RunServices) -> dict[str, Any]:
         """Data the non-LLM proposers read (``PromptContext.extra``)."""
-        return {"learner_gamma": run.cfg.learner_gamma}
+        return {"learner_gamma": self.options.learner_gamma}
 
     def step_fields(self, run: RunServices, iteration: int, chosen: _Candidate | None) -> dict[str, Any]:
         return {}
 
     # ------------------------------------------------------------------ Mode
     def prepare(self, setup: Setup, resumed: bool) -> dict[str, Any]:
+        self.options = setup.cfg.options_for(self.Options)
         self.check_backend(setup)
         name = resolve_format_name(setup.cfg.output_format, setup.observation.n_states)
         self.fmt = make_format(name)
         self.target = self.make_target(setup)
         return {"output_format": name, "target": self.target.kind, "learner": {
-            "algorithm": "tabular Q-learning, one sweep per episode as it ends", "alpha": setup.cfg.learner_alpha,
-            "gamma": setup.cfg.learner_gamma, "epsilon": setup.cfg.explore_epsilon,
+            "algorithm": "tabular Q-learning, one sweep per episode as it ends", "alpha": self.options.learner_alpha,
+            "gamma": self.options.learner_gamma, "epsilon": setup.cfg.explore_epsilon,
             "q_init": "max(0, largest step reward of the initial table's test episodes) / (1 - gamma)"}}
 
     def first_messages(self, run: RunServices) -> list[Message]:
@@ -157,9 +172,9 @@ class LearnerMode:
     def start(self, run: RunServices) -> None:
         """Score the initial table (as table mode does) and start the learner."""
         first = run.start_from_initial()
-        cfg = run.cfg
-        self.learner = QLearner(run.observation.n_states, run.actions.n_actions, cfg.learner_alpha,
-                                cfg.learner_gamma, optimistic_init(first, cfg.learner_gamma))
+        o = self.options
+        self.learner = QLearner(run.observation.n_states, run.actions.n_actions, o.learner_alpha,
+                                o.learner_gamma, optimistic_init(first, o.learner_gamma))
         self.current = self.initial(run)
 
     def _learner(self) -> QLearner:

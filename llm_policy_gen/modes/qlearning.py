@@ -17,14 +17,15 @@ confirmation, counted, and the held-out seeds measure the kept table. The learne
 verdict; it does not learn from the keeper's episodes. One table is judged per iteration (``--candidates`` does not
 apply).
 
-Hyperparameters (:class:`QLearningSettings`, declared here, the class's ``settings``; recorded in ``config.json``):
+Hyperparameters (:class:`QLearningOptions`, the mode's options: ``--q-alpha`` ... flags, flat keys in a TOML file and
+``config.json``, which also records them in its ``learner`` fact); their defaults:
 
-* ``alpha = 0.5`` -- step size;
-* ``gamma = 0.99`` -- discount;
-* epsilon: ``0.1`` falling linearly to ``0.05`` over the learner's first ``200`` episodes, then ``0.05``; the
-  greedy action's ties are broken at random in training (with ``Q0 = 0`` and step costs, untried actions look best,
-  which explores the grid tasks by itself);
-* ``Q0 = 0`` for every pair (no optimism beyond what zero is for tasks whose steps cost).
+* ``q_alpha = 0.5`` -- step size;
+* ``q_gamma = 0.99`` -- discount;
+* epsilon: ``q_epsilon_start = 0.1`` falling linearly to ``q_epsilon_end = 0.05`` over the learner's first
+  ``q_epsilon_episodes = 200`` episodes, then ``0.05``; the greedy action's ties are broken at random in training
+  (with ``Q0 = 0`` and step costs, untried actions look best, which explores the grid tasks by itself);
+* ``q_init = 0`` for every pair (no optimism beyond what zero is for tasks whose steps cost).
 
 The run's ``explore_epsilon`` and ``learner_*`` settings belong to the table search and the reward and advisor modes;
 this mode does not read them.
@@ -41,42 +42,44 @@ mode serves every task (CartPole's bins are not). gamma and Q0 were not tuned.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..collect import Episode
 from ..learner import LearnerPolicy, QLearner
+from ..registry import PluginOptions, setting
 from .base import Setup, Step
 
 if TYPE_CHECKING:
     from .base import RunServices
 
-__all__ = ["QLearningSettings", "QLearningMode", "OnlineQPolicy"]
+__all__ = ["QLearningOptions", "QLearningMode", "OnlineQPolicy"]
 
 
-@dataclass(frozen=True)
-class QLearningSettings:
+class QLearningOptions(PluginOptions):
     """The standard learner's hyperparameters (see the module docstring for how they were chosen)."""
 
-    alpha: float = 0.5
-    """Step size."""
-    gamma: float = 0.99
-    """Discount."""
-    epsilon_start: float = 0.1
-    """Exploration at the learner's first episode."""
-    epsilon_end: float = 0.05
-    """Exploration once the schedule has run out."""
-    epsilon_episodes: int = 200
-    """Learner episodes over which epsilon falls linearly from ``epsilon_start`` to ``epsilon_end``."""
-    q_init: float = 0.0
-    """Every Q(s, a) at the start."""
+    q_alpha: float = setting(0.5, "a number in (0, 1]", "q-learning mode: step size.", gt=0.0, le=1.0)
+    q_gamma: float = setting(0.99, "a number in [0, 1)", "q-learning mode: discount.", ge=0.0, lt=1.0)
+    q_epsilon_start: float = setting(0.1, "a number in [0, 1]", "q-learning mode: exploration at the learner's first "
+                                     "episode.", ge=0.0, le=1.0)
+    q_epsilon_end: float = setting(0.05, "a number in [0, 1]", "q-learning mode: exploration once the schedule has "
+                                   "run out.", ge=0.0, le=1.0)
+    q_epsilon_episodes: int = setting(200, "an integer >= 0", "q-learning mode: learner episodes over which epsilon "
+                                      "falls linearly from --q-epsilon-start to --q-epsilon-end.", ge=0)
+    q_init: float = setting(0.0, "a number", "q-learning mode: every Q(s, a) at the start.")
 
     def epsilon(self, episodes: int) -> float:
         """Exploration of the learner's episode number ``episodes`` (0-based)."""
-        frac = min(1.0, episodes / self.epsilon_episodes) if self.epsilon_episodes > 0 else 1.0
-        return float(self.epsilon_start + frac * (self.epsilon_end - self.epsilon_start))
+        frac = min(1.0, episodes / self.q_epsilon_episodes) if self.q_epsilon_episodes > 0 else 1.0
+        return float(self.q_epsilon_start + frac * (self.q_epsilon_end - self.q_epsilon_start))
+
+    def describe(self) -> dict[str, Any]:
+        """The settings as config.json's ``learner`` record names them."""
+        return {"alpha": self.q_alpha, "gamma": self.q_gamma, "epsilon_start": self.q_epsilon_start,
+                "epsilon_end": self.q_epsilon_end, "epsilon_episodes": self.q_epsilon_episodes,
+                "q_init": self.q_init}
 
 
 class OnlineQPolicy(LearnerPolicy):
@@ -94,19 +97,22 @@ class QLearningMode:
     name = "q-learning"
     needs_session = False
     judges_candidates = True
-    settings = QLearningSettings()
+    Options = QLearningOptions
 
     def __init__(self) -> None:
         self.learner: QLearner | None = None
+        self.options = QLearningOptions()
+        """This run's options (read from its configuration by :meth:`prepare`)."""
 
     def prepare(self, setup: Setup, resumed: bool) -> dict[str, Any]:
+        self.options = setup.cfg.options_for(QLearningOptions)
         return {"learner": {"algorithm": "tabular Q-learning, epsilon-greedy in its own episodes, one update per "
-                                         "step; its greedy table is judged", **asdict(self.settings)}}
+                                         "step; its greedy table is judged", **self.options.describe()}}
 
     def start(self, run: RunServices) -> None:
         run.start_from_initial()
-        s = self.settings
-        self.learner = QLearner(run.observation.n_states, run.actions.n_actions, s.alpha, s.gamma, s.q_init)
+        o = self.options
+        self.learner = QLearner(run.observation.n_states, run.actions.n_actions, o.q_alpha, o.q_gamma, o.q_init)
 
     def _learner(self) -> QLearner:
         assert self.learner is not None, "start() or load_state_dict() first"
@@ -117,13 +123,13 @@ class QLearningMode:
         run.score_best(iteration)
         seeds = run.train_seeds()
         rng = np.random.default_rng([run.cfg.seed, iteration, 17])
-        policy = OnlineQPolicy(learner, run.observation, rng, self.settings.epsilon(learner.episodes))
+        policy = OnlineQPolicy(learner, run.observation, rng, self.options.epsilon(learner.episodes))
         used: list[float] = []
 
         def ended(_ep: Episode) -> None:
             used.append(policy.epsilon)
             learner.episodes += 1
-            policy.epsilon = self.settings.epsilon(learner.episodes)
+            policy.epsilon = self.options.epsilon(learner.episodes)
 
         episodes = run.train_on(policy, seeds, iteration, ended)
         verdict = run.judge([learner.greedy()], iteration)

@@ -26,18 +26,28 @@ import numpy as np
 from ..backends import BACKENDS, parse_backend_spec
 from ..errors import UserError
 from ..formats.base import Target
-from .learner import LearnerMode
+from ..registry import setting
+from .learner import LearnerMode, LearnerOptions
 
 if TYPE_CHECKING:
     from ..prompt import PromptContext
     from .base import RunServices, Setup
 
-__all__ = ["RewardMode"]
+__all__ = ["RewardMode", "RewardOptions"]
+
+class RewardOptions(LearnerOptions):
+    """The reward mode's options, beside the learner's."""
+
+    potential_bound: float = setting(100.0, "a number > 0", "Reward mode: a shaping potential must lie in [-B, B].",
+                                     gt=0.0)
+
 
 class RewardMode(LearnerMode):
     """The model shapes the learner's reward."""
 
     name = "reward"
+    Options = RewardOptions
+    options: RewardOptions
     templates = ("reward_system.md", "reward_user.md")
     what = "potential"
 
@@ -48,7 +58,7 @@ class RewardMode(LearnerMode):
                             f"random); {name} writes action tables only: use it with --mode table or advisor")
 
     def make_target(self, setup: Setup) -> Target:
-        bound = float(setup.cfg.potential_bound)
+        bound = float(self.options.potential_bound)
         return Target("value", low=-bound, high=bound, meaning="shaping potential of the state")
 
     def initial(self, run: RunServices) -> np.ndarray:
@@ -62,5 +72,5 @@ class RewardMode(LearnerMode):
         return f"potential from {v.min():.3g} to {v.max():.3g}, mean {v.mean():.3g}"
 
     def sections(self, run: RunServices, ctx: PromptContext) -> dict[str, str]:
-        return {"reflection": self.reflection(), "learner_gamma": f"{run.cfg.learner_gamma:g}",
-                "bound": f"{run.cfg.potential_bound:g}"}
+        return {"reflection": self.reflection(), "learner_gamma": f"{self.options.learner_gamma:g}",
+                "bound": f"{self.options.potential_bound:g}"}

@@ -23,7 +23,7 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ..config import RESUME_OPTIONS
+    from ..config import resume_options
     from .backend import default_cache_dir
     from .prepare import Prepared, check_backend, prepare, resolve_spec
     from .records import RunResult
@@ -33,9 +33,9 @@ if TYPE_CHECKING:
     from .stop import StopKind, StopReason
 
 __all__ = ["RunResult", "Run", "Prepared", "prepare", "check_backend", "resolve_spec", "train", "resume",
-           "default_cache_dir", "RESUME_OPTIONS", "StopKind", "StopReason"]
+           "default_cache_dir", "resume_options", "StopKind", "StopReason"]
 
-_WHERE = {"RESUME_OPTIONS": "..config", "default_cache_dir": ".backend", "Prepared": ".prepare",
+_WHERE = {"resume_options": "..config", "default_cache_dir": ".backend", "Prepared": ".prepare",
           "check_backend": ".prepare", "prepare": ".prepare", "resolve_spec": ".prepare", "RunResult": ".records",
           "resume": ".resume", "Run": ".services", "train": ".start", "StopKind": ".stop", "StopReason": ".stop"}
 

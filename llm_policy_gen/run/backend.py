@@ -19,24 +19,24 @@ from pathlib import Path
 from typing import Any
 
 from ..backends import BACKENDS, base_url_variable, is_client, parse_backend_spec
-from ..clients.base import ClientOptions, CountsTokens, LLMClient, Message, RendersChat, Sampling, is_free
+from ..clients.base import ClientOptions, ClientSettings, CountsTokens, LLMClient, Message, RendersChat, is_free
 from ..clients.cache import ResponseCache
 from ..clients.keys import endpoint_notice, remember_url
 from ..clients.replay import SOURCE_FIELDS
-from ..clients.retry import RetryPolicy
 from ..clients.sdk import SDKClient
 from ..clients.session import LLMSession
 from ..clients.transcript import RecordedCalls, Transcript
 from ..clients.usage import Budget, CallLimiter, LocalLimiter
 from ..config import TrainConfig
 from ..errors import UserError
+from ..formats.base import RefineOptions
 from ..pricing import DEFAULT_PRICES, price_of
 from ..prompt import PromptBuilder, default_token_cap
 from ..proposers.base import Proposer
 from ..proposers.llm import LLMProposer
 from ..proposers.refine import RefiningProposer
 
-__all__ = ["Backend", "make_backend", "client_options", "default_cache_dir", "check_context"]
+__all__ = ["Backend", "make_backend", "client_settings", "client_options", "default_cache_dir", "check_context"]
 
 
 @dataclass
@@ -64,16 +64,17 @@ def default_cache_dir() -> Path:
     return Path(root) / "llm-policy-gen" / "responses"
 
 
-def client_options(cfg: TrainConfig) -> ClientOptions:
-    remember_url(cfg.base_url)  # its password is redacted from everything this process writes
-    return ClientOptions(
-        base_url=cfg.base_url,
-        retry=RetryPolicy(max_retries=cfg.max_retries, timeout_s=cfg.timeout_s),  # None: by the server's kind
-        sampling=Sampling(temperature=cfg.temperature, max_output_tokens=cfg.max_output_tokens),
-        local_concurrency=cfg.local_concurrency,
-        n_ctx=cfg.n_ctx,
-        threads=cfg.llm_threads,
-    )
+def client_settings(cfg: TrainConfig, name: str | None = None) -> ClientSettings:
+    """The options of the client backend ``name`` (default: the run's), as its class declares them."""
+    name = name or parse_backend_spec(cfg.backend or "offline")[0]
+    model = BACKENDS.options_model(name) if is_client(name) else None
+    return cfg.options_for(model if model is not None and issubclass(model, ClientSettings) else ClientSettings)
+
+
+def client_options(cfg: TrainConfig, name: str | None = None) -> ClientOptions:
+    settings = client_settings(cfg, name)
+    remember_url(settings.base_url)  # its password is redacted from everything this process writes
+    return settings.client_options()  # a timeout_s of None: by the server's kind
 
 
 def make_backend(cfg: TrainConfig, needs_session: bool, mode_name: str, transcript: Transcript,
@@ -91,7 +92,8 @@ def make_backend(cfg: TrainConfig, needs_session: bool, mode_name: str, transcri
             raise UserError(f"--mode {mode_name} needs a backend that answers free text (an LLM or "
                             f"replay:PATH), not {name!r}, which writes whole tables; use --mode table with it")
         return Backend(name, model, factory(seed=cfg.seed, transcript=transcript), None, None)
-    options = client_options(cfg)
+    settings = client_settings(cfg, name)
+    options = client_options(cfg, name)
     client: LLMClient
     if name == "replay":
         client = factory(model)
@@ -100,35 +102,37 @@ def make_backend(cfg: TrainConfig, needs_session: bool, mode_name: str, transcri
         client = factory(model, options)
     if chat and isinstance(client, RendersChat):
         client.check_chat()
-    _check_budget_is_priced(cfg, client.provider, client.model, client.is_llm and not is_free(client))
-    _fit_prompts_and_samples(cfg, client, builder, log)
-    check_context(cfg, client, builder, first)
+    _check_budget_is_priced(settings, client.provider, client.model, client.is_llm and not is_free(client))
+    _fit_prompts_and_samples(cfg, settings, client, builder, log)
+    check_context(cfg, client, builder, first, options)
     described = client.describe()
     endpoint = None
     if "base_url" in described:  # a client that calls a server: say where, and where URL and key came from
         endpoint = endpoint_notice(f"{client.provider}:{client.model}", str(described["base_url"] or ""),
-                                   bool(cfg.base_url), base_url_variable(name), str(described.get("key_source") or ""))
+                                   bool(settings.base_url), base_url_variable(name),
+                                   str(described.get("key_source") or ""))
         log(endpoint)
     cache = None
-    if cfg.cache and client.is_llm:
-        folder = Path(cfg.cache_dir) if cfg.cache_dir else default_cache_dir()
+    if settings.cache and client.is_llm:
+        folder = Path(settings.cache_dir) if settings.cache_dir else default_cache_dir()
         base_url = str(described.get("base_url", "") or "")
         identity = client.cache_identity if isinstance(client, SDKClient) else client.model
         cache = ResponseCache(folder, client.provider, identity, base_url, options.sampling)
     session = LLMSession(
-        client, transcript, repair_attempts=cfg.repair_attempts, budget=budget or Budget(cfg.budget_usd),
-        prices_file=cfg.prices_file, cache=cache, recorded=recorded,
-        limiter=limiter or LocalLimiter(cfg.max_concurrent_calls), max_concurrent=cfg.max_concurrent_calls,
-        log=log, seed=cfg.seed, max_answer_chars=cfg.max_answer_chars,
+        client, transcript, repair_attempts=settings.repair_attempts, budget=budget or Budget(settings.budget_usd),
+        prices_file=settings.prices_file, cache=cache, recorded=recorded,
+        limiter=limiter or LocalLimiter(settings.max_concurrent_calls), max_concurrent=settings.max_concurrent_calls,
+        log=log, seed=cfg.seed, max_answer_chars=settings.max_answer_chars,
     )
     proposer: Proposer = LLMProposer(session, builder)
-    if cfg.refine:
-        proposer = RefiningProposer(proposer, cfg.refine, cfg.seed, transcript)
+    refine = cfg.options_for(RefineOptions).refine
+    if refine:
+        proposer = RefiningProposer(proposer, refine, cfg.seed, transcript)
     return Backend(name, model, proposer, session, endpoint)
 
 
 def check_context(cfg: TrainConfig, client: LLMClient | None, builder: PromptBuilder,
-                  first: Callable[[], list[Message] | None]) -> None:
+                  first: Callable[[], list[Message] | None], options: ClientOptions | None = None) -> None:
     """Refuse (one line, before the run starts) a model context that cannot hold the first prompt's fixed part
     (``first()``: the mode's first messages with nothing learned, rendered by the model's chat template and counted
     by its tokenizer) and as many tokens again for the answer (at most ``--max-output-tokens``: the share of the
@@ -141,9 +145,11 @@ def check_context(cfg: TrainConfig, client: LLMClient | None, builder: PromptBui
     messages = first()
     if messages is None:
         return
+    options = options or client_options(cfg)
+    max_output = options.sampling.max_output_tokens
 
     def needed(fixed: int) -> int:
-        return fixed + min(cfg.max_output_tokens, fixed)
+        return fixed + min(max_output, fixed)
 
     fixed = client.chat_tokens(messages)
     need = needed(fixed)
@@ -154,20 +160,20 @@ def check_context(cfg: TrainConfig, client: LLMClient | None, builder: PromptBui
         limit = builder.limit
         try:
             for _ in range(8):
-                builder.limit = default_token_cap(cfg.max_prompt_chars, need, cfg.max_output_tokens)
+                builder.limit = default_token_cap(cfg.max_prompt_chars, need, max_output)
                 again = client.chat_tokens(first() or messages)
                 if needed(again) <= need:
                     break
                 fixed, need = again, needed(again)
         finally:
             builder.limit = limit
-    given = f"--n-ctx {cfg.n_ctx}" if cfg.n_ctx else f"the model's context of {context} tokens"
+    given = f"--n-ctx {options.n_ctx}" if options.n_ctx else f"the model's context of {context} tokens"
     raise UserError(f"{given} is too small: the prompt's fixed part (task, table and answer format, which no "
                     f"--max-prompt-tokens can cut) is {fixed} tokens of {client.model} and the answer needs "
                     f"{need - fixed} more; give --n-ctx {need} or more")
 
 
-def _check_budget_is_priced(cfg: TrainConfig, provider: str, model: str, is_llm: bool) -> None:
+def _check_budget_is_priced(cfg: ClientSettings, provider: str, model: str, is_llm: bool) -> None:
     """``--budget-usd`` needs the model's price: without one every call costs "unknown" and the budget cannot hold."""
     if cfg.budget_usd is None or not is_llm:
         return
@@ -180,18 +186,18 @@ def _check_budget_is_priced(cfg: TrainConfig, provider: str, model: str, is_llm:
         )
 
 
-def _fit_prompts_and_samples(cfg: TrainConfig, client: LLMClient, builder: PromptBuilder,
+def _fit_prompts_and_samples(cfg: TrainConfig, settings: ClientSettings, client: LLMClient, builder: PromptBuilder,
                              log: Callable[[str], None]) -> None:
     """Prompts in tokens where the client knows its tokenizer (``--max-prompt-tokens``), and a note where K
     candidates are likely to be identical samples."""
     if isinstance(client, CountsTokens):
         cap = cfg.max_prompt_tokens or default_token_cap(cfg.max_prompt_chars, client.context_tokens,
-                                                         cfg.max_output_tokens)
+                                                         settings.max_output_tokens)
         builder.measure_in_tokens(cap, client.count_tokens)
     elif cfg.max_prompt_tokens is not None and client.is_llm:
         log(f"note: --max-prompt-tokens has no effect on {client.provider} (its tokenizer is not known "
             f"here); prompts are capped at --max-prompt-chars {cfg.max_prompt_chars}")
-    if cfg.temperature == 0 and cfg.candidates > 1 and client.is_llm:
+    if settings.temperature == 0 and cfg.candidates > 1 and client.is_llm:
         seeds = isinstance(client, SDKClient) and client.takes_seed
         why = ("each call carries its own seed, but at temperature 0 most models decode greedily" if seeds
                else f"{client.provider} takes no seed")

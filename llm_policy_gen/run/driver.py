@@ -31,6 +31,7 @@ from ..errors import (
 from ..locks import HeldInterrupts
 from ..runlog import appends_undone_on_error
 from ..schema.aliases import summary_out
+from .backend import client_settings
 from .counters import rollouts_from_state
 from .records import RunResult, Summary, event_record, summary_record
 from .services import Run
@@ -42,7 +43,7 @@ __all__ = ["execute"]
 def _endpoint_error(run: Run, exc: BaseException) -> Exception:
     """The run's first call reached no server: a user error when the URL is the user's own setting."""
     var = base_url_variable(run.backend_name)
-    user_set = bool(run.cfg.base_url) or bool(os.environ.get(var, "").strip())
+    user_set = bool(client_settings(run.cfg, run.backend_name).base_url) or bool(os.environ.get(var, "").strip())
     msg = f"{redact(str(exc))}; no call of this run reached the server"
     if user_set:
         return EndpointError(f"{msg} (check --base-url / {var})")
@@ -96,9 +97,9 @@ def _drive(run: Run, first: int) -> tuple[StopReason, bool]:
             stop = StopReason.parse(step.stop) or StopReason.of(StopKind.STOPPED)
             run.log(f"run ends: {stop}")
             break
-        if c.unreachable_streak >= cfg.unreachable_after:
+        if c.unreachable_streak >= (after := client_settings(cfg, run.backend_name).unreachable_after):
             stop = StopReason.of(StopKind.UNREACHABLE)
-            run.log(f"run ends: {cfg.unreachable_after} iterations in a row without one answered call")
+            run.log(f"run ends: {after} iterations in a row without one answered call")
             break
     _check_some_call_succeeded(run)
     return stop, False

@@ -22,17 +22,20 @@ from ..backends import (
     provider_class,
 )
 from ..clients.keys import check_same_source
-from ..config import TrainConfig
+from ..config import TrainConfig, option_name
 from ..envs import get_spec
 from ..envs.spec import EnvSpec
 from ..errors import UserError
 from ..formats import FORMATS, refinable_format_names, table_format_names
+from ..formats.base import RefineOptions
 from ..modes import MODES
 from ..modes.base import Mode
 from ..pricing import load_prices
+from ..registry import plugin_sections
 from ..templates import check_prompts_dir
+from .backend import client_settings
 
-__all__ = ["Prepared", "prepare", "resolve_spec", "check_backend", "probe_outputs", "pair_learner"]
+__all__ = ["Prepared", "prepare", "resolve_spec", "check_backend", "probe_outputs", "pair_learner", "unused_options"]
 
 
 @dataclass
@@ -103,13 +106,15 @@ def prepare(cfg: TrainConfig, spec: EnvSpec | None = None) -> Prepared:
     notice = BACKENDS.entry(name).info.get("notice")
     if notice and MODES.entry(cfg.mode).info.get("backend") is not False:  # not for a mode that never asks it
         notes.append(f"backend: {name} -- {notice}")
-    if cfg.temperature is not None and not is_llm(name):
+    if client_settings(cfg, name).temperature is not None and is_client(name) and not is_llm(name):
         notes.append(f"note: --temperature has no effect on {name} (no language model is sampled)")
-    load_prices(cfg.prices_file)  # a missing or broken price file is refused before anything starts
+    notes += unused_options(cfg, name)
+    load_prices(client_settings(cfg, name).prices_file)  # a missing or broken price file: refused before any start
     check_prompts_dir()  # LLM_POLICY_GEN_PROMPTS naming no folder of templates: refused before anything starts
     provider = provider_class(name)
     if provider is not None and provider.key_variables:  # the key and its URL from one place, refused here if not
-        check_same_source(provider.key_found_in(), provider.base_url_variable, bool((cfg.base_url or "").strip()))
+        given_url = client_settings(cfg, name).base_url
+        check_same_source(provider.key_found_in(), provider.base_url_variable, bool((given_url or "").strip()))
     return Prepared(cfg, spec, mode, name, notes)
 
 
@@ -146,18 +151,39 @@ def pair_learner(cfg: TrainConfig, notes: list[str] | None = None) -> TrainConfi
 
 def _check_refine(cfg: TrainConfig, name: str, mode: Mode) -> None:
     """``--refine`` tunes the numbers of rules a model wrote: it needs rules answers from an LLM (or replay)."""
-    if not cfg.refine:
+    refine = cfg.options_for(RefineOptions).refine
+    if not refine:
         return
     if not is_client(name):
-        raise UserError(f"--refine {cfg.refine} needs an LLM backend (or replay:PATH) to write the rules it refines, "
+        raise UserError(f"--refine {refine} needs an LLM backend (or replay:PATH) to write the rules it refines, "
                         f"not {name!r}; give --backend PROVIDER[:MODEL] or drop --refine")
     if mode.needs_session:
-        raise UserError(f"--refine {cfg.refine} does not apply to --mode {mode.name}, which asks the model for each "
+        raise UserError(f"--refine {refine} does not apply to --mode {mode.name}, which asks the model for each "
                         "action; use it with --mode table")
     refinable = refinable_format_names()
     if cfg.output_format not in refinable:
-        raise UserError(f"--refine {cfg.refine} needs --output-format {' or '.join(refinable)} (it tunes the numbers "
+        raise UserError(f"--refine {refine} needs --output-format {' or '.join(refinable)} (it tunes the numbers "
                         f"of rules), not {cfg.output_format!r}")
+
+
+def unused_options(cfg: TrainConfig, backend: str) -> list[str]:
+    """A note for each plug-in option the user gave (on the command line or in a file) that no plug-in of this run
+    takes (``--potential-bound`` with ``--mode table``): it is recorded in config.json but changes nothing. A note,
+    not a refusal: a shared config file or a sweep's settings may hold options for the other runs' plug-ins."""
+    in_use = {("mode", cfg.mode), ("backend", backend), ("answer format", cfg.output_format),
+              *(("logger", n.strip().lower()) for n in cfg.log)}
+    notes: list[str] = []
+    for section in plugin_sections():
+        if in_use & set(section.plugins):
+            continue
+        kinds = {kind for kind, _ in section.plugins}
+        used = "; ".join(f"{kind} {', '.join(n for k, n in sorted(in_use) if k == kind) or '(none)'}"
+                         for kind in sorted(kinds))
+        for key in section.options:
+            if key in cfg.explicit:
+                notes.append(f"note: {option_name(key)} has no effect on this run's {used} (it is an option of "
+                             f"{section.title})")
+    return notes
 
 
 def check_backend(prepared: Prepared) -> str | None:

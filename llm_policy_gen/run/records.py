@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .. import __version__
+from ..clients.base import ClientSettings
 from ..clients.keys import redact
 from ..clients.usage import Usage
 from ..collect import Rollouts
@@ -182,7 +183,7 @@ def summary_record(run: Run, stop: StopReason, extra: dict[str, Any] | None = No
         "prompt_chars_last": sizes[-1] if sizes else None,
         "prompt_chars_max": max(sizes) if sizes else None,
         "stop_reason": stop.text,
-        "unreachable_after": run.cfg.unreachable_after,
+        "unreachable_after": run.cfg.options_for(ClientSettings).unreachable_after,
         "wall_s": round(float(s["wall_s"]), 3),
     }
     if state is not None:  # calls of the iteration that did not finish are in the transcript, not the totals

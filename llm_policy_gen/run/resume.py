@@ -19,7 +19,7 @@ from ..checkpoint import load_checkpoint
 from ..clients.keys import is_loopback_url, redact, without_userinfo
 from ..clients.transcript import RecordedCalls
 from ..clients.usage import Budget, CallLimiter
-from ..config import RESUME_OPTIONS, TrainConfig, option_name
+from ..config import TrainConfig, option_name, resume_options
 from ..console import Console
 from ..envs.spec import EnvSpec
 from ..errors import SpecError, UserError
@@ -179,10 +179,10 @@ def _resume(run_dir: Path, overrides: dict[str, Any] | None, log: Callable[[str]
     _check_resume_endpoint(rd, record, given_url)
     settings = load_settings(rd.config)
     _check_resume_paths(rd, settings, overrides)
-    bad = sorted(set(overrides) - set(RESUME_OPTIONS))
+    bad = sorted(set(overrides) - set(resume_options()))
     if bad:
         raise UserError(f"--resume takes the run's own settings; {option_name(bad[0])} cannot change (accepted "
-                        f"with --resume: {', '.join(option_name(o) for o in RESUME_OPTIONS)})")
+                        f"with --resume: {', '.join(option_name(o) for o in resume_options())})")
     if given_url:  # the same endpoint, with the password config.json never holds
         settings["base_url"] = given_url
     settings["run_id"] = rd.path.name

@@ -2,7 +2,7 @@
 
 :func:`plan` makes one :class:`~.task.RunTask` per (``--backends`` entry, seed); :func:`survey` reads what an earlier
 invocation left of each (:class:`Found`); :func:`check_same_sweep` refuses a comparison folder that holds a sweep or
-runs made with settings that decide results differently (:data:`~llm_policy_gen.config.OPERATIONAL_SETTINGS` may
+runs made with settings that decide results differently (:func:`~llm_policy_gen.config.operational_settings` may
 change); :func:`preflight` builds each entry's run, without starting it, so that a bad environment, mode, backend or
 key ends the command before any run starts.
 """
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..config import OPERATIONAL_SETTINGS  # what may differ between invocations of one sweep
+from ..config import operational_settings  # what may differ between invocations of one sweep
 from ..console import printable
 from ..errors import UserError
 from ..run.files import RunDir
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from ..config import TrainConfig
     from ..envs.spec import EnvSpec
 
-__all__ = ["OPERATIONAL_SETTINGS", "parse_seeds", "parse_backends", "plan", "Found", "survey", "committed_cost",
+__all__ = ["operational_settings", "parse_seeds", "parse_backends", "plan", "Found", "survey", "committed_cost",
            "experiment", "resolve", "differences", "check_same_sweep", "preflight"]
 
 
@@ -128,7 +128,7 @@ def experiment(config: Mapping[str, Any]) -> dict[str, Any]:
     """The settings of a resolved config that decide a run's results (JSON values, as config.json holds them, under
     today's names)."""
     return {k: v for k, v in settings_in(to_jsonable(dict(config)), "config.json").items()
-            if k not in OPERATIONAL_SETTINGS}
+            if k not in operational_settings()}
 
 
 def resolve(cfg: TrainConfig) -> tuple[EnvSpec, TrainConfig]:
