@@ -200,6 +200,17 @@ class TrainConfig(BaseModel):
                                     "policy and value networks.")
     lm_cache: str | None = _field(None, "a folder", "lm-policy mode: where the model's safetensors copy and the "
                                   "encodings are kept (default: ~/.cache/llm-policy-gen/lm).", operational=True)
+    # ---- --mode lm-policy: action scoring and LoRA (issue 31 items 1 and 3; llm_policy_gen/lm/scores.py, heads.py)
+    lm_head: Literal["features", "scores"] = _field(
+        "features", "features or scores", "lm-policy mode: the actor: an MLP over the state features (features), or "
+        "the model's log-probabilities of each action's words after the state's text plus a learned bias per action "
+        "(scores, TWOSOME-style; before any update its read-out is the model's zero-shot table).")
+    lm_score_norm: Literal["word", "token", "sum"] = _field(
+        "word", "word, token or sum", "lm-policy mode, --lm-head scores: an action's summed token log-probability "
+        "divided by the number of words of its name (word), of its tokens (token), or not divided (sum).")
+    lm_lora: int = _field(0, "an integer >= 0", "lm-policy mode: fine-tune the model with peft LoRA adapters of this "
+                          "rank on the attention's q and v projections, through --lm-head scores, with PPO (0: the "
+                          "model stays frozen).", ge=0, flag="--lora")
     explicit: list[str] = _field([], "a list of setting names", "Settings given by the user (file or command "
                                  "line); an env spec's train defaults never replace them.", flag=None, operational=True)
 

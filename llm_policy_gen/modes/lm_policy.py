@@ -72,6 +72,8 @@ class LmPolicyMode:
         self.learner: TableLearner | None = None
         self.env: EpisodeRecorder | None = None
         self.facts: dict[str, Any] = {}
+        self.head: Any = None
+        """The scores head (``--lm-head scores``), or None for the features head."""
 
     # ------------------------------------------------------------------ Mode
     def prepare(self, setup: Setup, resumed: bool) -> dict[str, Any]:
@@ -87,6 +89,15 @@ class LmPolicyMode:
         if cfg.lm_features == "lm" and not cfg.lm_model:
             raise UserError("--mode lm-policy needs --lm-model PATH (a .gguf file or a Hugging Face model folder) "
                             "for --lm-features lm; or give --lm-features onehot or random")
+        if cfg.lm_head == "scores" and not cfg.lm_model:
+            raise UserError("--lm-head scores needs --lm-model PATH (a .gguf file or a Hugging Face model folder): "
+                            "the actions are scored by the model")
+        if cfg.lm_lora and cfg.lm_head != "scores":
+            raise UserError(f"--lora {cfg.lm_lora} fine-tunes the model through the scores head; add --lm-head "
+                            "scores (or give --lora 0)")
+        if cfg.lm_lora and cfg.lm_learner != "ppo":
+            raise UserError(f"--lora {cfg.lm_lora} runs with --learner ppo: sb3-contrib's TRPO differentiates every "
+                            "parameter of the policy, the frozen model's weights included")
         if cfg.lm_device != "cpu":
             import torch
 
@@ -94,39 +105,84 @@ class LmPolicyMode:
                 raise UserError(f"bad --device {cfg.lm_device}: no such device here; accepted: cpu"
                                 + (", cuda" if torch.cuda.is_available() else ""))
         self.settings = _settings(setup)
-        facts: dict[str, Any] = {"features": cfg.lm_features, "learner": self.settings.describe()}
-        encoder = self._encoder(setup) if cfg.lm_model and cfg.lm_features in ("lm", "random") else None
+        facts: dict[str, Any] = {"features": cfg.lm_features, "head": cfg.lm_head, "learner": self.settings.describe()}
+        lm = self._model(setup) if cfg.lm_model and (cfg.lm_features in ("lm", "random") or
+                                                     cfg.lm_head == "scores") else None
         raw: np.ndarray | None = None
-        if encoder is not None:
-            facts["lm_model"] = encoder.lm.describe()
+        if lm is not None:
+            facts["lm_model"] = lm.describe()
             if cfg.lm_features == "lm":
+                from ..lm.encoder import Encoder
                 from ..lm.text import STATE_TEMPLATE, state_texts
 
+                encoder = Encoder(lm, cfg.lm_pooling, self._cache(setup), device=cfg.lm_device)
                 texts = state_texts(setup.spec, setup.observation)
                 raw = encoder.encode(texts)
                 facts.update(pooling=cfg.lm_pooling, state_template=STATE_TEMPLATE, state_texts=len(set(texts)),
                              lm_forward_passes=encoder.forward_passes, lm_encodings_from_cache=encoder.disk_hits)
         self.features = features_table(cfg.lm_features, setup.observation.n_states,
                                        encodings=raw,
-                                       width=None if encoder is None else encoder.width, seed=cfg.seed)
+                                       width=None if lm is None else lm.hidden_size, seed=cfg.seed)
         facts["features_width"] = int(self.features.shape[1])
+        if cfg.lm_head == "scores":
+            assert lm is not None
+            facts.update(self._scores_head(setup, lm))
         self.facts = facts
         return facts
 
-    def _encoder(self, setup: Setup) -> Any:
-        """The model loaded (its progress bars kept off the console) and its encoder."""
+    @staticmethod
+    def _cache(setup: Setup) -> Path:
+        from ..lm.model import default_lm_cache
+
+        return Path(setup.cfg.lm_cache) if setup.cfg.lm_cache else default_lm_cache()
+
+    def _scores_head(self, setup: Setup, lm: Any) -> dict[str, Any]:
+        """The scores head (:mod:`llm_policy_gen.lm.heads`): the frozen model's cached scores, or LoRA adapters."""
+        from ..lm.heads import frozen_scores_head, lora_scores_head
+        from ..lm.scores import (
+            ACTION_TEMPLATE,
+            ActionScorer,
+            continuations,
+            normalise,
+            scoring_prompts,
+            tokenize_task,
+            word_counts,
+        )
+
+        cfg = setup.cfg
+        acts = setup.spec.action_discretizer()
+        prompts = scoring_prompts(setup.spec, setup.observation, acts)
+        words = word_counts(acts)
+        facts: dict[str, Any] = {"score_norm": cfg.lm_score_norm, "action_template": ACTION_TEMPLATE,
+                                 "lora_rank": cfg.lm_lora}
+        if cfg.lm_lora == 0:
+            scorer = ActionScorer(lm, self._cache(setup), device=cfg.lm_device)
+            sums, tokens = scorer.raw(prompts, continuations(acts))
+            scores = np.asarray(normalise(sums, tokens, words, cfg.lm_score_norm), dtype=np.float64)
+            self.head = frozen_scores_head(scores)
+            facts.update(zero_shot_table=np.argmax(scores, axis=1).tolist(), lm_score_batches=scorer.forward_passes,
+                         lm_scores_from_cache=scorer.disk_hits)
+            return facts
+        from ..lm.lora import TARGET_MODULES, lora_model, trainable_count
+
+        adapted = lora_model(lm.model, cfg.lm_lora, seed=cfg.seed, device=cfg.lm_device)
+        task = tokenize_task(lm.tokenizer, prompts, continuations(acts))
+        self.head = lora_scores_head(adapted, task, words, cfg.lm_score_norm, cfg.lm_device)
+        facts.update(lora_targets=list(TARGET_MODULES), lora_alpha=2 * cfg.lm_lora, lora_dropout=0.0,
+                     lora_trainable=trainable_count(adapted), scoring_prefix_tokens=len(task.prefix))
+        return facts
+
+    def _model(self, setup: Setup) -> Any:
+        """The model loaded (its progress bars kept off the console)."""
         import torch
 
-        from ..lm.encoder import Encoder
-        from ..lm.model import default_lm_cache, load_language_model
+        from ..lm.model import load_language_model
 
         cfg = setup.cfg
         assert cfg.lm_model is not None
         torch.set_num_threads(1)  # two threads on a shared 2-core machine were many times slower, not faster
-        cache = Path(cfg.lm_cache) if cfg.lm_cache else default_lm_cache()
         with contextlib.redirect_stderr(io.StringIO()):
-            lm = load_language_model(cfg.lm_model, cache)
-        return Encoder(lm, cfg.lm_pooling, cache, device=cfg.lm_device)
+            return load_language_model(cfg.lm_model, self._cache(setup))
 
     def start(self, run: RunServices) -> None:
         """Score the initial table (as the learner modes do) and build the learner on the run's training seeds."""
@@ -136,7 +192,12 @@ class LmPolicyMode:
         assert self.features is not None and self.settings is not None
         run.start_from_initial()
         self.env = learner_env(run.spec, lambda: run.train_seeds(1)[0])
-        self.learner = TableLearner(self.env, self.features, self.settings)
+        if self.head is not None:
+            from ..lm.heads import ScoresLearner
+
+            self.learner = ScoresLearner(self.env, self.features, self.settings, self.head)
+        else:
+            self.learner = TableLearner(self.env, self.features, self.settings)
 
     def iterate(self, run: RunServices, iteration: int) -> Step:
         assert self.learner is not None and self.env is not None
@@ -154,7 +215,9 @@ class LmPolicyMode:
         out: dict[str, Any] = {"features": self.facts.get("features")}
         if self.learner is not None:
             out.update(lm_steps=self.learner.steps, lm_updates=self.learner.updates)
-        for key in ("lm_forward_passes", "lm_encodings_from_cache"):
+        if self.head is not None and hasattr(self.head, "model_passes"):
+            out["lm_model_passes"] = self.head.model_passes
+        for key in ("lm_forward_passes", "lm_encodings_from_cache", "lm_score_batches", "lm_scores_from_cache"):
             if key in self.facts:
                 out[key] = self.facts[key]
         return out
