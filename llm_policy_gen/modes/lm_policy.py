@@ -20,9 +20,16 @@ ends is not counted). Events carry ``lm_steps`` (the learner's own step count) b
 **No model calls.** The mode asks no backend for answers (its registry line says so: the run takes ``offline`` and
 refuses another ``--backend``); its language model is ``--lm-model``.
 
+**Heads.** ``--lm-head features`` (the default): SB3's MLP over the features table. ``--lm-head scores``: the
+model's length-normalised log-probabilities of each action's words after the state's text plus a learned bias per
+action (:mod:`llm_policy_gen.lm.heads`, :mod:`llm_policy_gen.lm.scores`); before any update the read-out is the
+model's zero-shot table (``config.json``: ``zero_shot_table``). ``--lora R`` fine-tunes the model through that head
+with ``peft`` adapters (:mod:`llm_policy_gen.lm.lora`), PPO only.
+
 **Not yet.** ``train --resume`` of an lm-policy run is refused (exit 2): the checkpoint keeps the head's parameters
-(arrays, no pickle) but not the optimiser's moments, the rollout in progress or torch's random state, so a resumed run
-would not equal an uninterrupted one. LoRA (``--lora``) and action scoring (``--lm-head scores``) are not built.
+(arrays, no pickle; with ``--lora`` the adapters too) but not the optimiser's moments, the rollout in progress or
+torch's random state, so a resumed run would not equal an uninterrupted one. (The scores head's learner already
+gives its tensors and Adam's moments as arrays, :meth:`~llm_policy_gen.lm.heads.ScoresLearner.state_dict`.)
 """
 
 from __future__ import annotations
