@@ -23,13 +23,13 @@ import numpy as np
 
 from llm_policy_gen.collect import Collector
 from llm_policy_gen.envs import get_spec
-from llm_policy_gen.lm.env import learner_env
 from llm_policy_gen.lm.features import features_table
 from llm_policy_gen.lm.heads import ScoresLearner, lora_scores_head
 from llm_policy_gen.lm.learner import LearnerSettings
 from llm_policy_gen.lm.lora import lora_model, trainable_count
 from llm_policy_gen.lm.model import default_lm_cache, load_language_model
 from llm_policy_gen.lm.scores import continuations, scoring_prompts, tokenize_task, word_counts
+from llm_policy_gen.run.learner_env import LearnerEnv
 
 DEFAULT_MODEL = Path.home() / ".cache" / "llm-policy-gen" / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -64,8 +64,8 @@ def main() -> None:
     settings = LearnerSettings(n_steps=args.n_steps, batch_size=args.batch_size, n_epochs=args.epochs,
                                learning_rate=args.learning_rate, device=args.device, seed=args.seed)
     seeds = iter(range(100_000, 10_000_000))
-    learner = ScoresLearner(learner_env(spec, lambda: next(seeds)), features_table("onehot", obs.n_states),
-                            settings, head)
+    env = LearnerEnv(spec, lambda: next(seeds), lambda e: e)
+    learner = ScoresLearner(env, features_table("onehot", obs.n_states), settings, head)
     held = [50_000 + j for j in range(args.episodes)]
     device_name = torch.cuda.get_device_name(0) if args.device.startswith("cuda") else "cpu"
     print(json.dumps({"model": Path(lm.identity.path).name, "sha256": lm.identity.sha256[:12], "env": args.env,

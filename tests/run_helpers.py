@@ -105,6 +105,28 @@ def comparable(run_dir: Path) -> tuple[dict[str, Any], list[int], list[list[int]
     return s, json.loads((run_dir / "best_policy.json").read_text())["table"], tables
 
 
+def _without_wall(x: Any) -> Any:
+    if isinstance(x, dict):
+        return {k: _without_wall(v) for k, v in x.items() if k not in ("wall_s", "latency_s")}
+    if isinstance(x, list):
+        return [_without_wall(v) for v in x]
+    return x
+
+
+def run_records(run_dir: Path) -> dict[str, Any]:
+    """Everything a run recorded, wall times aside: its events, summary, every policy file, and the learner's state
+    in its checkpoint (an own-loop mode's), arrays as lists."""
+    from llm_policy_gen.checkpoint import load_checkpoint
+
+    out: dict[str, Any] = {"events": _without_wall(read_jsonl(run_dir / "events.jsonl")),
+                           "summary": _without_wall(json.loads((run_dir / "summary.json").read_text()))}
+    for p in sorted((run_dir / "policies").glob("*.json")) + [run_dir / "best_policy.json"]:
+        out[p.name] = json.loads(p.read_text())
+    learner = load_checkpoint(run_dir / "checkpoint.npz").get("learner")
+    out["learner"] = json.loads(json.dumps(learner, default=lambda a: np.asarray(a).tolist()))
+    return out
+
+
 def _cli(*argv: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen([sys.executable, "-m", "llm_policy_gen", *argv], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, env={**os.environ, "LLM_POLICY_GEN_WORKERS": "1"})

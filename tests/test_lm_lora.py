@@ -55,7 +55,7 @@ def test_lora_steps_change_the_adapters_and_leave_the_loaded_model_frozen(smollm
     config = json.loads((run / "config.json").read_text())
     assert config["lora_rank"] == 4 and config["lora_targets"] == ["q_proj", "v_proj"]
     assert config["lora_trainable"] == 30 * 4 * ((576 + 576) + (576 + 192))
-    params = load_checkpoint(run / "checkpoint.npz")["mode"]["parameters"]
+    params = load_checkpoint(run / "checkpoint.npz")["learner"]["state"]["policy"]
     lora_b = {k: v for k, v in params.items() if "lora_B" in k}
     lora_a = {k: v for k, v in params.items() if "lora_A" in k}
     assert len(lora_b) == len(lora_a) == 60
@@ -69,12 +69,12 @@ def test_lora_steps_change_the_adapters_and_leave_the_loaded_model_frozen(smollm
 @needs_extra
 @pytest.mark.slow
 def test_a_lora_learners_state_is_arrays_that_restore_it(smollm2: Any, tmp_path: Path) -> None:
-    """Fresh adapters score as the frozen model does; after an update, ``state_dict`` (arrays only) loaded into a
-    new learner gives the same policy, and the adapters round-trip through a safetensors file."""
+    """Fresh adapters score as the frozen model does; after an update, ``state_dict`` (arrays and JSON, the frozen
+    weights left out) loaded into a new learner gives the same policy, and the adapters round-trip through a
+    safetensors file."""
     import numpy as np
 
     from llm_policy_gen.envs import get_spec
-    from llm_policy_gen.lm.env import learner_env
     from llm_policy_gen.lm.features import features_table
     from llm_policy_gen.lm.heads import ScoresLearner, lora_scores_head
     from llm_policy_gen.lm.learner import LearnerSettings
@@ -87,6 +87,7 @@ def test_a_lora_learners_state_is_arrays_that_restore_it(smollm2: Any, tmp_path:
         tokenize_task,
         word_counts,
     )
+    from llm_policy_gen.run.learner_env import LearnerEnv
 
     spec = get_spec("FrozenLake-v1")
     obs, acts = spec.observation_discretizer(), spec.action_discretizer()
@@ -97,7 +98,8 @@ def test_a_lora_learners_state_is_arrays_that_restore_it(smollm2: Any, tmp_path:
 
     def learner() -> ScoresLearner:
         head = lora_scores_head(lora_model(smollm2.model, 2, seed=0), task, words, "word")
-        return ScoresLearner(learner_env(spec, lambda: next(counter)), features_table("onehot", 16), settings, head)
+        env = LearnerEnv(spec, lambda: next(counter), lambda e: e)
+        return ScoresLearner(env, features_table("onehot", 16), settings, head)
 
     first = learner()
     sums, tokens = ActionScorer(smollm2, LM_CACHE).raw(prompts, conts)
@@ -105,9 +107,9 @@ def test_a_lora_learners_state_is_arrays_that_restore_it(smollm2: Any, tmp_path:
     assert np.allclose(first.head.scores_of([0, 15]).detach().numpy(), frozen[[0, 15]], atol=1e-4)
     first.update()
     state = first.state_dict()
-    flat = [v for part in (state["parameters"], state["optimizer"]) for v in part.values()]
-    assert flat and all(isinstance(v, np.ndarray) for v in flat)
-    assert any(k.endswith("/exp_avg") for k in state["optimizer"])
+    assert all(isinstance(v, np.ndarray) for v in state["policy"].values())
+    assert any("lora_B" in k for k in state["policy"]) and not any("base_layer" in k for k in state["policy"])
+    assert "action_net.scores" not in state["policy"] and "features_extractor.table" not in state["policy"]
     second = learner()
     second.load_state_dict(state)
     assert second.steps == first.steps == 8 and second.updates == 1

@@ -118,6 +118,6 @@ def test_a_scores_head_run_reads_out_the_zero_shot_table_then_trains_its_bias(sm
     assert summary["lm_updates"] == 2 and summary["episodes_total"] >= sum(e["lm_episodes"] for e in events)
     from llm_policy_gen.checkpoint import load_checkpoint
 
-    params = load_checkpoint(run / "checkpoint.npz")["mode"]["parameters"]
+    params = load_checkpoint(run / "checkpoint.npz")["learner"]["state"]["policy"]
     assert params["action_net.bias"].shape == (4,) and np.abs(params["action_net.bias"]).sum() > 0  # zero at start
-    assert not any("scores" in k for k in params)  # the frozen scores are a buffer, never trained
+    assert not any("scores" in k for k in params)  # the frozen scores are rebuilt from the cache, never state

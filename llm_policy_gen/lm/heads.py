@@ -195,37 +195,8 @@ class ScoresLearner(TableLearner):
         self.model.policy.set_training_mode(False)  # a rollout's logits memo never outlives an update
         return super().probabilities()
 
-    def _trainable(self) -> dict[str, Any]:
-        """The trained tensors by name: the bias, the critic and (with LoRA) the adapters; never the frozen model."""
-        return {name: p for name, p in self.model.policy.named_parameters() if p.requires_grad}
-
-    def state_dict(self) -> dict[str, Any]:
-        """Arrays only: the trained tensors, Adam's moments and step counts per tensor, and the learner's counts."""
-        optimizer = self.model.policy.optimizer
-        params = self._trainable()
-        moments: dict[str, np.ndarray] = {}
-        for name, p in params.items():
-            for key, value in optimizer.state.get(p, {}).items():
-                moments[f"{name}/{key}"] = np.asarray(value.detach().cpu().numpy()).copy()
-        return {"parameters": {n: p.detach().cpu().numpy().copy() for n, p in params.items()},
-                "optimizer": moments, "steps": np.asarray(self.steps), "updates": np.asarray(self.updates)}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore what :meth:`state_dict` gave (a tensor it does not name keeps its value)."""
-        import torch
-
-        optimizer = self.model.policy.optimizer
-        params = self._trainable()
-        unknown = sorted(set(state["parameters"]) - set(params))
-        if unknown:
-            raise ValueError(f"the saved learner names tensors this one lacks: {unknown[:3]}")
-        with torch.no_grad():
-            for name, value in state["parameters"].items():
-                params[name].copy_(torch.as_tensor(value))
-        for key, value in state.get("optimizer", {}).items():
-            name, _, slot = key.rpartition("/")
-            p = params[name]
-            optimizer.state.setdefault(p, {})[slot] = torch.as_tensor(np.asarray(value)).to(p.device)
-        self.model.num_timesteps = int(state["steps"])
-        self.updates = int(state["updates"])
-        self.model.policy.set_training_mode(False)
+    def _frozen(self) -> set[str]:
+        """Also the frozen model's scores (rebuilt from the cache at every start); the frozen model's weights are
+        parameters without gradients, which the state never holds."""
+        return super()._frozen() | {n for n, _ in self.model.policy.named_buffers()
+                                    if n.rsplit(".", 1)[-1] == "scores"}

@@ -1,6 +1,7 @@
 """The learner: SB3 PPO or sb3-contrib TRPO over a frozen features table, and its read-out table.
 
-The observation is the discretized state's index (:mod:`.env`); SB3 turns a ``Discrete`` observation into a one-hot
+The observation is the discretized state's index (the run's learner environment,
+:mod:`llm_policy_gen.run.learner_env`); SB3 turns a ``Discrete`` observation into a one-hot
 vector, and :class:`TableFeatures` (an SB3 features extractor) looks the state's row up in the frozen features table
 (a module buffer, never trained: not a frozen ``nn.Embedding``, whose weight sb3-contrib's TRPO would try to
 differentiate like every parameter). The head is SB3's own MLP policy over those features (``net_arch`` for the
@@ -11,6 +12,13 @@ One :meth:`TableLearner.update` is one rollout of ``n_steps`` environment steps 
 ``reset_num_timesteps=False``, so the environment goes on where the last rollout left it). :meth:`TableLearner.table`
 reads the policy out per state: the most probable action of each state's features (the deterministic policy), an
 array of action indices like every other mode's table.
+
+**State** (:meth:`TableLearner.state_dict`, the :class:`~llm_policy_gen.modes.base.Learner` protocol): the settings,
+the head's tensors, Adam's moments, the random streams it draws from (actions sampled from torch's generator, PPO's
+minibatches from numpy's), SB3's counters (``num_timesteps``, ``_n_updates``) and its last observation, as arrays and
+JSON values (:mod:`.state`), never SB3's cloudpickled ``.zip``. Saved after an update, it gives a learner whose next
+update is the uninterrupted one's, bit for bit (the rollout buffer is refilled at every update, so it holds nothing
+between them).
 
 The head runs on one torch thread: with two, under contention on a shared 2-core machine, 16k PPO steps took
 150-250 s instead of 5-9 s (measured while filing the issue).
@@ -103,14 +111,18 @@ class TableLearner:
         self.n_states = int(self.features.shape[0])
         policy, policy_kwargs = self._policy()
         kwargs = settings.algorithm_kwargs()
+        from stable_baselines3.common.vec_env import DummyVecEnv
+
+        # SB3 would wrap a plain environment in a Monitor, whose 'needs reset' flag refuses a resumed learner's step
+        venv = DummyVecEnv([lambda: env])
         if settings.algorithm == "ppo":
             from stable_baselines3 import PPO
 
-            self.model: Any = PPO(policy, env, policy_kwargs=policy_kwargs, verbose=0, **kwargs)
+            self.model: Any = PPO(policy, venv, policy_kwargs=policy_kwargs, verbose=0, **kwargs)
         else:
             from sb3_contrib import TRPO
 
-            self.model = TRPO(policy, env, policy_kwargs=policy_kwargs, verbose=0, **kwargs)
+            self.model = TRPO(policy, venv, policy_kwargs=policy_kwargs, verbose=0, **kwargs)
         self.updates = 0
 
     def _policy(self) -> tuple[Any, dict[str, Any]]:
@@ -144,7 +156,41 @@ class TableLearner:
         """The read-out table: each state's most probable action (ties: the lowest index)."""
         return np.argmax(self.probabilities(), axis=1).astype(np.int64)
 
-    def parameters(self) -> dict[str, np.ndarray]:
-        """The head's trainable tensors, by name (the frozen table left out), as numpy arrays."""
-        return {name: p.detach().cpu().numpy().copy() for name, p in self.model.policy.named_parameters()
-                if p.requires_grad}
+    # ------------------------------------------------------------------ state (modes.base.Learner)
+    def _frozen(self) -> set[str]:
+        """The policy's buffers that are the frozen features table (rebuilt from the model at every start)."""
+        return {n for n, _ in self.model.policy.named_buffers() if n.rsplit(".", 1)[-1] == "table"}
+
+    def state_dict(self) -> dict[str, Any]:
+        """What decides the next update, as arrays and JSON values (see the module doc): the settings, the head's
+        tensors and the optimiser's moments, the random streams, and the library's counters and last observation
+        (an update that ended inside an episode goes on with it)."""
+        from .state import module_state, optimizer_state, rng_state
+
+        m = self.model
+        return {"settings": asdict(self.settings), "updates": self.updates, "num_timesteps": int(m.num_timesteps),
+                "n_updates": int(m._n_updates), "progress_remaining": float(m._current_progress_remaining),
+                "last_obs": None if m._last_obs is None else np.asarray(m._last_obs),
+                "last_episode_starts": None if m._last_obs is None else np.asarray(m._last_episode_starts),
+                "policy": module_state(m.policy, self._frozen()), "optimizer": optimizer_state(m.policy.optimizer),
+                "rng": rng_state()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Back to ``state``; one saved with other settings raises ``ValueError``."""
+        from .state import load_module_state, load_optimizer_state, load_rng_state
+
+        saved, own = state["settings"], asdict(self.settings)
+        if saved != own:
+            differ = sorted(k for k in set(saved) | set(own) if saved.get(k) != own.get(k))
+            raise ValueError(f"the learner was saved with other settings ({', '.join(differ)})")
+        m = self.model
+        load_module_state(m.policy, state["policy"])
+        load_optimizer_state(m.policy.optimizer, state["optimizer"])
+        self.updates = int(state["updates"])
+        m.num_timesteps = int(state["num_timesteps"])
+        m._n_updates = int(state["n_updates"])
+        m._current_progress_remaining = float(state["progress_remaining"])
+        if state["last_obs"] is not None:
+            m._last_obs = np.asarray(state["last_obs"])
+            m._last_episode_starts = np.asarray(state["last_episode_starts"], dtype=bool)
+        load_rng_state(state["rng"])

@@ -38,6 +38,4 @@ MODES.register("q-learning", "llm_policy_gen.modes.qlearning:QLearningMode", bac
 MODES.register("lm-policy", "llm_policy_gen.modes.lm_policy:LmPolicyMode",
                description="a language model (--lm-model) encodes each state's text; SB3 PPO or TRPO trains a head "
                "over the frozen encodings; the read-out table is judged", calls_per_iteration="0 (no backend)",
-               backend=False,
-               no_resume="its learner's optimiser and rollout state are not checkpointed yet, so a resumed run would "
-               "differ from an uninterrupted one")
+               backend=False)

@@ -4,7 +4,8 @@ A :class:`Mode` decides what a candidate is, how it becomes a policy and how it 
 (:mod:`llm_policy_gen.run`) owns everything else: the iteration loop, the stops (iterations, ``--max-episodes``,
 budget, patience, an unreachable backend), the counters, events, checkpoints and the summary. A mode reaches the
 run only through :class:`RunServices`, so a new mode is one file plus one registry line and never imports the
-engine.
+engine. A mode whose learner steps its environment itself (a library learner) declares :class:`OwnLoop`; the run
+then owns that learner's environment, counts its episodes, judges its read-out table and checkpoints its state.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import numpy as np
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
+    import gymnasium as gym
+
     from ..clients.base import Message
     from ..clients.session import Answer, LLMSession
     from ..collect import Episode, Rollouts
@@ -28,8 +31,8 @@ if TYPE_CHECKING:
     from ..policy import Policy
     from ..prompt import PromptBuilder, PromptContext
 
-__all__ = ["Setup", "RunServices", "Step", "Mode", "stopped_before_any_answer", "first_stop", "uses_chat",
-           "first_messages"]
+__all__ = ["Setup", "RunServices", "Step", "Mode", "Learner", "OwnLoop", "stopped_before_any_answer", "first_stop",
+           "uses_chat", "first_messages"]
 
 
 @dataclass(frozen=True)
@@ -95,9 +98,17 @@ class RunServices(Protocol):
         """``n`` (default ``train_episodes``) counted episodes on the next training seeds."""
         ...
 
-    def count_episodes(self, episodes: list[Episode]) -> None:
-        """Count episodes the mode played itself (a library learner stepping its own environment, seeded by
-        :meth:`train_seeds`) as training episodes: memory, totals and the next prompt's fresh episodes."""
+    @property
+    def learner_env(self) -> gym.Env[Any, Any]:
+        """The environment an :class:`OwnLoop` mode's learner steps itself (one per run): observations are
+        discretized state indices, actions the spec's action indices; every reset takes the run's next training
+        seed and every finished episode is counted by the run as it ends (memory, totals, the next prompt's fresh
+        episodes). Its episode in progress is part of the run's checkpoint."""
+        ...
+
+    def update_learner(self, iteration: int) -> Step:
+        """One update of the :class:`OwnLoop` mode's learner (its own environment steps, counted), then its read-out
+        table judged by the keeper as the iteration's one candidate; the mode may add event fields to the step."""
         ...
 
     def train_seeds(self, n: int | None = None) -> list[int]:
@@ -202,6 +213,41 @@ class Mode(Protocol):
         ...
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        ...
+
+
+class Learner(Protocol):
+    """A learner that runs its own loop (an SB3 algorithm; ``tests/test_own_loop.py``'s tiny one): it steps
+    :attr:`RunServices.learner_env` itself and keeps its own state."""
+
+    def update(self) -> None:
+        """One update: the learner's own environment steps and what it learns from them."""
+        ...
+
+    def table(self) -> np.ndarray:
+        """The read-out table: one action index per discretized state (what the keeper judges)."""
+        ...
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything that decides the next update (parameters, optimiser moments, random states, counters), as
+        numpy arrays, numbers, strings, lists and dicts: the run's checkpoint holds it, never a pickle."""
+        ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Back to ``state``; a state that does not fit raises ``ValueError`` (the resume is refused)."""
+        ...
+
+
+@runtime_checkable
+class OwnLoop(Protocol):
+    """What a mode whose learner runs its own environment steps declares (``--mode lm-policy``). The run builds the
+    learner once, over :attr:`RunServices.learner_env`: before :meth:`Mode.start` in a new run, before the
+    checkpoint's state is loaded in a resumed one. The run then owns it: :meth:`RunServices.update_learner` runs one
+    update and judges its read-out table, and the learner's state (with the episode in progress) is written into
+    ``checkpoint.npz`` with the run's, atomically, after every iteration, and loaded back on ``--resume``."""
+
+    def build_learner(self, run: RunServices) -> Learner:
+        """The mode's learner, stepping ``run.learner_env``."""
         ...
 
 

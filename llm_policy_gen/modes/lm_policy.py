@@ -12,10 +12,17 @@ the iteration's one candidate, judged like any table (test seeds, paired confirm
 ``accepted``), so ``evaluate``, ``report`` and ``plot`` read the run as they read any other. The run starts, like
 the learner modes, by scoring the spec's initial table.
 
-**Counting.** The learner's episodes are the run's training episodes: every reset takes the run's next training seed
-and every finished episode is counted (episodes and steps) in the iteration in which it ends, like the other modes'
-training episodes (an episode cut by the end of a rollout goes on in the next one; one left unfinished when the run
-ends is not counted). Events carry ``lm_steps`` (the learner's own step count) beside the run's totals.
+**Its own loop** (:class:`~llm_policy_gen.modes.base.OwnLoop`): the learner steps the run's learner environment
+itself (:attr:`~llm_policy_gen.modes.base.RunServices.learner_env`), so its episodes are the run's training
+episodes: every reset takes the run's next training seed and every finished episode is counted (episodes and steps)
+in the iteration in which it ends, like the other modes' training episodes (an episode cut by the end of a rollout
+goes on in the next one; one left unfinished when the run ends is not counted). Events carry ``lm_steps`` (the
+learner's own step count) beside the run's totals.
+
+**Resume.** The run writes the learner's state into ``checkpoint.npz`` with its own after every iteration (the
+head's tensors, Adam's moments, the random streams, SB3's counters and last observation, the episode in progress:
+:mod:`llm_policy_gen.lm.learner`), as arrays and JSON, never a pickle; ``train --resume`` rebuilds the learner from
+the settings in ``config.json`` and loads that state, so a resumed run equals an uninterrupted one.
 
 **No model calls.** The mode asks no backend for answers (its registry line says so: the run takes ``offline`` and
 refuses another ``--backend``); its language model is ``--lm-model``.
@@ -24,12 +31,8 @@ refuses another ``--backend``); its language model is ``--lm-model``.
 model's length-normalised log-probabilities of each action's words after the state's text plus a learned bias per
 action (:mod:`llm_policy_gen.lm.heads`, :mod:`llm_policy_gen.lm.scores`); before any update the read-out is the
 model's zero-shot table (``config.json``: ``zero_shot_table``). ``--lora R`` fine-tunes the model through that head
-with ``peft`` adapters (:mod:`llm_policy_gen.lm.lora`), PPO only.
-
-**Not yet.** ``train --resume`` of an lm-policy run is refused (exit 2): the checkpoint keeps the head's parameters
-(arrays, no pickle; with ``--lora`` the adapters too) but not the optimiser's moments, the rollout in progress or
-torch's random state, so a resumed run would not equal an uninterrupted one. (The scores head's learner already
-gives its tensors and Adam's moments as arrays, :meth:`~llm_policy_gen.lm.heads.ScoresLearner.state_dict`.)
+with ``peft`` adapters (:mod:`llm_policy_gen.lm.lora`), PPO only; the adapters are among the head's tensors the
+checkpoint holds (the frozen model's weights never are).
 """
 
 from __future__ import annotations
@@ -45,15 +48,10 @@ from ..errors import UserError
 from .base import Setup, Step
 
 if TYPE_CHECKING:
-    from ..lm.env import EpisodeRecorder
     from ..lm.learner import LearnerSettings, TableLearner
     from .base import RunServices
 
-__all__ = ["LmPolicyMode", "RESUME_REFUSAL"]
-
-RESUME_REFUSAL = ("a --mode lm-policy run cannot be resumed yet (its learner's optimiser and rollout state are not "
-                  "checkpointed yet, so a resumed run would differ from an uninterrupted one); start a new run")
-"""What a resume that reached the mode says (``train --resume`` refuses earlier, from the registry line)."""
+__all__ = ["LmPolicyMode"]
 
 
 def _settings(setup: Setup) -> LearnerSettings:
@@ -77,7 +75,6 @@ class LmPolicyMode:
         self.features: np.ndarray | None = None
         self.settings: LearnerSettings | None = None
         self.learner: TableLearner | None = None
-        self.env: EpisodeRecorder | None = None
         self.facts: dict[str, Any] = {}
         self.head: Any = None
         """The scores head (``--lm-head scores``), or None for the features head."""
@@ -89,8 +86,6 @@ class LmPolicyMode:
         from ..lm import require_extra
         from ..lm.features import features_table
 
-        if resumed:
-            raise UserError(RESUME_REFUSAL)
         cfg = setup.cfg
         require_extra()
         if cfg.lm_features == "lm" and not cfg.lm_model:
@@ -191,32 +186,29 @@ class LmPolicyMode:
         with contextlib.redirect_stderr(io.StringIO()):
             return load_language_model(cfg.lm_model, self._cache(setup))
 
-    def start(self, run: RunServices) -> None:
-        """Score the initial table (as the learner modes do) and build the learner on the run's training seeds."""
-        from ..lm.env import learner_env
+    def build_learner(self, run: RunServices) -> TableLearner:
+        """The learner over the run's learner environment (:class:`~llm_policy_gen.modes.base.OwnLoop`)."""
         from ..lm.learner import TableLearner
 
         assert self.features is not None and self.settings is not None
-        run.start_from_initial()
-        self.env = learner_env(run.spec, lambda: run.train_seeds(1)[0])
         if self.head is not None:
             from ..lm.heads import ScoresLearner
 
-            self.learner = ScoresLearner(self.env, self.features, self.settings, self.head)
+            self.learner = ScoresLearner(run.learner_env, self.features, self.settings, self.head)
         else:
-            self.learner = TableLearner(self.env, self.features, self.settings)
+            self.learner = TableLearner(run.learner_env, self.features, self.settings)
+        return self.learner
+
+    def start(self, run: RunServices) -> None:
+        """Score the initial table, as the learner modes do."""
+        run.start_from_initial()
 
     def iterate(self, run: RunServices, iteration: int) -> Step:
-        assert self.learner is not None and self.env is not None
-        self.env.iteration = iteration
-        self.learner.update()
-        episodes = self.env.take()
-        run.count_episodes(episodes)
-        table = self.learner.table()
-        verdict = run.judge([table], iteration)
-        fields = {"candidates": 1, "lm_steps": self.learner.steps, "lm_updates": self.learner.updates,
-                  "lm_episodes": len(episodes)}
-        return Step(episodes, None, [], verdict, verdict.accepted, fields=fields)
+        assert self.learner is not None
+        step = run.update_learner(iteration)
+        step.fields.update(lm_steps=self.learner.steps, lm_updates=self.learner.updates,
+                           lm_episodes=len(step.train_episodes))
+        return step
 
     def finish(self, run: RunServices) -> dict[str, Any]:
         out: dict[str, Any] = {"features": self.facts.get("features")}
@@ -231,12 +223,8 @@ class LmPolicyMode:
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
-        """The head's parameters and the learner's counts (arrays, no pickle); not enough to resume exactly (see the
-        module doc), which is why a resume is refused."""
-        if self.learner is None:
-            return {"updates": 0, "steps": 0, "parameters": {}}
-        return {"updates": self.learner.updates, "steps": self.learner.steps,
-                "parameters": self.learner.parameters()}
+        """Nothing of its own: the learner's state is the run's to save (:class:`~.base.OwnLoop`)."""
+        return {}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        raise UserError(RESUME_REFUSAL)
+        pass

@@ -25,12 +25,13 @@ from ..envs.spec import EnvSpec
 from ..formats.base import AnswerFormat, Target
 from ..keeper import Keeper, SeedPlan, Verdict
 from ..memory import ExperienceMemory, episodes_from_state, episodes_state
-from ..modes.base import Mode, Setup, first_messages, uses_chat
+from ..modes.base import Learner, Mode, OwnLoop, Setup, Step, first_messages, uses_chat
 from ..policy import Policy, TablePolicy
 from ..prompt import HistoryEntry, PromptBuilder, PromptContext
 from ..runlog import JsonlWriter, Logger, RunDir
 from .backend import make_backend
 from .counters import Counters, rollouts_from_state
+from .learner_env import LearnerEnv
 
 __all__ = ["Run"]
 
@@ -80,6 +81,10 @@ class Run:
         """Where each iteration's record goes: ``events.jsonl``, the console and ``--log``'s writers, from
         :meth:`open_log` on (opening them writes files: a resume opens them once it is sure to go on)."""
         self.committed: dict[str, Any] | None = None
+        self.learner: Learner | None = None
+        """An :class:`~llm_policy_gen.modes.base.OwnLoop` mode's learner (built by :meth:`mode_start` or
+        :meth:`load_state_dict`), whose state the checkpoint holds beside the run's."""
+        self._learner_env: LearnerEnv | None = None
 
     def open_log(self) -> None:
         """The iteration writers: ``events.jsonl``, the console and those of ``--log`` (csv, tensorboard)."""
@@ -165,8 +170,30 @@ class Run:
         self._count(episodes)
         return episodes
 
-    def count_episodes(self, episodes: list[Episode]) -> None:
-        self._count(episodes)
+    # ------------------------------------------------------------------ a mode's own loop (modes.base.OwnLoop)
+    @property
+    def learner_env(self) -> LearnerEnv:
+        if self._learner_env is None:
+            self._learner_env = LearnerEnv(self.spec, lambda: self.train_seeds(1)[0], self._count_own)
+        return self._learner_env
+
+    def _count_own(self, episode: Episode) -> Episode:
+        """An own-loop episode as it ends: stamped with the iteration under way, and counted."""
+        episode.iteration = self.counters.iteration + 1
+        self._count([episode])
+        return episode
+
+    def _build_learner(self) -> None:
+        if self.learner is None and isinstance(self.mode, OwnLoop):
+            self.learner = self.mode.build_learner(self)
+
+    def update_learner(self, iteration: int) -> Step:
+        if self.learner is None:
+            raise TypeError(f"mode {self.mode.name} has no learner of its own (it declares no build_learner)")
+        self.learner.update()
+        episodes = self.learner_env.take()
+        verdict = self.judge([self.learner.table()], iteration)
+        return Step(episodes, None, [], verdict, verdict.accepted, fields={"candidates": 1})
 
     def train_seeds(self, n: int | None = None) -> list[int]:
         n = self.cfg.train_episodes if n is None else n
@@ -255,7 +282,7 @@ class Run:
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
         """Everything ``checkpoint.npz`` holds: the counters, the random streams, the memory, the keeper, the
-        backend's and the mode's state."""
+        backend's and the mode's state, and an own-loop mode's learner with its environment's episode in progress."""
         held = self.best_heldout
         return {
             **self.counters.to_state(),
@@ -271,6 +298,8 @@ class Run:
             "session": self.backend.session.state_dict() if self.backend.session is not None else {},
             "usage": self.usage.to_dict(),
             "mode": self.mode.state_dict(),
+            **({} if self.learner is None else
+               {"learner": {"env": self.learner_env.state_dict(), "state": self.learner.state_dict()}}),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -287,10 +316,15 @@ class Run:
             self.backend.session.load_state_dict(state["session"], restore_budget=not self._shared_budget)
         else:
             self._local_usage = Usage.from_dict(state["usage"])
+        self._build_learner()
+        if self.learner is not None:  # the episode in progress first: the learner's state names its last state
+            self.learner_env.load_state_dict(state["learner"]["env"])
+            self.learner.load_state_dict(state["learner"]["state"])
         self.mode.load_state_dict(state["mode"])
 
     def mode_start(self) -> None:
         """A new run's start (the mode's, e.g. scoring the initial table), then checkpoint 0."""
+        self._build_learner()
         self.mode.start(self)
         self.checkpoint()
 

@@ -1,0 +1,120 @@
+"""The environment an own-loop learner steps itself (:attr:`~llm_policy_gen.modes.base.RunServices.learner_env`).
+
+A library learner (SB3's PPO) steps its own environment, so the run's collector does not play these episodes.
+:class:`LearnerEnv` wraps the spec's environment so that the run still counts them as its own: every reset takes the
+run's next training seed (``next_seed``, the same seed plan the other modes' training episodes use, whatever seed
+the learner passes), and every finished episode is handed to ``on_episode`` as it ends (the run counts it) and kept
+until :meth:`LearnerEnv.take`. The observation the learner sees is the discretized state's index
+(``Discrete(n_states)``), and its actions are the spec's action indices, mapped to the environment's own actions as
+tables are (:meth:`~llm_policy_gen.discretize.ActionDiscretizer.to_env`).
+
+**State.** A learner's update may end inside an episode, which the next update goes on with. :meth:`state_dict`
+holds that episode (its seed and the actions, states and rewards so far); :meth:`load_state_dict` plays it again
+from its seed, so a resumed run's environment is where the interrupted one's was (a gymnasium environment is
+deterministic given its reset seed and the actions; a replay that reaches other states is refused).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, SupportsFloat
+
+import gymnasium as gym
+import numpy as np
+
+from ..collect import Episode
+from ..envs.make import make_env
+from ..envs.spec import EnvSpec
+
+__all__ = ["LearnerEnv"]
+
+
+class LearnerEnv(gym.Wrapper[Any, Any, Any, Any]):
+    """Seeds every reset from ``next_seed``, records each episode in state and action indices, and hands each
+    finished one to ``on_episode``."""
+
+    def __init__(self, spec: EnvSpec, next_seed: Callable[[], int], on_episode: Callable[[Episode], Episode],
+                 env: gym.Env[Any, Any] | None = None) -> None:
+        super().__init__(env if env is not None else make_env(spec))
+        self.observation_disc = spec.observation_discretizer()
+        self.action_disc = spec.action_discretizer()
+        self.next_seed = next_seed
+        self.on_episode = on_episode
+        """Called with each finished episode; returns it as counted (stamped with its iteration)."""
+        self.n_states = self.observation_disc.n_states
+        self.observation_space = gym.spaces.Discrete(self.n_states)
+        self.action_space = gym.spaces.Discrete(self.action_disc.n_actions)
+        self.finished: list[Episode] = []
+        self._seed: int | None = None
+        self._states: list[int] = []
+        self._actions: list[int] = []
+        self._rewards: list[float] = []
+        self._state = 0
+
+    def _index(self, obs: Any) -> int:
+        return int(self.observation_disc.encode(np.asarray(obs)[None, ...])[0])
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[int, dict[str, Any]]:
+        self._seed = int(self.next_seed())
+        obs, info = self.env.reset(seed=self._seed)
+        self._states, self._actions, self._rewards = [], [], []
+        self._state = self._index(obs)
+        return self._state, info
+
+    def _step(self, a: int) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
+        env_action = self.action_disc.to_env(np.asarray([a]))[0]
+        obs, reward, terminated, truncated, info = self.env.step(env_action)
+        self._states.append(self._state)
+        self._actions.append(a)
+        self._rewards.append(float(reward))
+        self._state = self._index(obs)
+        return obs, reward, terminated, truncated, info
+
+    def step(self, action: Any) -> tuple[int, SupportsFloat, bool, bool, dict[str, Any]]:
+        _, reward, terminated, truncated, info = self._step(int(action))
+        if terminated or truncated:
+            assert self._seed is not None
+            episode = Episode(self._seed, np.asarray(self._states, dtype=np.int64),
+                              np.asarray(self._actions, dtype=np.int64), np.asarray(self._rewards, dtype=np.float64),
+                              bool(terminated), bool(truncated), 0)
+            self.finished.append(self.on_episode(episode))
+            self._seed = None
+        return self._state, reward, terminated, truncated, info
+
+    def take(self) -> list[Episode]:
+        """The episodes finished (and counted) since the last call."""
+        out, self.finished = self.finished, []
+        return out
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self) -> dict[str, Any]:
+        """The episode in progress (``seed`` None: none started, or the last one finished without a reset)."""
+        return {"seed": self._seed, "state": self._state, "states": np.asarray(self._states, dtype=np.int64),
+                "actions": np.asarray(self._actions, dtype=np.int64),
+                "rewards": np.asarray(self._rewards, dtype=np.float64)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """The episode in progress played again from its seed (nothing counted); a replay that reaches other
+        states than the recorded ones raises ``ValueError``."""
+        self.finished = []
+        seed = state["seed"]
+        states = [int(x) for x in np.asarray(state["states"], dtype=np.int64)]
+        actions = [int(x) for x in np.asarray(state["actions"], dtype=np.int64)]
+        rewards = [float(x) for x in np.asarray(state["rewards"], dtype=np.float64)]
+        if not len(states) == len(actions) == len(rewards):
+            raise ValueError("the learner environment's episode in progress has unequal states, actions and rewards")
+        if seed is None:
+            self._seed, self._states, self._actions, self._rewards = None, [], [], []
+            self._state = int(state["state"])
+            return
+        self._seed = int(seed)
+        obs, _ = self.env.reset(seed=self._seed)
+        self._states, self._actions, self._rewards = [], [], []
+        self._state = self._index(obs)
+        for a in actions:
+            _, _, terminated, truncated, _ = self._step(a)
+            if terminated or truncated:
+                raise ValueError("the learner environment's episode in progress ends when it is played again")
+        if self._states != states or self._rewards != rewards or self._state != int(state["state"]):
+            raise ValueError(f"the learner environment's episode in progress (seed {self._seed}, {len(actions)} "
+                             "steps) reaches other states when it is played again")
