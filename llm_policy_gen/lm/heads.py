@@ -90,16 +90,18 @@ def _classes() -> dict[str, type]:
 
         def _build_mlp_extractor(self) -> None:
             vf = self.net_arch["vf"] if isinstance(self.net_arch, dict) else list(self.net_arch)
-            self.mlp_extractor = SplitExtractor(self.features_dim - 1, list(vf), self.activation_fn)
+            self.mlp_extractor = SplitExtractor(  # type: ignore[assignment]  # SB3 types it as its own MlpExtractor
+                self.features_dim - 1, list(vf), self.activation_fn)
 
         def _build(self, lr_schedule: Any) -> None:
             super()._build(lr_schedule)
             self.action_net = self._head_source()
-            self.optimizer = self.optimizer_class(self.parameters(), lr=lr_schedule(1), **self.optimizer_kwargs)
+            self.optimizer = self.optimizer_class(  # type: ignore[call-arg]  # as SB3's own _build does
+                self.parameters(), lr=lr_schedule(1), **self.optimizer_kwargs)
 
         def set_training_mode(self, mode: bool) -> None:
             super().set_training_mode(mode)
-            self.action_net.forget()
+            self.action_net.forget()  # type: ignore[operator]  # the scores head's own method
 
     class FrozenScores(nn.Module):
         """Fixed scores (a buffer) plus a learned bias per action."""
