@@ -109,9 +109,7 @@ class TableLearner:
         self.settings = settings
         self.features = np.asarray(features, dtype=np.float32)
         self.n_states = int(self.features.shape[0])
-        policy_kwargs = {"features_extractor_class": _extractor_class(),
-                         "features_extractor_kwargs": {"table": self.features},
-                         "net_arch": {"pi": list(settings.net_arch), "vf": list(settings.net_arch)}}
+        policy, policy_kwargs = self._policy()
         kwargs = settings.algorithm_kwargs()
         from stable_baselines3.common.vec_env import DummyVecEnv
 
@@ -120,12 +118,18 @@ class TableLearner:
         if settings.algorithm == "ppo":
             from stable_baselines3 import PPO
 
-            self.model: Any = PPO("MlpPolicy", venv, policy_kwargs=policy_kwargs, verbose=0, **kwargs)
+            self.model: Any = PPO(policy, venv, policy_kwargs=policy_kwargs, verbose=0, **kwargs)
         else:
             from sb3_contrib import TRPO
 
-            self.model = TRPO("MlpPolicy", venv, policy_kwargs=policy_kwargs, verbose=0, **kwargs)
+            self.model = TRPO(policy, venv, policy_kwargs=policy_kwargs, verbose=0, **kwargs)
         self.updates = 0
+
+    def _policy(self) -> tuple[Any, dict[str, Any]]:
+        """The SB3 policy (a name or a class) and its keyword arguments: the MLP over the features table."""
+        return "MlpPolicy", {"features_extractor_class": _extractor_class(),
+                             "features_extractor_kwargs": {"table": self.features},
+                             "net_arch": {"pi": list(self.settings.net_arch), "vf": list(self.settings.net_arch)}}
 
     @property
     def steps(self) -> int:

@@ -181,17 +181,32 @@ def load_language_model(path: str | Path, cache_dir: Path | None = None) -> Lang
 
     require_extra()
     identity = model_identity(path)
+    kept = _LOADED.get(identity)
+    if kept is not None:
+        return kept
     t0 = time.perf_counter()
     if identity.kind == "folder":
         model, tokenizer = load_from_source(identity)
-        return LanguageModel(identity, model, tokenizer, "folder", time.perf_counter() - t0)
-    folder = (cache_dir or default_lm_cache()) / identity.sha256 / "weights"
-    if (folder / _COMPLETE).is_file():
-        model, tokenizer = _read_cache(folder)
-        return LanguageModel(identity, model, tokenizer, "cache", time.perf_counter() - t0)
-    model, tokenizer = load_from_source(identity)
-    try:
-        _write_cache(folder, identity, model, tokenizer)
-    except OSError:
-        pass  # a read-only or full cache costs the next load time, not this run
-    return LanguageModel(identity, model, tokenizer, "gguf", time.perf_counter() - t0)
+        lm = LanguageModel(identity, model, tokenizer, "folder", time.perf_counter() - t0)
+    else:
+        folder = (cache_dir or default_lm_cache()) / identity.sha256 / "weights"
+        if (folder / _COMPLETE).is_file():
+            model, tokenizer = _read_cache(folder)
+            lm = LanguageModel(identity, model, tokenizer, "cache", time.perf_counter() - t0)
+        else:
+            model, tokenizer = load_from_source(identity)
+            try:
+                _write_cache(folder, identity, model, tokenizer)
+            except OSError:
+                pass  # a read-only or full cache costs the next load time, not this run
+            return LanguageModel(identity, model, tokenizer, "gguf", time.perf_counter() - t0)
+    _LOADED.clear()  # one model kept: a process that moves on to another model frees the first
+    _LOADED[identity] = lm
+    return lm
+
+
+_LOADED: dict[ModelIdentity, LanguageModel] = {}
+"""The last model loaded in this process from a folder or the safetensors copy, by identity: a second run in one
+process (a sweep's worker, the tests) reuses it instead of reading the weights again (a load from the GGUF file
+itself is not kept, so the next load reads the copy it wrote). Nothing trains it in place (LoRA adapts a copy,
+:mod:`.lora`)."""

@@ -27,7 +27,12 @@ the settings in ``config.json`` and loads that state, so a resumed run equals an
 **No model calls.** The mode asks no backend for answers (its registry line says so: the run takes ``offline`` and
 refuses another ``--backend``); its language model is ``--lm-model``.
 
-**Not yet.** LoRA (``--lora``) and action scoring (``--lm-head scores``) are not built.
+**Heads.** ``--lm-head features`` (the default): SB3's MLP over the features table. ``--lm-head scores``: the
+model's length-normalised log-probabilities of each action's words after the state's text plus a learned bias per
+action (:mod:`llm_policy_gen.lm.heads`, :mod:`llm_policy_gen.lm.scores`); before any update the read-out is the
+model's zero-shot table (``config.json``: ``zero_shot_table``). ``--lora R`` fine-tunes the model through that head
+with ``peft`` adapters (:mod:`llm_policy_gen.lm.lora`), PPO only; the adapters are among the head's tensors the
+checkpoint holds (the frozen model's weights never are).
 """
 
 from __future__ import annotations
@@ -84,6 +89,16 @@ class LmPolicyOptions(PluginOptions):
                                      "policy and value networks.")
     lm_cache: str | None = setting(None, "a folder", "lm-policy mode: where the model's safetensors copy and the "
                                    "encodings are kept (default: ~/.cache/llm-policy-gen/lm).", operational=True)
+    lm_head: Literal["features", "scores"] = setting(
+        "features", "features or scores", "lm-policy mode: the actor: an MLP over the state features (features), or "
+        "the model's log-probabilities of each action's words after the state's text plus a learned bias per action "
+        "(scores, TWOSOME-style; before any update its read-out is the model's zero-shot table).")
+    lm_score_norm: Literal["word", "token", "sum"] = setting(
+        "word", "word, token or sum", "lm-policy mode, --lm-head scores: an action's summed token log-probability "
+        "divided by the number of words of its name (word), of its tokens (token), or not divided (sum).")
+    lm_lora: int = setting(0, "an integer >= 0", "lm-policy mode: fine-tune the model with peft LoRA adapters of this "
+                           "rank on the attention's q and v projections, through --lm-head scores, with PPO (0: the "
+                           "model stays frozen).", ge=0, flag="--lora")
 
     @field_validator("lm_net_arch")
     @classmethod
@@ -116,6 +131,8 @@ class LmPolicyMode:
         self.settings: LearnerSettings | None = None
         self.learner: TableLearner | None = None
         self.facts: dict[str, Any] = {}
+        self.head: Any = None
+        """The scores head (``--lm-head scores``), or None for the features head."""
 
     # ------------------------------------------------------------------ Mode
     def prepare(self, setup: Setup, resumed: bool) -> dict[str, Any]:
@@ -129,6 +146,15 @@ class LmPolicyMode:
         if o.lm_features == "lm" and not o.lm_model:
             raise UserError("--mode lm-policy needs --lm-model PATH (a .gguf file or a Hugging Face model folder) "
                             "for --lm-features lm; or give --lm-features onehot or random")
+        if o.lm_head == "scores" and not o.lm_model:
+            raise UserError("--lm-head scores needs --lm-model PATH (a .gguf file or a Hugging Face model folder): "
+                            "the actions are scored by the model")
+        if o.lm_lora and o.lm_head != "scores":
+            raise UserError(f"--lora {o.lm_lora} fine-tunes the model through the scores head; add --lm-head "
+                            "scores (or give --lora 0)")
+        if o.lm_lora and o.lm_learner != "ppo":
+            raise UserError(f"--lora {o.lm_lora} runs with --learner ppo: sb3-contrib's TRPO differentiates every "
+                            "parameter of the policy, the frozen model's weights included")
         if o.lm_device != "cpu":
             import torch
 
@@ -136,46 +162,96 @@ class LmPolicyMode:
                 raise UserError(f"bad --device {o.lm_device}: no such device here; accepted: cpu"
                                 + (", cuda" if torch.cuda.is_available() else ""))
         self.settings = _settings(o, setup.cfg.seed)
-        facts: dict[str, Any] = {"features": o.lm_features, "learner": self.settings.describe()}
-        encoder = self._encoder(setup) if o.lm_model and o.lm_features in ("lm", "random") else None
+        facts: dict[str, Any] = {"features": o.lm_features, "head": o.lm_head, "learner": self.settings.describe()}
+        lm = self._model(setup) if o.lm_model and (o.lm_features in ("lm", "random") or
+                                                     o.lm_head == "scores") else None
         raw: np.ndarray | None = None
-        if encoder is not None:
-            facts["lm_model"] = encoder.lm.describe()
+        if lm is not None:
+            facts["lm_model"] = lm.describe()
             if o.lm_features == "lm":
+                from ..lm.encoder import Encoder
                 from ..lm.text import STATE_TEMPLATE, state_texts
 
+                encoder = Encoder(lm, o.lm_pooling, self._cache(setup), device=o.lm_device)
                 texts = state_texts(setup.spec, setup.observation)
                 raw = encoder.encode(texts)
                 facts.update(pooling=o.lm_pooling, state_template=STATE_TEMPLATE, state_texts=len(set(texts)),
                              lm_forward_passes=encoder.forward_passes, lm_encodings_from_cache=encoder.disk_hits)
         self.features = features_table(o.lm_features, setup.observation.n_states,
                                        encodings=raw,
-                                       width=None if encoder is None else encoder.width, seed=setup.cfg.seed)
+                                       width=None if lm is None else lm.hidden_size, seed=setup.cfg.seed)
         facts["features_width"] = int(self.features.shape[1])
+        if o.lm_head == "scores":
+            assert lm is not None
+            facts.update(self._scores_head(setup, lm))
         self.facts = facts
         return facts
 
-    def _encoder(self, setup: Setup) -> Any:
-        """The model loaded (its progress bars kept off the console) and its encoder."""
-        import torch
-
-        from ..lm.encoder import Encoder
-        from ..lm.model import default_lm_cache, load_language_model
+    def _cache(self, setup: Setup) -> Path:
+        from ..lm.model import default_lm_cache
 
         o = self.options
-        assert o.lm_model is not None
+        return Path(o.lm_cache) if o.lm_cache else default_lm_cache()
+
+    def _scores_head(self, setup: Setup, lm: Any) -> dict[str, Any]:
+        """The scores head (:mod:`llm_policy_gen.lm.heads`): the frozen model's cached scores, or LoRA adapters."""
+        from ..lm.heads import frozen_scores_head, lora_scores_head
+        from ..lm.scores import (
+            ACTION_TEMPLATE,
+            ActionScorer,
+            continuations,
+            normalise,
+            scoring_prompts,
+            tokenize_task,
+            word_counts,
+        )
+
+        o = self.options
+        acts = setup.spec.action_discretizer()
+        prompts = scoring_prompts(setup.spec, setup.observation, acts)
+        words = word_counts(acts)
+        facts: dict[str, Any] = {"score_norm": o.lm_score_norm, "action_template": ACTION_TEMPLATE,
+                                 "lora_rank": o.lm_lora}
+        if o.lm_lora == 0:
+            scorer = ActionScorer(lm, self._cache(setup), device=o.lm_device)
+            sums, tokens = scorer.raw(prompts, continuations(acts))
+            scores = np.asarray(normalise(sums, tokens, words, o.lm_score_norm), dtype=np.float64)
+            self.head = frozen_scores_head(scores)
+            facts.update(zero_shot_table=np.argmax(scores, axis=1).tolist(), lm_score_batches=scorer.forward_passes,
+                         lm_scores_from_cache=scorer.disk_hits)
+            return facts
+        from ..lm.lora import TARGET_MODULES, lora_model, trainable_count
+
+        adapted = lora_model(lm.model, o.lm_lora, seed=setup.cfg.seed, device=o.lm_device)
+        task = tokenize_task(lm.tokenizer, prompts, continuations(acts))
+        self.head = lora_scores_head(adapted, task, words, o.lm_score_norm, o.lm_device)
+        facts.update(lora_targets=list(TARGET_MODULES), lora_alpha=2 * o.lm_lora, lora_dropout=0.0,
+                     lora_trainable=trainable_count(adapted), scoring_prefix_tokens=len(task.prefix))
+        return facts
+
+    def _model(self, setup: Setup) -> Any:
+        """The model loaded (its progress bars kept off the console)."""
+        import torch
+
+        from ..lm.model import load_language_model
+
         torch.set_num_threads(1)  # two threads on a shared 2-core machine were many times slower, not faster
-        cache = Path(o.lm_cache) if o.lm_cache else default_lm_cache()
+        o = self.options
+        assert o.lm_model is not None
         with contextlib.redirect_stderr(io.StringIO()):
-            lm = load_language_model(o.lm_model, cache)
-        return Encoder(lm, o.lm_pooling, cache, device=o.lm_device)
+            return load_language_model(o.lm_model, self._cache(setup))
 
     def build_learner(self, run: RunServices) -> TableLearner:
         """The learner over the run's learner environment (:class:`~llm_policy_gen.modes.base.OwnLoop`)."""
         from ..lm.learner import TableLearner
 
         assert self.features is not None and self.settings is not None
-        self.learner = TableLearner(run.learner_env, self.features, self.settings)
+        if self.head is not None:
+            from ..lm.heads import ScoresLearner
+
+            self.learner = ScoresLearner(run.learner_env, self.features, self.settings, self.head)
+        else:
+            self.learner = TableLearner(run.learner_env, self.features, self.settings)
         return self.learner
 
     def start(self, run: RunServices) -> None:
@@ -193,7 +269,9 @@ class LmPolicyMode:
         out: dict[str, Any] = {"features": self.facts.get("features")}
         if self.learner is not None:
             out.update(lm_steps=self.learner.steps, lm_updates=self.learner.updates)
-        for key in ("lm_forward_passes", "lm_encodings_from_cache"):
+        if self.head is not None and hasattr(self.head, "model_passes"):
+            out["lm_model_passes"] = self.head.model_passes
+        for key in ("lm_forward_passes", "lm_encodings_from_cache", "lm_score_batches", "lm_scores_from_cache"):
             if key in self.facts:
                 out[key] = self.facts[key]
         return out

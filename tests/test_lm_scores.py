@@ -1,0 +1,123 @@
+"""``--lm-head scores``: the model's log-probabilities of each action's words as the policy's logits (issue 31 item 3).
+
+SmolLM2-135M-Instruct through the safetensors cache, loaded once per module (``tests/test_lm_policy.py`` does the
+same; a run in this process reuses the loaded model).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_lm_policy import LM_CACHE, ROOT, lake, needs_extra, one_line, run_files
+
+from llm_policy_gen.cli import main
+
+
+@pytest.fixture(scope="module")
+def gguf() -> Path:
+    out = subprocess.run([sys.executable, str(ROOT / "tools" / "fetch_model.py"), "--path", "smollm2"],
+                         capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stderr
+    return Path(out.stdout.strip())
+
+
+@pytest.fixture(scope="module")
+def smollm2(gguf: Path) -> Any:
+    from llm_policy_gen.lm.model import load_language_model
+
+    return load_language_model(gguf, LM_CACHE)
+
+
+@needs_extra
+def test_scores_and_lora_options_are_checked_before_any_run_directory(tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    logs = tmp_path / "logs"
+    assert main(lake(logs, "--lm-features", "onehot", "--lm-head", "scores")) == 2
+    assert "--lm-head scores needs --lm-model" in one_line(capsys.readouterr().err)
+    model = str(tmp_path / "m.gguf")
+    assert main(lake(logs, "--lm-model", model, "--lora", "4")) == 2
+    assert "add --lm-head scores" in one_line(capsys.readouterr().err)
+    assert main(lake(logs, "--lm-model", model, "--lora", "4", "--lm-head", "scores", "--learner", "trpo")) == 2
+    assert "--learner ppo" in one_line(capsys.readouterr().err)
+    assert main(lake(logs, "--lora", "-1")) == 2
+    assert "lora" in one_line(capsys.readouterr().err)
+    assert run_files(logs) == []
+
+
+@needs_extra
+@pytest.mark.slow
+def test_the_zero_shot_scores_are_cached_reproducible_and_equal_the_padded_batch(smollm2: Any,
+                                                                                tmp_path: Path) -> None:
+    """One batch scores two FrozenLake-v1 states (each action's words after the shared prefix); a new scorer reads
+    them from disk, one without a disk cache computes the same bits, and a value equals the sum of token
+    log-probabilities of the whole prompt and action run as one plain sequence (to float32 rounding)."""
+    import numpy as np
+    import torch
+
+    from llm_policy_gen.envs import get_spec
+    from llm_policy_gen.lm.scores import ActionScorer, continuations, output_embeddings, scoring_prompts
+
+    spec = get_spec("FrozenLake-v1")
+    acts = spec.action_discretizer()
+    prompts, conts = scoring_prompts(spec, spec.observation_discretizer(), acts), continuations(acts)
+    assert "Possible actions: move left, move down" in prompts[0] and conts[0] == " move left"
+    prompts = [prompts[5], prompts[15]]  # two states keep the test short on a busy machine
+    first = ActionScorer(smollm2, tmp_path)
+    sums, tokens = first.raw(prompts, conts)
+    assert first.forward_passes == 1 and sums.shape == (2, 4) and (sums < 0).all()
+    again = ActionScorer(smollm2, tmp_path)
+    assert all(np.array_equal(a, b) for a, b in zip(again.raw(prompts, conts), (sums, tokens), strict=True))
+    assert again.forward_passes == 0 and again.disk_hits == 2
+    fresh = ActionScorer(smollm2, None)
+    assert np.array_equal(fresh.raw(prompts, conts)[0], sums) and fresh.forward_passes == 1
+    tok = smollm2.tokenizer
+    for s, a in ((1, 3),):
+        ids = list(tok(prompts[s])["input_ids"])
+        cont = list(tok(conts[a], add_special_tokens=False)["input_ids"])
+        with torch.inference_mode():
+            hidden = smollm2.model(input_ids=torch.tensor([ids + cont])).last_hidden_state[0]
+            lp = torch.log_softmax(hidden @ output_embeddings(smollm2.model).T, dim=-1)
+        plain = sum(float(lp[len(ids) - 1 + j, t]) for j, t in enumerate(cont))
+        assert tokens[s, a] == len(cont) and abs(plain - sums[s, a]) < 1e-4, (s, a, plain, sums[s, a])
+
+
+@needs_extra
+@pytest.mark.slow
+def test_a_scores_head_run_reads_out_the_zero_shot_table_then_trains_its_bias(smollm2: Any, gguf: Path,
+                                                                             tmp_path: Path) -> None:
+    """The run's zero-shot table is the argmax of the cached, word-normalised log-probabilities; the run trains
+    end to end on FrozenLake-v1 (2 PPO updates of 64 steps), counts its episodes and changes the per-action bias."""
+    import numpy as np
+
+    from llm_policy_gen.envs import get_spec
+    from llm_policy_gen.lm.scores import ActionScorer, continuations, normalise, scoring_prompts, word_counts
+
+    logs = tmp_path / "logs"
+    argv = lake(logs, "--lm-model", str(gguf), "--lm-cache", str(LM_CACHE), "--lm-head", "scores",
+                "--lm-features", "onehot", "--iterations", "2", "--lm-n-steps", "64", "--seed", "0")
+    assert main(argv) == 0
+    run = logs / "FrozenLake-v1" / "r"
+    config = json.loads((run / "config.json").read_text())
+    assert config["head"] == "scores" and config["score_norm"] == "word" and config["lora_rank"] == 0
+    assert config["lm_score_batches"] + config["lm_scores_from_cache"] in (1, 16)
+    spec = get_spec("FrozenLake-v1")
+    acts = spec.action_discretizer()
+    sums, tokens = ActionScorer(smollm2, LM_CACHE).raw(scoring_prompts(spec, spec.observation_discretizer(), acts),
+                                                       continuations(acts))
+    expected = np.argmax(normalise(sums, tokens, word_counts(acts), "word"), axis=1)
+    assert config["zero_shot_table"] == expected.tolist()
+    events = [json.loads(x) for x in (run / "events.jsonl").read_text().splitlines()]
+    assert [e["lm_steps"] for e in events] == [64, 128]
+    assert all(len(e["train_returns"]) == e["lm_episodes"] > 0 for e in events)
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["lm_updates"] == 2 and summary["episodes_total"] >= sum(e["lm_episodes"] for e in events)
+    from llm_policy_gen.checkpoint import load_checkpoint
+
+    params = load_checkpoint(run / "checkpoint.npz")["learner"]["state"]["policy"]
+    assert params["action_net.bias"].shape == (4,) and np.abs(params["action_net.bias"]).sum() > 0  # zero at start
+    assert not any("scores" in k for k in params)  # the frozen scores are rebuilt from the cache, never state
