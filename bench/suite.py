@@ -106,6 +106,24 @@ GOALS = [
 ]
 BY_KEY = {g.key: g for g in GOALS}
 BACKENDS = ("offline", "q-learning", "random")
+ABLATIONS: dict[str, tuple[str, tuple[tuple[str, Any], ...]]] = {
+    "offline-neutral": ("offline", (("prior", "neutral"),)),
+}
+"""Suite backends that are another backend with settings: ``offline-neutral`` is ``offline`` from the neutral prior
+(no prior rule, every state at the spec's default action; issue 32 item 4). On a spec without a prior the settings
+change nothing, and the run is the plain backend's own (the same run id, never run twice)."""
+SUITE_BACKENDS = (*BACKENDS, *ABLATIONS)
+
+
+def backend_settings(goal: Goal, backend: str) -> tuple[str, tuple[tuple[str, Any], ...]]:
+    """The backend a suite backend runs and the settings it adds to the task's (none that change nothing)."""
+    base, extra = ABLATIONS.get(backend, (backend, ()))
+    if extra and dict(extra).get("prior") == "neutral":
+        from llm_policy_gen.envs import get_spec
+
+        if get_spec(goal.env_id).prior is None:
+            extra = ()
+    return base, extra
 
 
 PRUNE_ABOVE = 100_000
@@ -121,8 +139,9 @@ def _run_id(goal: Goal, backend: str, seed: int) -> str:
     """A changed budget or changed settings make a new run (the settings by a digest of them)."""
     from llm_policy_gen.backends import learner_mode
 
-    run_id = f"{goal.key}_b{goal.budget}_{backend}_s{seed}"
-    if learner_mode(backend):  # the standard learner: never a reused run of the proposer that had its name before
+    base, extra = backend_settings(goal, backend)
+    run_id = f"{goal.key}_b{goal.budget}_{backend if extra else base}_s{seed}"
+    if learner_mode(base):  # the standard learner: never a reused run of the proposer that had its name before
         run_id += "_learner"
     if goal.settings:
         run_id += "_" + hashlib.sha256(json.dumps(sorted(goal.settings)).encode()).hexdigest()[:6]
@@ -155,10 +174,11 @@ def run_one(goal: Goal, backend: str, seed: int, out: Path, keep_policies: bool 
         run_dir, summary = result.run_dir, result.summary
         record["resumed"] = True
     else:
-        cfg = TrainConfig.build(({"env_id": goal.env_id, "backend": backend, "seed": seed,
+        base, extra = backend_settings(goal, backend)
+        cfg = TrainConfig.build(({"env_id": goal.env_id, "backend": base, "seed": seed,
                                   "max_episodes": goal.budget, "iterations": 100_000, "logs_dir": str(logs),
                                   "run_id": run_id, "progress": False, "quiet": True, "plots": False,
-                                  **dict(goal.settings)}, "suite"))
+                                  **dict(goal.settings), **dict(extra)}, "suite"))
         try:
             result = train(cfg, log=lambda _m: None)
         except Exception as exc:  # a failed run is a row with its error
@@ -234,93 +254,6 @@ class PeerCell:
         return cls(**{**known, "values": tuple(d["values"]), "unreached": unreached})
 
 
-def ratio(peer: float | None, offline: float | None) -> float | None:
-    """How the peer compares with ``offline``, above 1 when it scores better: peer / offline for positive scores,
-    offline / peer for negative ones; None when the signs differ or either is zero (no ratio means anything)."""
-    if peer is None or offline is None or peer == 0 or offline == 0 or (peer > 0) != (offline > 0):
-        return None
-    return peer / offline if offline > 0 else offline / peer
-
-
-def _peer_text(goal: Goal, cell: PeerCell, offline: float | None) -> str:
-    if cell.error is not None:
-        return f"failed: {cell.error}"
-    med = _median(list(cell.values))
-    r = ratio(med, offline)
-    seeds = ", ".join(_fmt(v, goal) for v in cell.values)
-    worst, met = seed_stats(goal, list(cell.values))
-    unreached = f"; budget not reached {cell.unreached}/{len(cell.values)}" if cell.unreached else ""
-    source = f"; {cell.source}" if cell.source else ""
-    return (f"**{_fmt(med, goal)}** ({seeds}); worst {_fmt(worst, goal)}, met {met}; "
-            f"{'no ratio to offline' if r is None else f'{r:.2f}x offline'}{unreached}{source}")
-
-
-def markdown(records: list[dict[str, Any]], note: str, peers: list[PeerCell] | tuple[PeerCell, ...] = ()) -> str:
-    columns = list(dict.fromkeys(c.column for c in peers))
-    cells = {(c.task, c.column): c for c in peers}
-    lines = [
-        "# Goal table (bench/suite.py)", "", note, "",
-        "Held-out mean over 100 episodes of the kept table, median of the seeds (each seed's value in brackets); "
-        "'worst' is the worst seed's and 'met' the count of seeds that meet the goal; 'within' is the same three "
-        "as of the last iteration that ended within the budget (median; worst, met), the measure the goals are "
-        "judged on; episodes are all counted episodes (training, test, confirmation); 'reached' is the median "
-        "episode count at which the kept table's held-out mean first met the goal (- if not in every seed: the count "
-        "of seeds that met it is given).", "",
-    ]
-    if columns:
-        lines += [
-            "Peer columns (bench/peers.py, on the first row of each task; every run in peers.md): the held-out "
-            "mean over the same 100 held-out seeds of a Stable-Baselines3 agent with the RL Baselines3 Zoo's "
-            "hyperparameters for the task (or SB3's defaults, labelled untuned: the source ends each cell), trained "
-            "for as many environment steps as offline used on that seed ('= steps'), as many episodes ('= "
-            "episodes') or the zoo's own budget ('zoo budget'); median of its seeds (each seed's in brackets), the "
-            "worst seed and the seeds that meet the goal, and the ratio of the median to offline's (above 1: better "
-            "than offline; offline / peer for negative scores). 'budget not reached k/N': k runs are out of reach "
-            "of the CPU budget per run (no figure; peers.md lists them).", ""]
-    header = ["task", "goal", "budget", "backend", "held-out (seeds)", "worst", "met", "within budget (worst, met)",
-              "episodes used", "reached", "wall s", "CPU s", "today", "anchors", *columns]
-    lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for goal in GOALS:
-        rows = [r for r in records if r["task"] == goal.key]
-        offline = _median([r.get("heldout") for r in rows if r["backend"] == "offline" and "heldout" in r])
-        peer_txt = [_peer_text(goal, cells[(goal.key, c)], offline) if (goal.key, c) in cells else ""
-                    for c in columns]
-        goal_txt = (f"{'=' if goal.exact else '>='} {_fmt(goal.goal, goal)} (median, and {goal.need} of "
-                    f"{len(goal.seeds)} seeds)")
-        task = goal.env_id + "".join(f" --{k.replace('_', '-')} {v}" for k, v in goal.settings)
-        first = True
-        for backend in BACKENDS:
-            rs = sorted((r for r in rows if r["backend"] == backend), key=lambda r: r["seed"])
-            if not rs:
-                continue
-            extra = peer_txt if first else [""] * len(columns)
-            first = False
-            if any("error" in r or "skipped" in r for r in rs):
-                why = next(r.get("error") or r.get("skipped") for r in rs if "error" in r or "skipped" in r)
-                lines.append("| " + " | ".join([task, goal_txt, f"{goal.budget:,}", backend, f"not run: {why}",
-                                                *[""] * 7, goal.today, goal.anchors, *extra]) + " |")
-                continue
-            held = _median([r["heldout"] for r in rs])
-            seeds = ", ".join(_fmt(r["heldout"], goal) for r in rs)
-            worst, met = seed_stats(goal, [r["heldout"] for r in rs])
-            within = [r["heldout_within"] for r in rs]
-            w_worst, w_met = seed_stats(goal, within)
-            reached = [r["reached_at"] for r in rs]
-            n_met = sum(x is not None for x in reached)
-            reached_txt = f"{_median(reached):,.0f}" if n_met == len(rs) else f"- ({n_met}/{len(rs)} seeds)"
-            cpu = _median([r.get("cpu_s") for r in rs])
-            lines.append("| " + " | ".join([
-                task, goal_txt, f"{goal.budget:,}", backend, f"**{_fmt(held, goal)}** ({seeds})", _fmt(worst, goal),
-                met, f"{_fmt(_median(within), goal)} ({_fmt(w_worst, goal)}, {w_met})",
-                f"{_median([r['episodes'] for r in rs]):,.0f}", reached_txt,
-                f"{_median([r['wall_s'] for r in rs]):,.0f}", "-" if cpu is None else f"{cpu:,.0f}",
-                goal.today, goal.anchors, *extra]) + " |")
-        if first and any(peer_txt):  # peers measured on a task the suite has not run yet
-            lines.append("| " + " | ".join([task, goal_txt, f"{goal.budget:,}", "(suite not run)", *[""] * 8,
-                                            goal.today, goal.anchors, *peer_txt]) + " |")
-    return "\n".join(lines) + "\n"
-
-
 def read_results(out: Path) -> list[dict[str, Any]]:
     """The suite's records in ``OUT/results.json`` (none yet: empty)."""
     f = out / "results.json"
@@ -334,9 +267,18 @@ def write_results(out: Path, records: Iterable[dict[str, Any]]) -> None:
 
 
 def write_report(out: Path, note: str | None = None, peers: list[PeerCell] | None = None) -> Path:
-    """Write ``OUT/suite.md`` (and the README's lines, ``OUT/readme.md``) from ``results.json``. The note and the
-    peer columns given are kept in ``OUT/report.json``; one not given is taken from there, so the suite and
-    ``bench/peers.py`` each rewrite the page without dropping the other's part."""
+    """Write ``OUT/suite.md`` (and the README's lines, ``OUT/readme.md``) from ``results.json`` and the peers'
+    ``peers.json``, with the curve data (``curves.csv``), a figure per task and the performance profiles
+    (``img/``, ``profiles.csv``): :mod:`suite_report`, :mod:`suite_curves`. The note and the peer columns given are
+    kept in ``OUT/report.json``; one not given is taken from there, so the suite and ``bench/peers.py`` each
+    rewrite the page without dropping the other's part. The uniform random policy's and the prior's held-out
+    means are measured for the seeds that have runs and kept (:mod:`suite_scores`)."""
+    import numpy as np
+    import suite_curves
+    import suite_lines
+    import suite_report
+    import suite_scores
+
     kept_file = out / "report.json"
     kept = json.loads(kept_file.read_text()) if kept_file.is_file() else {}
     if note is None:
@@ -345,11 +287,36 @@ def write_report(out: Path, note: str | None = None, peers: list[PeerCell] | Non
         peers = [PeerCell.from_dict(c) for c in kept.get("peers", [])]
     kept_file.write_text(json.dumps({"note": note, "peers": [asdict(c) for c in peers]}, indent=1))
     records = sorted(read_results(out), key=lambda r: (r["task"], r["seed"]))
+    peer_file = out / "peers.json"
+    peer_records = json.loads(peer_file.read_text()) if peer_file.is_file() else []
+    runs = [r for r in suite_curves.suite_runs(records) + suite_curves.peer_runs(peer_records) if r.task in BY_KEY]
+    seeds = {t: sorted({r.seed for r in runs if r.task == t}) for t in dict.fromkeys(r.task for r in runs)}
+    wanted = [(t, BY_KEY[t].env_id, s) for t, ss in seeds.items() for s in ss]
+    random = suite_scores.random_policy(out, wanted)
+    priors = suite_scores.priors(out, wanted)
+    runs += suite_curves.prior_runs(priors, seeds)
+    suite_curves.write_csv(out / "curves.csv", runs)
+    figures: dict[str, str] = {}
+    for goal in GOALS:
+        mine = [r for r in runs if r.task == goal.key]
+        if mine:
+            rs = random.get(goal.key, {})
+            suite_curves.task_figure(out / "img" / f"curves_{goal.key}.png", goal.env_id, mine, goal.goal,
+                                     float(np.mean([rs[s] for s in seeds[goal.key] if s in rs])) if rs else None)
+            figures[goal.env_id] = f"img/curves_{goal.key}.png"
+    scores = {}
+    for r in runs:
+        got = suite_report.norm_scores(r.task, [(r.seed, r.final)], random)
+        if got:
+            scores[(r.task, r.method, r.seed)] = got[0]
+    found = suite_curves.profiles(runs, scores, np.linspace(-0.25, 1.25, 61))
+    if found:
+        suite_curves.profile_figure(out / "img" / "profiles.png", found)
+        suite_curves.write_profiles_csv(out / "profiles.csv", found)
+        figures["performance profiles (normalised score, all tasks)"] = "img/profiles.png"
     page = out / "suite.md"
-    page.write_text(markdown(records, note, peers))
-    import suite_lines
-
-    (out / "readme.md").write_text(suite_lines.readme_lines(records, peers))
+    page.write_text(suite_report.markdown(records, note, peers, runs, random, priors, figures))
+    (out / "readme.md").write_text(suite_lines.readme_lines(records, peers, random))
     return page
 
 
@@ -446,7 +413,7 @@ def main(argv: list[str] | None = None) -> int:
         n_states = get_spec(goal.env_id).n_states
         for backend in args.backends.split(","):
             for seed in (given_seeds if args.seeds else goal.seeds):
-                if backend != "offline" and n_states > args.baseline_max_states:
+                if backend_settings(goal, backend)[0] != "offline" and n_states > args.baseline_max_states:
                     records[(key, backend, seed)] = {"task": key, "env_id": goal.env_id, "backend": backend,
                                                      "seed": seed, "skipped": f"{n_states:,} states (text answers "
                                                      f"too big; --baseline-max-states {args.baseline_max_states})"}
