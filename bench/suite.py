@@ -1,7 +1,8 @@
 """The goal table of issue 20, measured: offline, q-learning and random on the standard tasks, seeds 0-9 (0-4 for
 the three long tasks).
 
-    python bench/suite.py [--tasks cartpole,taxi,...] [--backends offline,q-learning,random] [--seeds 0-9]
+    python bench/suite.py [--tasks cartpole,taxi,...] [--backends offline,q-learning,random,offline-neutral]
+                          [--seeds 0-9]
                           [--workers N] [--out ~/llm-policy-gen-bench/suite] [--list]
     python bench/suite.py --out OUT --merge OTHER   # move OTHER's finished runs into OUT (a part run elsewhere)
 
@@ -15,12 +16,19 @@ machine: the episodes of one run are short batches, whole runs are independent.
 ``OUT`` defaults to a folder outside the work tree (``~/llm-policy-gen-bench/suite``), so that the suite, longer
 than a session, goes on across sessions and work trees.
 
-Written to ``OUT``: ``results.json`` (one record per run) and ``suite.md``: per task and backend the median over
-seeds of the final held-out mean (100 episodes), the worst seed and the count of seeds that meet the goal, the same
-three figures for the kept table as of the last iteration that ended within the budget (the run may pass the budget
-in its last iteration, by at most one iteration's episodes), the episodes used, wall and CPU seconds, and the goal
-and anchor numbers beside them. ``bench/peers.py`` adds its columns (Stable-Baselines' PPO, DQN, SAC on the same
-tasks) through :func:`write_report`, which keeps them (``report.json``) when the suite rewrites ``suite.md``.
+Written to ``OUT``: ``results.json`` (one record per run, with its episodes and environment steps) and
+``suite.md`` (:mod:`suite_report`): per task and backend rliable's interquartile mean over seeds of the final
+held-out mean (100 episodes) and of the normalised score, each with its 95% stratified bootstrap interval, the worst
+seed and the count of seeds that meet the goal, the median within the budget (as of the last iteration that ended
+within it: the run may pass the budget in its last iteration, by at most one iteration's episodes), the episodes and
+steps used, wall and CPU seconds, the goal and anchor numbers, and beside ``offline`` the spec's prior scored with
+zero episodes and the ``offline-neutral`` ablation; then every method per task. ``bench/peers.py`` adds its methods
+(Stable-Baselines3's PPO, DQN, SAC with the zoo's hyperparameters) through :func:`write_report`, which keeps them
+(``report.json``) when the suite rewrites ``suite.md``. Beside it: ``curves.csv``, ``img/curves_TASK.png``,
+``img/profiles.png``, ``profiles.csv`` (:mod:`suite_curves`), ``random_policy.json`` and ``priors.json``
+(:mod:`suite_scores`).
+
+``--backends`` also takes ``offline-neutral``: ``offline`` with ``--prior neutral`` (issue 32 item 4).
 
 Runs of tables over 100,000 states lose their per-iteration policy files afterwards (``policies/iter_*.json``, several
 MB each, one per iteration; ``--keep-policies`` keeps them); ``best_policy.json`` stays.
@@ -429,12 +437,12 @@ def main(argv: list[str] | None = None) -> int:
     with ProcessPoolExecutor(max_workers=max(1, args.workers)) as pool:
         futures = {pool.submit(run_one, g, b, s, out, args.keep_policies): (g.key, b, s) for g, b, s in jobs}
         for fut in as_completed(futures):
-            key = futures[fut]
+            job = futures[fut]
             rec = fut.result()
-            records[key] = rec
+            records[job] = rec
             shown = rec.get("error") or f"held-out {_fmt(rec['heldout'])} after {rec['episodes']} episodes, " \
                                          f"{rec['wall_s']:.0f} s"
-            print(f"{key[0]} {key[1]} seed {key[2]}: {shown}", flush=True)
+            print(f"{job[0]} {job[1]} seed {job[2]}: {shown}", flush=True)
             write_results(out, records.values())
     write_results(out, records.values())  # the skipped ones too, when nothing ran
     note = (f"Measured on {os.cpu_count()} cores shared with other work (load average {load:.1f} at the start), "
