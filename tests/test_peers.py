@@ -176,7 +176,8 @@ def test_tiny_ppo_and_dqn_runs_end_to_end_with_their_records(bench, tmp_path, ca
         assert 8.0 <= rec["heldout"] <= 500.0
         assert len(rec["curve"]) == 2 and rec["curve"][-1][0] == rec["steps"]
     page = (out / "suite.md").read_text()
-    assert "| PPO = steps | DQN = steps |" in page and "rl-zoo3" in page
+    assert "| CartPole-v1 | PPO = steps | 0 |" in page and "| CartPole-v1 | DQN = steps | 0 |" in page \
+        and "rl-zoo3" in page and (out / "img" / "curves_cartpole.png").is_file()
     details = (out / "peers.md").read_text()
     assert "| cartpole | DQN | steps 300 | 0 |" in details and "## Out of reach on these cores\n\nNone." in details
     # again: the finished runs are kept, not trained again
