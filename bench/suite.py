@@ -5,6 +5,7 @@ the three long tasks).
                           [--seeds 0-9]
                           [--workers N] [--out ~/llm-policy-gen-bench/suite] [--list]
     python bench/suite.py --out OUT --merge OTHER   # move OTHER's finished runs into OUT (a part run elsewhere)
+    python bench/suite.py --out OUT --report NOTE   # only rewrite suite.md and its figures from OUT's results
 
 Every (task, backend, seed) is one ``train`` run with ``--max-episodes`` at the task's budget (and the spec's own
 training defaults: answer format, candidates, test seeds), in its own run directory under ``OUT/runs``; a run whose
@@ -269,9 +270,11 @@ def read_results(out: Path) -> list[dict[str, Any]]:
 
 
 def write_results(out: Path, records: Iterable[dict[str, Any]]) -> None:
-    """Write ``OUT/results.json``: the records sorted by task, backend and seed."""
-    (out / "results.json").write_text(json.dumps(sorted(records, key=lambda r: (r["task"], r["backend"], r["seed"])),
-                                                 indent=1))
+    """Write ``OUT/results.json`` atomically (a reader beside it, ``--report``, never sees half a file): the records
+    sorted by task, backend and seed."""
+    tmp = out / "results.json.tmp"
+    tmp.write_text(json.dumps(sorted(records, key=lambda r: (r["task"], r["backend"], r["seed"])), indent=1))
+    tmp.replace(out / "results.json")
 
 
 def write_report(out: Path, note: str | None = None, peers: list[PeerCell] | None = None) -> Path:
@@ -386,11 +389,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep-policies", action="store_true",
                     help=f"keep the per-iteration policy files of tables over {PRUNE_ABOVE:,} states")
     ap.add_argument("--list", action="store_true", help="list the tasks and exit")
+    ap.add_argument("--report", metavar="NOTE", help="only rewrite suite.md, its curves and figures from --out's "
+                    "results.json and peers.json, with this note (runs nothing; safe beside a running suite)")
     ap.add_argument("--merge", metavar="FOLDER", help="move the finished runs of another suite folder into --out, "
                     "rewrite the report and exit (a part run elsewhere, or beside a suite that writes --out)")
     args = ap.parse_args(argv)
     if args.list:
         list_tasks()
+        return 0
+    if args.report is not None:
+        out = Path(args.out).expanduser()
+        if not (out / "results.json").is_file():
+            print(f"suite: error: --out {out}: no results.json there", file=sys.stderr)
+            return 2
+        print(f"wrote {write_report(out, args.report)}")
         return 0
     if args.merge:
         out, other = Path(args.out).expanduser(), Path(args.merge).expanduser()

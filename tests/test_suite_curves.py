@@ -136,3 +136,17 @@ def test_prior_scores_are_measured_once_and_kept(bench, tmp_path: Path, monkeypa
     monkeypatch.setattr(scores, "_prior_means", lambda *_a: pytest.fail("measured again"))
     assert scores.priors(tmp_path, [("cartpole", "CartPole-v1", 0)]) == got
     assert scores.prior_kind("Acrobot-v1") == "no prior: default action 1 everywhere"
+
+
+def test_report_only_rewrites_the_page_and_refuses_a_folder_without_results(
+        bench, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    suite = bench["suite"]
+    out = tmp_path / "suite"
+    _write(out)
+    before = (out / "results.json").read_text()
+    assert suite.main(["--out", str(out), "--report", "a partial note"]) == 0
+    assert "a partial note" in (out / "suite.md").read_text() and (out / "results.json").read_text() == before
+    assert (out / "img" / "curves_cartpole.png").is_file()
+    empty = tmp_path / "empty"
+    assert suite.main(["--out", str(empty), "--report", "n"]) == 2
+    assert capsys.readouterr().err.strip().endswith("no results.json there") and not empty.exists()
