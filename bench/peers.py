@@ -52,11 +52,12 @@ from pathlib import Path
 from typing import Any
 
 import suite
+import suite_curves
 
 ALGOS = ("ppo", "dqn", "sac", "trpo")
 DEFAULT_ALGOS = "ppo,dqn,sac"
 KINDS = ("steps", "episodes", "zoo")
-KIND_LABEL = {"steps": "= steps", "episodes": "= episodes", "zoo": "zoo budget"}
+KIND_LABEL = suite_curves.PEER_KIND_LABEL
 HELDOUT_EPISODES = 100
 """As the suite's runs (``heldout_episodes``' default)."""
 ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
@@ -198,7 +199,7 @@ def cells(records: list[dict[str, Any]]) -> list[suite.PeerCell]:
                 errors = [r["error"] for r in rs if "error" in r]
                 sources = sorted({r["hyperparameters"] for r in rs if "hyperparameters" in r})
                 out.append(suite.PeerCell(
-                    task=goal.key, column=f"{algo.upper()} {KIND_LABEL[kind]}",
+                    task=goal.key, column=suite_curves.peer_method({"algo": algo, "kind": kind}),
                     values=tuple(r.get("heldout") for r in rs),
                     unreached=sum("error" not in r and not r.get("reached") for r in rs),
                     error=errors[0] if len(errors) == len(rs) else None, source="; ".join(sources)))

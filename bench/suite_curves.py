@@ -36,6 +36,7 @@ CURVE_RESAMPLES = 200
 GRID_POINTS = 60
 PRIOR = "prior, 0 episodes"
 PEER_KIND_LABEL = {"steps": "= steps", "episodes": "= episodes", "zoo": "zoo budget"}
+"""How bench/peers.py's budget kinds are named in columns and legends."""
 SUITE_ORDER = ("offline", "offline-neutral", "q-learning", "random")
 
 
@@ -57,6 +58,7 @@ class Run:
 
 
 def peer_method(record: Mapping[str, Any]) -> str:
+    """A peer's method (and ``suite.md`` column) name: ``PPO = steps``, ``DQN zoo budget``."""
     return f"{str(record['algo']).upper()} {PEER_KIND_LABEL.get(str(record.get('kind')), record.get('kind'))}"
 
 
