@@ -308,12 +308,12 @@ def main(argv: list[str] | None = None) -> int:
         futures = [pool.submit(run_group, group) for group in groups.values()]
         for fut in as_completed(futures):
             for rec in fut.result():
-                job = (rec["task"], rec["algo"], rec["seed"], rec["kind"])
-                records[job] = rec
+                done_key = (rec["task"], rec["algo"], rec["seed"], rec["kind"])
+                records[done_key] = rec
                 shown = rec.get("error") or rec.get("not_run") or rec.get("out_of_reach") or (
                     f"held-out {rec['heldout']:,.1f} after {rec['steps']:,} steps ({rec['episodes']:,} episodes), "
                     f"{rec['cpu_s']:,.0f} CPU s; {rec['hyperparameters']}")
-                print(f"{job[0]} {job[1]} seed {job[2]} {job[3]}: {shown}", flush=True)
+                print(f"{done_key[0]} {done_key[1]} seed {done_key[2]} {done_key[3]}: {shown}", flush=True)
             _write_json(results_file, sorted(records.values(), key=lambda r: (r["task"], r["algo"], r["seed"],
                                                                                r.get("kind", ""))))
     all_records = list(records.values())
