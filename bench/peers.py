@@ -52,11 +52,12 @@ from pathlib import Path
 from typing import Any
 
 import suite
+import suite_curves
 
 ALGOS = ("ppo", "dqn", "sac", "trpo")
 DEFAULT_ALGOS = "ppo,dqn,sac"
 KINDS = ("steps", "episodes", "zoo")
-KIND_LABEL = {"steps": "= steps", "episodes": "= episodes", "zoo": "zoo budget"}
+KIND_LABEL = suite_curves.PEER_KIND_LABEL
 HELDOUT_EPISODES = 100
 """As the suite's runs (``heldout_episodes``' default)."""
 ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
@@ -198,7 +199,7 @@ def cells(records: list[dict[str, Any]]) -> list[suite.PeerCell]:
                 errors = [r["error"] for r in rs if "error" in r]
                 sources = sorted({r["hyperparameters"] for r in rs if "hyperparameters" in r})
                 out.append(suite.PeerCell(
-                    task=goal.key, column=f"{algo.upper()} {KIND_LABEL[kind]}",
+                    task=goal.key, column=suite_curves.peer_method({"algo": algo, "kind": kind}),
                     values=tuple(r.get("heldout") for r in rs),
                     unreached=sum("error" not in r and not r.get("reached") for r in rs),
                     error=errors[0] if len(errors) == len(rs) else None, source="; ".join(sources)))
@@ -307,12 +308,12 @@ def main(argv: list[str] | None = None) -> int:
         futures = [pool.submit(run_group, group) for group in groups.values()]
         for fut in as_completed(futures):
             for rec in fut.result():
-                job = (rec["task"], rec["algo"], rec["seed"], rec["kind"])
-                records[job] = rec
+                done_key = (rec["task"], rec["algo"], rec["seed"], rec["kind"])
+                records[done_key] = rec
                 shown = rec.get("error") or rec.get("not_run") or rec.get("out_of_reach") or (
                     f"held-out {rec['heldout']:,.1f} after {rec['steps']:,} steps ({rec['episodes']:,} episodes), "
                     f"{rec['cpu_s']:,.0f} CPU s; {rec['hyperparameters']}")
-                print(f"{job[0]} {job[1]} seed {job[2]} {job[3]}: {shown}", flush=True)
+                print(f"{done_key[0]} {done_key[1]} seed {done_key[2]} {done_key[3]}: {shown}", flush=True)
             _write_json(results_file, sorted(records.values(), key=lambda r: (r["task"], r["algo"], r["seed"],
                                                                                r.get("kind", ""))))
     all_records = list(records.values())

@@ -1,9 +1,11 @@
 """The goal table of issue 20, measured: offline, q-learning and random on the standard tasks, seeds 0-9 (0-4 for
 the three long tasks).
 
-    python bench/suite.py [--tasks cartpole,taxi,...] [--backends offline,q-learning,random] [--seeds 0-9]
+    python bench/suite.py [--tasks cartpole,taxi,...] [--backends offline,q-learning,random,offline-neutral]
+                          [--seeds 0-9]
                           [--workers N] [--out ~/llm-policy-gen-bench/suite] [--list]
     python bench/suite.py --out OUT --merge OTHER   # move OTHER's finished runs into OUT (a part run elsewhere)
+    python bench/suite.py --out OUT --report NOTE   # only rewrite suite.md and its figures from OUT's results
 
 Every (task, backend, seed) is one ``train`` run with ``--max-episodes`` at the task's budget (and the spec's own
 training defaults: answer format, candidates, test seeds), in its own run directory under ``OUT/runs``; a run whose
@@ -15,12 +17,19 @@ machine: the episodes of one run are short batches, whole runs are independent.
 ``OUT`` defaults to a folder outside the work tree (``~/llm-policy-gen-bench/suite``), so that the suite, longer
 than a session, goes on across sessions and work trees.
 
-Written to ``OUT``: ``results.json`` (one record per run) and ``suite.md``: per task and backend the median over
-seeds of the final held-out mean (100 episodes), the worst seed and the count of seeds that meet the goal, the same
-three figures for the kept table as of the last iteration that ended within the budget (the run may pass the budget
-in its last iteration, by at most one iteration's episodes), the episodes used, wall and CPU seconds, and the goal
-and anchor numbers beside them. ``bench/peers.py`` adds its columns (Stable-Baselines' PPO, DQN, SAC on the same
-tasks) through :func:`write_report`, which keeps them (``report.json``) when the suite rewrites ``suite.md``.
+Written to ``OUT``: ``results.json`` (one record per run, with its episodes and environment steps) and
+``suite.md`` (:mod:`suite_report`): per task and backend rliable's interquartile mean over seeds of the final
+held-out mean (100 episodes) and of the normalised score, each with its 95% stratified bootstrap interval, the worst
+seed and the count of seeds that meet the goal, the median within the budget (as of the last iteration that ended
+within it: the run may pass the budget in its last iteration, by at most one iteration's episodes), the episodes and
+steps used, wall and CPU seconds, the goal and anchor numbers, and beside ``offline`` the spec's prior scored with
+zero episodes and the ``offline-neutral`` ablation; then every method per task. ``bench/peers.py`` adds its methods
+(Stable-Baselines3's PPO, DQN, SAC with the zoo's hyperparameters) through :func:`write_report`, which keeps them
+(``report.json``) when the suite rewrites ``suite.md``. Beside it: ``curves.csv``, ``img/curves_TASK.png``,
+``img/profiles.png``, ``profiles.csv`` (:mod:`suite_curves`), ``random_policy.json`` and ``priors.json``
+(:mod:`suite_scores`).
+
+``--backends`` also takes ``offline-neutral``: ``offline`` with ``--prior neutral`` (issue 32 item 4).
 
 Runs of tables over 100,000 states lose their per-iteration policy files afterwards (``policies/iter_*.json``, several
 MB each, one per iteration; ``--keep-policies`` keeps them); ``best_policy.json`` stays.
@@ -106,6 +115,24 @@ GOALS = [
 ]
 BY_KEY = {g.key: g for g in GOALS}
 BACKENDS = ("offline", "q-learning", "random")
+ABLATIONS: dict[str, tuple[str, tuple[tuple[str, Any], ...]]] = {
+    "offline-neutral": ("offline", (("prior", "neutral"),)),
+}
+"""Suite backends that are another backend with settings: ``offline-neutral`` is ``offline`` from the neutral prior
+(no prior rule, every state at the spec's default action; issue 32 item 4). On a spec without a prior the settings
+change nothing, and the run is the plain backend's own (the same run id, never run twice)."""
+SUITE_BACKENDS = (*BACKENDS, *ABLATIONS)
+
+
+def backend_settings(goal: Goal, backend: str) -> tuple[str, tuple[tuple[str, Any], ...]]:
+    """The backend a suite backend runs and the settings it adds to the task's (none that change nothing)."""
+    base, extra = ABLATIONS.get(backend, (backend, ()))
+    if extra and dict(extra).get("prior") == "neutral":
+        from llm_policy_gen.envs import get_spec
+
+        if get_spec(goal.env_id).prior is None:
+            extra = ()
+    return base, extra
 
 
 PRUNE_ABOVE = 100_000
@@ -121,8 +148,9 @@ def _run_id(goal: Goal, backend: str, seed: int) -> str:
     """A changed budget or changed settings make a new run (the settings by a digest of them)."""
     from llm_policy_gen.backends import learner_mode
 
-    run_id = f"{goal.key}_b{goal.budget}_{backend}_s{seed}"
-    if learner_mode(backend):  # the standard learner: never a reused run of the proposer that had its name before
+    base, extra = backend_settings(goal, backend)
+    run_id = f"{goal.key}_b{goal.budget}_{backend if extra else base}_s{seed}"
+    if learner_mode(base):  # the standard learner: never a reused run of the proposer that had its name before
         run_id += "_learner"
     if goal.settings:
         run_id += "_" + hashlib.sha256(json.dumps(sorted(goal.settings)).encode()).hexdigest()[:6]
@@ -155,10 +183,11 @@ def run_one(goal: Goal, backend: str, seed: int, out: Path, keep_policies: bool 
         run_dir, summary = result.run_dir, result.summary
         record["resumed"] = True
     else:
-        cfg = TrainConfig.build(({"env_id": goal.env_id, "backend": backend, "seed": seed,
+        base, extra = backend_settings(goal, backend)
+        cfg = TrainConfig.build(({"env_id": goal.env_id, "backend": base, "seed": seed,
                                   "max_episodes": goal.budget, "iterations": 100_000, "logs_dir": str(logs),
                                   "run_id": run_id, "progress": False, "quiet": True, "plots": False,
-                                  **dict(goal.settings)}, "suite"))
+                                  **dict(goal.settings), **dict(extra)}, "suite"))
         try:
             result = train(cfg, log=lambda _m: None)
         except Exception as exc:  # a failed run is a row with its error
@@ -234,93 +263,6 @@ class PeerCell:
         return cls(**{**known, "values": tuple(d["values"]), "unreached": unreached})
 
 
-def ratio(peer: float | None, offline: float | None) -> float | None:
-    """How the peer compares with ``offline``, above 1 when it scores better: peer / offline for positive scores,
-    offline / peer for negative ones; None when the signs differ or either is zero (no ratio means anything)."""
-    if peer is None or offline is None or peer == 0 or offline == 0 or (peer > 0) != (offline > 0):
-        return None
-    return peer / offline if offline > 0 else offline / peer
-
-
-def _peer_text(goal: Goal, cell: PeerCell, offline: float | None) -> str:
-    if cell.error is not None:
-        return f"failed: {cell.error}"
-    med = _median(list(cell.values))
-    r = ratio(med, offline)
-    seeds = ", ".join(_fmt(v, goal) for v in cell.values)
-    worst, met = seed_stats(goal, list(cell.values))
-    unreached = f"; budget not reached {cell.unreached}/{len(cell.values)}" if cell.unreached else ""
-    source = f"; {cell.source}" if cell.source else ""
-    return (f"**{_fmt(med, goal)}** ({seeds}); worst {_fmt(worst, goal)}, met {met}; "
-            f"{'no ratio to offline' if r is None else f'{r:.2f}x offline'}{unreached}{source}")
-
-
-def markdown(records: list[dict[str, Any]], note: str, peers: list[PeerCell] | tuple[PeerCell, ...] = ()) -> str:
-    columns = list(dict.fromkeys(c.column for c in peers))
-    cells = {(c.task, c.column): c for c in peers}
-    lines = [
-        "# Goal table (bench/suite.py)", "", note, "",
-        "Held-out mean over 100 episodes of the kept table, median of the seeds (each seed's value in brackets); "
-        "'worst' is the worst seed's and 'met' the count of seeds that meet the goal; 'within' is the same three "
-        "as of the last iteration that ended within the budget (median; worst, met), the measure the goals are "
-        "judged on; episodes are all counted episodes (training, test, confirmation); 'reached' is the median "
-        "episode count at which the kept table's held-out mean first met the goal (- if not in every seed: the count "
-        "of seeds that met it is given).", "",
-    ]
-    if columns:
-        lines += [
-            "Peer columns (bench/peers.py, on the first row of each task; every run in peers.md): the held-out "
-            "mean over the same 100 held-out seeds of a Stable-Baselines3 agent with the RL Baselines3 Zoo's "
-            "hyperparameters for the task (or SB3's defaults, labelled untuned: the source ends each cell), trained "
-            "for as many environment steps as offline used on that seed ('= steps'), as many episodes ('= "
-            "episodes') or the zoo's own budget ('zoo budget'); median of its seeds (each seed's in brackets), the "
-            "worst seed and the seeds that meet the goal, and the ratio of the median to offline's (above 1: better "
-            "than offline; offline / peer for negative scores). 'budget not reached k/N': k runs are out of reach "
-            "of the CPU budget per run (no figure; peers.md lists them).", ""]
-    header = ["task", "goal", "budget", "backend", "held-out (seeds)", "worst", "met", "within budget (worst, met)",
-              "episodes used", "reached", "wall s", "CPU s", "today", "anchors", *columns]
-    lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for goal in GOALS:
-        rows = [r for r in records if r["task"] == goal.key]
-        offline = _median([r.get("heldout") for r in rows if r["backend"] == "offline" and "heldout" in r])
-        peer_txt = [_peer_text(goal, cells[(goal.key, c)], offline) if (goal.key, c) in cells else ""
-                    for c in columns]
-        goal_txt = (f"{'=' if goal.exact else '>='} {_fmt(goal.goal, goal)} (median, and {goal.need} of "
-                    f"{len(goal.seeds)} seeds)")
-        task = goal.env_id + "".join(f" --{k.replace('_', '-')} {v}" for k, v in goal.settings)
-        first = True
-        for backend in BACKENDS:
-            rs = sorted((r for r in rows if r["backend"] == backend), key=lambda r: r["seed"])
-            if not rs:
-                continue
-            extra = peer_txt if first else [""] * len(columns)
-            first = False
-            if any("error" in r or "skipped" in r for r in rs):
-                why = next(r.get("error") or r.get("skipped") for r in rs if "error" in r or "skipped" in r)
-                lines.append("| " + " | ".join([task, goal_txt, f"{goal.budget:,}", backend, f"not run: {why}",
-                                                *[""] * 7, goal.today, goal.anchors, *extra]) + " |")
-                continue
-            held = _median([r["heldout"] for r in rs])
-            seeds = ", ".join(_fmt(r["heldout"], goal) for r in rs)
-            worst, met = seed_stats(goal, [r["heldout"] for r in rs])
-            within = [r["heldout_within"] for r in rs]
-            w_worst, w_met = seed_stats(goal, within)
-            reached = [r["reached_at"] for r in rs]
-            n_met = sum(x is not None for x in reached)
-            reached_txt = f"{_median(reached):,.0f}" if n_met == len(rs) else f"- ({n_met}/{len(rs)} seeds)"
-            cpu = _median([r.get("cpu_s") for r in rs])
-            lines.append("| " + " | ".join([
-                task, goal_txt, f"{goal.budget:,}", backend, f"**{_fmt(held, goal)}** ({seeds})", _fmt(worst, goal),
-                met, f"{_fmt(_median(within), goal)} ({_fmt(w_worst, goal)}, {w_met})",
-                f"{_median([r['episodes'] for r in rs]):,.0f}", reached_txt,
-                f"{_median([r['wall_s'] for r in rs]):,.0f}", "-" if cpu is None else f"{cpu:,.0f}",
-                goal.today, goal.anchors, *extra]) + " |")
-        if first and any(peer_txt):  # peers measured on a task the suite has not run yet
-            lines.append("| " + " | ".join([task, goal_txt, f"{goal.budget:,}", "(suite not run)", *[""] * 8,
-                                            goal.today, goal.anchors, *peer_txt]) + " |")
-    return "\n".join(lines) + "\n"
-
-
 def read_results(out: Path) -> list[dict[str, Any]]:
     """The suite's records in ``OUT/results.json`` (none yet: empty)."""
     f = out / "results.json"
@@ -328,15 +270,26 @@ def read_results(out: Path) -> list[dict[str, Any]]:
 
 
 def write_results(out: Path, records: Iterable[dict[str, Any]]) -> None:
-    """Write ``OUT/results.json``: the records sorted by task, backend and seed."""
-    (out / "results.json").write_text(json.dumps(sorted(records, key=lambda r: (r["task"], r["backend"], r["seed"])),
-                                                 indent=1))
+    """Write ``OUT/results.json`` atomically (a reader beside it, ``--report``, never sees half a file): the records
+    sorted by task, backend and seed."""
+    tmp = out / "results.json.tmp"
+    tmp.write_text(json.dumps(sorted(records, key=lambda r: (r["task"], r["backend"], r["seed"])), indent=1))
+    tmp.replace(out / "results.json")
 
 
 def write_report(out: Path, note: str | None = None, peers: list[PeerCell] | None = None) -> Path:
-    """Write ``OUT/suite.md`` (and the README's lines, ``OUT/readme.md``) from ``results.json``. The note and the
-    peer columns given are kept in ``OUT/report.json``; one not given is taken from there, so the suite and
-    ``bench/peers.py`` each rewrite the page without dropping the other's part."""
+    """Write ``OUT/suite.md`` (and the README's lines, ``OUT/readme.md``) from ``results.json`` and the peers'
+    ``peers.json``, with the curve data (``curves.csv``), a figure per task and the performance profiles
+    (``img/``, ``profiles.csv``): :mod:`suite_report`, :mod:`suite_curves`. The note and the peer columns given are
+    kept in ``OUT/report.json``; one not given is taken from there, so the suite and ``bench/peers.py`` each
+    rewrite the page without dropping the other's part. The uniform random policy's and the prior's held-out
+    means are measured for the seeds that have runs and kept (:mod:`suite_scores`)."""
+    import numpy as np
+    import suite_curves
+    import suite_lines
+    import suite_report
+    import suite_scores
+
     kept_file = out / "report.json"
     kept = json.loads(kept_file.read_text()) if kept_file.is_file() else {}
     if note is None:
@@ -345,11 +298,36 @@ def write_report(out: Path, note: str | None = None, peers: list[PeerCell] | Non
         peers = [PeerCell.from_dict(c) for c in kept.get("peers", [])]
     kept_file.write_text(json.dumps({"note": note, "peers": [asdict(c) for c in peers]}, indent=1))
     records = sorted(read_results(out), key=lambda r: (r["task"], r["seed"]))
+    peer_file = out / "peers.json"
+    peer_records = json.loads(peer_file.read_text()) if peer_file.is_file() else []
+    runs = [r for r in suite_curves.suite_runs(records) + suite_curves.peer_runs(peer_records) if r.task in BY_KEY]
+    seeds = {t: sorted({r.seed for r in runs if r.task == t}) for t in dict.fromkeys(r.task for r in runs)}
+    wanted = [(t, BY_KEY[t].env_id, s) for t, ss in seeds.items() for s in ss]
+    random = suite_scores.random_policy(out, wanted)
+    priors = suite_scores.priors(out, wanted)
+    runs += suite_curves.prior_runs(priors, seeds)
+    suite_curves.write_csv(out / "curves.csv", runs)
+    figures: dict[str, str] = {}
+    for goal in GOALS:
+        mine = [r for r in runs if r.task == goal.key]
+        if mine:
+            rs = random.get(goal.key, {})
+            suite_curves.task_figure(out / "img" / f"curves_{goal.key}.png", goal.env_id, mine, goal.goal,
+                                     float(np.mean([rs[s] for s in seeds[goal.key] if s in rs])) if rs else None)
+            figures[goal.env_id] = f"img/curves_{goal.key}.png"
+    scores = {}
+    for r in runs:
+        got = suite_report.norm_scores(r.task, [(r.seed, r.final)], random)
+        if got:
+            scores[(r.task, r.method, r.seed)] = got[0]
+    found = suite_curves.profiles(runs, scores, np.linspace(-0.25, 1.25, 61))
+    if found:
+        suite_curves.profile_figure(out / "img" / "profiles.png", found)
+        suite_curves.write_profiles_csv(out / "profiles.csv", found)
+        figures["performance profiles (normalised score, all tasks)"] = "img/profiles.png"
     page = out / "suite.md"
-    page.write_text(markdown(records, note, peers))
-    import suite_lines
-
-    (out / "readme.md").write_text(suite_lines.readme_lines(records, peers))
+    page.write_text(suite_report.markdown(records, note, peers, runs, random, priors, figures))
+    (out / "readme.md").write_text(suite_lines.readme_lines(records, peers, random))
     return page
 
 
@@ -411,11 +389,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep-policies", action="store_true",
                     help=f"keep the per-iteration policy files of tables over {PRUNE_ABOVE:,} states")
     ap.add_argument("--list", action="store_true", help="list the tasks and exit")
+    ap.add_argument("--report", metavar="NOTE", help="only rewrite suite.md, its curves and figures from --out's "
+                    "results.json and peers.json, with this note (runs nothing; safe beside a running suite)")
     ap.add_argument("--merge", metavar="FOLDER", help="move the finished runs of another suite folder into --out, "
                     "rewrite the report and exit (a part run elsewhere, or beside a suite that writes --out)")
     args = ap.parse_args(argv)
     if args.list:
         list_tasks()
+        return 0
+    if args.report is not None:
+        out = Path(args.out).expanduser()
+        if not (out / "results.json").is_file():
+            print(f"suite: error: --out {out}: no results.json there", file=sys.stderr)
+            return 2
+        print(f"wrote {write_report(out, args.report)}")
         return 0
     if args.merge:
         out, other = Path(args.out).expanduser(), Path(args.merge).expanduser()
@@ -446,7 +433,7 @@ def main(argv: list[str] | None = None) -> int:
         n_states = get_spec(goal.env_id).n_states
         for backend in args.backends.split(","):
             for seed in (given_seeds if args.seeds else goal.seeds):
-                if backend != "offline" and n_states > args.baseline_max_states:
+                if backend_settings(goal, backend)[0] != "offline" and n_states > args.baseline_max_states:
                     records[(key, backend, seed)] = {"task": key, "env_id": goal.env_id, "backend": backend,
                                                      "seed": seed, "skipped": f"{n_states:,} states (text answers "
                                                      f"too big; --baseline-max-states {args.baseline_max_states})"}
@@ -462,12 +449,12 @@ def main(argv: list[str] | None = None) -> int:
     with ProcessPoolExecutor(max_workers=max(1, args.workers)) as pool:
         futures = {pool.submit(run_one, g, b, s, out, args.keep_policies): (g.key, b, s) for g, b, s in jobs}
         for fut in as_completed(futures):
-            key = futures[fut]
+            job = futures[fut]
             rec = fut.result()
-            records[key] = rec
+            records[job] = rec
             shown = rec.get("error") or f"held-out {_fmt(rec['heldout'])} after {rec['episodes']} episodes, " \
                                          f"{rec['wall_s']:.0f} s"
-            print(f"{key[0]} {key[1]} seed {key[2]}: {shown}", flush=True)
+            print(f"{job[0]} {job[1]} seed {job[2]}: {shown}", flush=True)
             write_results(out, records.values())
     write_results(out, records.values())  # the skipped ones too, when nothing ran
     note = (f"Measured on {os.cpu_count()} cores shared with other work (load average {load:.1f} at the start), "

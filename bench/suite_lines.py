@@ -2,8 +2,8 @@
 (and ``bench/peers.py``) beside ``suite.md`` as ``OUT/readme.md``, from the same records.
 
 Each line gives the goal, offline's within-budget median (the measure the goals are judged on), how many seeds meet
-it, the worst seed, whether the goal is met (the median meets it and enough seeds do), and each peer column's median
-with its ratio to offline's.
+it, the worst seed, whether the goal is met (the median meets it and enough seeds do), offline's interquartile mean
+with its 95% interval, and each peer column's (with the seeds it covers). No ratio of returns.
 """
 
 from __future__ import annotations
@@ -12,6 +12,9 @@ from collections.abc import Sequence
 from typing import Any
 
 import suite
+import suite_report
+
+from llm_policy_gen.stats import iqm_interval
 
 
 def _seeds(seeds: list[int]) -> str:
@@ -20,7 +23,8 @@ def _seeds(seeds: list[int]) -> str:
     return "seed" + ("s " if len(seeds) > 1 else " ") + ", ".join(map(str, seeds))
 
 
-def task_line(goal: suite.Goal, rows: list[dict[str, Any]], peers: Sequence[suite.PeerCell]) -> str | None:
+def task_line(goal: suite.Goal, rows: list[dict[str, Any]], peers: Sequence[suite.PeerCell],
+              random: suite_report.Scores | None = None) -> str | None:
     """The line of one task, from its offline records (None if offline has not run it)."""
     rs = sorted((r for r in rows if r["backend"] == "offline" and "heldout" in r), key=lambda r: r["seed"])
     if not rs:
@@ -34,18 +38,21 @@ def task_line(goal: suite.Goal, rows: list[dict[str, Any]], peers: Sequence[suit
     text = (f"- **{goal.env_id}**, {'=' if goal.exact else '>='} {suite._fmt(goal.goal, goal)} within "
             f"{goal.budget:,} episodes (median, {need} seeds): offline {suite._fmt(med, goal)} "
             f"({_seeds([r['seed'] for r in rs])}), {met} seeds meet it, worst {suite._fmt(worst, goal)}: {verdict}")
+    d = 2 if abs(goal.goal) < 10 else 1
+    norm = suite_report.norm_scores(goal.key, [(r["seed"], r["heldout"]) for r in rs], random or {})
+    text += (f"; held-out IQM {iqm_interval([r['heldout'] for r in rs]).format(d)}"
+             + ("" if norm is None else f", normalised {iqm_interval(norm).format(2)}"))
     for cell in peers:
         if cell.task != goal.key or cell.error is not None:
             continue
-        p = suite._median(list(cell.values))
-        r = suite.ratio(p, suite._median([x["heldout"] for x in rs]))
-        unreached = f", {cell.unreached} of {len(cell.values)} out of reach" if cell.unreached else ""
-        text += (f"; {cell.column} {suite._fmt(p, goal)}"
-                 f"{'' if r is None else f' ({r:.2f}x offline)'}{unreached}")
+        vals = [v for v in cell.values if v is not None]
+        text += (f"; {cell.column} " + (iqm_interval(vals).format(d) if vals else "n/a")
+                 + f" ({len(vals)} of {len(cell.values)} seeds)")
     return text + "."
 
 
-def readme_lines(records: list[dict[str, Any]], peers: Sequence[suite.PeerCell] = ()) -> str:
+def readme_lines(records: list[dict[str, Any]], peers: Sequence[suite.PeerCell] = (),
+                 random: suite_report.Scores | None = None) -> str:
     """Every task's line, in the goal table's order."""
-    lines = [task_line(g, [r for r in records if r["task"] == g.key], peers) for g in suite.GOALS]
+    lines = [task_line(g, [r for r in records if r["task"] == g.key], peers, random) for g in suite.GOALS]
     return "\n".join(x for x in lines if x is not None) + "\n"

@@ -21,12 +21,13 @@ rliable (and its ``arch``, ``scipy``, ``pandas`` and ``statsmodels``) is importe
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Interval", "iqm_interval", "normalized", "median_censored", "step_curves", "quartile_band"]
+__all__ = ["Interval", "iqm_interval", "iqm_curve", "performance_profile", "normalized", "median_censored",
+           "step_curves", "quartile_band"]
 
 DEFAULT_RESAMPLES = 2_000
 DEFAULT_CONFIDENCE = 0.95
@@ -67,20 +68,68 @@ def iqm_interval(
     x = x[np.isfinite(x).all(axis=1)]
     if x.shape[0] == 0:
         return Interval(float("nan"), float("nan"), float("nan"), 0, confidence)
-    outside = np.random.get_state()  # rliable 1.2 resamples with numpy's global generator (see below)
+    point, interval = _rliable_estimate(x, lambda s: np.array([float(_iqm(s))]), confidence, reps, seed)
+    return Interval(float(point[0]), float(interval[0, 0]), float(interval[1, 0]), int(x.shape[0]), confidence)
+
+
+def _iqm(scores: np.ndarray, axis: int | None = None) -> np.ndarray:
+    """rliable's ``aggregate_iqm`` (scipy's ``trim_mean``, a quarter cut from each end), over all values or along
+    ``axis``, computed here: scipy's per-call checks cost more than the mean in a 2,000-resample bootstrap."""
+    x = np.sort(np.asarray(scores, dtype=np.float64).reshape(-1) if axis is None else np.asarray(scores), axis=0 if
+                axis is None else axis)
+    n = x.shape[0 if axis is None else axis]
+    cut = int(0.25 * n)
+    return np.asarray(np.take(x, np.arange(cut, n - cut), axis=0 if axis is None else axis).mean(
+        axis=0 if axis is None else axis))
+
+
+def _rliable_estimate(x: np.ndarray, func: Callable[[np.ndarray], np.ndarray], confidence: float, reps: int,
+                      seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """rliable's point estimate of ``func`` over the runs (rows) of ``x`` and its stratified bootstrap interval
+    (``(2, n)``), the resamples drawn from numpy's global generator seeded with ``seed`` and put back after."""
+    outside = np.random.get_state()  # rliable 1.2 resamples with numpy's global generator (module doc)
     try:
         with warnings.catch_warnings():  # arch warns that RandomState will give way to Generator; rliable passes one
             warnings.simplefilter("ignore", FutureWarning)
-            from rliable import library, metrics
+            from rliable import library
 
             np.random.seed(seed)
             point, interval = library.get_interval_estimates(
-                {"s": x}, lambda s: np.array([metrics.aggregate_iqm(s)]), reps=reps,
-                confidence_interval_size=confidence, random_state=np.random.RandomState(seed))
+                {"s": x}, func, reps=reps, confidence_interval_size=confidence,
+                random_state=np.random.RandomState(seed))
     finally:
         np.random.set_state(outside)
-    return Interval(float(point["s"][0]), float(interval["s"][0, 0]), float(interval["s"][1, 0]), int(x.shape[0]),
-                    confidence)
+    return np.asarray(point["s"], dtype=np.float64), np.asarray(interval["s"], dtype=np.float64)
+
+
+def iqm_curve(samples: np.ndarray, confidence: float = DEFAULT_CONFIDENCE, reps: int = 500,
+              seed: int = DEFAULT_SEED) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per column of ``samples`` (runs x points, e.g. :func:`step_curves` on a grid): rliable's interquartile mean
+    over the runs and its stratified bootstrap interval (the runs resampled together, as rliable's
+    sample-efficiency curves do). Returns ``(iqm, low, high)``; a column where a run has no value is NaN."""
+    s = np.asarray(samples, dtype=np.float64)
+    out = np.full((3, s.shape[1]), np.nan)
+    have = np.isfinite(s).all(axis=0)
+    if s.shape[0] == 0 or not have.any():
+        return out[0], out[1], out[2]
+    x = s[:, None, have]  # one task whose runs carry every point: a resample keeps a run's whole curve
+    point, interval = _rliable_estimate(
+        x, lambda r: _iqm(r[:, 0, :], axis=0), confidence, reps, seed)
+    out[0, have], out[1, have], out[2, have] = point, interval[0], interval[1]
+    return out[0], out[1], out[2]
+
+
+def performance_profile(scores: np.ndarray, taus: np.ndarray, confidence: float = DEFAULT_CONFIDENCE,
+                        reps: int = DEFAULT_RESAMPLES, seed: int = DEFAULT_SEED
+                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """rliable's performance profile (score distribution) of ``scores`` (runs x tasks, normalised): the fraction of
+    runs above each ``tau``, with its stratified bootstrap interval (runs resampled within each task). Returns
+    ``(fraction, low, high)``."""
+    x = np.asarray(scores, dtype=np.float64)
+    t = np.asarray(taus, dtype=np.float64)
+    # rliable's score_distributions (np.mean(scores > tau) for each tau), taken for every tau at once
+    point, interval = _rliable_estimate(x, lambda r: (r.reshape(-1, 1) > t).mean(axis=0), confidence, reps, seed)
+    return point, interval[0], interval[1]
 
 
 def normalized(returns: Sequence[float] | np.ndarray, random_return: float | Sequence[float] | np.ndarray,

@@ -37,7 +37,8 @@ FLAGS = {
     "--n-ctx": "n_ctx", "--llm-threads": "llm_threads", "--budget-usd": "budget_usd",
     "--max-concurrent-calls": "max_concurrent_calls", "--local-concurrency": "local_concurrency",
     "--unreachable-after": "unreachable_after", "--no-cache": "cache", "--prices": "prices_file", "--bins": "bins",
-    "--dims": "dims", "--env-kwargs": "env_kwargs", "--no-plots": "plots", "--no-progress": "progress",
+    "--dims": "dims", "--env-kwargs": "env_kwargs", "--prior": "prior", "--no-plots": "plots",
+    "--no-progress": "progress",
     "--quiet": "quiet", "--log": "log", "--evidence": "evidence", "--refine": "refine",
     "--lm-model": "lm_model", "--lm-features": "lm_features", "--lm-pooling": "lm_pooling", "--learner": "lm_learner",
     "--device": "lm_device", "--lm-n-steps": "lm_n_steps", "--lm-batch-size": "lm_batch_size",
@@ -74,7 +75,7 @@ def values(tmp_path: Path) -> dict[str, Any]:
         "max_output_tokens": 2000, "max_answer_chars": 100000, "n_ctx": 2048, "llm_threads": 2, "budget_usd": 1.5,
         "max_concurrent_calls": 3, "local_concurrency": 2, "unreachable_after": 5, "cache": False,
         "cache_dir": str(tmp_path / "cache"), "prices_file": str(prices), "bins": [5, 6], "dims": [0, 1],
-        "env_kwargs": {"goal_velocity": 0.01}, "binning": "seed", "plots": False, "progress": False,
+        "env_kwargs": {"goal_velocity": 0.01}, "binning": "seed", "prior": "neutral", "plots": False, "progress": False,
         "quiet": True, "log": ["csv"], "evidence": "both",
         # lm-policy settings: the advisor run below ignores them, config.json records them
         "lm_model": str(tmp_path / "model.gguf"), "lm_features": "random", "lm_pooling": "last", "lm_learner": "trpo",

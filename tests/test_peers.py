@@ -176,7 +176,8 @@ def test_tiny_ppo_and_dqn_runs_end_to_end_with_their_records(bench, tmp_path, ca
         assert 8.0 <= rec["heldout"] <= 500.0
         assert len(rec["curve"]) == 2 and rec["curve"][-1][0] == rec["steps"]
     page = (out / "suite.md").read_text()
-    assert "| PPO = steps | DQN = steps |" in page and "rl-zoo3" in page
+    assert "| CartPole-v1 | PPO = steps | 0 |" in page and "| CartPole-v1 | DQN = steps | 0 |" in page \
+        and "rl-zoo3" in page and (out / "img" / "curves_cartpole.png").is_file()
     details = (out / "peers.md").read_text()
     assert "| cartpole | DQN | steps 300 | 0 |" in details and "## Out of reach on these cores\n\nNone." in details
     # again: the finished runs are kept, not trained again
@@ -254,14 +255,6 @@ def test_tasks_that_differ_only_in_their_table_share_the_environment_folder(benc
     assert peers.setup_id("CartPole-v1") != peers.setup_id("LunarLander-v3")
 
 
-def test_ratio_is_above_one_when_the_peer_is_better(bench):
-    suite, _ = bench
-    assert suite.ratio(250.0, 500.0) == 0.5
-    assert suite.ratio(-100.0, -200.0) == 2.0  # less negative: better
-    assert suite.ratio(-150.0, -120.0) == pytest.approx(0.8)
-    assert suite.ratio(10.0, -5.0) is None and suite.ratio(None, 1.0) is None and suite.ratio(0.0, 3.0) is None
-
-
 def test_seed_stats_worst_and_count(bench):
     suite, _ = bench
     cart = suite.BY_KEY["cartpole"]
@@ -270,8 +263,17 @@ def test_seed_stats_worst_and_count(bench):
     assert suite.seed_stats(cliff, [-13.0, -12.0, -15.0]) == (-15.0, "1/3")
 
 
-def test_suite_md_has_worst_met_and_peer_columns(bench):
+def _known_baselines(out: Path, tasks: dict[str, str], seeds: range) -> None:
+    """random_policy.json and priors.json as if measured, so that write_report measures nothing."""
+    out.mkdir(parents=True, exist_ok=True)
+    for name, value in (("random_policy.json", 20.0), ("priors.json", 200.0)):
+        (out / name).write_text(json.dumps({"heldout_episodes": 100, "tasks": {
+            t: {"env_id": e, "by_seed": {str(s): value for s in seeds}} for t, e in tasks.items()}}))
+
+
+def test_suite_md_has_iqm_worst_met_and_every_peer_column(bench):
     suite, peers = bench
+    report, curves = importlib.import_module("suite_report"), importlib.import_module("suite_curves")
     records = [_suite_record("cartpole", 0, 500.0, 480.0), _suite_record("cartpole", 1, 300.0, 290.0),
                _suite_record("cartpole", 2, 490.0, 470.0), _suite_record("cartpole", 0, 150.0, 150.0, "random")]
     peer_records = [_peer_record("cartpole", "ppo", 0, 245.0), _peer_record("cartpole", "ppo", 1, 200.0),
@@ -285,41 +287,45 @@ def test_suite_md_has_worst_met_and_peer_columns(bench):
     assert [(c.task, c.column, c.values, c.unreached) for c in cells] == [
         ("cartpole", "PPO = steps", (245.0, 200.0, None, None), 1), ("cartpole", "DQN zoo budget", (9.0,), 0),
         ("taxi", "DQN = steps", (-200.0, -200.0), 0)]
-    page = suite.markdown(records, "a note", cells)
+    runs = curves.suite_runs(records) + curves.peer_runs(peer_records)
+    random = {"cartpole": {s: 20.0 for s in range(4)}}
+    page = report.markdown(records, "a note", cells, runs, random)
     lines = page.splitlines()
-    header = next(line for line in lines if line.startswith("| task"))
-    assert header.endswith("| PPO = steps | DQN zoo budget | DQN = steps |")
-    n_cols = header.count("|")
-    rows = [line for line in lines if line.startswith("| ") and not line.startswith("| task")]
-    assert all(row.count("|") == n_cols for row in rows), rows
-    offline = next(r for r in rows if "| offline |" in r)
-    assert "**490.0** (500.0, 300.0, 490.0) | 300.0 | 2/3 | 470.0 (290.0, 1/3) |" in offline
-    assert ("**222.5** (245.0, 200.0, -, -); worst 200.0, met 0/4; 0.45x offline; budget not reached 1/4; "
-            "rl-zoo3 2.9.2 ppo.yml CartPole-v1") in offline
-    random_row = next(r for r in rows if "| random |" in r)
-    assert random_row.endswith("|  |  |  |")  # peers only on the task's first row
-    taxi_row = next(r for r in rows if r.startswith("| Taxi-v4"))
-    assert "(suite not run)" in taxi_row and "no ratio to offline; untuned: SB3 defaults" in taxi_row
+    tables = [line for line in lines if line.startswith("| task")]
+    assert len(tables) == 2
+    for header in tables:  # every row has its table's columns
+        block = lines[lines.index(header):]
+        rows = block[2:next((i for i, x in enumerate(block) if not x.startswith("|")), len(block))]
+        assert rows and all(r.count("|") == header.count("|") for r in rows), rows
+    offline = next(r for r in lines if "| offline |" in r and "CartPole" in r)
+    # IQM of 500, 300, 490 (3 runs: nothing trimmed) and the normalised score (R = 20, goal 475)
+    assert "**430.0 [" in offline and "(seeds 0-2) | 0.90 [" in offline and "| 300.0 | 2/3 | 470.0 (290.0, 1/3) |" \
+        in offline
+    ppo = next(r for r in lines if "| PPO = steps |" in r)
+    assert "| 0-1 | **222.5 [200.0, 245.0]** |" in ppo and "2 of 4 seeds without a figure" in ppo \
+        and "rl-zoo3 2.9.2 ppo.yml CartPole-v1" in ppo
+    taxi = next(r for r in lines if r.startswith("| Taxi-v4 | DQN = steps"))
+    assert "**-200.00 [-200.00, -200.00]** | n/a |" in taxi and "untuned: SB3 defaults" in taxi
+    assert "x offline" not in page and "ratio to" not in page and "×" not in page
 
 
 def test_write_report_keeps_the_other_scripts_part_and_reads_old_cells(bench, tmp_path):
     suite, peers = bench
+    _known_baselines(tmp_path, {"cartpole": "CartPole-v1"}, range(2))
     (tmp_path / "results.json").write_text(json.dumps([_suite_record("cartpole", 0, 500.0, 480.0)]))
     suite.write_report(tmp_path, note="suite note")
     suite.write_report(tmp_path, peers=peers.cells([_peer_record("cartpole", "ppo", 0, 125.0)]))
     page = (tmp_path / "suite.md").read_text()
-    assert "suite note" in page and "0.25x offline" in page
+    assert "suite note" in page and "| CartPole-v1 | PPO = steps | none |" in page
     suite.write_report(tmp_path, note="a later suite note")  # the suite again: the peer column stays
     page = (tmp_path / "suite.md").read_text()
-    assert "a later suite note" in page and "0.25x offline" in page and "\nsuite note\n" not in page
+    assert "a later suite note" in page and "| PPO = steps |" in page and "\nsuite note\n" not in page
     # a report.json of the sbx peers (capped, same_as) still reads
     (tmp_path / "report.json").write_text(json.dumps({"note": "n", "peers": [
         {"task": "cartpole", "column": "sbx PPO", "values": [9.0, 9.5], "capped": 1, "error": None,
          "same_as": None}]}))
     suite.write_report(tmp_path)
-    page = (tmp_path / "suite.md").read_text()
-    assert "| sbx PPO |" in page and "(9.0, 9.5); worst 9.0, met 0/2; 0.02x offline; budget not reached 1/2" \
-        in page
+    assert "| CartPole-v1 | sbx PPO | none |" in (tmp_path / "suite.md").read_text()
 
 
 def test_the_readme_has_one_line_per_task_with_its_verdict(bench, tmp_path):
@@ -327,13 +333,14 @@ def test_the_readme_has_one_line_per_task_with_its_verdict(bench, tmp_path):
     records = [_suite_record("cartpole", s, 500.0, w) for s, w in enumerate([480.0, 490.0, 476.0, 224.0, 500.0,
                                                                             477.0, 499.0, 481.0, 475.0, 300.0])]
     records += [{**_suite_record("taxi", s, 7.0, 7.0), "env_id": "Taxi-v4"} for s in range(10)]
+    _known_baselines(tmp_path, {"cartpole": "CartPole-v1", "taxi": "Taxi-v4"}, range(10))
     (tmp_path / "results.json").write_text(json.dumps(records))
     suite.write_report(tmp_path, note="n", peers=peers.cells([_peer_record("cartpole", "ppo", 0, 250.0)]))
     lines = (tmp_path / "readme.md").read_text().splitlines()
     assert len(lines) == 2 and lines[0].startswith("- **CartPole-v1**") and lines[1].startswith("- **Taxi-v4**")
-    assert "offline 478.5 (seeds 0-9), 8/10 seeds meet it, worst 224.0: **met**; PPO = steps 250.0 (0.50x " \
-           "offline)." in lines[0]
-    assert lines[1].endswith("offline 7.00 (seeds 0-9), 0/10 seeds meet it, worst 7.00: not met.")
+    assert "offline 478.5 (seeds 0-9), 8/10 seeds meet it, worst 224.0: **met**; held-out IQM 500.0 [500.0, " \
+           "500.0], normalised 1.05 [1.05, 1.05]; PPO = steps 250.0 [250.0, 250.0] (1 of 1 seeds)." in lines[0]
+    assert "offline 7.00 (seeds 0-9), 0/10 seeds meet it, worst 7.00: not met; held-out IQM 7.00" in lines[1]
 
 
 def test_merge_moves_a_parts_finished_runs_and_records_into_the_suite(bench, tmp_path):

@@ -52,7 +52,7 @@ class Prepared:
 
 
 def resolve_spec(cfg: TrainConfig) -> EnvSpec:
-    """The env spec with the config's overrides (env kwargs, dims, bins, binning) applied."""
+    """The env spec with the config's overrides (env kwargs, dims, bins, binning, a neutral prior) applied."""
     from ..envs.tailor import apply_dims_bins, apply_env_kwargs
 
     spec = apply_env_kwargs(get_spec(cfg.env_id), cfg.env_kwargs)
@@ -60,6 +60,8 @@ def resolve_spec(cfg: TrainConfig) -> EnvSpec:
         spec = apply_dims_bins(spec, cfg.dims, cfg.bins)
     if cfg.binning:
         spec = spec.with_overrides(binning=cfg.binning)
+    if cfg.prior == "neutral":  # no prior rule: the table starts at the default action, searches from nothing
+        spec = spec.with_overrides(prior=None)
     return spec.validate()
 
 

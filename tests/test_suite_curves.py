@@ -1,0 +1,152 @@
+"""The suite's curves, figures, profiles and interval tables (issue 32 item 3), on tiny synthetic results: a figure
+per task and the performance profiles exist as images, ``curves.csv`` holds exactly the points of the runs' events,
+of the peers' records and of the zero-episode prior, and ``suite.md`` shows rliable's IQM with its interval for the
+records' values, never a ratio of returns."""
+
+from __future__ import annotations
+
+import csv
+import importlib
+import json
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
+import pytest
+
+from llm_policy_gen.stats import iqm_interval, normalized
+
+BENCH = Path(__file__).resolve().parent.parent / "bench"
+PNG = b"\x89PNG\r\n\x1a\n"
+SEEDS = range(3)
+RANDOM_R, PRIOR_R = 20.0, 200.0
+
+
+@pytest.fixture
+def bench(monkeypatch: pytest.MonkeyPatch) -> dict[str, ModuleType]:
+    monkeypatch.syspath_prepend(str(BENCH))
+    mods = {name: importlib.import_module(name) for name in ("suite", "suite_curves", "suite_scores", "peers")}
+    monkeypatch.setattr(mods["suite_curves"], "CURVE_RESAMPLES", 20)  # the figure's bands: few resamples suffice
+    return mods
+
+
+def _events(seed: int, base: float) -> list[dict]:
+    return [{"iteration": i, "episodes_total": 10 * i, "env_steps_total": 900 * i + seed,
+             "best_eval_mean": base + 10 * i + seed} for i in range(1, 5)]
+
+
+def _write(out: Path) -> tuple[list[dict], list[dict]]:
+    """A suite folder: offline and q-learning on CartPole-v1 (events on disk), PPO peers with curves, and the
+    random policy's and the prior's scores as if measured (so that nothing is measured)."""
+    records = []
+    for backend, base in (("offline", 400.0), ("q-learning", 100.0)):
+        for seed in SEEDS:
+            run = out / "runs" / "CartPole-v1" / f"cartpole_b100_{backend}_s{seed}"
+            run.mkdir(parents=True)
+            events = _events(seed, base)
+            (run / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+            records.append({"task": "cartpole", "env_id": "CartPole-v1", "backend": backend, "seed": seed,
+                            "budget": 100, "settings": {}, "run_dir": str(run), "heldout": events[-1]["best_eval_mean"],
+                            "episodes": 40, "env_steps_total": events[-1]["env_steps_total"], "iterations": 4,
+                            "wall_s": 1.0, "cpu_s": 1.0, "heldout_within": events[-1]["best_eval_mean"],
+                            "episodes_within": 40, "reached_at": None, "stop": "max_episodes"})
+    peers = [{"task": "cartpole", "env_id": "CartPole-v1", "algo": "ppo", "seed": s, "kind": "steps",
+              "hyperparameters": "rl-zoo3 2.9.2 ppo.yml CartPole-v1", "heldout": 150.0 + s, "steps": 3600,
+              "episodes": 60, "reached": True, "curve": [[1800, 30, 50.0 + s], [3600, 60, 140.0 + s]]} for s in SEEDS]
+    peers.append({**peers[0], "seed": 3, "reached": False, "heldout": None, "out_of_reach": "needs 9 CPU-h"})
+    (out / "results.json").write_text(json.dumps(records))
+    (out / "peers.json").write_text(json.dumps(peers))
+    for name, value in (("random_policy.json", RANDOM_R), ("priors.json", PRIOR_R)):
+        (out / name).write_text(json.dumps({"heldout_episodes": 100, "tasks": {
+            "cartpole": {"env_id": "CartPole-v1", "by_seed": {str(s): value + s for s in SEEDS}}}}))
+    return records, peers
+
+
+def test_figures_and_curve_data_match_the_records(bench, tmp_path: Path) -> None:
+    suite, peers_mod = bench["suite"], bench["peers"]
+    out = tmp_path / "suite"
+    records, peers = _write(out)
+    page = suite.write_report(out, note="synthetic", peers=peers_mod.cells(peers))
+    for image in ("curves_cartpole.png", "profiles.png"):
+        assert (out / "img" / image).read_bytes()[:8] == PNG
+    assert not any((out / "img").glob("curves_taxi*"))  # no figure for a task without runs
+
+    with (out / "curves.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    got: dict[tuple[str, int], list[tuple[int, int, float]]] = {}
+    for row in rows:
+        assert row["task"] == "cartpole"
+        got.setdefault((row["method"], int(row["seed"])), []).append(
+            (int(row["env_steps"]), int(row["episodes"]), float(row["heldout_mean"])))
+    for r in records:  # every iteration of every suite run, in order
+        want = [(e["env_steps_total"], e["episodes_total"], e["best_eval_mean"]) for e in _events(r["seed"], 0.0)]
+        want = [(s, e, v + (400.0 if r["backend"] == "offline" else 100.0)) for s, e, v in want]
+        assert got[(r["backend"], r["seed"])] == want
+    for p in peers[:3]:  # the curve points, then the final held-out mean; the unreached seed has no curve
+        assert got[("PPO = steps", p["seed"])] == [(1800, 30, 50.0 + p["seed"]), (3600, 60, 140.0 + p["seed"]),
+                                                   (3600, 60, p["heldout"])]
+    assert ("PPO = steps", 3) not in got
+    assert all(got[("prior, 0 episodes", s)] == [(0, 0, PRIOR_R + s)] for s in SEEDS)
+
+    text = page.read_text()
+    offline = [r["heldout"] for r in records if r["backend"] == "offline"]
+    norm = normalized(offline, [RANDOM_R + s for s in SEEDS], 475.0)
+    assert norm is not None
+    row = next(line for line in text.splitlines() if line.startswith("| CartPole-v1 | offline |"))
+    assert f"**{iqm_interval(offline).format(1)}** | {iqm_interval(norm).format(2)} |" in row
+    assert "img/curves_cartpole.png" in text and "img/profiles.png" in text
+    assert "x offline" not in text and "ratio to" not in text and "×" not in text
+    with (out / "profiles.csv").open() as f:
+        prof = [r for r in csv.DictReader(f) if r["method"] == "offline"]
+    # offline's normalised scores are all about 0.85-0.86: every run above 0.5, none above 1
+    at = {float(r["tau"]): float(r["fraction"]) for r in prof}
+    assert at[0.5] == 1.0 and at[1.0] == 0.0 and all(r["tasks"] == "cartpole" and r["seeds"] == "3" for r in prof)
+
+
+def test_a_curves_csv_reads_back_as_the_runs(bench, tmp_path: Path) -> None:
+    curves = bench["suite_curves"]
+    out = tmp_path / "suite"
+    records, peers = _write(out)
+    runs = curves.suite_runs(records) + curves.peer_runs(peers)
+    back = {(r.task, r.method, r.seed): r for r in curves.read_csv(curves.write_csv(tmp_path / "c.csv", runs))}
+    for r in runs:
+        b = back[(r.task, r.method, r.seed)]
+        assert (b.steps, b.episodes, b.values, b.final) == (r.steps, r.episodes, r.values, r.final)
+
+
+def test_iqm_curve_is_rliables_iqm_per_point_with_an_interval_around_it() -> None:
+    from rliable import metrics
+
+    from llm_policy_gen.stats import iqm_curve
+
+    x = np.random.default_rng(0).normal(size=(7, 5)).cumsum(axis=1)
+    x[0, 0] = np.nan  # a run without a value there: no estimate at that point
+    mid, low, high = iqm_curve(x, reps=50)
+    assert np.isnan(mid[0]) and np.isnan(low[0])
+    assert np.allclose(mid[1:], [metrics.aggregate_iqm(x[:, j]) for j in range(1, 5)])
+    assert np.all(low[1:] <= mid[1:]) and np.all(mid[1:] <= high[1:])
+
+
+def test_prior_scores_are_measured_once_and_kept(bench, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    scores = bench["suite_scores"]
+    got = scores.priors(tmp_path, [("cartpole", "CartPole-v1", 0)])
+    kept = json.loads((tmp_path / "priors.json").read_text())
+    assert kept["tasks"]["cartpole"]["table"] == "prior rule" and kept["heldout_episodes"] == 100
+    assert got["cartpole"][0] > 100.0  # the prior rule balances the pole for a while; the default table does not
+    monkeypatch.setattr(scores, "_prior_means", lambda *_a: pytest.fail("measured again"))
+    assert scores.priors(tmp_path, [("cartpole", "CartPole-v1", 0)]) == got
+    assert scores.prior_kind("Acrobot-v1") == "no prior: default action 1 everywhere"
+
+
+def test_report_only_rewrites_the_page_and_refuses_a_folder_without_results(
+        bench, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    suite = bench["suite"]
+    out = tmp_path / "suite"
+    _write(out)
+    before = (out / "results.json").read_text()
+    assert suite.main(["--out", str(out), "--report", "a partial note"]) == 0
+    assert "a partial note" in (out / "suite.md").read_text() and (out / "results.json").read_text() == before
+    assert (out / "img" / "curves_cartpole.png").is_file()
+    empty = tmp_path / "empty"
+    assert suite.main(["--out", str(empty), "--report", "n"]) == 2
+    assert capsys.readouterr().err.strip().endswith("no results.json there") and not empty.exists()
