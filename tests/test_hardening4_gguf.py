@@ -10,8 +10,10 @@ at ``--timeout`` (0 tokens, no text) instead of hanging. The bounds themselves a
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -74,22 +76,45 @@ def smollm2() -> Path:
     return Path(out.stdout.strip())
 
 
-def with_template(src: Path, dst: Path, template: str | None) -> Path:
-    """A copy of the GGUF ``src`` at ``dst`` whose ``tokenizer.chat_template`` is ``template`` (None: removed)."""
+@functools.lru_cache(maxsize=1)
+def _layout(src: Path) -> tuple[int, int, int, int, int]:
+    """Where ``src``'s metadata lies, read once by the ``gguf`` package's reader (seconds of Python for the
+    tokenizer's arrays): (number of entries, start and end of the chat template's entry, end of the tensor
+    descriptions, start of the tensor data)."""
     import gguf
-    from gguf.scripts.gguf_new_metadata import MetadataDetails, copy_with_new_metadata
 
-    key = gguf.Keys.Tokenizer.CHAT_TEMPLATE
     reader = gguf.GGUFReader(src, "r")
-    arch = reader.get_field(gguf.Keys.General.ARCHITECTURE).contents()
-    writer = gguf.GGUFWriter(dst, arch=arch, endianess=reader.endianess)
-    alignment = reader.get_field(gguf.Keys.General.ALIGNMENT)
-    if alignment is not None:
-        writer.data_alignment = alignment.contents()
-    new = {} if template is None else {key: MetadataDetails(gguf.GGUFValueType.STRING, template)}
-    copy_with_new_metadata(reader, writer, new, [key] if template is None else [])
-    check = gguf.GGUFReader(dst, "r").get_field(key)
-    assert (check.contents() if check is not None else None) == template
+    assert reader.endianess == gguf.GGUFEndian.LITTLE and reader.alignment == 32
+    field = reader.fields[gguf.Keys.Tokenizer.CHAT_TEMPLATE]
+    infos_end = max(t.field.offset + sum(p.nbytes for p in t.field.parts) for t in reader.tensors)
+    n_kv = int(reader.fields["GGUF.kv_count"].parts[-1][0])
+    return n_kv, field.offset, field.offset + sum(p.nbytes for p in field.parts), infos_end, reader.data_offset
+
+
+def with_template(src: Path, dst: Path, template: str | None) -> Path:
+    """A copy of the GGUF ``src`` at ``dst`` whose ``tokenizer.chat_template`` is ``template`` (None: removed): that
+    one metadata entry replaced or dropped in the file's bytes, everything else copied as it is (the tensor data
+    aligned again); llama.cpp's own reader then sees the template asked for."""
+    import ctypes
+
+    import gguf
+    import llama_cpp
+
+    n_kv, start, end, infos_end, data_start = _layout(src)
+    data = src.read_bytes()
+    key, entry = gguf.Keys.Tokenizer.CHAT_TEMPLATE.encode(), b""
+    if template is not None:
+        value = template.encode()
+        entry = struct.pack(f"<Q{len(key)}sIQ", len(key), key, gguf.GGUFValueType.STRING, len(value)) + value
+    head = data[:16] + struct.pack("<Q", n_kv - (template is None)) + data[24:start] + entry + data[end:infos_end]
+    dst.write_bytes(head + b"\0" * (-len(head) % 32) + data[data_start:])
+    params = llama_cpp.llama_model_default_params()
+    params.vocab_only = True
+    model = llama_cpp.llama_model_load_from_file(str(dst).encode(), params)
+    buf = ctypes.create_string_buffer(1 << 16)
+    n = llama_cpp.llama_model_meta_val_str(model, key, buf, len(buf))
+    llama_cpp.llama_model_free(model)
+    assert (buf.value.decode() if n >= 0 else None) == template
     return dst
 
 

@@ -145,6 +145,7 @@ def test_a_run_directory_of_the_old_q_learning_proposer_resumes_as_kept_table_q(
 def test_compare_runs_the_standard_learner_and_a_rerun_keeps_its_runs(tmp_path: Path,
                                                                        capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["compare", "--env", "CliffWalking-v1", "--backends", "q-learning", "--seeds", "0", "--iterations", "2",
+            "--heldout-episodes", "5",
             "--out", str(tmp_path / "cmp"), "--no-progress"]
     assert main(argv) == 0
     run = tmp_path / "cmp" / "runs" / "CliffWalking-v1" / "q-learning_s0"
