@@ -195,8 +195,9 @@ def markdown(records: list[dict[str, Any]], command: str, note: str) -> str:
         groups = [(f.key, f.label) for f in FEATURES]
         learner = next((r["learner"] for r in mine if r.get("learner")), "?")
         seeds = sorted({r["seed"] for r in mine if "heldout" in r})
+        updates = sorted({r["iterations"] for r in mine if "heldout" in r})
         lines += [f"### {task.env_id}", "",
-                  f"{learner}, {task.iterations} updates of 256 steps, seeds {seeds}; threshold "
+                  f"{learner}, {', '.join(map(str, updates))} updates of 256 steps, seeds {seeds}; threshold "
                   f"{next((r['threshold'] for r in mine if r.get('threshold') is not None), 'none')}. "
                   f"Figure: `{task.key}.png`.", "", *table_rows(mine, groups), ""]
         problems = [r for r in mine if "heldout" not in r]

@@ -1,5 +1,6 @@
 """The issue-31 bench scripts (``bench/lm_features.py``, ``bench/lm_trpo_vs_ppo.py``) on tiny budgets, through
-``subprocess`` as a user runs them, with the control features so that no language model is needed."""
+``subprocess`` as a user runs them, with the control features so that no language model is needed (about 50 s of CPU in all, most of it importing
+torch and Stable-Baselines3 in each subprocess)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ def bench(script: str, *args: str) -> subprocess.CompletedProcess[str]:
                           env=env, timeout=600, cwd=ROOT)
 
 
+@pytest.mark.slow
 def test_lm_features_measures_the_controls_reports_iqm_and_skips_finished_runs(tmp_path: Path) -> None:
     out = tmp_path / "out"
     args = ("--tasks", "frozenlake", "--features", "onehot,random,qwen", "--seeds", "0", "--iterations", "2",
@@ -62,6 +64,7 @@ def test_lm_features_refuses_an_unknown_task_in_one_line(tmp_path: Path) -> None
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_lm_trpo_vs_ppo_runs_both_arms_to_the_same_step_budget(tmp_path: Path) -> None:
     out = tmp_path / "out"
     done = bench("lm_trpo_vs_ppo.py", "--tasks", "cartpole", "--features", "onehot", "--seeds", "0",
