@@ -237,6 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--report-only", action="store_true", help="rewrite the report from results.json and exit")
     args = ap.parse_args(argv)
     from llm_policy_gen.errors import UserError
+    from llm_policy_gen.runlog import write_json_atomic
     from llm_policy_gen.sweep.plan import parse_seeds
 
     bad = [t for t in args.tasks.split(",") if t not in BY_KEY] + \
@@ -273,8 +274,8 @@ def main(argv: list[str] | None = None) -> int:
                 records[(key, fkey, seed)] = rec
                 shown = rec.get("error") or f"held-out {rec['heldout']:.3f}, {rec['wall_s']:.0f} s"
                 print(f"{key} {fkey} seed {seed}: {shown}", flush=True)
-                results.write_text(json.dumps(list(records.values())))
-    results.write_text(json.dumps(list(records.values())))
+                write_json_atomic(results, list(records.values()))
+    write_json_atomic(results, list(records.values()))
     note = (f"Measured on {os.cpu_count()} cores shared with other work (load average {load:.1f} at the start), one "
             f"run at a time, torch on one thread; this invocation took {time.time() - started:,.0f} s.")
     print(f"wrote {write_report(out, list(records.values()), command, note)}")

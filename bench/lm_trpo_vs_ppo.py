@@ -56,6 +56,7 @@ def run_ppo(env_id: str, steps: int, seed: int, run_dir: Path) -> dict[str, Any]
     import zoo
 
     from llm_policy_gen.keeper import SeedPlan
+    from llm_policy_gen.runlog import write_json_atomic
 
     torch.set_num_threads(1)
     hyper = zoo.hyperparameters("ppo", env_id)
@@ -74,7 +75,7 @@ def run_ppo(env_id: str, steps: int, seed: int, run_dir: Path) -> dict[str, Any]
         return {**record, "error": f"{type(exc).__name__}: {exc}"[:300]}
     fields["wall_s"] = round(time.time() - started, 1)
     if fields.get("reached"):
-        done.write_text(json.dumps(fields))
+        write_json_atomic(done, fields)
     return {**record, **fields}
 
 
@@ -131,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--report-only", action="store_true")
     args = ap.parse_args(argv)
     from llm_policy_gen.errors import UserError
+    from llm_policy_gen.runlog import write_json_atomic
     from llm_policy_gen.sweep.plan import parse_seeds
 
     try:
@@ -165,16 +167,16 @@ def main(argv: list[str] | None = None) -> int:
                     {"iterations": iterations, "lm_learner": "trpo", "lm_n_steps": N_STEPS,
                      "heldout_episodes": args.heldout_episodes})}
             records[(key, "lm", seed)] = rec
-            results.write_text(json.dumps(list(records.values())))
+            write_json_atomic(results, list(records.values()))
             ppo_dir = out / "ppo" / env_id / f"ppo_steps{steps}_s{seed}"
             ppo = {**base, "arm": "ppo", "label": "PPO MLP, raw observations (zoo)",
                    **run_ppo(env_id, steps, seed, ppo_dir)}
             records[(key, "ppo", seed)] = ppo
-            results.write_text(json.dumps(list(records.values())))
+            write_json_atomic(results, list(records.values()))
             for r in (rec, ppo):
                 print(f"{key} {r['arm']} seed {seed}: {r.get('error') or r.get('not_run') or r.get('heldout')}",
                       flush=True)
-    results.write_text(json.dumps(list(records.values())))
+    write_json_atomic(results, list(records.values()))
     note = (f"Measured on {os.cpu_count()} cores shared with other work (load average {load:.1f} at the start), one "
             f"run at a time, torch on one thread; this invocation took {time.time() - started:,.0f} s. LM curve: the "
             f"kept table's held-out mean ({args.heldout_episodes} episodes) against the learner's steps; PPO curve: "
