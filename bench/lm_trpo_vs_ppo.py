@@ -86,10 +86,11 @@ def plot(records: list[dict[str, Any]], out: Path, title: str) -> Path | None:
 
     curves = []
     for r in records:
+        label = r["label"].replace("-Instruct", "").replace(" (table)", "")  # short enough for the legend
         if r["arm"] == "ppo" and r.get("curve"):
-            curves.append(Curve(r["label"], r["seed"], [c[0] for c in r["curve"]], [c[2] for c in r["curve"]]))
+            curves.append(Curve(label, r["seed"], [c[0] for c in r["curve"]], [c[2] for c in r["curve"]]))
         elif r.get("curve"):
-            curves.append(Curve(r["label"], r["seed"], r["curve"]["lm_steps"], r["curve"]["heldout"]))
+            curves.append(Curve(label, r["seed"], r["curve"]["lm_steps"], r["curve"]["heldout"]))
     if not curves:
         return None
     threshold = next((r["threshold"] for r in records if r.get("threshold") is not None), None)
