@@ -1,6 +1,6 @@
 """The issue-31 bench scripts (``bench/lm_features.py``, ``bench/lm_trpo_vs_ppo.py``) on tiny budgets, through
-``subprocess`` as a user runs them, with the control features so that no language model is needed (about 50 s of CPU in all, most of it importing
-torch and Stable-Baselines3 in each subprocess)."""
+``subprocess`` as a user runs them, with the control features so that no language model is needed (about 50 s of
+CPU in all, most of it importing torch and Stable-Baselines3 in each subprocess)."""
 
 from __future__ import annotations
 
