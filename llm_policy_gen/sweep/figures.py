@@ -14,8 +14,10 @@ __all__ = ["plot_curves"]
 
 
 def plot_curves(curves: Sequence[Curve], out: Path, title: str, backends: Sequence[str] | None = None,
-                threshold: float | None = None, points: int = 300) -> Path:
-    """Median and interquartile band per backend of step curves; returns ``out``."""
+                threshold: float | None = None, points: int = 300,
+                x_label: str = "environment episodes (training + test + confirmation)") -> Path:
+    """Median and interquartile band per backend of step curves (``x_label``: what their x counts); returns
+    ``out``."""
     from ..plotting.curves import figure_label, group_colours
     from ..plotting.figure import plt, save_figure
 
@@ -33,7 +35,7 @@ def plot_curves(curves: Sequence[Curve], out: Path, title: str, backends: Sequen
         ax.fill_between(grid, q1, q3, color=colours[b], alpha=0.2, linewidth=0)
     if threshold is not None:
         ax.axhline(threshold, color="gray", linestyle="--", linewidth=1, label=f"solved ({threshold:g})")
-    ax.set_xlabel("environment episodes (training + test + confirmation)")
+    ax.set_xlabel(x_label)
     ax.set_ylabel("kept table: held-out mean return")
     ax.set_title(title)
     ax.grid(alpha=0.3)

@@ -1,0 +1,286 @@
+"""What a language model's encodings add to a policy network (issue 31 item 4): the same learner over LM features,
+one-hot features and random features of the same width, on five tabular tasks.
+
+    python bench/lm_features.py [--tasks frozenlake,cartpole,...] [--features smollm2,qwen,onehot,random,...]
+                                [--seeds 0-9] [--learner ppo|trpo] [--iterations N] [--out DIR] [--report-only]
+
+Every (task, features, seed) is one ``train --mode lm-policy`` run (the package's own mode: a frozen features table
+per discretized state, a head trained by SB3 PPO or sb3-contrib TRPO, read out as a table after every update and
+judged by the keeper on held-out seeds), in its own run directory under ``OUT/runs/<env-id>/<run-id>``. A run whose
+``summary.json`` exists is read, not run again; one without it (killed: lm-policy runs cannot be resumed yet) is
+removed and run again. One run at a time, in this process (torch on one thread).
+
+Features (``--features``):
+
+* ``smollm2``: SmolLM2-135M-Instruct, Q4_1 GGUF (``tools/fetch_model.py smollm2``), dequantised to float32, mean of
+  the last hidden states over the state's text, standardised per feature: 576 wide.
+* ``qwen``: Qwen2.5-Coder-0.5B-Instruct, Q4_K_M GGUF (``tools/fetch_model.py qwen2.5-coder-0.5b``): 896 wide.
+* ``onehot``: the identity, as wide as the number of states (the tabular control).
+* ``random``: standard normal features 576 wide (SmolLM2's width, no model loaded); ``random-qwen``: 896 wide
+  (Qwen's width; loads the model for its width).
+
+A model that is not in the models folder makes its rows "not run" (fetch it first); nothing is downloaded here.
+
+Written to ``OUT``: ``results.json`` (one record per run, with its curve: the kept table's held-out mean, the
+events' ``best_eval_mean``, against the run's environment steps, ``env_steps_total``: the learner's rollouts plus the
+keeper's test, confirmation and held-out episodes, and against the learner's own steps, ``lm_steps``),
+``lm_features.md`` (per task: the interquartile mean of the final held-out mean over seeds with its 95 % stratified
+bootstrap interval, :func:`llm_policy_gen.stats.iqm_interval` (rliable), the seeds that reach the task's threshold,
+the median learner and environment steps to reach it) and ``<task>.png`` (median and interquartile band per
+features against environment steps). ``OUT`` defaults to ``~/llm-policy-gen-bench/lm-features``, outside the work
+tree. Not a test: it prints figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import shutil
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_OUT = Path.home() / "llm-policy-gen-bench" / "lm-features"
+
+
+@dataclass(frozen=True)
+class Task:
+    key: str
+    env_id: str
+    iterations: int
+    """Learner updates per run (each a rollout of ``--lm-n-steps``, 256 by default)."""
+
+
+TASKS = [Task("frozenlake", "FrozenLake-v1", 40), Task("frozenlake8x8", "FrozenLake-v1.8x8", 120),
+         Task("cartpole", "CartPole-v1", 80), Task("taxi", "Taxi-v4", 200), Task("mountaincar", "MountainCar-v0", 120)]
+BY_KEY = {t.key: t for t in TASKS}
+
+
+@dataclass(frozen=True)
+class Features:
+    key: str
+    kind: str
+    """``lm``, ``onehot`` or ``random`` (``--lm-features``)."""
+    model: str | None
+    """``tools/fetch_model.py``'s name of the model, or None."""
+    label: str
+
+
+FEATURES = [
+    Features("smollm2", "lm", "smollm2", "LM: SmolLM2-135M-Instruct Q4_1 (576)"),
+    Features("qwen", "lm", "qwen2.5-coder-0.5b", "LM: Qwen2.5-Coder-0.5B-Instruct Q4_K_M (896)"),
+    Features("onehot", "onehot", None, "one-hot"),
+    Features("random", "random", None, "random (576)"),
+    Features("random-qwen", "random", "qwen2.5-coder-0.5b", "random (896)"),
+]
+FEATURES_BY_KEY = {f.key: f for f in FEATURES}
+
+
+def _fetch_module() -> Any:
+    spec = importlib.util.spec_from_file_location("fetch_model", ROOT / "tools" / "fetch_model.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["fetch_model"] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def model_path(name: str) -> Path | None:
+    """The checked GGUF file of ``tools/fetch_model.py``'s ``name``, or None when it is not there (no download)."""
+    fetch = _fetch_module()
+    source = fetch.MODELS[name]
+    path = fetch.models_dir() / source.file_name
+    return path if fetch.is_checked(path, source) else None
+
+
+def curve_of(run_dir: Path) -> dict[str, list[float]]:
+    """The kept table's held-out mean after each iteration, against environment and learner steps."""
+    from llm_policy_gen.runlog import read_jsonl
+
+    events = [e for e in read_jsonl(run_dir / "events.jsonl") if e.get("best_eval_mean") is not None]
+    return {"env_steps": [float(e["env_steps_total"]) for e in events],
+            "lm_steps": [float(e.get("lm_steps", 0)) for e in events],
+            "heldout": [float(e["best_eval_mean"]) for e in events]}
+
+
+def run_lm(env_id: str, features: str, model: Path | None, seed: int, run_dir: Path,
+           settings: dict[str, Any]) -> dict[str, Any]:
+    """One ``--mode lm-policy`` run into ``run_dir`` (read when finished, restarted when not); its record."""
+    from llm_policy_gen.config import TrainConfig
+    from llm_policy_gen.run import train
+
+    record: dict[str, Any] = {"run_dir": str(run_dir)}
+    if (run_dir / "summary.json").is_file():
+        record["reused"] = True
+    else:
+        if run_dir.exists():  # killed before its summary: lm-policy runs cannot be resumed yet, so run it again
+            shutil.rmtree(run_dir)
+        cfg = TrainConfig.build(({"env_id": env_id, "mode": "lm-policy", "lm_features": features,
+                                  "lm_model": None if model is None else str(model), "seed": seed,
+                                  "logs_dir": str(run_dir.parent.parent), "run_id": run_dir.name,
+                                  "progress": False, "quiet": True, "plots": False, **settings}, "bench"))
+        try:
+            train(cfg, log=lambda _m: None)
+        except Exception as exc:  # a failed run is a row with its error
+            return {**record, "error": f"{type(exc).__name__}: {exc}"[:300]}
+    summary = json.loads((run_dir / "summary.json").read_text())
+    config = json.loads((run_dir / "config.json").read_text())
+    record.update(heldout=summary["best_eval_mean"], env_steps_total=summary["env_steps_total"],
+                  episodes=summary["episodes_total"], lm_steps=summary.get("lm_steps"), wall_s=summary["wall_s"],
+                  threshold=summary.get("reward_threshold"), width=config.get("features_width"),
+                  state_texts=config.get("state_texts"), learner=config.get("learner", {}).get("class"),
+                  curve=curve_of(run_dir))
+    return record
+
+
+def first_reaching(record: dict[str, Any], axis: str) -> float | None:
+    """The ``axis`` steps at which the kept table's held-out mean first reached the run's threshold."""
+    threshold = record.get("threshold")
+    curve = record.get("curve") or {}
+    if threshold is None:
+        return None
+    return next((x for x, y in zip(curve.get(axis, []), curve.get("heldout", []), strict=True) if y >= threshold),
+                None)
+
+
+def table_rows(records: list[dict[str, Any]], groups: list[tuple[str, str]]) -> list[str]:
+    """Markdown rows, one per (group key, label): IQM [95 % CI] of the final held-out means, seeds at the threshold,
+    median learner and environment steps to it, median wall seconds."""
+    from llm_policy_gen.stats import iqm_interval, median_censored
+
+    rows = ["| features | runs | IQM of final held-out [95% CI] | reached threshold | median learner steps to it "
+            "| median env steps to it | median wall s |", "|---|---|---|---|---|---|---|"]
+    for key, label in groups:
+        mine = [r for r in records if r["group"] == key and "heldout" in r]
+        if not mine:
+            continue
+        interval = iqm_interval([r["heldout"] for r in mine])
+        lm = median_censored([first_reaching(r, "lm_steps") for r in mine])
+        env = median_censored([first_reaching(r, "env_steps") for r in mine])
+        reached = sum(first_reaching(r, "env_steps") is not None for r in mine)
+        wall = sorted(r["wall_s"] for r in mine)[len(mine) // 2]
+        rows.append(f"| {label} | {len(mine)} | {interval.format(2)} | {reached}/{len(mine)} | "
+                    f"{'-' if lm is None else f'{lm:,.0f}'} | {'-' if env is None else f'{env:,.0f}'} | {wall:,.0f} |")
+    return rows
+
+
+def plot_task(records: list[dict[str, Any]], groups: list[tuple[str, str]], out: Path, title: str) -> Path | None:
+    """Median and interquartile band of each group's curves against environment steps."""
+    from llm_policy_gen.sweep.figures import plot_curves
+    from llm_policy_gen.sweep.results import Curve
+
+    labels = dict(groups)
+    curves = [Curve(labels[r["group"]], int(r["seed"]), r["curve"]["env_steps"], r["curve"]["heldout"])
+              for r in records if r.get("curve") and r["group"] in labels]
+    if not curves:
+        return None
+    threshold = next((r["threshold"] for r in records if r.get("threshold") is not None), None)
+    order = [label for _, label in groups if any(c.backend == label for c in curves)]
+    return plot_curves(curves, out, title, order, threshold,
+                       x_label="environment steps (learner rollouts + test, confirmation and held-out episodes)")
+
+
+def markdown(records: list[dict[str, Any]], command: str, note: str) -> str:
+    lines = ["## Language-model features against one-hot and random features (issue 31 item 4)", "",
+             f"Regenerate: `{command}`", "", note, ""]
+    for task in TASKS:
+        mine = [r for r in records if r["task"] == task.key]
+        if not mine:
+            continue
+        groups = [(f.key, f.label) for f in FEATURES]
+        learner = next((r["learner"] for r in mine if r.get("learner")), "?")
+        seeds = sorted({r["seed"] for r in mine if "heldout" in r})
+        updates = sorted({r["iterations"] for r in mine if "heldout" in r})
+        lines += [f"### {task.env_id}", "",
+                  f"{learner}, {', '.join(map(str, updates))} updates of 256 steps, seeds {seeds}; threshold "
+                  f"{next((r['threshold'] for r in mine if r.get('threshold') is not None), 'none')}. "
+                  f"Figure: `{task.key}.png`.", "", *table_rows(mine, groups), ""]
+        problems = [r for r in mine if "heldout" not in r]
+        lines += [f"- {r['features']} seed {r['seed']}: {r.get('error') or r.get('not_run')}" for r in problems]
+        if problems:
+            lines.append("")
+    return "\n".join(lines)
+
+
+def write_report(out: Path, records: list[dict[str, Any]], command: str, note: str) -> Path:
+    for task in TASKS:
+        mine = [r for r in records if r["task"] == task.key]
+        plot_task(mine, [(f.key, f.label) for f in FEATURES], out / f"{task.key}.png",
+                  f"{task.env_id}: kept table's held-out mean, median and IQR over seeds")
+    md = out / "lm_features.md"
+    md.write_text(markdown(records, command, note) + "\n")
+    return md
+
+
+def load_results(out: Path, column: str) -> tuple[Path, dict[tuple[str, str, int], dict[str, Any]]]:
+    """``out`` made, its ``results.json`` and the records already there by (task, ``column``, seed)."""
+    out.mkdir(parents=True, exist_ok=True)
+    results = out / "results.json"
+    return results, {(r["task"], r[column], r["seed"]): r
+                     for r in (json.loads(results.read_text()) if results.is_file() else [])}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tasks", default=",".join(BY_KEY))
+    ap.add_argument("--features", default="smollm2,qwen,onehot,random")
+    ap.add_argument("--seeds", default="0-9")
+    ap.add_argument("--learner", choices=("ppo", "trpo"), default="ppo")
+    ap.add_argument("--iterations", type=int, default=None, help="updates per run (default: each task's own)")
+    ap.add_argument("--heldout-episodes", type=int, default=100)
+    ap.add_argument("--out", default=str(DEFAULT_OUT), help="results folder (default outside the work tree)")
+    ap.add_argument("--report-only", action="store_true", help="rewrite the report from results.json and exit")
+    args = ap.parse_args(argv)
+    from llm_policy_gen.errors import UserError
+    from llm_policy_gen.runlog import write_json_atomic
+    from llm_policy_gen.sweep.plan import parse_seeds
+
+    bad = [t for t in args.tasks.split(",") if t not in BY_KEY] + \
+          [f for f in args.features.split(",") if f not in FEATURES_BY_KEY]
+    try:
+        seeds = parse_seeds(args.seeds)
+    except UserError as exc:
+        bad.append(str(exc))
+    if bad:
+        print(f"lm_features: unknown {bad[0]!r}; tasks: {', '.join(BY_KEY)}; features: "
+              f"{', '.join(FEATURES_BY_KEY)}", file=sys.stderr)
+        return 2
+    out = Path(args.out).expanduser()
+    results, records = load_results(out, "features")
+    command = "python bench/lm_features.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    started = time.time()
+    load = os.getloadavg()[0]
+    for key in [] if args.report_only else args.tasks.split(","):
+        task = BY_KEY[key]
+        iterations = args.iterations or task.iterations
+        settings = {"iterations": iterations, "lm_learner": args.learner, "heldout_episodes": args.heldout_episodes}
+        for fkey in args.features.split(","):
+            feat = FEATURES_BY_KEY[fkey]
+            for seed in seeds:
+                base = {"task": key, "env_id": task.env_id, "features": fkey, "group": fkey, "seed": seed,
+                        "iterations": iterations}
+                model = model_path(feat.model) if feat.model else None
+                if feat.model and model is None:
+                    records[(key, fkey, seed)] = {**base, "not_run": f"model {feat.model} not fetched "
+                                                  f"(python tools/fetch_model.py {feat.model})"}
+                    continue
+                run_dir = out / "runs" / task.env_id / f"{fkey}_{args.learner}_i{iterations}_s{seed}"
+                rec = {**base, **run_lm(task.env_id, feat.kind, model, seed, run_dir, settings)}
+                records[(key, fkey, seed)] = rec
+                shown = rec.get("error") or f"held-out {rec['heldout']:.3f}, {rec['wall_s']:.0f} s"
+                print(f"{key} {fkey} seed {seed}: {shown}", flush=True)
+                write_json_atomic(results, list(records.values()))
+    write_json_atomic(results, list(records.values()))
+    note = (f"Measured on {os.cpu_count()} cores shared with other work (load average {load:.1f} at the start), one "
+            f"run at a time, torch on one thread; this invocation took {time.time() - started:,.0f} s.")
+    print(f"wrote {write_report(out, list(records.values()), command, note)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

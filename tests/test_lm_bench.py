@@ -1,0 +1,81 @@
+"""The issue-31 bench scripts (``bench/lm_features.py``, ``bench/lm_trpo_vs_ppo.py``) on tiny budgets, through
+``subprocess`` as a user runs them, with the control features so that no language model is needed (about 50 s of
+CPU in all, most of it importing torch and Stable-Baselines3 in each subprocess)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from llm_policy_gen.lm import EXTRA_MODULES
+
+ROOT = Path(__file__).resolve().parents[1]
+
+pytestmark = pytest.mark.skipif(not all(importlib.util.find_spec(m) for m in EXTRA_MODULES),
+                                reason="the lm-policy extra is not installed (make test installs it)")
+
+
+def bench(script: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "LLM_POLICY_GEN_WORKERS": "1"}
+    return subprocess.run([sys.executable, str(ROOT / "bench" / script), *args], capture_output=True, text=True,
+                          env=env, timeout=600, cwd=ROOT)
+
+
+@pytest.mark.slow
+def test_lm_features_measures_the_controls_reports_iqm_and_skips_finished_runs(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    args = ("--tasks", "frozenlake", "--features", "onehot,random,qwen", "--seeds", "0", "--iterations", "2",
+            "--heldout-episodes", "5", "--out", str(out))
+    first = bench("lm_features.py", *args)
+    assert first.returncode == 0, first.stderr
+    records = json.loads((out / "results.json").read_text())
+    ran = [r for r in records if "heldout" in r]
+    assert sorted((r["features"], r["seed"]) for r in ran) == [("onehot", 0), ("random", 0)]
+    assert {r["width"] for r in ran if r["features"] == "onehot"} == {16}
+    assert {r["width"] for r in ran if r["features"] == "random"} == {576}
+    for r in ran:  # the curve is the kept table's held-out mean after each of the 2 updates, against steps
+        assert len(r["curve"]["env_steps"]) == 2 and r["curve"]["lm_steps"] == [256.0, 512.0]
+        assert r["curve"]["env_steps"][1] == r["env_steps_total"] and r["curve"]["heldout"][-1] == r["heldout"]
+    # a model that is not in the (test's own, empty) models folder is a "not run" row, nothing downloaded
+    missing = [r for r in records if r["features"] == "qwen"]
+    assert len(missing) == 1 and all("not fetched" in r["not_run"] for r in missing)
+    md = (out / "lm_features.md").read_text()
+    assert "### FrozenLake-v1" in md and "IQM of final held-out [95% CI]" in md
+    assert "| one-hot | 1 |" in md and "| random (576) | 1 |" in md and "qwen seed 0: model" in md
+    assert (out / "frozenlake.png").stat().st_size > 0
+    mtimes = {p: p.stat().st_mtime_ns for p in (out / "runs").rglob("summary.json")}
+    assert len(mtimes) == 2
+    second = bench("lm_features.py", *args)
+    assert second.returncode == 0, second.stderr
+    again = [r for r in json.loads((out / "results.json").read_text()) if "heldout" in r]
+    assert all(r.get("reused") for r in again) and len(again) == 2
+    assert {p: p.stat().st_mtime_ns for p in (out / "runs").rglob("summary.json")} == mtimes
+
+
+def test_lm_features_refuses_an_unknown_task_in_one_line(tmp_path: Path) -> None:
+    done = bench("lm_features.py", "--tasks", "pong", "--out", str(tmp_path / "out"))
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "'pong'" in done.stderr
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_lm_trpo_vs_ppo_runs_both_arms_to_the_same_step_budget(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    done = bench("lm_trpo_vs_ppo.py", "--tasks", "cartpole", "--features", "onehot", "--seeds", "0",
+                 "--steps", "512", "--heldout-episodes", "5", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    records = {r["arm"]: r for r in json.loads((out / "results.json").read_text())}
+    lm, ppo = records["lm"], records["ppo"]
+    assert lm["learner"] == "TRPO" and lm["lm_steps"] == 512 and lm["state_texts"] is None
+    assert ppo["steps"] == 512 and ppo["reached"] and len(ppo["curve"]) >= 1
+    assert ppo["heldout_episodes"] == 100 and "rl-zoo3" in ppo["hyperparameters"]
+    md = (out / "lm_trpo_vs_ppo.md").read_text()
+    assert "| CartPole-v1 | one-hot + TRPO (table) | 1 | 512 |" in md
+    assert "| CartPole-v1 | PPO MLP, raw observations (zoo) | 1 | 512 |" in md
+    assert (out / "cartpole_trpo_vs_ppo.png").stat().st_size > 0
