@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from ..config import operational_settings  # what may differ between invocations of one sweep
 from ..console import printable
 from ..errors import UserError
-from ..run.files import RunDir
+from ..run.files import CONFIG, RunDir
 from ..runlog import read_json_object, to_jsonable
 from ..schema.aliases import settings_in
 from .results import SweepRecord, finished, split_entry
@@ -127,7 +127,7 @@ def committed_cost(task: RunTask, found: Found) -> float:
 def experiment(config: Mapping[str, Any]) -> dict[str, Any]:
     """The settings of a resolved config that decide a run's results (JSON values, as config.json holds them, under
     today's names)."""
-    return {k: v for k, v in settings_in(to_jsonable(dict(config)), "config.json").items()
+    return {k: v for k, v in settings_in(to_jsonable(dict(config)), CONFIG).items()
             if k not in operational_settings()}
 
 
