@@ -56,7 +56,7 @@ def test_no_module_but_run_files_names_a_file_of_the_run_directory() -> None:
 
 def test_the_event_checks_come_from_the_typed_event() -> None:
     assert set(EVENT_FIELDS) <= set(Event.__annotations__)
-    assert {"eval_mean", "episodes_total", "candidate_means", "validation_errors", "accepted"} <= set(EVENT_FIELDS)
+    assert {"test_mean", "episodes_total", "candidate_means", "validation_errors", "accepted"} <= set(EVENT_FIELDS)
 
 
 def _train(logs: Path, *extra: str) -> Path:
