@@ -25,8 +25,8 @@ Written to ``OUT``: ``results.json`` (one record per run, with its curve: the ke
 events' ``best_eval_mean``, against the run's environment steps, ``env_steps_total``: the learner's rollouts plus the
 keeper's test, confirmation and held-out episodes, and against the learner's own steps, ``lm_steps``),
 ``lm_features.md`` (per task: the interquartile mean of the final held-out mean over seeds with its 95 % stratified
-bootstrap interval, :func:`llm_policy_gen.stats.iqm_interval` (rliable), the seeds that reach the task's threshold,
-the median learner and environment steps to reach it) and ``<task>.png`` (median and interquartile band per
+bootstrap interval, :func:`llm_policy_gen.sweep.stats.iqm_interval` (rliable), the seeds that reach the task's
+threshold, the median learner and environment steps to reach it) and ``<task>.png`` (median and interquartile band per
 features against environment steps). ``OUT`` defaults to ``~/llm-policy-gen-bench/lm-features``, outside the work
 tree. Not a test: it prints figures.
 """
@@ -100,7 +100,7 @@ def model_path(name: str) -> Path | None:
 
 def curve_of(run_dir: Path) -> dict[str, list[float]]:
     """The kept table's held-out mean after each iteration, against environment and learner steps."""
-    from llm_policy_gen.runlog import read_jsonl
+    from llm_policy_gen.storage.runlog import read_jsonl
 
     events = [e for e in read_jsonl(run_dir / "events.jsonl") if e.get("best_eval_mean") is not None]
     return {"env_steps": [float(e["env_steps_total"]) for e in events],
@@ -151,7 +151,7 @@ def first_reaching(record: dict[str, Any], axis: str) -> float | None:
 def table_rows(records: list[dict[str, Any]], groups: list[tuple[str, str]]) -> list[str]:
     """Markdown rows, one per (group key, label): IQM [95 % CI] of the final held-out means, seeds at the threshold,
     median learner and environment steps to it, median wall seconds."""
-    from llm_policy_gen.stats import iqm_interval, median_censored
+    from llm_policy_gen.sweep.stats import iqm_interval, median_censored
 
     rows = ["| features | runs | IQM of final held-out [95% CI] | reached threshold | median learner steps to it "
             "| median env steps to it | median wall s |", "|---|---|---|---|---|---|---|"]
@@ -237,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--report-only", action="store_true", help="rewrite the report from results.json and exit")
     args = ap.parse_args(argv)
     from llm_policy_gen.errors import UserError
-    from llm_policy_gen.runlog import write_json_atomic
+    from llm_policy_gen.storage.runlog import write_json_atomic
     from llm_policy_gen.sweep.plan import parse_seeds
 
     bad = [t for t in args.tasks.split(",") if t not in BY_KEY] + \

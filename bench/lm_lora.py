@@ -23,11 +23,11 @@ import numpy as np
 
 from llm_policy_gen.collect import Collector
 from llm_policy_gen.envs import get_spec
+from llm_policy_gen.lm.agent import LearnerSettings
+from llm_policy_gen.lm.backbone import default_lm_cache, load_language_model
 from llm_policy_gen.lm.features import features_table
 from llm_policy_gen.lm.heads import ScoresLearner, lora_scores_head
-from llm_policy_gen.lm.learner import LearnerSettings
 from llm_policy_gen.lm.lora import lora_model, trainable_count
-from llm_policy_gen.lm.model import default_lm_cache, load_language_model
 from llm_policy_gen.lm.scores import continuations, scoring_prompts, tokenize_task, word_counts
 from llm_policy_gen.run.learner_env import LearnerEnv
 

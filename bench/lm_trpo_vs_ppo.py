@@ -22,8 +22,8 @@ finished) and ``OUT/ppo`` (peer_train's folders, checkpointed and resumed); a fi
 
 Written to ``OUT``: ``results.json``, ``lm_trpo_vs_ppo.md`` (per task and arm: the interquartile mean of the final
 held-out mean over seeds with its 95 % stratified bootstrap interval, rliable through
-:func:`llm_policy_gen.stats.iqm_interval`; wall seconds; the texts encoded) and ``<task>_trpo_vs_ppo.png`` (held-out
-mean against training steps). ``OUT`` defaults to ``~/llm-policy-gen-bench/lm-trpo-vs-ppo``. Not a test.
+:func:`llm_policy_gen.sweep.stats.iqm_interval`; wall seconds; the texts encoded) and ``<task>_trpo_vs_ppo.png``
+(held-out mean against training steps). ``OUT`` defaults to ``~/llm-policy-gen-bench/lm-trpo-vs-ppo``. Not a test.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ def run_ppo(env_id: str, steps: int, seed: int, run_dir: Path) -> dict[str, Any]
     import zoo
 
     from llm_policy_gen.keeper import SeedPlan
-    from llm_policy_gen.runlog import write_json_atomic
+    from llm_policy_gen.storage.runlog import write_json_atomic
 
     torch.set_num_threads(1)
     hyper = zoo.hyperparameters("ppo", env_id)
@@ -99,7 +99,7 @@ def plot(records: list[dict[str, Any]], out: Path, title: str) -> Path | None:
 
 
 def markdown(records: list[dict[str, Any]], command: str, note: str) -> str:
-    from llm_policy_gen.stats import iqm_interval
+    from llm_policy_gen.sweep.stats import iqm_interval
 
     lines = ["## LM backbone + TRPO against a PPO MLP on raw observations (issue 31 item 5)", "",
              f"Regenerate: `{command}`", "", note, "",
@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--report-only", action="store_true")
     args = ap.parse_args(argv)
     from llm_policy_gen.errors import UserError
-    from llm_policy_gen.runlog import write_json_atomic
+    from llm_policy_gen.storage.runlog import write_json_atomic
     from llm_policy_gen.sweep.plan import parse_seeds
 
     try:

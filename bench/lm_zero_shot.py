@@ -26,7 +26,7 @@ import numpy as np
 
 from llm_policy_gen.collect import Collector
 from llm_policy_gen.envs import get_spec
-from llm_policy_gen.lm.model import default_lm_cache, load_language_model
+from llm_policy_gen.lm.backbone import default_lm_cache, load_language_model
 from llm_policy_gen.lm.scores import SCORE_NORMS, ActionScorer, continuations, normalise, scoring_prompts, word_counts
 
 ENVS = "FrozenLake-v1,FrozenLake-v1.8x8,MountainCar-v0,CartPole-v1,Taxi-v4"

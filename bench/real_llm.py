@@ -176,7 +176,7 @@ def initial_heldout(run_dir: Path) -> float:
 
 def measure(run_dir: Path) -> dict[str, Any]:
     """Validity, tokens and timing from a run's transcript; the held-out means from its summary."""
-    from llm_policy_gen.runlog import read_jsonl
+    from llm_policy_gen.storage.runlog import read_jsonl
 
     every = read_jsonl(run_dir / "transcripts.jsonl")
     lines = [t for t in every if t.get("phase") != "refine"]  # model calls; --refine's refinements call no model
@@ -208,7 +208,7 @@ def measure(run_dir: Path) -> dict[str, Any]:
 def _adopted(run_dir: Path, transcript: list[dict[str, Any]]) -> dict[str, int]:
     """Adoptions by what proposed the adopted table (the run's transcript lines say): the model or a refinement
     (``chosen`` counts from 1)."""
-    from llm_policy_gen.runlog import read_jsonl
+    from llm_policy_gen.storage.runlog import read_jsonl
 
     phase = {(int(t["iteration"]), int(t.get("candidate", 1))): str(t.get("phase")) for t in transcript}
     out = {"model": 0, "refine": 0}

@@ -162,7 +162,7 @@ def run_one(goal: Goal, backend: str, seed: int, out: Path, keep_policies: bool 
     os.environ["LLM_POLICY_GEN_WORKERS"] = "1"
     from llm_policy_gen.config import TrainConfig
     from llm_policy_gen.run import resume, train
-    from llm_policy_gen.runlog import read_jsonl
+    from llm_policy_gen.storage.runlog import read_jsonl
 
     run_id = _run_id(goal, backend, seed)
     logs = out / "runs"

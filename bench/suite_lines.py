@@ -14,7 +14,7 @@ from typing import Any
 import suite
 import suite_report
 
-from llm_policy_gen.stats import iqm_interval
+from llm_policy_gen.sweep.stats import iqm_interval
 
 
 def _seeds(seeds: list[int]) -> str:

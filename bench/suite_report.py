@@ -17,7 +17,7 @@ import suite
 import suite_curves
 import suite_scores
 
-from llm_policy_gen.stats import iqm_interval, normalized
+from llm_policy_gen.sweep.stats import iqm_interval, normalized
 
 Scores = Mapping[str, Mapping[int, float]]
 """``{task: {seed: value}}``: the uniform random policy's or the prior's held-out mean."""

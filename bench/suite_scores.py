@@ -1,8 +1,8 @@
 """Reference scores per task and seed for the goal table, measured once and kept in the suite's folder.
 
 * ``random_policy.json``: the uniform random policy's mean return on each run seed's 100 held-out seeds
-  (:mod:`llm_policy_gen.random_policy`; not the ``random`` backend, a random search), the zero of the normalised
-  score ``(return - R) / (goal - R)`` (:func:`llm_policy_gen.stats.normalized`).
+  (:mod:`llm_policy_gen.sweep.random_baseline`; not the ``random`` backend, a random search), the zero of the normalised
+  score ``(return - R) / (goal - R)`` (:func:`llm_policy_gen.sweep.stats.normalized`).
 * ``priors.json``: the spec's prior scored with **zero episodes**: the table its prior rule gives (or, for a spec
   without a prior, the table every run starts from, the default action everywhere) on the same held-out seeds. It is
   what a run knows before it has used a single episode (issue 32 item 4).
@@ -39,7 +39,7 @@ def prior_kind(env_id: str) -> str:
 def _prior_means(env_id: str, seeds: list[int]) -> dict[int, float]:
     from llm_policy_gen.collect import Collector
     from llm_policy_gen.envs import get_spec
-    from llm_policy_gen.random_policy import heldout_seeds
+    from llm_policy_gen.sweep.random_baseline import heldout_seeds
 
     spec = get_spec(env_id)
     table = spec.prior_table()
@@ -50,7 +50,7 @@ def _prior_means(env_id: str, seeds: list[int]) -> dict[int, float]:
 
 def _random_means(env_id: str, seeds: list[int]) -> dict[int, float]:
     from llm_policy_gen.envs import get_spec
-    from llm_policy_gen.random_policy import heldout_random_means
+    from llm_policy_gen.sweep.random_baseline import heldout_random_means
 
     return heldout_random_means(get_spec(env_id), seeds, HELDOUT_EPISODES)
 
@@ -83,7 +83,7 @@ def _kept(out: Path, name: str, wanted: Iterable[tuple[str, str, int]],
 
 def random_policy(out: Path, wanted: Iterable[tuple[str, str, int]]) -> dict[str, dict[int, float]]:
     """The uniform random policy's held-out mean per task and seed (``random_policy.json``)."""
-    from llm_policy_gen.random_policy import POLICY
+    from llm_policy_gen.sweep.random_baseline import POLICY
 
     return _kept(out, RANDOM_FILE, wanted, _random_means, lambda _e: {"policy": POLICY})
 

@@ -126,7 +126,7 @@ class TrainConfig(BaseModel):
     quiet: bool = _field(False, "true or false", "Print nothing but the final summary line.", resume=True,
                          operational=True)
     log: list[str] = _field([], "a list of: {names}", "Extra loggers of per-iteration scalars.", operational=True,
-                            names="llm_policy_gen.loggers:LOGGERS")
+                            names="llm_policy_gen.loggers.writers:LOGGERS")
     explicit: list[str] = _field([], "a list of setting names", "Settings given by the user (file or command "
                                  "line); an env spec's train defaults never replace them.", flag=None, operational=True)
 
@@ -135,7 +135,7 @@ class TrainConfig(BaseModel):
     def _run_id(cls, v: str | None) -> str | None:
         if v is None:
             return v
-        from .runlog import run_id_problem
+        from .storage.runlog import run_id_problem
 
         if run_id_problem(v):
             raise ValueError("bad run id")
@@ -238,7 +238,7 @@ class TrainConfig(BaseModel):
 
 
 #: Settings whose values are names in a registry: setting -> (module, registry).
-_NAMED = {"log": ("llm_policy_gen.loggers", "LOGGERS"), "mode": ("llm_policy_gen.modes", "MODES")}
+_NAMED = {"log": ("llm_policy_gen.loggers.writers", "LOGGERS"), "mode": ("llm_policy_gen.modes", "MODES")}
 
 
 def _check_names(values: dict[str, Any], source: str) -> None:

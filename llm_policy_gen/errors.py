@@ -86,8 +86,8 @@ class EnvOutputError(LLMPolicyGenError):
 
 
 class JSONBounds(LLMPolicyGenError, ValueError):
-    """A JSON text from outside is over the bounds this package reads (:mod:`llm_policy_gen.safe_json`): too long,
-    nested too deeply, or a number with too many digits. The message says which, without the text."""
+    """A JSON text from outside is over the bounds this package reads (:mod:`llm_policy_gen.storage.safe_json`): too
+    long, nested too deeply, or a number with too many digits. The message says which, without the text."""
 
 
 class ReplayExhausted(LLMPolicyGenError):

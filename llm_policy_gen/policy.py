@@ -25,7 +25,7 @@ from .discretize import (
     observation_discretizer_from_spec,
 )
 from .errors import PolicyFileError, SpecError, UserError
-from .runlog import read_json, to_jsonable, write_bytes_atomic
+from .storage.runlog import read_json, to_jsonable, write_bytes_atomic
 
 if TYPE_CHECKING:
     from .envs.spec import EnvSpec

@@ -195,7 +195,7 @@ def declared_options(model: type[BaseModel], names: Sequence[str] | None = None,
 
 #: The registries whose plug-ins may declare options, as ``"module:attribute"``, in the order ``--help`` shows them.
 PLUGIN_REGISTRIES = ("llm_policy_gen.modes:MODES", "llm_policy_gen.backends:BACKENDS",
-                     "llm_policy_gen.formats:FORMATS", "llm_policy_gen.loggers:LOGGERS")
+                     "llm_policy_gen.formats:FORMATS", "llm_policy_gen.loggers.writers:LOGGERS")
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from llm_policy_gen.envs import get_spec
 from llm_policy_gen.envs.tailor import apply_env_kwargs
 from llm_policy_gen.formats.base import FormatContext, Target
 from llm_policy_gen.formats.table import TableFormat
-from llm_policy_gen.runlog import read_jsonl
+from llm_policy_gen.storage.runlog import read_jsonl
 
 ROOT = Path(__file__).resolve().parents[1]
 LAKE8 = {"map_name": "8x8", "is_slippery": False}
@@ -116,7 +116,7 @@ def _without_wall(x: Any) -> Any:
 def run_records(run_dir: Path) -> dict[str, Any]:
     """Everything a run recorded, wall times aside: its events, summary, every policy file, and the learner's state
     in its checkpoint (an own-loop mode's), arrays as lists."""
-    from llm_policy_gen.checkpoint import load_checkpoint
+    from llm_policy_gen.run.checkpoint import load_checkpoint
 
     out: dict[str, Any] = {"events": _without_wall(read_jsonl(run_dir / "events.jsonl")),
                            "summary": _without_wall(json.loads((run_dir / "summary.json").read_text()))}

@@ -13,9 +13,9 @@ from run_helpers import LAKE8, answer, cfg, kill_and_resume, path_advice, quiet,
 from llm_policy_gen.cli import main
 from llm_policy_gen.collect import Episode
 from llm_policy_gen.discretize import DiscreteDiscretizer
-from llm_policy_gen.learner import LearnerPolicy, QLearner
+from llm_policy_gen.modes.qtable import LearnerPolicy, QLearner
 from llm_policy_gen.run import train
-from llm_policy_gen.runlog import read_jsonl
+from llm_policy_gen.storage.runlog import read_jsonl
 
 
 def policy(p: float, epsilon: float, advice: np.ndarray, q: np.ndarray, seed: int = 0) -> LearnerPolicy:

@@ -14,12 +14,12 @@ from llm_policy_gen.envs import get_spec
 from llm_policy_gen.errors import BackendConfigError, UserError
 from llm_policy_gen.formats import make_format
 from llm_policy_gen.formats.base import Target
-from llm_policy_gen.memory import ExperienceMemory
-from llm_policy_gen.prompt import PromptContext
+from llm_policy_gen.prompting.builder import PromptContext
+from llm_policy_gen.prompting.memory import ExperienceMemory
 from llm_policy_gen.proposers.kept_table_q import KeptTableQProposer
 from llm_policy_gen.proposers.random import RandomProposer
 from llm_policy_gen.run import train
-from llm_policy_gen.runlog import read_jsonl
+from llm_policy_gen.storage.runlog import read_jsonl
 
 
 def episode(states: list[int], actions: list[int], rewards: list[float], terminated: bool = True,

@@ -9,10 +9,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from llm_policy_gen.checkpoint import load_checkpoint, save_checkpoint
 from llm_policy_gen.config import TrainConfig
 from llm_policy_gen.errors import UserError
 from llm_policy_gen.run import train
+from llm_policy_gen.run.checkpoint import load_checkpoint, save_checkpoint
 
 
 def state() -> dict[str, Any]:

@@ -25,9 +25,9 @@ from fakes import openai_server
 from fakes.tables import FillThenGo
 
 from llm_policy_gen.cli import main
-from llm_policy_gen.locks import stops_as_interrupts
-from llm_policy_gen.runlog import append_jsonl, read_jsonl, rewrite_jsonl, write_json_atomic
-from llm_policy_gen.sweep.compare import CompareConfig, run_compare
+from llm_policy_gen.commands.compare import CompareConfig, run_compare
+from llm_policy_gen.storage.locks import stops_as_interrupts
+from llm_policy_gen.storage.runlog import append_jsonl, read_jsonl, rewrite_jsonl, write_json_atomic
 from llm_policy_gen.sweep.ray import _connect
 from llm_policy_gen.sweep.results import TIME_COLUMNS, read_results
 from llm_policy_gen.sweep.sync import DirSync, apply_changes, pack_dir, unpack_dir

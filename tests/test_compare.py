@@ -17,11 +17,11 @@ from fakes import openai_server
 from fakes.tables import FillThenGo
 
 from llm_policy_gen.cli import main
+from llm_policy_gen.commands.compare import CompareConfig, run_compare
 from llm_policy_gen.errors import UserError
-from llm_policy_gen.locks import LOCK_FILES
 from llm_policy_gen.run import Run
-from llm_policy_gen.runlog import read_jsonl
-from llm_policy_gen.sweep.compare import CompareConfig, run_compare
+from llm_policy_gen.storage.locks import LOCK_FILES
+from llm_policy_gen.storage.runlog import read_jsonl
 from llm_policy_gen.sweep.plan import parse_backends, parse_seeds
 from llm_policy_gen.sweep.results import CSV_COLUMNS, TIME_COLUMNS, ResultRow, backend_stats, read_results
 

@@ -11,10 +11,10 @@ import pytest
 
 from llm_policy_gen.cli import main
 from llm_policy_gen.config import SEED_MAX, TrainConfig
-from llm_policy_gen.config_files import load_config_file
 from llm_policy_gen.envs import get_spec
 from llm_policy_gen.errors import UserError
 from llm_policy_gen.run import train
+from llm_policy_gen.storage.config_files import load_config_file
 
 
 def refused(values: dict[str, Any], source: str = "config file c.toml") -> str:

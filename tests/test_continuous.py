@@ -13,8 +13,8 @@ from llm_policy_gen.envs import get_spec
 from llm_policy_gen.envs.spec import EnvSpec
 from llm_policy_gen.errors import SpecError
 from llm_policy_gen.formats import AUTO_EDITS_ABOVE, resolve_format_name
-from llm_policy_gen.memory import ExperienceMemory, SparseTransitions, expected_next, transition_totals
 from llm_policy_gen.policy import TablePolicy
+from llm_policy_gen.prompting.memory import ExperienceMemory, SparseTransitions, expected_next, transition_totals
 from llm_policy_gen.run import train
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -29,7 +29,7 @@ def test_hopper_spec_is_the_seed_projects_table():
     assert acts.to_env(np.array([spec.default_action]))[0].tolist() == [0.0, 0.0, 0.0]  # do nothing
     prior = spec.prior_table()
     assert prior is not None and set(np.unique(prior)) == {spec.prior.negative_action, spec.prior.positive_action}
-    assert (Path(ROOT) / "prompts" / "hints" / spec.hints).is_file()
+    assert (Path(ROOT) / "llm_policy_gen" / "prompting" / "prompts" / "hints" / spec.hints).is_file()
 
 
 def test_bipedal_walker_spec_is_the_seed_projects_table():

@@ -30,7 +30,7 @@ from llm_policy_gen.formats.action import parse_action
 from llm_policy_gen.keeper import seed_ranges
 from llm_policy_gen.modes.direct import observation_text
 from llm_policy_gen.run import train
-from llm_policy_gen.runlog import read_jsonl
+from llm_policy_gen.storage.runlog import read_jsonl
 
 fake_openai = openai_server.fake_openai
 N_STATES = 324

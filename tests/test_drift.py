@@ -12,7 +12,7 @@ import numpy as np
 from run_helpers import ROOT, cfg
 
 from llm_policy_gen.run import train
-from llm_policy_gen.runlog import read_jsonl
+from llm_policy_gen.storage.runlog import read_jsonl
 
 
 def _drift(*args: str) -> dict:

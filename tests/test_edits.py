@@ -15,7 +15,7 @@ from llm_policy_gen.formats.edits import EditsFormat, describe_edit_dims, table_
 from llm_policy_gen.formats.table import TableFormat
 from llm_policy_gen.policy import TablePolicy
 from llm_policy_gen.run import train
-from llm_policy_gen.runlog import read_jsonl
+from llm_policy_gen.storage.runlog import read_jsonl
 
 CARTPOLE = BoxDiscretizer([DimSpec("x", -2.4, 2.4, 3), DimSpec("v", -3, 3, 3), DimSpec("angle", -0.2, 0.2, 6),
                            DimSpec("omega", -3, 3, 6)])

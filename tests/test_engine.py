@@ -12,7 +12,7 @@ from run_helpers import kill_and_resume, quiet
 
 from llm_policy_gen.errors import UserError
 from llm_policy_gen.run import resume, train
-from llm_policy_gen.runlog import read_jsonl
+from llm_policy_gen.storage.runlog import read_jsonl
 
 EVENT_KEYS = {"iteration", "train_return", "eval_mean", "eval_returns", "best_eval_mean", "accepted",
               "episodes_total", "env_steps_total", "input_tokens", "output_tokens", "cost_usd",

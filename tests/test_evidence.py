@@ -14,9 +14,9 @@ from llm_policy_gen.collect import Episode
 from llm_policy_gen.envs import get_spec
 from llm_policy_gen.formats import make_format
 from llm_policy_gen.formats.base import Target
-from llm_policy_gen.memory import ExperienceMemory, episode_stats, median_episode
-from llm_policy_gen.prompt import PromptBuilder, PromptContext
-from llm_policy_gen.runlog import read_jsonl
+from llm_policy_gen.prompting.builder import PromptBuilder, PromptContext
+from llm_policy_gen.prompting.memory import ExperienceMemory, episode_stats, median_episode
+from llm_policy_gen.storage.runlog import read_jsonl
 
 #: Returns of the episodes in memory, in arrival order: best 90 (iteration 2), worst 1 (iteration 3).
 RETURNS = [5, 90, 1, 30, 40, 20, 10]

@@ -19,7 +19,7 @@ from llm_policy_gen.discretize import BoxActions, BoxDiscretizer, DimSpec, Discr
 from llm_policy_gen.envs import get_spec
 from llm_policy_gen.envs.spec import EnvSpec
 from llm_policy_gen.plotting.figure import plt
-from llm_policy_gen.plotting.table import action_labels, grid_map, plot_policy, policy_figure
+from llm_policy_gen.plotting.table_figure import action_labels, grid_map, plot_policy, policy_figure
 from llm_policy_gen.policy import TablePolicy
 from llm_policy_gen.run import train
 from llm_policy_gen.run.files import load_run_policy
@@ -130,7 +130,7 @@ def test_evaluate_gif(runs: dict[str, Path], tmp_path: Path, capsys: pytest.Capt
 @pytest.mark.slow
 def test_cartpole_gif_is_capped(runs: dict[str, Path], tmp_path: Path) -> None:
     imageio = pytest.importorskip("imageio.v3")
-    from llm_policy_gen.gif import save_gif
+    from llm_policy_gen.plotting.gif import save_gif
 
     policy, spec = load_run_policy(runs["CartPole-v1/0"])
     assert spec is not None

@@ -16,7 +16,7 @@ from fakes.openai_server import ok
 from llm_policy_gen.cli import main
 from llm_policy_gen.formats import FORMATS
 from llm_policy_gen.policy import TablePolicy
-from llm_policy_gen.runlog import read_jsonl
+from llm_policy_gen.storage.runlog import read_jsonl
 
 fake_openai = openai_server.fake_openai
 PACKAGE = Path(__file__).resolve().parents[1] / "llm_policy_gen"
@@ -128,7 +128,7 @@ def test_proposers_read_the_iteration_state_not_the_prompts_fields() -> None:
                  for n in ast.walk(ast.parse(p.read_text(encoding="utf-8")))
                  if isinstance(n, ast.ImportFrom) and any(a.name == "PromptContext" for a in n.names)]
     assert not importing
-    from llm_policy_gen.prompt import IterationState, PromptContext
+    from llm_policy_gen.prompting.builder import IterationState, PromptContext
 
     rendered_only = {f for f in PromptContext.__dataclass_fields__} - set(IterationState.__dataclass_fields__)
     assert {"best_test_mean", "test_episodes", "memory", "templates", "sections"} <= rendered_only

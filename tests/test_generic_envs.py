@@ -11,7 +11,7 @@ from llm_policy_gen.envs.generic import MAX_DEFAULT_STATES, default_bins, generi
 from llm_policy_gen.envs.gymdoc import parse_gym_doc
 from llm_policy_gen.errors import SpecError
 from llm_policy_gen.run import resolve_spec, train
-from llm_policy_gen.runlog import read_jsonl
+from llm_policy_gen.storage.runlog import read_jsonl
 
 GENERIC = ["MountainCar-v0", "Acrobot-v1", "LunarLander-v3", "CliffWalking-v1", "Taxi-v4"]
 

@@ -29,7 +29,7 @@ from fakes import openai_server
 from fakes.tables import CARTPOLE_STATES, render_table_answer
 
 from llm_policy_gen.cli import main
-from llm_policy_gen.runlog import read_jsonl
+from llm_policy_gen.storage.runlog import read_jsonl
 
 ROOT = Path(__file__).resolve().parents[1]
 fake_ollama = openai_server.fake_ollama

@@ -16,7 +16,7 @@ from llm_policy_gen.config import TrainConfig
 from llm_policy_gen.envs.spec import EnvSpec
 from llm_policy_gen.envs.text import describe_kwargs
 from llm_policy_gen.errors import SpecError
-from llm_policy_gen.prompt import PromptBuilder
+from llm_policy_gen.prompting.builder import PromptBuilder
 from llm_policy_gen.run.prepare import resolve_spec
 
 PROBE = '''

@@ -24,7 +24,7 @@ import pytest
 from fakes import openai_server
 
 from llm_policy_gen.cli import main
-from llm_policy_gen.runlog import read_jsonl
+from llm_policy_gen.storage.runlog import read_jsonl
 
 ROOT = Path(__file__).resolve().parents[1]
 fake_openai = openai_server.fake_openai

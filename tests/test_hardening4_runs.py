@@ -27,11 +27,11 @@ from fakes.openai_server import FakeOpenAIServer, ok
 from run_helpers import answer, comparable, write_replay
 from test_hardening import child_env, one_line
 
-from llm_policy_gen.checkpoint import load_checkpoint, save_checkpoint
 from llm_policy_gen.cli import main
-from llm_policy_gen.locks import HOLDER_FILE, LOCK_FILES
-from llm_policy_gen.loggers import LOGGERS
-from llm_policy_gen.runlog import read_jsonl
+from llm_policy_gen.loggers.writers import LOGGERS
+from llm_policy_gen.run.checkpoint import load_checkpoint, save_checkpoint
+from llm_policy_gen.storage.locks import HOLDER_FILE, LOCK_FILES
+from llm_policy_gen.storage.runlog import read_jsonl
 
 ROOT = Path(__file__).resolve().parents[1]
 fake_openai = openai_server.fake_openai

@@ -33,7 +33,7 @@ from llm_policy_gen.clients.base import ClientOptions, Message, OutputSpec, Requ
 from llm_policy_gen.clients.openai import OpenAIClient
 from llm_policy_gen.clients.retry import RetryPolicy
 from llm_policy_gen.errors import BackendUnreachable
-from llm_policy_gen.runlog import read_jsonl
+from llm_policy_gen.storage.runlog import read_jsonl
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = "openai:gpt-4.1-mini"
@@ -62,7 +62,7 @@ def _cli(cwd: Path, args: list[str], **variables: str) -> subprocess.CompletedPr
 
 
 def _prompts_copy(folder: Path, system: str | None = None) -> Path:
-    shutil.copytree(ROOT / "prompts", folder)
+    shutil.copytree(ROOT / "llm_policy_gen" / "prompting" / "prompts", folder)
     if system is not None:
         (folder / "system.md").write_text(system, encoding="utf-8")
     return folder
@@ -105,7 +105,8 @@ def test_a_parent_folders_env_file_is_not_read(server: FakeOpenAIServer, tmp_pat
 def test_the_working_folders_env_file_is_named_never_overrides_and_its_prompts_are_recorded(
     server: FakeOpenAIServer, tmp_path: Path
 ) -> None:
-    mine = _prompts_copy(tmp_path / "my-prompts", "MY OWN SYSTEM PROMPT\n" + (ROOT / "prompts/system.md").read_text())
+    shipped = (ROOT / "llm_policy_gen/prompting/prompts/system.md").read_text()
+    mine = _prompts_copy(tmp_path / "my-prompts", "MY OWN SYSTEM PROMPT\n" + shipped)
     work = tmp_path / "work"
     work.mkdir()
     (work / ".env").write_text(f"OPENAI_API_KEY={FAKE_KEY}\nOPENAI_BASE_URL={server.base_url}\n"
@@ -244,7 +245,7 @@ ESCAPES = "\x1b[2J\x1b]0;pwned\x07\u202eevil\u2066\u200b\r\nfake line"
 
 
 def test_printable_escapes_control_and_bidi_characters() -> None:
-    from llm_policy_gen.console import printable
+    from llm_policy_gen.loggers.console import printable
 
     shown = printable(ESCAPES)
     assert shown.isprintable()

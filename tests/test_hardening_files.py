@@ -25,8 +25,8 @@ from fakes import openai_server
 from test_hardening import CORRIDOR  # a user's own environment module, registering LPGCorridor-v0
 
 from llm_policy_gen.cli import main
-from llm_policy_gen.runlog import read_jsonl
-from llm_policy_gen.sweep.compare import CompareConfig, run_compare
+from llm_policy_gen.commands.compare import CompareConfig, run_compare
+from llm_policy_gen.storage.runlog import read_jsonl
 
 ROOT = Path(__file__).resolve().parents[1]
 fake_openai = openai_server.fake_openai
@@ -87,7 +87,8 @@ def test_a_shipped_hints_file_still_reaches_the_prompt_on_resume(tmp_path: Path)
     (run / "summary.json").unlink()
     assert resume(run) == 0
     lines = read_jsonl(run / "transcripts.jsonl")
-    shipped = (ROOT / "prompts" / "hints" / "FrozenLake-v1.md").read_text(encoding="utf-8").strip()
+    hints = ROOT / "llm_policy_gen" / "prompting" / "prompts" / "hints"
+    shipped = (hints / "FrozenLake-v1.md").read_text(encoding="utf-8").strip()
     assert lines[-1]["iteration"] == 2 and shipped.splitlines()[0] in lines[-1]["messages"][-1]["content"]
 
 

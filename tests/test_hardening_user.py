@@ -23,7 +23,7 @@ from test_hardening import child_env, failing, one_line, train_args
 
 from llm_policy_gen.cli import main
 from llm_policy_gen.policy import spec_fingerprint
-from llm_policy_gen.runlog import read_jsonl
+from llm_policy_gen.storage.runlog import read_jsonl
 
 ROOT = Path(__file__).resolve().parents[1]
 fake_openai = openai_server.fake_openai
@@ -383,7 +383,7 @@ def test_a_missing_extra_gives_the_readme_install_command(tmp_path: Path, monkey
 
 def test_hoppers_policy_drawing_has_apart_titles_and_a_legend_of_its_27_actions(tmp_path: Path) -> None:
     pytest.importorskip("mujoco")
-    from llm_policy_gen.plotting.table import policy_figure
+    from llm_policy_gen.plotting.table_figure import policy_figure
     from llm_policy_gen.run.files import load_run_policy
 
     code = main(["train", "--env", "Hopper-v5", "--backend", "offline", "--iterations", "1", "--candidates", "1",

@@ -19,8 +19,8 @@ os.umask = lambda mask: (umask_calls.append(mask), real_umask(mask))[1]
 import matplotlib
 raw_backend = lambda: dict.__getitem__(matplotlib.rcParams, "backend")
 before = raw_backend()
-import llm_policy_gen.cli, llm_policy_gen.sweep.compare, llm_policy_gen.plotting.command, llm_policy_gen.loggers
-import llm_policy_gen.plotting.curves, llm_policy_gen.plotting.table, llm_policy_gen.runlog
+import llm_policy_gen.cli, llm_policy_gen.commands.compare, llm_policy_gen.commands.plot, llm_policy_gen.loggers.writers
+import llm_policy_gen.plotting.curves, llm_policy_gen.plotting.table_figure, llm_policy_gen.storage.runlog
 out = {"import": {"pyplot": "matplotlib.pyplot" in sys.modules, "backend_changed": raw_backend() != before,
                   "umask_calls": list(umask_calls)}}
 from llm_policy_gen.cli import main

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from llm_policy_gen.cli import main
-from llm_policy_gen.runlog import read_jsonl
+from llm_policy_gen.storage.runlog import read_jsonl
 
 ROOT = Path(__file__).resolve().parents[1]
 ITERATIONS = 5

@@ -8,10 +8,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from llm_policy_gen.checkpoint import load_checkpoint, save_checkpoint
 from llm_policy_gen.collect import Collector, Episode, PolicyLike
 from llm_policy_gen.envs import get_spec
 from llm_policy_gen.keeper import Keeper, SeedPlan, Verdict, t_critical
+from llm_policy_gen.run.checkpoint import load_checkpoint, save_checkpoint
 
 
 class CountingCollector(Collector):

@@ -19,7 +19,7 @@ from fakes import openai_server
 from fakes.tables import TableResponder
 
 from llm_policy_gen.cli import main
-from llm_policy_gen.runlog import read_jsonl
+from llm_policy_gen.storage.runlog import read_jsonl
 
 fake_openai = openai_server.fake_openai
 MODEL = "gpt-4.1-mini"

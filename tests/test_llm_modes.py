@@ -17,7 +17,7 @@ from fakes.gemini_server import fake_gemini_fixture  # noqa: F401
 from run_helpers import answer, comparable, goal_distances, path_advice
 
 from llm_policy_gen.cli import main
-from llm_policy_gen.runlog import read_jsonl
+from llm_policy_gen.storage.runlog import read_jsonl
 
 fake_openai = openai_server.fake_openai
 fake_anthropic = anthropic_server.fake_anthropic

@@ -23,8 +23,8 @@ from fakes.tables import CARTPOLE, WEIGHTS, TableResponder, cartpole_table, out_
 
 from llm_policy_gen.backends import default_model
 from llm_policy_gen.cli import main
-from llm_policy_gen.pricing import DEFAULT_PRICES, cost_usd
-from llm_policy_gen.runlog import read_jsonl
+from llm_policy_gen.clients.pricing import DEFAULT_PRICES, cost_usd
+from llm_policy_gen.storage.runlog import read_jsonl
 
 fake_openai = openai_server.fake_openai  # fixtures, found by pytest under these names
 fake_ollama = openai_server.fake_ollama

@@ -30,7 +30,7 @@ def gguf() -> Path:
 
 @pytest.fixture(scope="module")
 def smollm2(gguf: Path) -> Any:
-    from llm_policy_gen.lm.model import load_language_model
+    from llm_policy_gen.lm.backbone import load_language_model
 
     return load_language_model(gguf, LM_CACHE)
 
@@ -44,7 +44,7 @@ def test_lora_steps_change_the_adapters_and_leave_the_loaded_model_frozen(smollm
     trainable numbers (rank 4 on q and v of 30 layers: 30 * 4 * ((576 + 576) + (576 + 192)))."""
     import numpy as np
 
-    from llm_policy_gen.checkpoint import load_checkpoint
+    from llm_policy_gen.run.checkpoint import load_checkpoint
 
     q_before = smollm2.model.layers[0].self_attn.q_proj.weight.detach().clone()
     logs = tmp_path / "logs"
@@ -75,9 +75,9 @@ def test_a_lora_learners_state_is_arrays_that_restore_it(smollm2: Any, tmp_path:
     import numpy as np
 
     from llm_policy_gen.envs import get_spec
+    from llm_policy_gen.lm.agent import LearnerSettings
     from llm_policy_gen.lm.features import features_table
     from llm_policy_gen.lm.heads import ScoresLearner, lora_scores_head
-    from llm_policy_gen.lm.learner import LearnerSettings
     from llm_policy_gen.lm.lora import adapter_arrays, load_adapter, lora_model, save_adapter
     from llm_policy_gen.lm.scores import (
         ActionScorer,

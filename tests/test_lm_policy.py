@@ -128,7 +128,7 @@ def test_trpo_trains_a_head_over_random_features(tmp_path: Path) -> None:
     checkpoint keeps the head's parameters as arrays, and the frozen features table is no parameter of it."""
     import numpy as np
 
-    from llm_policy_gen.checkpoint import load_checkpoint
+    from llm_policy_gen.run.checkpoint import load_checkpoint
 
     logs = tmp_path / "logs"
     assert main(lake(logs, "--lm-features", "random", "--learner", "trpo", "--iterations", "2",
@@ -157,7 +157,7 @@ def smollm2(gguf: Path) -> Any:
     """The model, through the safetensors cache (written from the GGUF file the first time)."""
     import torch
 
-    from llm_policy_gen.lm.model import load_language_model
+    from llm_policy_gen.lm.backbone import load_language_model
 
     torch.set_num_threads(1)  # as the mode does: two threads on a busy 2-core machine are many times slower
     return load_language_model(gguf, LM_CACHE)
@@ -170,7 +170,7 @@ def test_an_encoding_is_computed_once_per_distinct_text(smollm2: Any, tmp_path: 
 
     from llm_policy_gen.envs import get_spec
     from llm_policy_gen.lm.encoder import Encoder
-    from llm_policy_gen.lm.text import state_texts
+    from llm_policy_gen.lm.state_text import state_texts
 
     spec = get_spec("FrozenLake-v1")
     texts = state_texts(spec, spec.observation_discretizer())
@@ -192,8 +192,8 @@ def test_an_encoding_is_computed_once_per_distinct_text(smollm2: Any, tmp_path: 
 def test_the_safetensors_copy_gives_the_gguf_files_encodings(smollm2: Any, gguf: Path) -> None:
     import numpy as np
 
+    from llm_policy_gen.lm.backbone import LanguageModel, load_from_source, load_language_model, model_identity
     from llm_policy_gen.lm.encoder import Encoder
-    from llm_policy_gen.lm.model import LanguageModel, load_from_source, load_language_model, model_identity
 
     identity = model_identity(gguf)
     assert identity.sha256 == smollm2.identity.sha256

@@ -20,9 +20,9 @@ import pytest
 from run_helpers import kill_and_resume, run_records
 from test_lm_policy import LM_CACHE, gguf, lake, needs_extra, one_line  # noqa: F401  # gguf: a fixture
 
-from llm_policy_gen.checkpoint import load_checkpoint, save_checkpoint
 from llm_policy_gen.cli import main
-from llm_policy_gen.runlog import read_jsonl
+from llm_policy_gen.run.checkpoint import load_checkpoint, save_checkpoint
+from llm_policy_gen.storage.runlog import read_jsonl
 
 FAST = ("--lm-n-steps", "64", "--lm-batch-size", "32", "--lm-epochs", "2")
 
@@ -122,7 +122,7 @@ def test_a_smollm2_run_stopped_and_resumed_equals_an_uninterrupted_one(gguf: Pat
     cli("train", "--resume", str(rd), "--iterations", "4")
     whole = tmp_path / "whole" / "FrozenLake-v1" / "r"
     assert run_records(rd) == run_records(whole)
-    from llm_policy_gen.lm.model import model_identity
+    from llm_policy_gen.lm.backbone import model_identity
 
     config = json.loads((rd / "config.json").read_text())
     assert config["lm_model"]["sha256"] == model_identity(gguf).sha256 and config["features"] == "lm"

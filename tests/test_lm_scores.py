@@ -28,7 +28,7 @@ def gguf() -> Path:
 
 @pytest.fixture(scope="module")
 def smollm2(gguf: Path) -> Any:
-    from llm_policy_gen.lm.model import load_language_model
+    from llm_policy_gen.lm.backbone import load_language_model
 
     return load_language_model(gguf, LM_CACHE)
 
@@ -116,7 +116,7 @@ def test_a_scores_head_run_reads_out_the_zero_shot_table_then_trains_its_bias(sm
     assert all(len(e["train_returns"]) == e["lm_episodes"] > 0 for e in events)
     summary = json.loads((run / "summary.json").read_text())
     assert summary["lm_updates"] == 2 and summary["episodes_total"] >= sum(e["lm_episodes"] for e in events)
-    from llm_policy_gen.checkpoint import load_checkpoint
+    from llm_policy_gen.run.checkpoint import load_checkpoint
 
     params = load_checkpoint(run / "checkpoint.npz")["learner"]["state"]["policy"]
     assert params["action_net.bias"].shape == (4,) and np.abs(params["action_net.bias"]).sum() > 0  # zero at start

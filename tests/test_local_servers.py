@@ -46,8 +46,8 @@ from llm_policy_gen.clients.openai import OpenAIClient
 from llm_policy_gen.clients.retry import LOCAL_TIMEOUT_S, RetryPolicy
 from llm_policy_gen.config import TrainConfig
 from llm_policy_gen.errors import BackendError, BackendUnreachable
-from llm_policy_gen.prompt import PromptBuilder, default_token_cap
-from llm_policy_gen.runlog import read_jsonl
+from llm_policy_gen.prompting.builder import PromptBuilder, default_token_cap
+from llm_policy_gen.storage.runlog import read_jsonl
 
 fake_openai = openai_server.fake_openai
 fake_ollama = openai_server.fake_ollama
@@ -330,7 +330,7 @@ def test_an_attempt_past_its_deadline_has_its_connection_closed(fake_openai: Fak
 def test_failed_calls_are_said_above_a_progress_bar() -> None:
     import io
 
-    from llm_policy_gen.console import Console
+    from llm_policy_gen.loggers.console import Console
 
     class Terminal(io.StringIO):
         def isatty(self) -> bool:

@@ -26,8 +26,8 @@ from fakes.openai_server import FAKE_KEY, FakeOpenAIServer, hang
 from fakes.tables import CARTPOLE, TableResponder
 
 from llm_policy_gen.cli import main
-from llm_policy_gen.locks import HOLDER_FILE
-from llm_policy_gen.runlog import read_jsonl
+from llm_policy_gen.storage.locks import HOLDER_FILE
+from llm_policy_gen.storage.runlog import read_jsonl
 
 ROOT = Path(__file__).resolve().parents[1]
 WAIT_S = 300.0

@@ -13,10 +13,10 @@ from run_helpers import quiet
 
 from llm_policy_gen.cli import main
 from llm_policy_gen.errors import UserError
-from llm_policy_gen.loggers import CSVWriter, TensorBoardWriter, make_writers, scalars
+from llm_policy_gen.loggers.writers import CSVWriter, TensorBoardWriter, make_writers, scalars
 from llm_policy_gen.run import Run, resume, train
-from llm_policy_gen.runlog import read_jsonl
 from llm_policy_gen.schema.aliases import events_in
+from llm_policy_gen.storage.runlog import read_jsonl
 
 cfg = partial(run_cfg, env_id="CartPole-v1", heldout_episodes=20, cache=True, log=["csv", "tensorboard"])
 

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from llm_policy_gen.collect import Episode
-from llm_policy_gen.memory import ExperienceMemory, episodes_from_state, episodes_state
+from llm_policy_gen.prompting.memory import ExperienceMemory, episodes_from_state, episodes_state
 
 
 def ep(states, actions, rewards, terminated=True, truncated=False, seed=0, iteration=0):

@@ -13,14 +13,14 @@ from typing import Any, ClassVar
 
 import pytest
 
-from llm_policy_gen.checkpoint import load_checkpoint, save_checkpoint
 from llm_policy_gen.cli import main
-from llm_policy_gen.loggers import scalars
+from llm_policy_gen.loggers.writers import scalars
 from llm_policy_gen.modes import MODES
 from llm_policy_gen.modes.base import RunServices, Step
 from llm_policy_gen.modes.table import TableMode
-from llm_policy_gen.runlog import read_jsonl
+from llm_policy_gen.run.checkpoint import load_checkpoint, save_checkpoint
 from llm_policy_gen.schema.aliases import LAYOUT_BEFORE_CANDIDATES, events_in, summary_in
+from llm_policy_gen.storage.runlog import read_jsonl
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "llm_policy_gen"

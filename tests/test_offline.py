@@ -11,8 +11,8 @@ from llm_policy_gen.clients.transcript import Transcript
 from llm_policy_gen.envs import get_spec
 from llm_policy_gen.formats import make_format
 from llm_policy_gen.formats.base import Target
-from llm_policy_gen.memory import ExperienceMemory
-from llm_policy_gen.prompt import HistoryEntry, PromptBuilder, PromptContext
+from llm_policy_gen.prompting.builder import HistoryEntry, PromptBuilder, PromptContext
+from llm_policy_gen.prompting.memory import ExperienceMemory
 from llm_policy_gen.proposers.base import Proposer
 from llm_policy_gen.proposers.offline import OfflineProposer
 

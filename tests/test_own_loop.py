@@ -16,12 +16,12 @@ import numpy as np
 import pytest
 from run_helpers import cfg, quiet, run_records
 
-from llm_policy_gen.checkpoint import load_checkpoint
 from llm_policy_gen.errors import RunInterrupted, UserError
 from llm_policy_gen.modes import MODES
 from llm_policy_gen.modes.base import Learner, OwnLoop, RunServices, Setup, Step
 from llm_policy_gen.run import resume, train
-from llm_policy_gen.runlog import read_jsonl
+from llm_policy_gen.run.checkpoint import load_checkpoint
+from llm_policy_gen.storage.runlog import read_jsonl
 
 STEPS_PER_UPDATE = 61
 """Not a divisor of any episode length here: updates end inside episodes."""
@@ -197,7 +197,7 @@ def test_a_run_interrupted_inside_an_update_resumes_to_the_same_files(tmp_path: 
 
 
 def test_a_learner_state_that_does_not_fit_is_refused_and_changes_nothing(tmp_path: Path, tiny: str) -> None:
-    from llm_policy_gen.checkpoint import save_checkpoint
+    from llm_policy_gen.run.checkpoint import save_checkpoint
 
     rd = train(run_cfg(tmp_path, tiny, iterations=2), log=quiet).run_dir
     state = load_checkpoint(rd / "checkpoint.npz")

@@ -16,7 +16,7 @@ from types import ModuleType
 
 import pytest
 
-from llm_policy_gen.sweep.compare import CompareConfig, run_compare
+from llm_policy_gen.commands.compare import CompareConfig, run_compare
 from llm_policy_gen.sweep.results import CSV_COLUMNS
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -8,11 +8,11 @@ import numpy as np
 
 from llm_policy_gen.collect import Episode
 from llm_policy_gen.envs import get_spec
-from llm_policy_gen.evidence_text import evidence_by_dimension
 from llm_policy_gen.formats import make_format
 from llm_policy_gen.formats.base import Target
-from llm_policy_gen.memory import ExperienceMemory
-from llm_policy_gen.prompt import HistoryEntry, PromptBuilder, PromptContext
+from llm_policy_gen.prompting.builder import HistoryEntry, PromptBuilder, PromptContext
+from llm_policy_gen.prompting.evidence_text import evidence_by_dimension
+from llm_policy_gen.prompting.memory import ExperienceMemory
 
 HISTORY = [
     HistoryEntry(1, 20.0, 3, True, 5),
@@ -164,7 +164,7 @@ def test_per_dimension_evidence_adds_up():
 
 def test_the_tables_text_is_written_again_only_when_the_table_changes(monkeypatch):
     # Between adoptions the current table stays the same; a big table's rules or regions take seconds to write.
-    import llm_policy_gen.prompt as prompt
+    import llm_policy_gen.prompting.builder as prompt
 
     calls = []
     real = prompt.table_text

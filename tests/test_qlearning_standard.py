@@ -18,9 +18,9 @@ from run_helpers import comparable, kill_and_resume
 from llm_policy_gen.cli import main
 from llm_policy_gen.collect import Collector
 from llm_policy_gen.envs import get_spec
-from llm_policy_gen.learner import QLearner
 from llm_policy_gen.modes.qlearning import OnlineQPolicy, QLearningMode, QLearningOptions
-from llm_policy_gen.runlog import read_jsonl
+from llm_policy_gen.modes.qtable import QLearner
+from llm_policy_gen.storage.runlog import read_jsonl
 from llm_policy_gen.sweep.results import read_results
 
 #: A run directory written by the code before the standard learner took the name (``train --env FrozenLake-v1

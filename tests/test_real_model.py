@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from llm_policy_gen.runlog import read_jsonl
+from llm_policy_gen.storage.runlog import read_jsonl
 
 pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed: `make test` installs it (dev extras)")
 

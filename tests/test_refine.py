@@ -15,7 +15,7 @@ from run_helpers import comparable, kill_and_resume
 
 from llm_policy_gen.cli import main
 from llm_policy_gen.formats.ruleset import RuleSet
-from llm_policy_gen.runlog import read_jsonl
+from llm_policy_gen.storage.runlog import read_jsonl
 
 fake_openai = openai_server.fake_openai  # the fixture, found by pytest under this name
 
@@ -131,8 +131,8 @@ def test_refinement_tunes_the_product_weights_of_the_kept_rules() -> None:
     from llm_policy_gen.envs import get_spec
     from llm_policy_gen.formats import make_format
     from llm_policy_gen.formats.base import Target
-    from llm_policy_gen.memory import ExperienceMemory
-    from llm_policy_gen.prompt import HistoryEntry, PromptContext
+    from llm_policy_gen.prompting.builder import HistoryEntry, PromptContext
+    from llm_policy_gen.prompting.memory import ExperienceMemory
     from llm_policy_gen.proposers.refine import KeptRulesSearch
 
     spec = get_spec("CartPole-v1")

@@ -16,7 +16,6 @@ import pytest
 from run_helpers import cfg, quiet
 
 from llm_policy_gen.backends import BACKENDS, parse_backend_spec
-from llm_policy_gen.checkpoint import load_checkpoint
 from llm_policy_gen.cli import main
 from llm_policy_gen.errors import BackendConfigError, ProposalError, UserError
 from llm_policy_gen.formats import FORMATS, make_format, resolve_format_name
@@ -26,7 +25,8 @@ from llm_policy_gen.modes.base import Mode, RunServices, Setup, Step
 from llm_policy_gen.policy import TablePolicy
 from llm_policy_gen.registry import Registry
 from llm_policy_gen.run import resume, train
-from llm_policy_gen.runlog import read_jsonl
+from llm_policy_gen.run.checkpoint import load_checkpoint
+from llm_policy_gen.storage.runlog import read_jsonl
 
 run_cfg = partial(cfg, env_id="CartPole-v1", iterations=2, heldout_episodes=5, candidates=2, cache=True)
 

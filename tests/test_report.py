@@ -17,11 +17,11 @@ from fakes.tables import TableResponder, out_of_range_answer
 from run_helpers import cfg, quiet
 
 from llm_policy_gen.cli import main
+from llm_policy_gen.commands.compare import CompareConfig, run_compare
 from llm_policy_gen.envs import get_spec
 from llm_policy_gen.report import write_report
 from llm_policy_gen.run import train
-from llm_policy_gen.runlog import read_jsonl, write_json_atomic
-from llm_policy_gen.sweep.compare import CompareConfig, run_compare
+from llm_policy_gen.storage.runlog import read_jsonl, write_json_atomic
 from llm_policy_gen.sweep.results import backend_stats, read_results
 
 fake_openai = openai_server.fake_openai

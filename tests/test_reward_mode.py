@@ -17,12 +17,12 @@ from llm_policy_gen.errors import NoValidAnswer
 from llm_policy_gen.formats import make_format
 from llm_policy_gen.formats.base import Target
 from llm_policy_gen.keeper import SeedPlan
-from llm_policy_gen.learner import QLearner
-from llm_policy_gen.memory import ExperienceMemory
-from llm_policy_gen.prompt import PromptContext
+from llm_policy_gen.modes.qtable import QLearner
+from llm_policy_gen.prompting.builder import PromptContext
+from llm_policy_gen.prompting.memory import ExperienceMemory
 from llm_policy_gen.proposers.potential import potential_tables, prior_potential
 from llm_policy_gen.run import resolve_spec, train
-from llm_policy_gen.runlog import read_jsonl
+from llm_policy_gen.storage.runlog import read_jsonl
 
 
 def episode(states: list[int], actions: list[int], rewards: list[float], terminated: bool = True) -> Episode:

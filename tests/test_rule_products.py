@@ -181,8 +181,8 @@ def test_the_prompt_explains_products_with_the_lunar_lander_example():
 
 # ------------------------------------------------------------------------------------------------ the offline search
 def rules_ctx(spec: Any, iteration: int = 1, history: tuple[Any, ...] = (), k: int = 5) -> Any:
-    from llm_policy_gen.memory import ExperienceMemory
-    from llm_policy_gen.prompt import PromptContext
+    from llm_policy_gen.prompting.builder import PromptContext
+    from llm_policy_gen.prompting.memory import ExperienceMemory
 
     obs, acts = spec.observation_discretizer(), spec.action_discretizer()
     mem = ExperienceMemory(obs.n_states, acts.n_actions)
@@ -194,7 +194,7 @@ def rules_ctx(spec: Any, iteration: int = 1, history: tuple[Any, ...] = (), k: i
 
 def two_iterations(env_id: str, seed: int = 3) -> list[dict[str, Any]]:
     """The sources of the offline search's candidates of iterations 1 and 2 (5 each, fixed scores in between)."""
-    from llm_policy_gen.prompt import HistoryEntry
+    from llm_policy_gen.prompting.builder import HistoryEntry
     from llm_policy_gen.proposers.offline import OfflineProposer
 
     spec = get_spec(env_id)

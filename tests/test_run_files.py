@@ -20,7 +20,7 @@ from llm_policy_gen.run.schema import EVENT_FIELDS, Event
 PKG = Path(__file__).resolve().parents[1] / "llm_policy_gen"
 OWNER = PKG / "run" / "files.py"
 #: (module, name): a string that is the same name as a run's file but names something else.
-NOT_A_RUN_FILE = {("lm/model.py", "config.json"): "a Hugging Face model folder's configuration"}
+NOT_A_RUN_FILE = {("lm/backbone.py", "config.json"): "a Hugging Face model folder's configuration"}
 
 
 def _strings(tree: ast.AST) -> list[tuple[int, str]]:

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from llm_policy_gen.run.files import RunDir
-from llm_policy_gen.runlog import append_jsonl, read_jsonl, write_json_atomic
+from llm_policy_gen.storage.runlog import append_jsonl, read_jsonl, write_json_atomic
 
 
 def test_atomic_write_replaces_whole_file_and_leaves_no_temp(tmp_path):

@@ -22,7 +22,7 @@ from llm_policy_gen.envs import get_spec
 from llm_policy_gen.errors import BackendError
 from llm_policy_gen.formats.base import FormatContext, Target
 from llm_policy_gen.formats.table import TableFormat
-from llm_policy_gen.runlog import read_jsonl
+from llm_policy_gen.storage.runlog import read_jsonl
 
 SPEC = get_spec("FrozenLake-v1")
 CTX = FormatContext(SPEC.observation_discretizer(), SPEC.action_discretizer(), np.zeros(16, dtype=np.int64),

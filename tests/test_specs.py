@@ -12,7 +12,7 @@ from llm_policy_gen.config import TrainConfig
 from llm_policy_gen.envs import get_spec, shipped_env_ids
 from llm_policy_gen.envs.catalog import SPEC_DIR, spec_variants, variant_id
 from llm_policy_gen.errors import UserError
-from llm_policy_gen.prompt import PromptBuilder
+from llm_policy_gen.prompting.builder import PromptBuilder
 from llm_policy_gen.run import resolve_spec
 
 ALL = sorted([*shipped_env_ids(), *spec_variants()])

@@ -43,11 +43,11 @@ from typing import Any
 import numpy as np
 
 from llm_policy_gen.errors import UserError
-from llm_policy_gen.runlog import read_jsonl, write_bytes_atomic
 from llm_policy_gen.schema.aliases import settings_in
-from llm_policy_gen.stats import DEFAULT_CONFIDENCE, DEFAULT_RESAMPLES, DEFAULT_SEED
+from llm_policy_gen.storage.runlog import read_jsonl, write_bytes_atomic
 from llm_policy_gen.sweep.figures import plot_curves
 from llm_policy_gen.sweep.results import ResultRow, SweepRecord, backend_stats, load_curves, read_results, split_entry
+from llm_policy_gen.sweep.stats import DEFAULT_CONFIDENCE, DEFAULT_RESAMPLES, DEFAULT_SEED
 
 __all__ = ["has_real_calls", "select_rows", "latex_escape", "generate", "build_pdf", "main"]
 
@@ -283,7 +283,7 @@ def generate(compare_dir: Path, out: Path) -> list[Path]:
 
 
 def _policy_figure(compare_dir: Path, kept: Sequence[ResultRow], target: Path, put: Any) -> Path:
-    from llm_policy_gen.plotting.table import plot_policy
+    from llm_policy_gen.plotting.table_figure import plot_policy
     from llm_policy_gen.run.files import load_run_policy
 
     ok = [r for r in kept if r.ok and r.best_heldout_mean is not None]

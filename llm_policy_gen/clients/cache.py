@@ -5,9 +5,9 @@ index** (the candidate number) and the call's seed where it has one, so the K ca
 distinct samples and a re-run with the same inputs costs nothing. A hit returns the stored text with zero tokens (the
 transcript marks it ``cached: true``).
 Entries are JSON files written atomically; an unreadable entry (not JSON, not an object, or over the bounds of
-:mod:`~llm_policy_gen.safe_json`: a nesting or digit bomb) is a miss, and the new answer replaces it. Every string of
-an entry has every known secret scrubbed from it when it is written (a key or URL password a server echoed, in any
-field), and again when it is read (an entry written by an older version).
+:mod:`~llm_policy_gen.storage.safe_json`: a nesting or digit bomb) is a miss, and the new answer replaces it. Every
+string of an entry has every known secret scrubbed from it when it is written (a key or URL password a server echoed, in
+any field), and again when it is read (an entry written by an older version).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from ..runlog import write_json_atomic
-from ..safe_json import loads
+from ..storage.runlog import write_json_atomic
+from ..storage.safe_json import loads
 from .base import Completion, Request, Sampling
 from .keys import redact_all
 

@@ -19,7 +19,8 @@ other (each still a distinct sample: its seed is a function of the run seed and 
 * **Context**: the model's training context (``n_ctx_train``) unless ``--n-ctx`` is given. The answer's token cap
   is what the context leaves after the prompt (at most ``--max-output-tokens``). A context that cannot hold the first
   prompt's fixed part and as much again for an answer is refused before the run starts, naming the smallest
-  ``--n-ctx`` that does (:func:`~llm_policy_gen.run.backend.check_context`, through :meth:`LlamaCppClient.chat_tokens`).
+  ``--n-ctx`` that does (:func:`~llm_policy_gen.backends.factory.check_context`, through
+  :meth:`LlamaCppClient.chat_tokens`).
 * **Tokens** are counted by the model's tokenizer (:meth:`LlamaCppClient.count_tokens`, which the prompt builder
   uses for ``--max-prompt-tokens``).
 * **Threads**: ``--llm-threads``, else the usable cores (``os.sched_getaffinity``) divided by the processes that

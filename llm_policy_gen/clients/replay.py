@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import BackendConfigError, BackendError, JSONBounds, ReplayExhausted
-from ..safe_json import loads
+from ..storage.safe_json import loads
 from .base import CallKey, ClientSettings, Completion, Request
 
 __all__ = ["ReplayClient", "SOURCE_FIELDS"]

@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
 from ..errors import BackendConfigError
-from ..safe_json import is_bomb
+from ..storage.safe_json import is_bomb
 from . import keys
 from .base import ClientOptions, ClientSettings, Completion, Message, Request
 from .deadline import AttemptDeadline

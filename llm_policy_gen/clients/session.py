@@ -34,10 +34,10 @@ from typing import Any, Generic, TypeVar
 
 from ..errors import BackendAuthError, BackendError, BackendUnreachable, ProposalError, ReplayExhausted
 from ..formats.base import AnswerFormat, FormatContext, Parsed
-from ..pricing import cost_usd
 from .base import CallKey, Completion, LLMClient, Message, OutputSpec, Request, call_seed, calls_at_once, is_free
 from .cache import ResponseCache
 from .keys import redact, redact_all
+from .pricing import cost_usd
 from .sdk import SDKClient
 from .transcript import RecordedCalls, Transcript
 from .usage import MAX_TOKENS, Budget, CallLimiter, LocalLimiter, Usage, clamp_usage

@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..runlog import TRANSCRIPT_FIELDS, append_jsonl, check_fields, read_jsonl
+from ..storage.runlog import TRANSCRIPT_FIELDS, append_jsonl, check_fields, read_jsonl
 from .base import CallKey, Message
 from .keys import redact_all
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import JSONBounds, UserError
-from ..safe_json import loads
+from ..storage.safe_json import loads
 
 __all__ = ["int_list", "json_object", "name_list", "check_out_file"]
 

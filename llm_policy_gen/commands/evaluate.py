@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UserError
-from ..safe_json import loads
+from ..storage.safe_json import loads
 from .argtypes import json_object
 
 __all__ = ["add_parser"]
@@ -78,7 +78,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     if args.seed is not None and not 0 <= args.seed <= SEED_MAX:
         raise UserError(f"bad --seed {args.seed}: accepted an integer in 0..{SEED_MAX}")
     if args.gif:
-        from ..gif import check_gif_path
+        from ..plotting.gif import check_gif_path
 
         check_gif_path(Path(args.gif))  # before any episode runs
     policy, spec = _load_policy_and_spec(args.target, args.env_kwargs, args.env_id)
@@ -93,7 +93,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
            "max": float(r.returns.max()), "env_id": spec.env_id, "seeds": [first, first + n - 1],
            "seeds_are_heldout": held is not None and args.seed is None}
     if args.gif:
-        from ..gif import save_gif
+        from ..plotting.gif import save_gif
 
         written = save_gif(policy, spec, Path(args.gif), seed=first)
         print(f"wrote {written}", file=sys.stderr)

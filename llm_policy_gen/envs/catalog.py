@@ -16,8 +16,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from ..config_files import read_toml
 from ..errors import SpecError, UserError
+from ..storage.config_files import read_toml
 from .spec import EnvSpec
 
 __all__ = ["SPEC_DIR", "shipped_env_ids", "spec_variants", "variant_id", "gym_id", "get_spec", "load_spec_file",

@@ -1,8 +1,8 @@
 """An environment spec: everything the tool knows about a task, as data.
 
 A spec names the gymnasium id and keyword arguments, the observation dimensions the table uses (name, bounds, bins),
-the action discretization, reward wrappers, the physics-hint file under ``prompts/hints/`` and an optional *prior*:
-simple physics rules (a linear score over named dimensions) that give a starting table and that the offline
+the action discretization, reward wrappers, the physics-hint file under ``prompting/prompts/hints/`` and an optional
+*prior*: simple physics rules (a linear score over named dimensions) that give a starting table and that the offline
 optimiser searches around. Shipped specs live as TOML files in ``llm_policy_gen/envs/specs/``: ``ENV_ID.toml`` is an
 environment's default spec and ``ENV_ID.VARIANT.toml`` a variant of it (another table over the same environment,
 chosen with ``--env ENV_ID.VARIANT`` or ``--spec VARIANT``).
@@ -75,8 +75,8 @@ class EnvSpec:
     reward: str = ""
     """How reward is given and when an episode ends, for the prompt."""
     hints: str = ""
-    """File name of the physics hints under ``prompts/hints/`` ('' for none). Only a plain file name is accepted:
-    a spec read from a run's config.json names no file outside the prompts."""
+    """File name of the physics hints under ``prompting/prompts/hints/`` ('' for none). Only a plain file name is
+    accepted: a spec read from a run's config.json names no file outside the prompts."""
     hints_text: str = ""
     """Hints rendered from the environment for the keyword arguments used (see :mod:`llm_policy_gen.envs.text`);
     when set, the prompt shows them instead of the hints file."""
@@ -130,7 +130,7 @@ class EnvSpec:
     def __post_init__(self) -> None:
         if self.hints and not _HINTS_NAME.fullmatch(self.hints):
             raise SpecError(f"{self.env_id}: hints {self.hints!r} is not accepted: give the name of a file in "
-                            "prompts/hints/ (letters, digits, '_.-', no folders, not starting with a dot)")
+                            "prompting/prompts/hints/ (letters, digits, '_.-', no folders, not starting with a dot)")
 
     @property
     def name(self) -> str:

@@ -39,7 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError
 from ..discretize import ActionDiscretizer, BoxDiscretizer, DiscreteDiscretizer, ObservationDiscretizer
 from ..errors import JSONBounds, ProposalError
 from ..registry import PluginOptions, setting
-from ..safe_json import check_text, loads, raw_decode
+from ..storage.safe_json import check_text, loads, raw_decode
 
 if TYPE_CHECKING:
     from ..envs.spec import EnvSpec

@@ -2,7 +2,7 @@
 
 * :mod:`.model` -- a model loaded from a GGUF file or a Hugging Face folder, its identity (path, sha256) and the
   dequantised weights cached as safetensors;
-* :mod:`.text` -- a discretized state written as text from ``prompts/lm_state.md``;
+* :mod:`.text` -- a discretized state written as text from ``prompting/prompts/lm_state.md``;
 * :mod:`.encoder` -- frozen features: one forward pass per distinct text, cached in memory and on disk;
 * :mod:`.features` -- the state-features table (the model's encodings, or the one-hot and random controls);
 * :mod:`.learner` -- SB3 PPO or sb3-contrib TRPO over the features table, and the read-out table.

@@ -24,8 +24,8 @@ from typing import Literal
 
 import numpy as np
 
-from ..runlog import write_bytes_atomic
-from .model import LanguageModel
+from ..storage.runlog import write_bytes_atomic
+from .backbone import LanguageModel
 
 __all__ = ["Encoder", "Pooling", "POOLINGS"]
 

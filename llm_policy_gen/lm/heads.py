@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from .learner import LearnerSettings, TableLearner
+from .agent import LearnerSettings, TableLearner
 from .scores import ScoreNorm, ScoringTask, normalise, prefix_states, state_logprobs
 
 __all__ = ["scores_policy_kwargs", "frozen_scores_head", "lora_scores_head", "ScoresLearner"]

@@ -1,6 +1,6 @@
 """Action scoring (``--lm-head scores``, TWOSOME-style): the model's log-probability of each action's words.
 
-**The prompt.** ``prompts/lm_action.md``: the state's text (:mod:`.text`), the list of the task's actions and
+**The prompt.** ``prompting/prompts/lm_action.md``: the state's text (:mod:`.text`), the list of the task's actions and
 ``Best action:``; the continuation scored is a space and the action's words (the spec's action name, e.g. ``move
 left``). A continuation's score is the sum of its tokens' log-probabilities under the model, each token given the
 prompt and the continuation's earlier tokens. The prompt and the continuation are tokenized apart and joined as
@@ -42,10 +42,10 @@ import numpy as np
 from ..discretize import ActionDiscretizer, ObservationDiscretizer
 from ..envs.spec import EnvSpec
 from ..errors import UserError
-from ..runlog import write_bytes_atomic
-from ..templates import fill
-from .model import LanguageModel
-from .text import state_text
+from ..prompting.templates import fill
+from ..storage.runlog import write_bytes_atomic
+from .backbone import LanguageModel
+from .state_text import state_text
 
 __all__ = ["ACTION_TEMPLATE", "ScoreNorm", "SCORE_NORMS", "ActionScorer", "scoring_prompts", "continuations",
            "word_counts", "normalise", "output_embeddings", "ScoringTask", "tokenize_task", "prefix_states",

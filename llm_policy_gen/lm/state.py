@@ -1,6 +1,6 @@
 """Torch state as arrays: a learner's parameters, its optimiser and the random streams, saved without pickle.
 
-The run's checkpoint (:mod:`llm_policy_gen.checkpoint`) holds numpy arrays, numbers, strings, lists and dicts, and
+The run's checkpoint (:mod:`llm_policy_gen.run.checkpoint`) holds numpy arrays, numbers, strings, lists and dicts, and
 loads them without running code; SB3's own ``save`` writes cloudpickled objects, which the run directory's threat
 model forbids. These functions turn what decides a torch learner's next update into that form and back, exactly
 (float32 tensors become float32 arrays, floats are written with ``repr``):

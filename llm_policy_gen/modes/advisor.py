@@ -1,24 +1,24 @@
 """``--mode advisor``: the model advises a Q-learner which action to take in each state.
 
 The model answers an action table (the run's answer format: full table or edits). In the training episodes the
-learner (:class:`~llm_policy_gen.learner.QLearner`, same discretisation) takes the advised action with probability
+learner (:class:`~llm_policy_gen.modes.qtable.QLearner`, same discretisation) takes the advised action with probability
 ``p_t = advice_prob * advice_decay ** (t - 1)`` at iteration ``t``, and otherwise acts epsilon-greedily on its own Q
 (``explore_epsilon``); it learns from the environment's own reward. Every iteration the model revises its advice from
 the evidence and the learner's current greedy table; K candidates are K advice tables, each trained into its own copy
 of the learner from the same state on the same seeds, and the keeper judges each copy's **greedy table** -- never the
 advice itself (:class:`~llm_policy_gen.modes.learner.LearnerMode`).
 
-While ``p_t > 0`` the advice resolves what the learner has not tried (:func:`~llm_policy_gen.learner.advised_values`):
-an action never taken in a state is worth no more than the advised action there, in the learner's greedy steps and in
-the table judged, and in that table ties go to the advice. Without this the learner's optimistic start (CartPole:
-100, as high as values go) made every untried action beat the advised one once the advised one had been learned down
-to what it earns, so the judged table turned against the advice in every state only the advice had visited: with the
-offline stand-in the advised learner ended below plain ``q-learning`` on CartPole-v1 (median of seeds 0-4, 482.9
-against 490.9). What the learner has tried itself still overrules the advice. ``advice_prob = 0`` is the learner
-alone.
+While ``p_t > 0`` the advice resolves what the learner has not tried
+(:func:`~llm_policy_gen.modes.qtable.advised_values`): an action never taken in a state is worth no more than the
+advised action there, in the learner's greedy steps and in the table judged, and in that table ties go to the advice.
+Without this the learner's optimistic start (CartPole: 100, as high as values go) made every untried action beat the
+advised one once the advised one had been learned down to what it earns, so the judged table turned against the advice
+in every state only the advice had visited: with the offline stand-in the advised learner ended below plain
+``q-learning`` on CartPole-v1 (median of seeds 0-4, 482.9 against 490.9). What the learner has tried itself still
+overrules the advice. ``advice_prob = 0`` is the learner alone.
 
-Prompts: ``prompts/advisor_system.md``, ``prompts/advisor_user.md``. With the ``offline`` backend (not an LLM) the
-advice is the offline optimiser's table.
+Prompts: ``prompting/prompts/advisor_system.md``, ``prompting/prompts/advisor_user.md``. With the ``offline`` backend
+(not an LLM) the advice is the offline optimiser's table.
 """
 
 from __future__ import annotations
@@ -28,12 +28,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..formats.base import Target
-from ..learner import LearnerPolicy, QLearner
 from ..registry import setting
 from .learner import LearnerMode, LearnerOptions
+from .qtable import LearnerPolicy, QLearner
 
 if TYPE_CHECKING:
-    from ..prompt import PromptContext
+    from ..prompting.builder import PromptContext
     from .base import RunServices, Setup
 
 __all__ = ["AdvisorMode", "AdvisorOptions", "advice_probability"]
@@ -78,7 +78,7 @@ class AdvisorMode(LearnerMode):
     def judged(self, run: RunServices, learner: QLearner, value: np.ndarray, iteration: int) -> np.ndarray:
         """The learner's greedy table with the advice resolving what the learner has not tried (while it is
         advised): an action never taken in a state is worth no more than the advised one, and ties go to the advice
-        (:meth:`~llm_policy_gen.learner.QLearner.greedy`)."""
+        (:meth:`~llm_policy_gen.modes.qtable.QLearner.greedy`)."""
         return learner.greedy(value if self._p(run, iteration) > 0.0 else None)
 
     def describe(self, value: np.ndarray, run: RunServices) -> str:

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from ..formats.base import AnswerFormat, Target
     from ..keeper import Verdict
     from ..policy import Policy
-    from ..prompt import PromptBuilder, PromptContext
+    from ..prompting.builder import PromptBuilder, PromptContext
 
 __all__ = ["Setup", "RunServices", "Step", "Mode", "Learner", "OwnLoop", "stopped_before_any_answer", "first_stop",
            "uses_chat", "first_messages"]

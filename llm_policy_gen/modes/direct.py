@@ -2,8 +2,9 @@
 
 At a state's first visit the observation is written as text (the raw values of the observation, and the
 discretized state's description) and the model is asked for one line ``Action: N`` (the ``action`` answer format,
-plain text; templates ``prompts/direct_system.md`` and ``prompts/direct_user.md``). With ``--candidates K`` it is
-asked K times at once and the majority answer is taken (ties: the lowest action among the most frequent).
+plain text; templates ``prompting/prompts/direct_system.md`` and ``prompting/prompts/direct_user.md``). With
+``--candidates K`` it is asked K times at once and the majority answer is taken (ties: the lowest action among
+the most frequent).
 
 **Calls are bounded.** The answer is kept per discretized state: a state is asked about once, and every later visit
 reuses the answer, so a run makes at most ``K x n_states`` calls however many episodes it runs. The answers form a
@@ -41,7 +42,7 @@ from ..discretize import BoxDiscretizer
 from ..envs.spec import EnvSpec
 from ..formats import make_format
 from ..formats.base import AnswerFormat, FormatContext, Target
-from ..prompt import PromptBuilder
+from ..prompting.builder import PromptBuilder
 from .base import RunServices, Setup, Step
 
 __all__ = ["DirectMode", "DirectPolicy", "observation_text"]

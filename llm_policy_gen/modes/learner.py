@@ -24,12 +24,12 @@ from ..clients.base import Message
 from ..collect import Episode
 from ..formats import make_format, resolve_format_name
 from ..formats.base import AnswerFormat, Target
-from ..learner import LearnerPolicy, QLearner, optimistic_init
 from ..registry import PluginOptions, setting
 from .base import Setup, Step, first_stop, stopped_before_any_answer
+from .qtable import LearnerPolicy, QLearner, optimistic_init
 
 if TYPE_CHECKING:
-    from ..prompt import PromptContext
+    from ..prompting.builder import PromptContext
     from .base import RunServices
 
 __all__ = ["Trial", "LearnerMode", "LearnerOptions"]

@@ -1,9 +1,9 @@
 """``--mode lm-policy``: a language model is the policy network's backbone, a library learner trains the head.
 
-Each discretized state is written as text (``prompts/lm_state.md``: the task's title and description, the state's
-dimension names and bin ranges), the model at ``--lm-model`` (a GGUF file or a Hugging Face folder) encodes each text
-once (:mod:`llm_policy_gen.lm.encoder`, frozen, cached on disk by the model's sha256 and the text), and SB3 PPO or
-sb3-contrib TRPO (``--learner``) trains a small head over those features (:mod:`llm_policy_gen.lm.learner`).
+Each discretized state is written as text (``prompting/prompts/lm_state.md``: the task's title and description, the
+state's dimension names and bin ranges), the model at ``--lm-model`` (a GGUF file or a Hugging Face folder) encodes each
+text once (:mod:`llm_policy_gen.lm.encoder`, frozen, cached on disk by the model's sha256 and the text), and SB3 PPO or
+sb3-contrib TRPO (``--learner``) trains a small head over those features (:mod:`llm_policy_gen.lm.agent`).
 ``--lm-features onehot`` and ``random`` replace the encodings with the controls (no model needed for those).
 
 **An iteration** is one learner update: a rollout of ``--lm-n-steps`` environment steps and its optimisation. Then
@@ -21,7 +21,7 @@ learner's own step count) beside the run's totals.
 
 **Resume.** The run writes the learner's state into ``checkpoint.npz`` with its own after every iteration (the
 head's tensors, Adam's moments, the random streams, SB3's counters and last observation, the episode in progress:
-:mod:`llm_policy_gen.lm.learner`), as arrays and JSON, never a pickle; ``train --resume`` rebuilds the learner from
+:mod:`llm_policy_gen.lm.agent`), as arrays and JSON, never a pickle; ``train --resume`` rebuilds the learner from
 the settings in ``config.json`` and loads that state, so a resumed run equals an uninterrupted one.
 
 **No model calls.** The mode asks no backend for answers (its registry line says so: the run takes ``offline`` and
@@ -50,7 +50,7 @@ from ..registry import PluginOptions, setting
 from .base import Setup, Step
 
 if TYPE_CHECKING:
-    from ..lm.learner import LearnerSettings, TableLearner
+    from ..lm.agent import LearnerSettings, TableLearner
     from .base import RunServices
 
 __all__ = ["LmPolicyMode", "LmPolicyOptions"]
@@ -109,7 +109,7 @@ class LmPolicyOptions(PluginOptions):
 
 
 def _settings(o: LmPolicyOptions, seed: int) -> LearnerSettings:
-    from ..lm.learner import LearnerSettings
+    from ..lm.agent import LearnerSettings
 
     return LearnerSettings(algorithm=o.lm_learner, n_steps=o.lm_n_steps, batch_size=o.lm_batch_size,
                            n_epochs=o.lm_epochs, learning_rate=o.lm_learning_rate, gamma=o.lm_gamma,
@@ -170,7 +170,7 @@ class LmPolicyMode:
             facts["lm_model"] = lm.describe()
             if o.lm_features == "lm":
                 from ..lm.encoder import Encoder
-                from ..lm.text import STATE_TEMPLATE, state_texts
+                from ..lm.state_text import STATE_TEMPLATE, state_texts
 
                 encoder = Encoder(lm, o.lm_pooling, self._cache(setup), device=o.lm_device)
                 texts = state_texts(setup.spec, setup.observation)
@@ -188,7 +188,7 @@ class LmPolicyMode:
         return facts
 
     def _cache(self, setup: Setup) -> Path:
-        from ..lm.model import default_lm_cache
+        from ..lm.backbone import default_lm_cache
 
         o = self.options
         return Path(o.lm_cache) if o.lm_cache else default_lm_cache()
@@ -233,7 +233,7 @@ class LmPolicyMode:
         """The model loaded (its progress bars kept off the console)."""
         import torch
 
-        from ..lm.model import load_language_model
+        from ..lm.backbone import load_language_model
 
         torch.set_num_threads(1)  # two threads on a shared 2-core machine were many times slower, not faster
         o = self.options
@@ -243,7 +243,7 @@ class LmPolicyMode:
 
     def build_learner(self, run: RunServices) -> TableLearner:
         """The learner over the run's learner environment (:class:`~llm_policy_gen.modes.base.OwnLoop`)."""
-        from ..lm.learner import TableLearner
+        from ..lm.agent import TableLearner
 
         assert self.features is not None and self.settings is not None
         if self.head is not None:

@@ -47,9 +47,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..collect import Episode
-from ..learner import LearnerPolicy, QLearner
 from ..registry import PluginOptions, setting
 from .base import Setup, Step
+from .qtable import LearnerPolicy, QLearner
 
 if TYPE_CHECKING:
     from .base import RunServices

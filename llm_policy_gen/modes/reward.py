@@ -2,16 +2,16 @@
 
 The model answers a table of numbers, one per state: a potential ``phi`` (the run's answer format with a value
 target: full table or edits, or any registered format that supports values). The learner
-(:class:`~llm_policy_gen.learner.QLearner`, same discretisation) learns from ``r + gamma * phi(s') - phi(s)`` during
-the iteration's training episodes: potential-based shaping (Ng, Harada and Russell 1999), which leaves the optimal
-policy unchanged. K candidates are K potentials, each trained into its own copy of the learner from the same state
-on the same seeds; the keeper judges each copy's greedy table on the environment's own reward (the shaped return is
-never a result), and the run goes on with the copy that scored best
+(:class:`~llm_policy_gen.modes.qtable.QLearner`, same discretisation) learns from ``r + gamma * phi(s') - phi(s)``
+during the iteration's training episodes: potential-based shaping (Ng, Harada and Russell 1999), which leaves the
+optimal policy unchanged. K candidates are K potentials, each trained into its own copy of the learner from the same
+state on the same seeds; the keeper judges each copy's greedy table on the environment's own reward (the shaped return
+is never a result), and the run goes on with the copy that scored best
 (:class:`~llm_policy_gen.modes.learner.LearnerMode`).
 
-The prompt (``prompts/reward_system.md``, ``prompts/reward_user.md``) shows how the learner did under each earlier
-potential -- its training return, its greedy table's test mean, kept or not (Eureka-style reflection) -- with the
-evidence and the current potential. Potentials must lie in
+The prompt (``prompting/prompts/reward_system.md``, ``prompting/prompts/reward_user.md``) shows how the learner did
+under each earlier potential -- its training return, its greedy table's test mean, kept or not (Eureka-style reflection)
+-- with the evidence and the current potential. Potentials must lie in
 ``[-potential_bound, potential_bound]``.
 
 The ``offline`` backend answers with :mod:`llm_policy_gen.proposers.potential` (not an LLM).
@@ -30,7 +30,7 @@ from ..registry import setting
 from .learner import LearnerMode, LearnerOptions
 
 if TYPE_CHECKING:
-    from ..prompt import PromptContext
+    from ..prompting.builder import PromptContext
     from .base import RunServices, Setup
 
 __all__ = ["RewardMode", "RewardOptions"]

@@ -32,7 +32,7 @@ from matplotlib.ticker import MaxNLocator
 from ..errors import UserError
 from ..run.files import RunDir
 from ..schema.aliases import events_in, summary_in
-from ..stats import quartile_band, step_curves
+from ..sweep.stats import quartile_band, step_curves
 from .figure import plt, save_figure
 
 __all__ = ["KINDS", "X_AXES", "RunCurves", "smooth", "load_events", "load_run", "group_colours", "figure_label",

@@ -1,8 +1,8 @@
 """What answers a prompt context: the :class:`Proposer` protocol, and the shared shape of the non-LLM searches.
 
-A proposer takes the :class:`~llm_policy_gen.prompt.IterationState` of an iteration (and the messages rendered from
-it) and returns K candidate answers (:class:`~llm_policy_gen.clients.session.Answer`), each a validated table or the
-reason it has none. :class:`~llm_policy_gen.proposers.llm.LLMProposer` asks a model through the run's
+A proposer takes the :class:`~llm_policy_gen.prompting.builder.IterationState` of an iteration (and the messages
+rendered from it) and returns K candidate answers (:class:`~llm_policy_gen.clients.session.Answer`), each a validated
+table or the reason it has none. :class:`~llm_policy_gen.proposers.llm.LLMProposer` asks a model through the run's
 :class:`~llm_policy_gen.clients.session.LLMSession`; the non-LLM proposers (``offline``, ``q-learning``, ``random``)
 compute their tables from the context alone and never step an environment, so every episode a run uses is counted by the
 engine. They are not LLM clients and do not pretend to be: :class:`TableSearch` renders each table as answer text in
@@ -21,7 +21,7 @@ from ..clients.session import Answer
 from ..clients.transcript import Transcript
 from ..clients.usage import Usage
 from ..errors import ProposalError
-from ..prompt import IterationState
+from ..prompting.builder import IterationState
 
 __all__ = ["Proposer", "TableSearch"]
 

@@ -25,7 +25,7 @@ Hyperparameters (documented defaults):
 The first candidate is the greedy table of ``Q``; among tied actions the current table's action is kept, then the
 lowest index. With K > 1 the other candidates are Boltzmann samples of ``Q``.
 
-Like the offline optimiser it reads the :class:`~llm_policy_gen.prompt.IterationState` and never steps an
+Like the offline optimiser it reads the :class:`~llm_policy_gen.prompting.builder.IterationState` and never steps an
 environment, so every episode it learns from is one the engine ran and counted ("does the LLM beat a table learner
 with the same budget of episodes?" then has an answer).
 """
@@ -40,8 +40,8 @@ import numpy as np
 from ..clients.transcript import Transcript
 from ..collect import Episode
 from ..errors import UserError
-from ..learner import optimistic_init, q_sweep
-from ..prompt import IterationState
+from ..modes.qtable import optimistic_init, q_sweep
+from ..prompting.builder import IterationState
 from .base import TableSearch
 
 __all__ = ["KeptTableQProposer"]

@@ -7,7 +7,7 @@ from typing import Any
 
 from ..clients.base import Message
 from ..clients.session import Answer, LLMSession
-from ..prompt import IterationState, PromptBuilder
+from ..prompting.builder import IterationState, PromptBuilder
 
 __all__ = ["LLMProposer"]
 

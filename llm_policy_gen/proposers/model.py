@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 
 from ..collect import Episode
-from ..memory import SparseTransitions, expected_next
-from ..prompt import IterationState
+from ..prompting.builder import IterationState
+from ..prompting.memory import SparseTransitions, expected_next
 
 __all__ = ["EmpiricalModel", "model_tables", "horizon_gamma"]
 

@@ -1,8 +1,8 @@
 """``offline``: a deterministic optimiser that is NOT a language model.
 
 It is the default backend when no key is configured and the baseline every LLM must beat. It sees only what a
-prompt carries, through the :class:`~llm_policy_gen.prompt.IterationState` the prompt was rendered from: the current
-best table, the scores of earlier candidates (history), the experience memory's per-state evidence, and the
+prompt carries, through the :class:`~llm_policy_gen.prompting.builder.IterationState` the prompt was rendered from: the
+current best table, the scores of earlier candidates (history), the experience memory's per-state evidence, and the
 environment spec with its prior rules. It never steps an environment, so every episode a run uses is counted by the
 engine. Its proposals are rendered as text in the same answer format an LLM must use and go through the same parser
 and validator.
@@ -38,7 +38,7 @@ import numpy as np
 
 from ..clients.transcript import Transcript
 from ..discretize import BoxDiscretizer
-from ..prompt import IterationState
+from ..prompting.builder import IterationState
 from .base import TableSearch
 from .model import EmpiricalModel, model_tables
 from .population import LinearRuleSearch

@@ -25,8 +25,8 @@ from collections.abc import Callable
 import numpy as np
 
 from ..discretize import BoxDiscretizer
-from ..memory import SparseTransitions, transition_totals
-from ..prompt import IterationState
+from ..prompting.builder import IterationState
+from ..prompting.memory import SparseTransitions, transition_totals
 
 __all__ = ["potential_tables", "prior_potential", "model_values"]
 

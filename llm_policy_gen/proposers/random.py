@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from ..prompt import IterationState
+from ..prompting.builder import IterationState
 from .base import TableSearch
 
 __all__ = ["RandomProposer"]

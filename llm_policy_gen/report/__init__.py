@@ -1,4 +1,4 @@
-"""``llm-policy-gen report``: one self-contained HTML page for a run directory or a comparison directory.
+"""The report: one self-contained HTML page for a run directory or a comparison directory.
 
 ::
 
@@ -17,17 +17,15 @@ still work (:mod:`.data`). The default ``--out`` is ``report.html`` inside the d
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
-from typing import Any
 
 from ..commands.argtypes import check_out_file
 from ..errors import UserError
 from ..run.files import RunDir
-from ..runlog import write_bytes_atomic
+from ..storage.runlog import write_bytes_atomic
 from .data import REPORT_NAME, is_compare_dir, is_run_dir, load_compare, load_run
 
-__all__ = ["write_report", "add_parser", "REPORT_NAME"]
+__all__ = ["write_report", "REPORT_NAME"]
 
 
 def _check_out(out: Path) -> Path:
@@ -74,23 +72,4 @@ def write_report(target: Path, out: Path | None = None, run_reports: bool = Fals
                     "(results.csv); give the folder `train` or `compare` printed")
 
 
-# ---------------------------------------------------------------------------------------------------- CLI
-def add_parser(subparsers: Any) -> None:
-    """Register ``report`` on the CLI's subparsers."""
-    p = subparsers.add_parser(
-        "report", help="one self-contained HTML page for a run or a comparison directory",
-        description="Write one HTML file (figures, tables, every model call, the configuration) that works offline.")
-    p.add_argument("target", help="a run directory (from `train`) or a comparison directory (from `compare`)")
-    p.add_argument("--out", help=f"the HTML file to write (default: TARGET/{REPORT_NAME})")
-    p.add_argument("--run-reports", action="store_true",
-                   help=f"for a comparison, also write each run's own {REPORT_NAME} and link it")
-    p.set_defaults(func=_cmd_report)
 
-
-def _cmd_report(args: argparse.Namespace) -> int:
-    written = write_report(Path(args.target), Path(args.out) if args.out else None, args.run_reports)
-    for w in written[:-1]:
-        print(f"wrote {w}")
-    page = written[-1]
-    print(f"wrote {page} ({page.stat().st_size / 1024:,.0f} kB)")
-    return 0

@@ -16,8 +16,8 @@ from typing import Any
 
 from ..errors import UserError
 from ..run.files import RunDir, is_run_dir
-from ..runlog import read_json_object
 from ..schema.aliases import LAYOUT_BEFORE_CANDIDATES, events_in, summary_in
+from ..storage.runlog import read_json_object
 from ..sweep.results import Curve, ResultRow, SweepRecord, curves_from_json, read_random_baseline, read_results
 
 __all__ = ["IterationView", "RunData", "CompareData", "load_run", "load_compare", "is_run_dir", "is_compare_dir",

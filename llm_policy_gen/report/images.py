@@ -113,8 +113,8 @@ def usage_curves(its: Sequence[IterationView]) -> str | None:
 
 
 def policy_image(run_dir: Path) -> tuple[str | None, str]:
-    """The best table drawn by :func:`llm_policy_gen.plotting.table.plot_policy`, or None and why not."""
-    from ..plotting.table import plot_policy
+    """The best table drawn by :func:`llm_policy_gen.plotting.table_figure.plot_policy`, or None and why not."""
+    from ..plotting.table_figure import plot_policy
     from ..run.files import RunDir, load_run_policy
 
     best = RunDir(Path(run_dir)).best_policy

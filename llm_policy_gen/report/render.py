@@ -16,8 +16,8 @@ from urllib.parse import quote
 from .. import __version__
 from ..errors import missing_extra
 from ..run.files import CONFIG, SUMMARY
-from ..runlog import slug
 from ..schema.aliases import file_key
+from ..storage.runlog import slug
 from .data import REPORT_NAME, CompareData, RunData
 from .images import file_uri, policy_image, run_curves, seed_curves, usage_curves
 from .transcripts import TextStore, build_calls

@@ -3,7 +3,7 @@
 - :mod:`.files`: the run directory, every path in it and the readers and writers of its files;
 - :mod:`.schema`: the keys of its records (an ``events.jsonl`` line, ``summary.json``);
 - :mod:`.prepare`: the checks every run makes before it writes anything (``train``, ``resume``, ``compare``);
-- :mod:`.backend`: the one backend factory (a proposer, and for LLM clients the session);
+- :mod:`.checkpoint`: the checkpoint file;
 - :mod:`.services`: :class:`Run`, the parts a run owns and the services a mode may use;
 - :mod:`.records`: the counters, the checkpoint state, events, summary and config records;
 - :mod:`.stop`: why a run stopped;
@@ -23,8 +23,8 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from ..backends.factory import default_cache_dir
     from ..config import resume_options
-    from .backend import default_cache_dir
     from .prepare import Prepared, check_backend, prepare, resolve_spec
     from .records import RunResult
     from .resume import resume

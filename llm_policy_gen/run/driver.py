@@ -18,6 +18,7 @@ import os
 import time
 
 from ..backends import base_url_variable
+from ..backends.factory import client_settings
 from ..clients.keys import redact
 from ..errors import (
     BackendAuthError,
@@ -28,10 +29,9 @@ from ..errors import (
     RunInterrupted,
     signal_of,
 )
-from ..locks import HeldInterrupts
-from ..runlog import appends_undone_on_error
 from ..schema.aliases import summary_out
-from .backend import client_settings
+from ..storage.locks import HeldInterrupts
+from ..storage.runlog import appends_undone_on_error
 from .counters import rollouts_from_state
 from .records import RunResult, Summary, event_record, summary_record
 from .services import Run

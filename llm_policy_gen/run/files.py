@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import PolicyFileError, UserError
-from ..runlog import (
+from ..schema.aliases import file_keys
+from ..storage.runlog import (
     TRANSCRIPT_FIELDS,
     check_fields,
     read_json,
@@ -34,7 +35,6 @@ from ..runlog import (
     slug,
     write_json_atomic,
 )
-from ..schema.aliases import file_keys
 from .schema import EVENT_FIELDS, SCHEMA_KEY, SCHEMA_VERSION, UPGRADES, Summary, config_of
 
 if TYPE_CHECKING:
@@ -234,7 +234,7 @@ class RunDir:
 
 def load_settings(path: Path | str) -> dict[str, Any]:
     """Settings from a ``--config`` file (TOML, or a run's ``config.json`` read through :func:`config_of`)."""
-    from ..config_files import load_config_file
+    from ..storage.config_files import load_config_file
 
     return load_config_file(path, upgrade=config_of)
 

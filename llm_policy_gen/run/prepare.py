@@ -21,7 +21,9 @@ from ..backends import (
     parse_backend_spec,
     provider_class,
 )
+from ..backends.factory import client_settings
 from ..clients.keys import check_same_source
+from ..clients.pricing import load_prices
 from ..config import TrainConfig, option_name
 from ..envs import get_spec
 from ..envs.spec import EnvSpec
@@ -30,10 +32,8 @@ from ..formats import FORMATS, refinable_format_names, table_format_names
 from ..formats.base import RefineOptions
 from ..modes import MODES
 from ..modes.base import Mode
-from ..pricing import load_prices
+from ..prompting.templates import check_prompts_dir
 from ..registry import plugin_sections
-from ..templates import check_prompts_dir
-from .backend import client_settings
 
 __all__ = ["Prepared", "prepare", "resolve_spec", "check_backend", "probe_outputs", "pair_learner", "unused_options"]
 
@@ -191,7 +191,7 @@ def unused_options(cfg: TrainConfig, backend: str) -> list[str]:
 def check_backend(prepared: Prepared) -> str | None:
     """Build ``prepared``'s run in a scratch folder without starting it (its backend, key and SDK included);
     returns where its calls will go and where that base URL and the key came from (None for no server)."""
-    from ..console import Console
+    from ..loggers.console import Console
     from .files import RunDir
     from .services import Run
 

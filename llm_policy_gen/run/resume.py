@@ -15,18 +15,18 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from ..checkpoint import load_checkpoint
 from ..clients.keys import is_loopback_url, redact, without_userinfo
 from ..clients.transcript import RecordedCalls
 from ..clients.usage import Budget, CallLimiter
 from ..config import TrainConfig, option_name, resume_options
-from ..console import Console
 from ..envs.spec import EnvSpec
 from ..errors import SpecError, UserError
-from ..locks import FolderLock, HeldInterrupts
-from ..loggers import check_writers
+from ..loggers.console import Console
+from ..loggers.writers import check_writers
 from ..modes import MODES
-from ..runlog import read_jsonl, rewrite_jsonl
+from ..storage.locks import FolderLock, HeldInterrupts
+from ..storage.runlog import read_jsonl, rewrite_jsonl
+from .checkpoint import load_checkpoint
 from .driver import execute
 from .files import RunDir, load_settings
 from .prepare import prepare
@@ -41,7 +41,8 @@ __all__ = ["resume"]
 def resume(run_dir: Path, overrides: dict[str, Any] | None = None, log: Callable[[str], None] | None = None, *,
            limiter: CallLimiter | None = None, budget: Budget | None = None) -> RunResult:
     """Continue the run in ``run_dir`` from its last checkpoint (see the module docstring); a run directory that
-    another process is writing is refused (:class:`~llm_policy_gen.locks.FolderBusy`) before anything changes."""
+    another process is writing is refused (:class:`~llm_policy_gen.storage.locks.FolderBusy`) before anything
+    changes."""
     with ExitStack() as held:
         return _resume(run_dir, overrides, log, held, limiter=limiter, budget=budget)
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, TypedDict, get_args, get_origin, get_type_hints
 
 from ..errors import UserError
-from ..runlog import CHECKS, Check
+from ..storage.runlog import CHECKS, Check
 
 __all__ = ["Event", "Summary", "EVENT_FIELDS", "fields_of", "SCHEMA_KEY", "SCHEMA_VERSION", "UPGRADES", "config_of"]
 
@@ -114,7 +114,7 @@ class Summary(TypedDict, total=False):
 
 
 def _kind(annotation: Any) -> str | None:
-    """The :data:`~llm_policy_gen.runlog.CHECKS` kind of a record field's type (None: not checked)."""
+    """The :data:`~llm_policy_gen.storage.runlog.CHECKS` kind of a record field's type (None: not checked)."""
     if isinstance(annotation, types.UnionType) or get_origin(annotation) is typing.Union:
         rest = [a for a in get_args(annotation) if a is not type(None)]
         if len(rest) != 1:
@@ -131,7 +131,7 @@ def _kind(annotation: Any) -> str | None:
 
 def fields_of(record: type) -> dict[str, Check]:
     """Each field of a typed record (a ``TypedDict``) with the check its type implies, for
-    :func:`~llm_policy_gen.runlog.check_fields`."""
+    :func:`~llm_policy_gen.storage.runlog.check_fields`."""
     out: dict[str, Check] = {}
     for key, annotation in get_type_hints(record).items():
         kind = _kind(annotation)

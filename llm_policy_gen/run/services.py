@@ -15,22 +15,22 @@ from typing import Any
 import numpy as np
 
 from ..backends import is_llm
+from ..backends.factory import make_backend
 from ..clients.session import Answer, LLMSession
 from ..clients.transcript import RecordedCalls, Transcript
 from ..clients.usage import Budget, CallLimiter, Usage
 from ..collect import Collector, Episode, Rollouts
 from ..config import TrainConfig
-from ..console import Console
 from ..envs.spec import EnvSpec
 from ..formats.base import AnswerFormat, Target
 from ..keeper import Keeper, SeedPlan, Verdict
-from ..memory import ExperienceMemory, episodes_from_state, episodes_state
+from ..loggers.console import Console
 from ..modes.base import Learner, Mode, OwnLoop, Setup, Step, first_messages, uses_chat
 from ..policy import Policy, TablePolicy
-from ..prompt import HistoryEntry, PromptBuilder, PromptContext
-from ..runlog import JsonlWriter, Logger
+from ..prompting.builder import HistoryEntry, PromptBuilder, PromptContext
+from ..prompting.memory import ExperienceMemory, episodes_from_state, episodes_state
 from ..schema.aliases import event_out
-from .backend import make_backend
+from ..storage.runlog import JsonlWriter, Logger
 from .counters import Counters, rollouts_from_state
 from .files import RunDir
 from .learner_env import LearnerEnv
@@ -94,7 +94,7 @@ class Run:
 
     def open_log(self) -> None:
         """The iteration writers: ``events.jsonl``, the console and those of ``--log`` (csv, tensorboard)."""
-        from ..loggers import make_writers
+        from ..loggers.writers import make_writers
 
         self.logger = Logger([JsonlWriter(self.dir.events, event_out), self.console,
                               *make_writers(self.cfg.log, self.dir.path)])
@@ -341,7 +341,7 @@ class Run:
         self.checkpoint()
 
     def checkpoint(self) -> None:
-        from ..checkpoint import save_checkpoint
+        from .checkpoint import save_checkpoint
 
         state = self.state_dict()
         save_checkpoint(self.dir.checkpoint, state)

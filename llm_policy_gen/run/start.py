@@ -16,10 +16,10 @@ from pathlib import Path
 from ..backends import is_client
 from ..clients.usage import Budget, CallLimiter
 from ..config import TrainConfig
-from ..console import Console
 from ..errors import RunInterrupted, signal_of
-from ..locks import FolderLock, HeldInterrupts
-from ..loggers import check_writers
+from ..loggers.console import Console
+from ..loggers.writers import check_writers
+from ..storage.locks import FolderLock, HeldInterrupts
 from .driver import execute
 from .files import RunDir
 from .prepare import prepare
@@ -35,7 +35,7 @@ def train(cfg: TrainConfig, log: Callable[[str], None] | None = None, *, limiter
 
     ``limiter`` and ``budget`` replace the run's own call limiter and budget, so that several runs (a sweep) can
     share one provider limit and one spending ceiling. The run directory is locked while the run writes it
-    (:class:`~llm_policy_gen.locks.FolderLock`).
+    (:class:`~llm_policy_gen.storage.locks.FolderLock`).
     """
     with ExitStack() as held:
         return _train(cfg, log, held, limiter=limiter, budget=budget)

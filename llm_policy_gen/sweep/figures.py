@@ -7,8 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..stats import quartile_band, step_curves
 from .results import Curve
+from .stats import quartile_band, step_curves
 
 __all__ = ["plot_curves"]
 

@@ -209,7 +209,7 @@ _LimitsManager.register("SweepLimits", SweepLimits)
 @contextmanager
 def managed_limits(**kwargs: Any) -> Iterator[Limits]:
     """A :class:`SweepLimits` in a manager process (spawned; a Unix socket), as a proxy that pickles into workers."""
-    from ..locks import die_with_parent
+    from ..storage.locks import die_with_parent
 
     manager = _LimitsManager(ctx=mp.get_context("spawn"))
     manager.start(die_with_parent, (os.getpid(),))  # it ends with the sweep, even a killed one

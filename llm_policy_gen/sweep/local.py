@@ -6,7 +6,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..locks import die_with_parent
+from ..storage.locks import die_with_parent
 from .limits import SweepLimits, managed_limits
 from .task import Done, Note, RunTask, error_text, failed_result, run_one
 

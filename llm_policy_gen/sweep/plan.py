@@ -18,11 +18,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..config import operational_settings  # what may differ between invocations of one sweep
-from ..console import printable
 from ..errors import UserError
+from ..loggers.console import printable
 from ..run.files import CONFIG, RunDir
-from ..runlog import read_json_object, to_jsonable
 from ..schema.aliases import settings_in
+from ..storage.runlog import read_json_object, to_jsonable
 from .results import SweepRecord, finished, split_entry
 from .task import RunTask
 
@@ -115,7 +115,7 @@ def committed_cost(task: RunTask, found: Found) -> float:
     ckpt = RunDir(task.run_dir).checkpoint
     if found.state != "started" or not ckpt.is_file():
         return 0.0
-    from ..checkpoint import load_checkpoint
+    from ..run.checkpoint import load_checkpoint
 
     try:
         return float(load_checkpoint(ckpt).get("usage", {}).get("cost_usd") or 0.0)

@@ -41,8 +41,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UserError, missing_extra
-from ..locks import STOP_SIGNALS
-from ..runlog import write_bytes_atomic
+from ..storage.locks import STOP_SIGNALS
+from ..storage.runlog import write_bytes_atomic
 from .limits import SweepLimits
 from .sync import DirSync, apply_changes, pack_dir, resume_point, unpack_dir
 from .task import Done, Note, RunTask, TaskResult, failed_result, run_one
@@ -251,17 +251,14 @@ def _stops_kept() -> Iterator[None]:
 
 
 def stage_package(folder: Path) -> Path:
-    """``folder`` with a copy of this package and of the prompt templates it reads, laid out as in a source tree
-    (``llm_policy_gen/`` beside ``prompts/``): the job's ``working_dir``. Ray uploads local folders only for
+    """``folder`` with a copy of this package (its prompt templates are package data inside it): the job's
+    ``working_dir``. Ray uploads local folders only for
     ``ray.init``; a ``working_dir`` also keeps Ray from putting the driver's current folder, and whatever copy of the
     package it holds, first on the workers' path."""
     import llm_policy_gen
 
-    from ..templates import prompts_dir
-
     skip = shutil.ignore_patterns("__pycache__", "*.pyc", ".*")
     shutil.copytree(Path(llm_policy_gen.__file__).resolve().parent, folder / "llm_policy_gen", ignore=skip)
-    shutil.copytree(prompts_dir(), folder / "prompts", ignore=skip)
     return folder
 
 

@@ -23,12 +23,12 @@ from typing import Any
 
 import numpy as np
 
-from ..console import plural
 from ..errors import UserError
+from ..loggers.console import plural
 from ..run.stop import StopKind, StopReason
-from ..runlog import read_json_object, write_bytes_atomic, write_json_atomic
 from ..schema.aliases import file_key, summary_in
-from ..stats import DEFAULT_RESAMPLES, DEFAULT_SEED, Interval, iqm_interval, median_censored, normalized
+from ..storage.runlog import read_json_object, write_bytes_atomic, write_json_atomic
+from .stats import DEFAULT_RESAMPLES, DEFAULT_SEED, Interval, iqm_interval, median_censored, normalized
 
 __all__ = ["CSV_COLUMNS", "TIME_COLUMNS", "split_entry", "finished", "ResultRow", "Curve", "SweepRecord",
            "write_results", "read_results", "write_curves", "load_curves", "BackendStats", "backend_stats",
@@ -247,7 +247,7 @@ class SweepRecord:
 
 # ---------------------------------------------------------------------------------------- random_policy.json
 BASELINE_FILE = "random_policy.json"
-"""The uniform random policy's held-out mean per run seed (:mod:`llm_policy_gen.random_policy`)."""
+"""The uniform random policy's held-out mean per run seed (:mod:`llm_policy_gen.sweep.random_baseline`)."""
 
 
 def read_random_baseline(folder: Path, key: Mapping[str, Any] | None = None) -> dict[int, float]:
@@ -306,8 +306,8 @@ def _score(runs: Sequence[ResultRow], random: Mapping[int, float] | None, goal: 
 def backend_stats(rows: Sequence[ResultRow], backends: Sequence[str] | None = None,
                   random: Mapping[int, float] | None = None, goal: float | None = None) -> list[BackendStats]:
     """Per-backend aggregates of result rows (in ``backends`` order, else first appearance); ``random``: the uniform
-    random policy's held-out mean per run seed (:func:`~llm_policy_gen.random_policy.random_baseline`), ``goal``:
-    the task's goal (the reward threshold), for the normalised score."""
+    random policy's held-out mean per run seed (:func:`~llm_policy_gen.sweep.random_baseline.random_baseline`),
+    ``goal``: the task's goal (the reward threshold), for the normalised score."""
     order = list(backends) if backends else list(dict.fromkeys(r.backend for r in rows))
     out = []
     for b in order:

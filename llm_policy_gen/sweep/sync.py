@@ -15,7 +15,7 @@ from pathlib import Path, PurePosixPath
 
 from ..errors import UserError
 from ..run.files import CHECKPOINT, RunDir
-from ..runlog import write_bytes_atomic
+from ..storage.runlog import write_bytes_atomic
 
 __all__ = ["CHECKPOINT", "Change", "DirSync", "pack_dir", "unpack_dir", "apply_changes", "resume_point"]
 
@@ -131,7 +131,7 @@ def apply_changes(root: Path, changes: Sequence[Change]) -> None:
 
 def resume_point(run_dir: Path) -> tuple[int, float]:
     """(iteration of the run's checkpoint, cost of the recorded calls after it, which a resume counts again)."""
-    from ..checkpoint import load_checkpoint
+    from ..run.checkpoint import load_checkpoint
 
     rd = RunDir(run_dir)
     done = 0

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..run.files import COMPARE_ERROR, RunDir
 from ..run.stop import StopKind, StopReason
-from ..runlog import slug, write_bytes_atomic, write_json_atomic
 from ..schema.aliases import events_in
+from ..storage.runlog import slug, write_bytes_atomic, write_json_atomic
 from .limits import Limits, SharedBudget, SharedLimiter, provider_key
 from .results import Curve, ResultRow, finished, split_entry
 

@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from .errors import JSONBounds, UserError
-from .runlog import write_bytes_atomic
-from .safe_json import loads
+from ..errors import JSONBounds, UserError
+from ..storage.runlog import write_bytes_atomic
+from ..storage.safe_json import loads
 
 __all__ = ["save_checkpoint", "load_checkpoint", "CHECKPOINT_VERSION"]
 

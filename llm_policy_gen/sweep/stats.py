@@ -11,8 +11,8 @@ puts its state back afterwards. With few seeds (5) the interval is narrow-biased
 variation the seeds did not show -- and a paper should say so.
 
 Scores are **normalised** where the task has a goal (:func:`normalized`): ``(return - R) / (goal - R)``, with ``R``
-the uniform random policy's return (:mod:`llm_policy_gen.random_policy`, never the ``random`` backend, which is a
-random search), so 0 is acting at random and 1 is the goal. Ratios of returns are never reported: a ratio of two
+the uniform random policy's return (:mod:`llm_policy_gen.sweep.random_baseline`, never the ``random`` backend, which is
+a random search), so 0 is acting at random and 1 is the goal. Ratios of returns are never reported: a ratio of two
 negative returns means nothing.
 
 rliable (and its ``arch``, ``scipy``, ``pandas`` and ``statsmodels``) is imported only when an interval is asked for.

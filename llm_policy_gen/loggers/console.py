@@ -11,6 +11,7 @@ A console whose reader went away (``train ... 2>&1 | head -1``) stops printing; 
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -86,7 +87,7 @@ def calls_text(answered: int, failed: int, first_error: str | None) -> str:
 
 
 class Console:
-    """A :class:`~llm_policy_gen.runlog.KVWriter` for the terminal, and the run's notice printer."""
+    """A :class:`~llm_policy_gen.storage.runlog.KVWriter` for the terminal, and the run's notice printer."""
 
     def __init__(self, total: int, desc: str, enabled: bool = True, quiet: bool = False,
                  stream: TextIO | None = None, sink: Callable[[str], None] | None = None, is_llm: bool = True) -> None:
@@ -172,3 +173,23 @@ class Console:
         if bar is not None:
             self._safely(bar.close)
             self.bar = None
+
+
+def print_dropped(text: str, stream: TextIO | None = None) -> None:
+    """Print a line that is a by-product: when its reader is gone (a closed pipe), it is dropped."""
+    try:
+        print(text, file=stream or sys.stdout, flush=True)
+    except OSError:
+        release_stream(stream or sys.stdout)
+
+
+def release_stream(stream: TextIO) -> None:
+    """A standard stream whose reader went away: point it at /dev/null, so that nothing more fails on it (not even
+    the flush at exit, which would print "Exception ignored ... BrokenPipeError")."""
+    try:
+        fd = stream.fileno()
+        devnull = os.open(os.devnull, os.O_WRONLY)
+    except (OSError, ValueError):  # not a real file (a test's captured stream)
+        return
+    os.dup2(devnull, fd)
+    os.close(devnull)

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import os
 from functools import lru_cache
+from importlib import resources
 from pathlib import Path
 
-from .config_files import read_toml
-from .errors import UserError
+from ..errors import UserError
+from ..storage.config_files import read_toml
 
 __all__ = ["DEFAULT_PRICES", "load_prices", "price_of", "cost_usd"]
 
-DEFAULT_PRICES = Path(__file__).with_name("data") / "prices.toml"
+DEFAULT_PRICES = Path(str(resources.files("llm_policy_gen") / "data" / "prices.toml"))
 MAX_PRICE = 1e6
 """The highest price accepted, in USD per million tokens: with token counts capped too (``usage.MAX_TOKENS``), a
 call's cost is always a finite number."""

@@ -1,4 +1,4 @@
-"""A discretized state written as text, for the language model to encode (``prompts/lm_state.md``).
+"""A discretized state written as text, for the language model to encode (``prompting/prompts/lm_state.md``).
 
 The text is the state's bin description (:meth:`~llm_policy_gen.discretize.ObservationDiscretizer.describe_state`:
 each dimension's name and bin range, or a grid cell's row and column), under the task's title and description. It is
@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ..discretize import ObservationDiscretizer
 from ..envs.spec import EnvSpec
-from ..templates import fill
+from ..prompting.templates import fill
 
 __all__ = ["STATE_TEMPLATE", "state_text", "state_texts"]
 

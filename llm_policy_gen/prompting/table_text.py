@@ -9,9 +9,9 @@ from typing import Any
 
 import numpy as np
 
-from .discretize import BoxDiscretizer, DiscreteDiscretizer, ObservationDiscretizer
-from .formats.base import AnswerFormat, Target
-from .formats.edits import table_as_edits
+from ..discretize import BoxDiscretizer, DiscreteDiscretizer, ObservationDiscretizer
+from ..formats.base import AnswerFormat, Target
+from ..formats.edits import table_as_edits
 
 __all__ = ["table_text", "table_rows", "entry_text"]
 

@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..backends import BACKENDS, base_url_variable, is_client, parse_backend_spec
 from ..clients.base import ClientOptions, ClientSettings, CountsTokens, LLMClient, Message, RendersChat, is_free
 from ..clients.cache import ResponseCache
 from ..clients.keys import endpoint_notice, remember_url
+from ..clients.pricing import DEFAULT_PRICES, price_of
 from ..clients.replay import SOURCE_FIELDS
 from ..clients.sdk import SDKClient
 from ..clients.session import LLMSession
@@ -30,11 +30,11 @@ from ..clients.usage import Budget, CallLimiter, LocalLimiter
 from ..config import TrainConfig
 from ..errors import UserError
 from ..formats.base import RefineOptions
-from ..pricing import DEFAULT_PRICES, price_of
-from ..prompt import PromptBuilder, default_token_cap
+from ..prompting.builder import PromptBuilder, default_token_cap
 from ..proposers.base import Proposer
 from ..proposers.llm import LLMProposer
 from ..proposers.refine import RefiningProposer
+from . import BACKENDS, base_url_variable, is_client, parse_backend_spec
 
 __all__ = ["Backend", "make_backend", "client_settings", "client_options", "default_cache_dir", "check_context"]
 

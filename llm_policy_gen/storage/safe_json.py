@@ -15,7 +15,7 @@ The checks scan the text once, skipping the insides of strings, so a long ration
 ``RecursionError`` or a conversion ``ValueError`` that gets past them anyway (:func:`raw_decode` from inside a
 string) becomes the same error. ``json.JSONDecodeError`` (a syntax error) is left as it is: callers already say
 where. Callers turn :class:`JSONBounds` into what their input needs: an invalid answer (sent back for repair), a
-cache miss, or one line naming the file and exit 2 (:func:`~llm_policy_gen.runlog.read_json`).
+cache miss, or one line naming the file and exit 2 (:func:`~llm_policy_gen.storage.runlog.read_json`).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import re
 from itertools import accumulate
 from typing import Any
 
-from .errors import JSONBounds
+from ..errors import JSONBounds
 
 __all__ = ["loads", "raw_decode", "check_text", "is_bomb", "MAX_DEPTH", "MAX_DIGITS", "JSONBounds"]
 

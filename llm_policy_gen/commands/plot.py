@@ -45,9 +45,9 @@ def add_parser(subparsers: Any) -> None:
 
 
 def _cmd_plot(args: argparse.Namespace) -> int:
-    from .curves import plot_runs
-    from .figure import check_image_path
-    from .table import plot_policy
+    from ..plotting.curves import plot_runs
+    from ..plotting.figure import check_image_path
+    from ..plotting.table_figure import plot_policy
 
     out = check_image_path(Path(args.out))
     if args.window < 1:

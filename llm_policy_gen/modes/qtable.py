@@ -33,8 +33,8 @@ from typing import Any
 
 import numpy as np
 
-from .collect import Episode
-from .discretize import ObservationDiscretizer
+from ..collect import Episode
+from ..discretize import ObservationDiscretizer
 
 __all__ = ["QLearner", "LearnerPolicy", "advised_values", "optimistic_init"]
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from .collect import Episode
+from ..collect import Episode
 
 __all__ = [
     "episodes_state",

@@ -15,13 +15,13 @@ Each pair is one run of :mod:`llm_policy_gen.run` in its own run directory ``OUT
 * ``results.md`` -- the settings every run shared, then per backend: the interquartile mean over seeds of the final
   held-out return (the best table's mean on the held-out episodes) and of the normalised score (0: the uniform random
   policy, 1: the reward threshold), each with rliable's 95 % stratified bootstrap interval
-  (:func:`llm_policy_gen.stats.iqm_interval`: 2,000 resamples, seed 0), median episodes to solve
+  (:func:`llm_policy_gen.sweep.stats.iqm_interval`: 2,000 resamples, seed 0), median episodes to solve
   (unsolved runs count as never solving), solve rate, calls,
   tokens, cost and wall time; the budget and the runs it stopped;
 * ``curves.png`` -- the best table's held-out mean against environment episodes, median and interquartile band per
   backend over seeds; ``curves.json`` holds the points it was drawn from;
 * ``random_policy.json`` -- the uniform random policy's mean return on each run seed's held-out seeds
-  (:mod:`llm_policy_gen.random_policy`), where the task has a reward threshold;
+  (:mod:`llm_policy_gen.sweep.random_baseline`), where the task has a reward threshold;
 * ``compare.json`` -- the sweep's parameters, the settings that decide its results, and its limits' report;
 * ``sweep.jsonl`` -- one line per attempt of a run: started (and on which node), lost, resumed, done.
 
@@ -68,15 +68,15 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from ..console import plural, printable
 from ..errors import SweepInterrupted, UserError, missing_extra, signal_of
-from ..locks import FolderLock, HeldInterrupts
-from ..runlog import append_jsonl, slug, write_bytes_atomic
-from .figures import plot_curves
-from .limits import DEFAULT_MAX_CONCURRENT_CALLS
-from .plan import check_same_sweep, committed_cost, experiment, plan, preflight, resolved, survey
-from .results import ResultRow, SweepRecord, results_markdown, write_curves, write_results
-from .task import RunTask, TaskResult, failed_result, result_from_summary
+from ..loggers.console import plural, printable
+from ..storage.locks import FolderLock, HeldInterrupts
+from ..storage.runlog import append_jsonl, slug, write_bytes_atomic
+from ..sweep.figures import plot_curves
+from ..sweep.limits import DEFAULT_MAX_CONCURRENT_CALLS
+from ..sweep.plan import check_same_sweep, committed_cost, experiment, plan, preflight, resolved, survey
+from ..sweep.results import ResultRow, SweepRecord, results_markdown, write_curves, write_results
+from ..sweep.task import RunTask, TaskResult, failed_result, result_from_summary
 
 __all__ = ["CompareConfig", "run_compare", "add_parser"]
 
@@ -197,7 +197,7 @@ def run_compare(config: CompareConfig) -> list[ResultRow]:
     check_same_sweep(out, sweep, tasks, survey(tasks))
     preflight(tasks)
     if c.executor == "ray" and os.environ.get("RAY_ADDRESS"):
-        from .ray import check_address
+        from ..sweep.ray import check_address
 
         check_address(os.environ["RAY_ADDRESS"])
 
@@ -245,11 +245,11 @@ def run_compare(config: CompareConfig) -> list[ResultRow]:
         stopped: KeyboardInterrupt | None = None
         try:
             if c.executor == "ray":
-                from .ray import execute_ray
+                from ..sweep.ray import execute_ray
 
                 record.limits = execute_ray(todo, c.workers, on_done, limits, note)
             else:
-                from .local import execute_local
+                from ..sweep.local import execute_local
 
                 record.limits = execute_local(todo, c.workers or 1, on_done, limits, note)
         except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM / SIGHUP (errors.Interrupted)
@@ -293,9 +293,9 @@ def _random_baseline(out: Path, cfg: Any, seeds: list[int], measure: bool = True
     """The uniform random policy's held-out mean per run seed (``random_policy.json``), for the normalised score;
     None (and the score n/a) where the task has no goal. With ``measure`` False only the seeds measured before are
     given."""
-    from ..random_policy import POLICY, heldout_random_means
     from ..run.prepare import resolve_spec
-    from .results import read_random_baseline, write_random_baseline
+    from ..sweep.random_baseline import POLICY, heldout_random_means
+    from ..sweep.results import read_random_baseline, write_random_baseline
 
     spec = resolve_spec(cfg)
     if spec.reward_threshold is None:
@@ -364,7 +364,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     from ..clients.keys import load_env_noted, remember_url
     from ..config import TrainConfig
     from ..run.files import load_settings
-    from .plan import parse_backends, parse_seeds
+    from ..sweep.plan import parse_backends, parse_seeds
 
     load_env_noted()
     seeds = parse_seeds(args.seeds)

@@ -1,4 +1,4 @@
-"""The uniform random policy's return: the zero of a normalised score (:func:`llm_policy_gen.stats.normalized`).
+"""The uniform random policy's return: the zero of a normalised score (:func:`llm_policy_gen.sweep.stats.normalized`).
 
 Not the ``random`` backend (a random *search* over tables, kept by the keeper): this is one policy that acts
 uniformly at random in the environment's own action space (``env.action_space.sample()``, seeded with the episode's
@@ -17,10 +17,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .collect import fresh_env_per_episode
-from .envs.make import make_env
-from .envs.spec import EnvSpec
-from .keeper import SeedPlan
+from ..collect import fresh_env_per_episode
+from ..envs.make import make_env
+from ..envs.spec import EnvSpec
+from ..keeper import SeedPlan
 
 __all__ = ["uniform_random_returns", "heldout_seeds", "heldout_random_means", "POLICY"]
 

@@ -1,10 +1,11 @@
-"""Prompt templates: the Markdown files under ``prompts/``, read once and filled with ``string.Template``."""
+"""Prompt templates: the Markdown files of ``prompting/prompts/`` (package data), read once and filled with
+``string.Template``."""
 
 from __future__ import annotations
 
 import os
-import sys
 from functools import lru_cache
+from importlib import resources
 from pathlib import Path
 from string import Template
 from typing import Any
@@ -16,22 +17,19 @@ PROMPTS_VARIABLE = "LLM_POLICY_GEN_PROMPTS"
 
 
 def prompts_dir() -> Path:
-    """The prompt templates: ``LLM_POLICY_GEN_PROMPTS``, else ``prompts/`` of the source tree (editable install),
-    else ``<prefix>/share/llm-policy-gen/prompts`` (regular install)."""
+    """The prompt templates: ``LLM_POLICY_GEN_PROMPTS``, else the package's own ``prompting/prompts/`` (package
+    data, found with :mod:`importlib.resources`, so that an editable and a regular install read the same files)."""
     env = os.environ.get(PROMPTS_VARIABLE)
     if env:
         return Path(env)
-    source = Path(__file__).resolve().parent.parent / "prompts"
-    if (source / "user.md").is_file():
-        return source
-    return Path(sys.prefix) / "share" / "llm-policy-gen" / "prompts"
+    return Path(str(resources.files(__package__ or "llm_policy_gen.prompting") / "prompts"))
 
 
 def prompts_source() -> dict[str, str]:
     """Where the prompt templates come from, for config.json: ``{"source": "LLM_POLICY_GEN_PROMPTS", "dir": ...}``
     (and where that variable was set: the shell or a ``.env`` file), or ``{"source": "package", "dir": ...}``."""
     if os.environ.get(PROMPTS_VARIABLE):
-        from .clients.keys import variable_source
+        from ..clients.keys import variable_source
 
         return {"source": PROMPTS_VARIABLE, "dir": str(prompts_dir().resolve()),
                 "set_in": variable_source(PROMPTS_VARIABLE)}
@@ -41,7 +39,7 @@ def prompts_source() -> dict[str, str]:
 def check_prompts_dir() -> None:
     """Refuse a ``LLM_POLICY_GEN_PROMPTS`` that is not a folder holding the templates every run reads (one line
     naming the variable, before any run directory is made)."""
-    from .errors import UserError
+    from ..errors import UserError
 
     value = os.environ.get(PROMPTS_VARIABLE)
     if not value:

@@ -20,12 +20,12 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
-from .errors import BackendConfigError
-from .registry import PluginOptions, Registry
+from ..errors import BackendConfigError
+from ..registry import PluginOptions, Registry
 
 if TYPE_CHECKING:
-    from .clients.profiles import ClientProfile
-    from .clients.sdk import SDKClient
+    from ..clients.profiles import ClientProfile
+    from ..clients.sdk import SDKClient
 
 __all__ = ["BACKENDS", "parse_backend_spec", "is_configured", "default_backend_spec", "list_backends", "is_client",
            "is_llm", "default_model", "provider_class", "provider_classes", "auto_order", "provider_variables",
@@ -38,7 +38,7 @@ class _Backends(Registry[Any]):
     def options_model(self, name: str) -> type[PluginOptions] | None:
         found = super().options_model(name)
         if found is None and self.entry(name).info.get("kind") == "client":
-            from .clients.base import ClientSettings
+            from ..clients.base import ClientSettings
 
             return ClientSettings
         return found
@@ -108,7 +108,7 @@ def provider_class(name: str) -> type[SDKClient] | None:
     entry = BACKENDS.entry(name)
     if entry.info.get("kind") != "client" or "is_llm" in entry.info:  # the line itself holds the facts
         return None
-    from .clients.sdk import SDKClient
+    from ..clients.sdk import SDKClient
 
     found = BACKENDS.load(name)
     return found if isinstance(found, type) and issubclass(found, SDKClient) else None

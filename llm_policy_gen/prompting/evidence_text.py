@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .discretize import BoxDiscretizer, DiscreteDiscretizer, ObservationDiscretizer
-from .formats.base import dim_names, table_dims
+from ..discretize import BoxDiscretizer, DiscreteDiscretizer, ObservationDiscretizer
+from ..formats.base import dim_names, table_dims
 from .memory import EpisodeStats, StateEvidence
 
 __all__ = ["num", "stat", "bin_values", "terminal_counts", "evidence_by_dimension", "dimension_lines"]

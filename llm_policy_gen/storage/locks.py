@@ -34,8 +34,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from .errors import Interrupted, UserError
-from .run.files import HOLDER_FILE, LOCK_FILE
+from ..errors import Interrupted, UserError
+from ..run.files import HOLDER_FILE, LOCK_FILE
 from .safe_json import loads as safe_loads
 
 __all__ = ["FolderLock", "FolderBusy", "HeldInterrupts", "LOCK_FILE", "HOLDER_FILE", "LOCK_FILES", "die_with_parent",
@@ -103,7 +103,7 @@ class FolderLock:
         return _holder_text(note)
 
     def _write_note(self) -> None:
-        from .clients.keys import redact
+        from ..clients.keys import redact
         from .runlog import write_json_atomic
 
         write_json_atomic(self.note_path, {

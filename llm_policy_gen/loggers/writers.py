@@ -1,8 +1,9 @@
 """The optional per-iteration writers of ``--log``: ``progress.csv`` and TensorBoard event files.
 
-Both are :class:`~llm_policy_gen.runlog.KVWriter` s that the run's :class:`~llm_policy_gen.runlog.Logger` calls
-after ``events.jsonl`` and the console, with the iteration's record. Both write the same scalars, named in
-Stable-Baselines3's way (``namespace/name``), computed from the record by :func:`scalars`:
+Both are :class:`~llm_policy_gen.storage.runlog.KVWriter` s that the run's
+:class:`~llm_policy_gen.storage.runlog.Logger` calls after ``events.jsonl`` and the console, with the iteration's
+record. Both write the same scalars, named in Stable-Baselines3's way (``namespace/name``), computed from the
+record by :func:`scalars`:
 
 ====================================  =================================================================
 ``time/iterations``                   the iteration (also the TensorBoard step)
@@ -31,7 +32,7 @@ plus the other numbers of the record (confirmation test, prompt size, wall time,
   so no step is shown twice.
 
 A writer that needs more than a few lines lives in its own file, registered here by one line: ``wandb``
-(:mod:`llm_policy_gen.log_wandb`, an offline Weights & Biases run with the same scalars).
+(:mod:`llm_policy_gen.loggers.wandb`, an offline Weights & Biases run with the same scalars).
 
 Writers are found by name in :data:`LOGGERS` (``register`` adds one); a missing optional library is a
 :class:`~llm_policy_gen.errors.UserError` naming the extra to install.
@@ -48,22 +49,23 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .errors import missing_extra
-from .registry import Registry
-from .run.files import PROGRESS_CSV, RunDir
-from .runlog import KVWriter, write_bytes_atomic
-from .schema.aliases import events_in
+from ..errors import missing_extra
+from ..registry import Registry
+from ..run.files import PROGRESS_CSV, RunDir
+from ..schema.aliases import events_in
+from ..storage.runlog import KVWriter, write_bytes_atomic
 
 __all__ = ["LOGGERS", "scalars", "make_writers", "check_writers", "CSVWriter", "TensorBoardWriter", "PROGRESS_CSV"]
 
 
 #: Logger name -> "module:factory"; a factory takes the run directory and returns a KVWriter.
 LOGGERS: Registry[Any] = Registry("logger", "--log")
-LOGGERS.register("csv", "llm_policy_gen.loggers:CSVWriter", description=f"{PROGRESS_CSV}, one row per iteration")
-LOGGERS.register("tensorboard", "llm_policy_gen.loggers:TensorBoardWriter",
+LOGGERS.register("csv", "llm_policy_gen.loggers.writers:CSVWriter",
+                 description=f"{PROGRESS_CSV}, one row per iteration")
+LOGGERS.register("tensorboard", "llm_policy_gen.loggers.writers:TensorBoardWriter",
                  description="TensorBoard event files (needs the tensorboard extra)", extra="tensorboard",
                  requires="tensorboardX")
-LOGGERS.register("wandb", "llm_policy_gen.log_wandb:WandbWriter",
+LOGGERS.register("wandb", "llm_policy_gen.loggers.wandb:WandbWriter",
                  description="an offline Weights & Biases run in RUN_DIR/wandb (needs the wandb extra)", extra="wandb",
                  requires="wandb")
 

@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from .errors import JSONBounds, UserError
+from ..errors import JSONBounds, UserError
 from .safe_json import loads as safe_loads
 
 __all__ = ["write_json_atomic", "write_bytes_atomic", "append_jsonl", "appends_undone_on_error",
@@ -219,7 +219,7 @@ MAX_JSON_BYTES = 256 << 20
 
 def read_json(path: Path, max_bytes: int = MAX_JSON_BYTES) -> Any:
     """A JSON file's value; a file that is missing, unreadable, not UTF-8, not JSON, larger than ``max_bytes``,
-    nested too deeply or holding a number of too many digits (:mod:`~llm_policy_gen.safe_json`) is a
+    nested too deeply or holding a number of too many digits (:mod:`~llm_policy_gen.storage.safe_json`) is a
     :class:`UserError` whose one line names it."""
     p = Path(path)
     try:

@@ -3,7 +3,7 @@
 The run lives in ``RUN_DIR/wandb/offline-run-*/`` (W&B's cache, config, data and artifact folders in
 ``RUN_DIR/wandb/`` too, not under ``~/.cache`` or ``~/.config``) and never talks to a server
 (``wandb sync RUN_DIR/wandb/offline-run-*`` uploads it later, with your own W&B login). It gets the same scalars
-as ``progress.csv`` and TensorBoard (:func:`~llm_policy_gen.loggers.scalars`, step = iteration) and, as its
+as ``progress.csv`` and TensorBoard (:func:`~llm_policy_gen.loggers.writers.scalars`, step = iteration) and, as its
 configuration, the ``config`` object of the run's ``config.json`` (base URLs without ``user:password@``), with
 every configured key scrubbed once more.
 
@@ -32,9 +32,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from .errors import missing_extra
-from .loggers import scalars
-from .run.files import RunDir
+from ..errors import missing_extra
+from ..run.files import RunDir
+from .writers import scalars
 
 __all__ = ["WandbWriter", "WANDB_SETTINGS"]
 
@@ -56,7 +56,7 @@ WANDB_SETTINGS: dict[str, Any] = {
 
 def _run_config(run_dir: Path) -> dict[str, Any]:
     """The redacted settings of the run, from its config.json (which the engine writes before any logger starts)."""
-    from .clients.keys import redact_all
+    from ..clients.keys import redact_all
 
     record = RunDir(run_dir).load_config(lenient=True)
     config = record.get("config") if record is not None else None

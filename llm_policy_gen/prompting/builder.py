@@ -1,4 +1,4 @@
-"""Building the messages a backend sees, from templates under ``prompts/``.
+"""Building the messages a backend sees, from templates under ``prompting/prompts/``.
 
 The prompt holds the task and its reward, the meaning of every bin and action, the physics hints, the scores of
 earlier proposals (deduplicated, rounded to the precision shown, best last, as OPRO does), the episodes, per-state
@@ -31,14 +31,14 @@ from typing import Any
 
 import numpy as np
 
-from .clients.base import Message
-from .collect import Episode
-from .discretize import ActionDiscretizer, BoxDiscretizer, ObservationDiscretizer
-from .envs.spec import EnvSpec
+from ..clients.base import Message
+from ..collect import Episode
+from ..discretize import ActionDiscretizer, BoxDiscretizer, ObservationDiscretizer
+from ..envs.spec import EnvSpec
+from ..formats.base import AnswerFormat, FormatContext, Target, table_dims
+from ..schema.aliases import event_in, template_fields
 from .evidence_text import bin_values, dimension_lines, evidence_by_dimension, num
-from .formats.base import AnswerFormat, FormatContext, Target, table_dims
 from .memory import ExperienceMemory, StateEvidence, episode_stats, median_episode
-from .schema.aliases import event_in, template_fields
 from .table_text import entry_text, table_text
 from .templates import prompts_dir, template
 
@@ -146,7 +146,7 @@ class _TableMemo:
 
 
 class PromptBuilder:
-    """Renders :class:`PromptContext` into messages with the templates of ``prompts/``."""
+    """Renders :class:`PromptContext` into messages with the templates of ``prompting/prompts/``."""
 
     def __init__(
         self,

@@ -10,8 +10,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .backends import recorded_backend
-from .errors import JSONBounds, UserError
+from ..backends import recorded_backend
+from ..errors import JSONBounds, UserError
 from .safe_json import loads
 
 __all__ = ["read_toml", "load_config_file", "RUN_IDENTITY"]

@@ -1,0 +1,134 @@
+"""``llm-policy-gen train``: run the loop and write one run directory, or ``--resume`` one. Its flags are generated
+from the settings' fields: the shared ones first, then each plug-in's options under its name."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ..errors import UserError
+from ..loggers.console import print_dropped
+from ..registry import Option
+from .argtypes import int_list, json_object, name_list
+
+__all__ = ["add_parser", "summary_line"]
+
+
+def add_parser(sub: Any) -> None:
+    from ..config import options
+    from ..schema.aliases import OLD_FLAGS
+
+    p = sub.add_parser("train", help="run the iterative loop and write one run directory (or --resume one)",
+                       description="Run the loop: collect -> prompt -> K candidates -> validate -> keep -> log. "
+                       "The settings every run shares come first, then each plug-in's own options under its name; "
+                       "an option of a plug-in this run does not use is recorded and noted, and changes nothing.")
+    p.add_argument("--resume", metavar="RUN_DIR", help="continue an interrupted or killed run from its directory")
+    p.add_argument("--config", help="TOML file (top level or [train]) or a run's config.json; options override it")
+    p.add_argument("--spec", help="a spec variant of the environment (see `envs`), e.g. rich: as --env ENV.rich")
+    groups: dict[str, Any] = {"": p}
+    for option in options().values():
+        if option.flag:
+            if option.section not in groups:
+                groups[option.section] = p.add_argument_group(f"options of {option.section}")
+            _add_setting(groups[option.section], option)
+    for flag, setting in OLD_FLAGS.items():  # an old name's option (--eval-start) still works, unlisted
+        if options()[setting].flag:
+            _add_setting(p, options()[setting], flag, argparse.SUPPRESS)
+    p.set_defaults(func=_cmd_train)
+
+
+def _add_setting(p: Any, option: Option, flag: str | None = None, help_text: str | None = None) -> None:
+    """The flag of one setting, its parsing read from the field's type: a number, a choice, a comma list
+    (``--log csv,tensorboard``, ``--bins 6,6``), a JSON object, or a switch that sets the opposite of the default
+    (``--no-cache``, ``--quiet``). Unset, it is None: the config file or the default decides."""
+    import types
+    import typing
+
+    flag = flag or option.flag
+    assert flag is not None
+    name, kind = option.name, option.annotation
+    help_text = option.help().replace("%", "%%") if help_text is None else help_text
+    if typing.get_origin(kind) in (typing.Union, types.UnionType):  # X | None
+        kind = next(a for a in typing.get_args(kind) if a is not type(None))
+    if kind is bool:
+        p.add_argument(flag, dest=name, action="store_const", const=not option.default, help=help_text)
+        return
+    if typing.get_origin(kind) is typing.Literal:
+        p.add_argument(flag, dest=name, choices=typing.get_args(kind), help=help_text)
+        return
+    parsers: dict[Any, tuple[Callable[[str], Any], str]] = {
+        int: (int, "N"), float: (float, "X"), list[int]: (int_list, "N,N"), list[str]: (name_list, "NAME,NAME"),
+        dict[str, Any]: (json_object, "JSON")}
+    parse, metavar = parsers.get(kind, (str, flag[2:].upper().replace("-", "_")))
+    p.add_argument(flag, dest=name, type=parse, metavar=metavar, help=help_text)
+
+
+def _cmd_train(args: argparse.Namespace) -> int:
+    from ..clients.keys import load_env_noted
+    from ..config import TrainConfig, train_options
+    from ..loggers.console import printable
+    from ..run import resume, train
+    from ..run.files import load_settings
+
+    load_env_noted()
+    cli: dict[str, Any] = {n: getattr(args, n) for n in train_options() if getattr(args, n, None) is not None}
+    if args.resume:
+        if args.config:
+            raise UserError("--resume takes the run's own config.json; do not give --config with it")
+        if args.spec:
+            raise UserError("--resume takes the run's own env spec; do not give --spec with it")
+        result = resume(Path(args.resume), cli)
+    else:
+        file_settings = load_settings(args.config) if args.config else {}
+        if "env_id" not in cli and isinstance(file_settings.get("env_id"), str):
+            from ..envs.catalog import check_env_named
+
+            # a config file (maybe another's run's config.json) imports a module:EnvId module only when named
+            check_env_named(file_settings["env_id"], None, f"the config file {args.config}")
+        if args.spec:
+            from ..envs.catalog import variant_id
+
+            env = cli.get("env_id") or file_settings.get("env_id") or TrainConfig.model_fields["env_id"].default
+            cli["env_id"] = variant_id(str(env), args.spec)
+        cfg = TrainConfig.build((file_settings, f"config file {args.config}"), (cli, "command line"))
+        result = train(cfg)
+    s = result.summary
+    # The run's files are written: a console whose reader went away (`| head -1`) does not change its outcome.
+    print_dropped(printable(summary_line(s)))
+    print_dropped(f"run directory: {result.run_dir}")
+    if s["stop_reason"] == "backend unreachable":
+        print_dropped(f"llm-policy-gen train: failed: the backend answered no call for "
+                       f"{s.get('unreachable_after', 'several')} iterations in a row; resume with `train --resume "
+                       f"{result.run_dir}` once it is back", sys.stderr)
+        return 1
+    return 0
+
+
+def summary_line(s: dict[str, Any]) -> str:
+    """The one line ``train`` prints about a finished run (from its summary.json)."""
+    from ..backends import is_client
+    from ..loggers.console import calls_text, cost_text, plural
+    from ..schema.aliases import summary_in
+
+    s = summary_in(s)
+    if s["solved"]:
+        solved = f"solved after {plural(s['episodes_to_solve'], 'episode')}"
+    else:
+        solved = "not solved" if s.get("reward_threshold") is not None else "no threshold"
+    cost = f", {cost_text(s['cost_usd'], s.get('cost_complete', True))}" if s["is_llm"] else ""
+    best = "n/a" if s["best_heldout_mean"] is None else f"{s['best_heldout_mean']:.2f}"
+    model = f":{s['model']}" if s["model"] and s["is_llm"] else ""
+    mode = "" if s["mode"] == "table" else f", {s['mode']} mode"
+    made = calls_text(s["llm_calls"], s.get("failed_calls") or 0, s.get("first_call_error"))
+    calls = (f"{made}, {s['input_tokens']}+{s['output_tokens']} tokens{cost}"
+             if is_client(s["backend"]) else f"{plural(s['llm_calls'], 'proposal')} (no model called)")
+    never = " (no candidate was ever accepted: this is the initial table)" if s.get("never_accepted") \
+        and s["mode"] != "direct" else ""
+    when = " (measured once, at the end)" if s["mode"] == "direct" and s["best_heldout_episodes"] else ""
+    return (f"{s['env_id']} [{s['backend']}{model}{mode}] held-out mean {best} over "
+            f"{plural(s['best_heldout_episodes'], 'episode')}{when}{never}, {solved}; "
+            f"{plural(s['iterations'], 'iteration')}, {plural(s['episodes_total'], 'episode')}, {calls}, "
+            f"{s['wall_s']:.1f} s; stop: {s['stop_reason']}")

@@ -1,0 +1,1 @@
+"""The prompt stage: evidence and the current table as text, templates, the message builder."""
