@@ -112,8 +112,8 @@ def test_big_tables_keep_sparse_transitions():
 
 def test_sparse_and_dense_transitions_agree(monkeypatch):
     rng = np.random.default_rng(0)
-    from llm_policy_gen import memory as memory_module
     from llm_policy_gen.collect import Episode
+    from llm_policy_gen.prompting import memory as memory_module
 
     eps = [Episode(i, rng.integers(0, 6, 30), rng.integers(0, 3, 30), rng.normal(size=30), bool(i % 2), False)
            for i in range(5)]

@@ -239,7 +239,7 @@ def test_gif_of_a_mujoco_task_without_a_display(tmp_path: Path) -> None:
 
 def test_gif_without_a_working_headless_backend_says_what_to_install(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    from llm_policy_gen import gif
+    from llm_policy_gen.plotting import gif
 
     policy, _ = policy_of("InvertedPendulum-v5")
     policy.save(tmp_path / "pend.json")

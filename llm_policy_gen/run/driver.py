@@ -29,7 +29,6 @@ from ..errors import (
     RunInterrupted,
     signal_of,
 )
-from ..schema.aliases import summary_out
 from ..storage.locks import HeldInterrupts
 from ..storage.runlog import appends_undone_on_error
 from .counters import rollouts_from_state
@@ -144,7 +143,7 @@ def _finish(run: Run, stop: StopReason, interrupted: bool, held: HeldInterrupts)
         except (KeyboardInterrupt, Exception) as exc:  # the summary must still be written
             extra = {"finish_error": f"{type(exc).__name__}: {redact(str(exc))[:200]}"}
     summary = summary_record(run, stop, dict(extra), state)
-    run.dir.write_summary(summary_out(summary))
+    run.dir.write_summary(summary)
     if run.cfg.plots and run.dir.events.exists():
         from ..plotting.curves import plot_run
 
@@ -202,7 +201,7 @@ def execute(run: Run, first: int) -> RunResult:
     assert summary is not None
     if summary["never_accepted"] and run.mode.judges_candidates:
         run.log("note: no candidate was ever accepted; the best policy is the initial table")
-    return RunResult(run.dir.path, summary_out(summary))
+    return RunResult(run.dir.path, run.dir.load_summary() or {})  # as written: the file's keys
 
 
 _WRITE_ERRORS: dict[int, tuple[str, str]] = {

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import PolicyFileError, UserError
-from ..schema.aliases import file_keys
+from ..schema.aliases import file_keys, summary_out
 from ..storage.runlog import (
     TRANSCRIPT_FIELDS,
     check_fields,
@@ -199,7 +199,9 @@ class RunDir:
         return None if record is None else config_of(record, self.config)
 
     def write_summary(self, summary: Summary | Mapping[str, Any]) -> None:
-        write_json_atomic(self.summary, summary)
+        """Write ``summary.json`` from a :class:`~.schema.Summary` in the code's names, under the keys the file
+        carries (:func:`~llm_policy_gen.schema.aliases.summary_out`)."""
+        write_json_atomic(self.summary, summary_out(summary))
 
     def load_summary(self, *, lenient: bool = False) -> dict[str, Any] | None:
         """``summary.json``: a :class:`~.schema.Summary` with the mode's own keys (None while the run has not
