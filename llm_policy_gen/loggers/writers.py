@@ -235,15 +235,21 @@ class TensorBoardWriter:
 
 
 def check_writers(names: Sequence[str]) -> None:
-    """Refuse (one line naming the extra) a writer of ``names`` whose library (the entry's ``requires``) is not
-    installed, without opening any writer: a resume checks this before it changes a file of the run."""
-    import importlib.util
+    """Refuse (one line naming the extra) a writer of ``names`` whose library (the entry's ``requires``) does not
+    import, without opening any writer: ``train`` and a resume check this before a run directory is made or a file
+    of the run changes. The library is imported, not only found: an install that is present but broken is refused
+    here too, not after the run directory is made."""
+    import importlib
 
     for name in dict.fromkeys(n.strip().lower() for n in names if n.strip()):
         entry = LOGGERS.entry(name)
         module = entry.info.get("requires")
-        if module and importlib.util.find_spec(module) is None:
-            raise missing_extra(f"--log {name} needs {module}", str(entry.info.get("extra") or name))
+        if not module:
+            continue
+        try:
+            importlib.import_module(str(module))
+        except ImportError:
+            raise missing_extra(f"--log {name} needs {module}", str(entry.info.get("extra") or name)) from None
 
 
 def make_writers(names: Sequence[str], run_dir: Path) -> list[KVWriter]:
