@@ -5,7 +5,10 @@ from __future__ import annotations
 import ipaddress
 import signal
 import socket
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -47,3 +50,14 @@ def _guarded_connect(self: socket.socket, address: object) -> object:
 @pytest.fixture(autouse=True)
 def _no_network(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(socket.socket, "connect", _guarded_connect)
+
+
+@pytest.fixture(scope="session")
+def gguf() -> Path:
+    """SmolLM2-135M-Instruct's GGUF file (Q4_1, sha256-checked), fetched once for the whole test run by
+    ``tools/fetch_model.py`` (the language-model tests share it)."""
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, str(root / "tools" / "fetch_model.py"), "--path", "smollm2"],
+                         capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stderr
+    return Path(out.stdout.strip())

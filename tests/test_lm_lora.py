@@ -7,25 +7,15 @@ tiny (8-step rollouts, one or two gradient steps): LoRA on a shared 2-core CPU c
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from test_lm_policy import LM_CACHE, ROOT, lake, needs_extra
+from test_lm_policy import LM_CACHE, lake, needs_extra
 
 from llm_policy_gen.cli import main
 
 SMALL = ("--lm-n-steps", "8", "--lm-batch-size", "8", "--lm-epochs", "2")
-
-
-@pytest.fixture(scope="module")
-def gguf() -> Path:
-    out = subprocess.run([sys.executable, str(ROOT / "tools" / "fetch_model.py"), "--path", "smollm2"],
-                         capture_output=True, text=True, timeout=900)
-    assert out.returncode == 0, out.stderr
-    return Path(out.stdout.strip())
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -144,14 +143,6 @@ def test_trpo_trains_a_head_over_random_features(tmp_path: Path) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- the real model
-@pytest.fixture(scope="module")
-def gguf() -> Path:
-    out = subprocess.run([sys.executable, str(ROOT / "tools" / "fetch_model.py"), "--path", "smollm2"],
-                         capture_output=True, text=True, timeout=900)
-    assert out.returncode == 0, out.stderr
-    return Path(out.stdout.strip())
-
-
 @pytest.fixture(scope="module")
 def smollm2(gguf: Path) -> Any:
     """The model, through the safetensors cache (written from the GGUF file the first time)."""

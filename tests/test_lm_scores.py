@@ -7,23 +7,13 @@ same; a run in this process reuses the loaded model).
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from test_lm_policy import LM_CACHE, ROOT, lake, needs_extra, one_line, run_files
+from test_lm_policy import LM_CACHE, lake, needs_extra, one_line, run_files
 
 from llm_policy_gen.cli import main
-
-
-@pytest.fixture(scope="module")
-def gguf() -> Path:
-    out = subprocess.run([sys.executable, str(ROOT / "tools" / "fetch_model.py"), "--path", "smollm2"],
-                         capture_output=True, text=True, timeout=900)
-    assert out.returncode == 0, out.stderr
-    return Path(out.stdout.strip())
 
 
 @pytest.fixture(scope="module")
