@@ -3,7 +3,7 @@ resumed writes the same events, summary and policy files as one that ran through
 learner's state as arrays and JSON (nothing pickled).
 
 The control features (``--lm-features onehot``, ``random``) need no model; the last test uses SmolLM2-135M, loaded
-by each process from the safetensors cache that ``tests/test_lm_policy.py`` writes (its ``gguf`` fixture is shared).
+by each process from the safetensors cache that the shared ``gguf`` fixture (``tests/conftest.py``) fills.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from run_helpers import kill_and_resume, run_records
-from test_lm_policy import LM_CACHE, gguf, lake, needs_extra, one_line  # noqa: F401  # gguf: a fixture
+from test_lm_policy import LM_CACHE, lake, needs_extra, one_line
 
 from llm_policy_gen.cli import main
 from llm_policy_gen.run.checkpoint import load_checkpoint, save_checkpoint
