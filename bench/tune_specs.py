@@ -1,0 +1,216 @@
+"""Spec settings chosen on the tuning seeds only (issue 32 item 5): a coordinate search over each task's training
+settings on seeds 100-109 (100-104 for the long tasks), never on the judged seeds 0-9.
+
+    python bench/tune_specs.py [--tasks cartpole,mountaincar,...] [--seeds 100-109] [--workers N]
+                               [--out ~/llm-policy-gen-bench/tune] [--report-only]
+
+A task's **settings today** are the package defaults, overlaid with its spec's ``train_defaults`` and the suite's
+per-task settings (``bench/suite.py``'s ``GOALS``); its budget is the suite's. The **grid** is one pass of a
+coordinate search around them: every tuned setting (``candidates``, ``train_episodes``, ``test_start``,
+``test_max``, ``confirm_episodes``, ``confirm_batches``) at half and at double today's value, one setting changed at
+a time (values below 1, and a ``test_max`` below ``test_start``, are left out), then every change that beat today's
+settings combined into one more point. Structure (the bins, the answer format, the prior) is not tuned: it is the spec
+itself, not a setting; nor is the offline search's ``[search]`` table (``restart_after`` and the step sizes, set only
+by Swimmer-v5's spec), which a run's settings cannot change.
+
+A point is judged on the tuning seeds by the suite's own measure: first the count of seeds whose final held-out mean
+(100 episodes) meets the task's goal, then the interquartile mean of those held-out means (:mod:`llm_policy_gen.sweep
+.stats`, rliable). The **chosen** point is the best of today's settings, each single change and the combination; a tie
+keeps today's. Every run is a ``bench/suite.py`` run (the same code: resumed if interrupted, reused if finished) in
+``OUT/runs``, so the search goes on across sessions.
+
+Written to ``OUT``: ``results.json`` (one record per run, as the suite's) and ``tune_specs.md`` (per task: the
+settings today, the grid tried with each point's seeds-met and IQM, the chosen point and which settings it changes).
+Applying a choice is an edit of the spec's ``[train_defaults]`` (or the suite's ``GOALS``) by hand, after which the
+goal table is re-judged on seeds 0-9 with ``bench/suite.py``. Not a test: it prints figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from suite import BY_KEY, GOALS, LONG, Goal, _met, run_one  # noqa: E402
+
+DEFAULT_OUT = Path.home() / "llm-policy-gen-bench" / "tune"
+TUNED = ("candidates", "train_episodes", "test_start", "test_max", "confirm_episodes", "confirm_batches")
+TUNING_SEEDS = tuple(range(100, 110))
+LONG_TUNING_SEEDS = tuple(range(100, 105))
+
+Point = tuple[tuple[str, Any], ...]
+
+
+def today(goal: Goal) -> dict[str, Any]:
+    """The task's settings today, under the code's names: defaults < spec ``train_defaults`` < the suite's."""
+    from llm_policy_gen.config import TrainConfig
+    from llm_policy_gen.envs import get_spec
+    from llm_policy_gen.schema.aliases import settings_in
+
+    spec = get_spec(goal.env_id)
+    defaults = TrainConfig.model_fields
+    values = {k: defaults[k].default for k in TUNED if k in defaults}
+    values.update({k: v for k, v in settings_in(spec.train_defaults, "spec").items() if k in TUNED})
+    values.update({k: v for k, v in settings_in(dict(goal.settings), "suite").items() if k in TUNED})
+    return values
+
+
+def valid(values: dict[str, Any]) -> bool:
+    return all(isinstance(v, int) and v >= 1 for k, v in values.items() if k in TUNED) and \
+        values.get("test_max", 1) >= values.get("test_start", 1)
+
+
+def single_changes(base: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each tuned setting at half and at double today's value, one at a time (invalid points left out)."""
+    points = []
+    for key, value in base.items():
+        for new in sorted({max(1, value // 2), value * 2} - {value}):
+            point = {**base, key: new}
+            if valid(point):
+                points.append(point)
+    return points
+
+
+def as_goal(goal: Goal, values: dict[str, Any], base: dict[str, Any]) -> Goal:
+    """The suite's goal with the point's settings; today's point is the suite's own run id (no digest added)."""
+    if values == base:
+        return goal
+    from llm_policy_gen.schema.aliases import settings_in
+
+    kept = {k: v for k, v in settings_in(dict(goal.settings), "suite").items() if k not in TUNED}
+    return replace(goal, settings=tuple(sorted({**kept, **values}.items())))
+
+
+def judge(goal: Goal, rows: list[dict[str, Any]]) -> tuple[int, float | None]:
+    """(seeds that meet the goal, IQM of the final held-out means) of one point's runs."""
+    import numpy as np
+
+    from llm_policy_gen.sweep.stats import iqm_interval
+
+    vals = [r.get("heldout") for r in rows]
+    met = sum(_met(goal, v) for v in vals)
+    finite = [float(v) for v in vals if v is not None]
+    if not finite:
+        return met, None
+    return met, iqm_interval(np.asarray(finite), reps=200).estimate
+
+
+def run_points(jobs: list[tuple[Goal, int]], out: Path, workers: int) -> dict[tuple[str, int], dict[str, Any]]:
+    """Run (or reuse) every (goal, seed); records keyed by (run id digest of the goal, seed)."""
+    from suite import _run_id
+
+    done: dict[tuple[str, int], dict[str, Any]] = {}
+    with ProcessPoolExecutor(workers) as pool:
+        futures = {pool.submit(run_one, g, "offline", s, out): (g, s) for g, s in jobs}
+        for fut in as_completed(futures):
+            g, s = futures[fut]
+            rec = fut.result()
+            done[(_run_id(g, "offline", s), s)] = rec
+            print(f"{g.key} {dict(g.settings) or 'today'} seed {s}: held-out {rec.get('heldout')}"
+                  f"{' (reused)' if rec.get('reused') else ''}", flush=True)
+    return done
+
+
+def tune(goal: Goal, seeds: list[int], out: Path, workers: int) -> dict[str, Any]:
+    from suite import _run_id
+
+    base = today(goal)
+    singles = single_changes(base)
+
+    def rows_of(values: dict[str, Any], recs: dict[tuple[str, int], dict[str, Any]]) -> list[dict[str, Any]]:
+        g = as_goal(goal, values, base)
+        return [recs[(_run_id(g, "offline", s), s)] for s in seeds]
+
+    jobs = [(as_goal(goal, p, base), s) for p in [base, *singles] for s in seeds]
+    recs = run_points(jobs, out, workers)
+    scored = [(p, *judge(goal, rows_of(p, recs))) for p in [base, *singles]]
+
+    def key(t: tuple[dict[str, Any], int, float | None]) -> tuple[int, float]:
+        return t[1], -1e18 if t[2] is None else t[2]
+
+    base_key = key(scored[0])
+    better = [t[0] for t in scored[1:] if key(t) > base_key]
+    combined = dict(base)
+    for p in better:
+        combined.update({k: v for k, v in p.items() if v != base[k]})
+    if len(better) > 1 and valid(combined) and combined not in [p for p, *_ in scored]:
+        recs.update(run_points([(as_goal(goal, combined, base), s) for s in seeds], out, workers))
+        scored.append((combined, *judge(goal, rows_of(combined, recs))))
+    best = max(scored, key=key)
+    if key(best) == base_key:
+        best = scored[0]
+    records = [r for p, *_ in scored for r in rows_of(p, recs)]
+    return {"task": goal.key, "env_id": goal.env_id, "budget": goal.budget, "goal": goal.goal, "seeds": seeds,
+            "today": base, "points": [{"settings": p, "met": m, "iqm": q,
+                                       "heldout": [r.get("heldout") for r in rows_of(p, recs)]}
+                                      for p, m, q in scored],
+            "chosen": best[0], "changed": {k: v for k, v in best[0].items() if v != base[k]}, "records": records}
+
+
+def write_report(out: Path, results: list[dict[str, Any]]) -> Path:
+    lines = ["## Spec settings tuned on seeds 100-109 (100-104 for the long tasks)", "",
+             "Regenerate: `python bench/tune_specs.py --tasks " + ",".join(r["task"] for r in results) +
+             f" --out {out}`", "",
+             "One pass of a coordinate search (each setting at half and double today's value, then the improving "
+             "changes combined); a point is judged by the seeds meeting the goal, then the IQM of the final "
+             "held-out means; a tie keeps today's.", ""]
+    for r in results:
+        names = list(r["today"])
+        lines += [f"### {r['env_id']} (budget {r['budget']:,} episodes, goal {r['goal']}, seeds "
+                  f"{r['seeds'][0]}-{r['seeds'][-1]})", "",
+                  "| " + " | ".join(names) + " | seeds met | IQM held-out | per seed |",
+                  "|" + " --- |" * (len(names) + 3)]
+        for p in r["points"]:
+            cells = [(f"**{p['settings'][k]}**" if p["settings"][k] != r["today"][k] else str(p["settings"][k]))
+                     for k in names]
+            iqm = "-" if p["iqm"] is None else f"{p['iqm']:,.2f}"
+            per = ", ".join("-" if v is None else f"{v:.1f}" for v in p["heldout"])
+            lines.append("| " + " | ".join(cells) + f" | {p['met']}/{len(r['seeds'])} | {iqm} | {per} |")
+        changed = ", ".join(f"{k} {r['today'][k]} -> {v}" for k, v in r["changed"].items()) or "none (today's kept)"
+        lines += ["", f"Chosen: {changed}.", ""]
+    path = out / "tune_specs.md"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tasks", default="cartpole,mountaincar,acrobot,pendulum")
+    ap.add_argument("--seeds", default="", help="e.g. 100-104; default 100-109 (100-104 for the long tasks)")
+    ap.add_argument("--workers", type=int, default=1)
+    ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    ap.add_argument("--report-only", action="store_true", help="rewrite tune_specs.md from OUT/tune.json")
+    args = ap.parse_args(argv)
+    unknown = [t for t in args.tasks.split(",") if t not in BY_KEY]
+    if unknown:
+        print(f"tune_specs: unknown task {unknown[0]!r}; one of {', '.join(g.key for g in GOALS)}", file=sys.stderr)
+        return 2
+    if args.seeds:
+        lo, _, hi = args.seeds.partition("-")
+        seeds = list(range(int(lo), int(hi or lo) + 1))
+        if min(seeds) < 100:
+            print("tune_specs: tuning seeds start at 100 (0-99 are the judged seeds' range)", file=sys.stderr)
+            return 2
+    args.out.mkdir(parents=True, exist_ok=True)
+    store = args.out / "tune.json"
+    results: dict[str, Any] = json.loads(store.read_text()) if store.is_file() else {}
+    if not args.report_only:
+        os.environ.setdefault("OMP_NUM_THREADS", "1")
+        for key in args.tasks.split(","):
+            goal = BY_KEY[key]
+            task_seeds = seeds if args.seeds else list(LONG_TUNING_SEEDS if goal.seeds == LONG else TUNING_SEEDS)
+            results[key] = tune(goal, task_seeds, args.out, args.workers)
+            store.write_text(json.dumps(results, indent=1, default=str))
+    print(f"wrote {write_report(args.out, list(results.values()))}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
