@@ -111,3 +111,42 @@ def test_a_scores_head_run_reads_out_the_zero_shot_table_then_trains_its_bias(sm
     params = load_checkpoint(run / "checkpoint.npz")["learner"]["state"]["policy"]
     assert params["action_net.bias"].shape == (4,) and np.abs(params["action_net.bias"]).sum() > 0  # zero at start
     assert not any("scores" in k for k in params)  # the frozen scores are rebuilt from the cache, never state
+
+
+@needs_extra
+@pytest.mark.slow
+def test_a_model_whose_output_layer_is_not_its_embeddings_is_scored_with_its_own_output_layer(
+        smollm2: Any, tmp_path: Path) -> None:
+    """A folder model saved with a separate ``lm_head.weight`` (the case of Qwen2.5-Coder-0.5B's GGUF file, loaded
+    untied): the scores are the full causal model's own token log-probabilities; the same model saved without its
+    output layer is refused in one line."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from llm_policy_gen.errors import UserError
+    from llm_policy_gen.lm.backbone import load_language_model
+    from llm_policy_gen.lm.scores import ActionScorer
+
+    torch.manual_seed(0)
+    tok = smollm2.tokenizer
+    cfg = LlamaConfig(vocab_size=smollm2.model.config.vocab_size, hidden_size=32, intermediate_size=64,
+                      num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2, tie_word_embeddings=False)
+    full = LlamaForCausalLM(cfg).eval()
+    assert not torch.equal(full.lm_head.weight, full.get_input_embeddings().weight)
+    untied = tmp_path / "untied"
+    full.save_pretrained(untied)
+    tok.save_pretrained(untied)
+    prompt, conts = "Position: row 2, column 3.\nBest action:", [" move left", " move down"]
+    sums, _ = ActionScorer(load_language_model(untied, tmp_path / "cache"), None).raw([prompt], conts)
+    ids = list(tok(prompt)["input_ids"])
+    for a, c in enumerate(conts):
+        cont = list(tok(c, add_special_tokens=False)["input_ids"])
+        with torch.inference_mode():
+            lp = torch.log_softmax(full(input_ids=torch.tensor([ids + cont])).logits[0], dim=-1)
+        plain = sum(float(lp[len(ids) - 1 + j, t]) for j, t in enumerate(cont))
+        assert abs(plain - float(sums[0, a])) < 1e-4, (a, plain, sums[0, a])
+    headless = tmp_path / "headless"
+    full.model.save_pretrained(headless)
+    tok.save_pretrained(headless)
+    with pytest.raises(UserError, match="lm_head.weight"):
+        ActionScorer(load_language_model(headless, tmp_path / "cache"), None)

@@ -15,8 +15,9 @@ figures for all three are in ``docs/lm-policy.md``.
 
 **The output layer.** The loaded model is the base model (:mod:`.model` keeps no language-model head); the
 next-token logits are its last hidden states times the input embedding matrix, which is the output layer of a model
-whose ``tie_word_embeddings`` is true (SmolLM2, Qwen2.5-Coder-0.5B and Gemma 3 270M all are). A model with a separate
-output layer is refused for ``--lm-head scores`` (one line, exit 2).
+whose ``tie_word_embeddings`` is true (SmolLM2-135M's GGUF file loads so). A model loaded with a separate output layer
+(Qwen2.5-Coder-0.5B's GGUF file stores one) gets that matrix from its own files (:mod:`.output_layer`); one whose
+files hold none is refused for ``--lm-head scores`` (one line, exit 2).
 
 **Cost and cache.** The prompts' longest common token prefix (the task's title, description and actions: about 75
 of SmolLM2's tokens) is run once; then each state's own tokens once, and each action's tokens over them
@@ -45,6 +46,7 @@ from ..errors import UserError
 from ..prompting.templates import fill
 from ..storage.runlog import write_bytes_atomic
 from .backbone import LanguageModel
+from .output_layer import OUTPUT_BUFFER, attach_output_layer
 from .state_text import state_text
 
 __all__ = ["ACTION_TEMPLATE", "ScoreNorm", "SCORE_NORMS", "ActionScorer", "scoring_prompts", "continuations",
@@ -87,13 +89,17 @@ def normalise(sums: Any, tokens: Any, words: Any, how: ScoreNorm) -> Any:
 
 
 def output_embeddings(model: Any) -> Any:
-    """The matrix that turns a last hidden state into next-token logits: the tied input embeddings."""
+    """The matrix that turns a last hidden state into next-token logits: the tied input embeddings, or the output
+    layer :func:`.output_layer.attach_output_layer` attached."""
     config = getattr(model, "config", None)
-    if not getattr(config, "tie_word_embeddings", False):
-        raise UserError("--lm-head scores needs a model whose output layer is its input embeddings "
-                        "(tie_word_embeddings); this model has a separate output layer, which the loaded base model "
-                        "does not keep; use --lm-head features")
-    return model.get_input_embeddings().weight
+    if getattr(config, "tie_word_embeddings", False):
+        return model.get_input_embeddings().weight
+    attached = getattr(model, OUTPUT_BUFFER, None)
+    if attached is None:
+        raise UserError("--lm-head scores needs the model's output layer: its input embeddings are not tied to it "
+                        "and its files hold no output.weight (GGUF) or lm_head.weight (safetensors); use "
+                        "--lm-head features")
+    return attached
 
 
 @dataclass(frozen=True)
@@ -209,7 +215,8 @@ class ActionScorer:
     module doc)."""
 
     def __init__(self, lm: LanguageModel, cache_dir: Path | None = None, device: str = "cpu") -> None:
-        output_embeddings(lm.model)  # refuse an untied model before any pass
+        attach_output_layer(lm, cache_dir)
+        output_embeddings(lm.model)  # refuse a model without an output layer before any pass
         self.lm = lm
         self.device = device
         self.folder = None if cache_dir is None else cache_dir / lm.identity.sha256 / "scores"
