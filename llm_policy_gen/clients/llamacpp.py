@@ -3,8 +3,8 @@
 No server, no key, no network, cost 0. The model is loaded once per process (:func:`~.local_model.load_model`,
 keyed by the file, the context size and the thread count) and shared by every client that names the same file; one
 ``Llama`` object is not thread-safe, so calls are serialised by a lock per model, and the K candidates of an
-iteration queue behind each other (each still a distinct sample: its seed is a function of the run seed and the call's key,
-:func:`~.base.call_seed`).
+iteration queue behind each other (each still a distinct sample: its seed is a function of the run seed and the
+call's key, :func:`~.base.call_seed`).
 
 * **Chat template**: the model's own (``tokenizer.chat_template`` in the GGUF metadata), compiled when the model is
   loaded and rendered under limits (:mod:`.chat_template`: Jinja's sandbox, a deadline and size bounds); its sha256 and
