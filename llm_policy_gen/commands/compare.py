@@ -74,8 +74,9 @@ from ..storage.locks import FolderLock, HeldInterrupts
 from ..storage.runlog import append_jsonl, slug, write_bytes_atomic
 from ..sweep.figures import plot_curves
 from ..sweep.limits import DEFAULT_MAX_CONCURRENT_CALLS
+from ..sweep.markdown import results_markdown
 from ..sweep.plan import check_same_sweep, committed_cost, experiment, plan, preflight, resolved, survey
-from ..sweep.results import ResultRow, SweepRecord, results_markdown, write_curves, write_results
+from ..sweep.results import ResultRow, SweepRecord, write_curves, write_results
 from ..sweep.task import RunTask, TaskResult, failed_result, result_from_summary
 
 __all__ = ["CompareConfig", "run_compare", "add_parser"]
@@ -294,8 +295,7 @@ def _random_baseline(out: Path, cfg: Any, seeds: list[int], measure: bool = True
     None (and the score n/a) where the task has no goal. With ``measure`` False only the seeds measured before are
     given."""
     from ..run.prepare import resolve_spec
-    from ..sweep.random_baseline import POLICY, heldout_random_means
-    from ..sweep.results import read_random_baseline, write_random_baseline
+    from ..sweep.random_baseline import POLICY, heldout_random_means, read_random_baseline, write_random_baseline
 
     spec = resolve_spec(cfg)
     if spec.reward_threshold is None:
