@@ -294,7 +294,7 @@ def _random_baseline(out: Path, cfg: Any, seeds: list[int], measure: bool = True
     """The uniform random policy's held-out mean per run seed (``random_policy.json``), for the normalised score;
     None (and the score n/a) where the task has no goal. With ``measure`` False only the seeds measured before are
     given."""
-    from ..run.prepare import resolve_spec
+    from ..run.environment import resolve_spec
     from ..sweep.random_baseline import POLICY, heldout_random_means, read_random_baseline, write_random_baseline
 
     spec = resolve_spec(cfg)
