@@ -21,13 +21,14 @@ from typing import Any
 import numpy as np
 
 from ..collect import fresh_env_per_episode
+from ..config import TrainConfig
 from ..envs.make import make_env
 from ..envs.spec import EnvSpec
 from ..keeper import SeedPlan
 from ..storage.runlog import read_json_object, write_json_atomic
 
 __all__ = ["uniform_random_returns", "heldout_seeds", "heldout_random_means", "POLICY", "BASELINE_FILE",
-           "read_random_baseline", "write_random_baseline"]
+           "read_random_baseline", "write_random_baseline", "folder_random_means"]
 
 POLICY = "uniform random actions: env.action_space.sample(), the action space seeded with each episode's seed"
 
@@ -84,3 +85,24 @@ def read_random_baseline(folder: Path, key: Mapping[str, Any] | None = None) -> 
 def write_random_baseline(folder: Path, key: Mapping[str, Any], by_seed: Mapping[int, float]) -> None:
     write_json_atomic(Path(folder) / BASELINE_FILE, {**dict(key), "by_seed": {str(k): float(v) for k, v in
                                                                               sorted(by_seed.items())}})
+
+
+def folder_random_means(out: Path, cfg: TrainConfig, seeds: Sequence[int],
+                        measure: bool = True) -> dict[int, float] | None:
+    """The uniform random policy's held-out mean per run seed in the comparison directory ``out``
+    (``random_policy.json``, measured for the seeds missing there), for the normalised score;
+    None (and the score n/a) where the task has no goal. With ``measure`` False only the seeds measured before are
+    given."""
+    from ..run.environment import resolve_spec
+
+    spec = resolve_spec(cfg)
+    if spec.reward_threshold is None:
+        return None
+    key = {"env_id": spec.env_id, "env_kwargs": dict(spec.kwargs), "heldout_episodes": cfg.heldout_episodes,
+           "policy": POLICY}
+    known = read_random_baseline(out, key)
+    missing = [s for s in seeds if s not in known]
+    if missing and measure:
+        known.update(heldout_random_means(spec, missing, cfg.heldout_episodes))
+        write_random_baseline(out, key, known)
+    return known
