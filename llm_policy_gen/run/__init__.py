@@ -5,11 +5,12 @@
 - :mod:`.environment`: the environment's spec a configuration resolves to;
 - :mod:`.prepare`: the checks every run makes before it writes anything (``train``, ``resume``, ``compare``);
 - :mod:`.checkpoint`: the checkpoint file;
-- :mod:`.services`: :class:`Run`, the parts a run owns and the services a mode may use;
+- :mod:`.parts`: what a run owns, built once (the base of :class:`Run`), and their state in the checkpoint;
+- :mod:`.services`: :class:`Run`, the services a mode may use;
 - :mod:`.records`: the counters, the checkpoint state, events, summary and config records;
 - :mod:`.stop`: why a run stopped;
 - :mod:`.driver`: the iteration loop for every mode;
-- :mod:`.start` and :mod:`.resume`: ``train`` and ``train --resume``.
+- :mod:`.start` and :mod:`.resume`: ``train`` and ``train --resume`` (:mod:`.resume_checks`: what a resume refuses).
 
 The names below are imported when first used (PEP 562), so that reading a run directory (:mod:`.files`, which the
 report, the plots, the sweep, the loggers and the lock use) does not import the whole run (nor import it in a

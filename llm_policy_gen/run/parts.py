@@ -2,8 +2,8 @@
 
 :class:`RunParts` builds and owns the environment's discretizers, the seed plan, the collector, the experience memory,
 the keeper, the prompt builder, the transcript, the backend, the counters and the run directory, and counts every
-episode a service plays (memory, totals and the prompt's fresh episodes). What a mode may do with the parts is
-:class:`~.services.Run`'s (``RunServices``).
+episode a service plays (memory, totals and the prompt's fresh episodes); its :meth:`RunParts.state_dict` is their
+part of the checkpoint. What a mode may do with the parts is :class:`~.services.Run`'s (``RunServices``).
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ from ..loggers.console import Console
 from ..modes.base import Mode, Setup, uses_chat
 from ..prompting.builder import PromptBuilder
 from ..prompting.context import HistoryEntry
-from ..prompting.memory import ExperienceMemory
+from ..prompting.memory import ExperienceMemory, episodes_from_state, episodes_state
 from ..storage.runlog import Logger
-from .counters import Counters
+from .counters import Counters, rollouts_from_state
 from .files import RunDir
 
 __all__ = ["RunParts"]
@@ -138,3 +138,38 @@ class RunParts:
     @property
     def heldout_mean(self) -> float | None:
         return self.best_heldout.mean if self.best_heldout is not None else None
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self) -> dict[str, Any]:
+        """The parts' state in the checkpoint: the counters, the random streams, the memory, the keeper and the
+        backend's (:class:`~.services.Run` adds the mode's and its learner's)."""
+        held = self.best_heldout
+        return {
+            **self.counters.to_state(),
+            "wall_s": self.wall_before + time.perf_counter() - self.t_start,
+            "heldout": None if held is None else {"seeds": held.seeds, "returns": held.returns,
+                                                  "lengths": held.lengths},
+            "history": [h.to_dict() for h in self.history],
+            "pending": episodes_state(self.pending),
+            "rng": self.rng.bit_generator.state,
+            "memory": self.memory.state_dict(),
+            "keeper": self.keeper.state_dict(),
+            "proposer": self.backend.proposer.state_dict(),
+            "session": self.backend.session.state_dict() if self.backend.session is not None else {},
+            "usage": self.usage.to_dict(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.counters = Counters.from_state(state)
+        self.wall_before = float(state["wall_s"])
+        self.best_heldout = rollouts_from_state(state["heldout"])
+        self.history = [HistoryEntry.from_dict(h) for h in state["history"]]
+        self.pending = episodes_from_state(state["pending"])
+        self.rng.bit_generator.state = state["rng"]
+        self.memory.load_state_dict(state["memory"])
+        self.keeper.load_state_dict(state["keeper"])
+        self.backend.proposer.load_state_dict(state["proposer"])
+        if self.backend.session is not None:
+            self.backend.session.load_state_dict(state["session"], restore_budget=not self._shared_budget)
+        else:
+            self._local_usage = Usage.from_dict(state["usage"])

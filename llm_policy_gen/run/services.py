@@ -8,7 +8,6 @@ the keeper or the collector.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -16,17 +15,14 @@ import numpy as np
 
 from ..clients.base import Message
 from ..clients.session import Answer, LLMSession
-from ..clients.usage import Usage
 from ..collect import Episode, Rollouts
 from ..formats.base import AnswerFormat, Target
 from ..keeper import Verdict
 from ..modes.base import Learner, OwnLoop, Step, first_messages
 from ..policy import Policy, TablePolicy
-from ..prompting.context import HistoryEntry, PromptContext
-from ..prompting.memory import episodes_from_state, episodes_state
+from ..prompting.context import PromptContext
 from ..schema.aliases import event_out
 from ..storage.runlog import JsonlWriter, Logger
-from .counters import Counters, rollouts_from_state
 from .learner_env import LearnerEnv
 from .parts import RunParts
 
@@ -195,41 +191,17 @@ class Run(RunParts):
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
-        """Everything the checkpoint holds: the counters, the random streams, the memory, the keeper, the
-        backend's and the mode's state, and an own-loop mode's learner with its environment's episode in progress."""
-        held = self.best_heldout
+        """Everything the checkpoint holds: the parts' state (:meth:`.RunParts.state_dict`), the mode's, and an
+        own-loop mode's learner with its environment's episode in progress."""
         return {
-            **self.counters.to_state(),
-            "wall_s": self.wall_before + time.perf_counter() - self.t_start,
-            "heldout": None if held is None else {"seeds": held.seeds, "returns": held.returns,
-                                                  "lengths": held.lengths},
-            "history": [h.to_dict() for h in self.history],
-            "pending": episodes_state(self.pending),
-            "rng": self.rng.bit_generator.state,
-            "memory": self.memory.state_dict(),
-            "keeper": self.keeper.state_dict(),
-            "proposer": self.backend.proposer.state_dict(),
-            "session": self.backend.session.state_dict() if self.backend.session is not None else {},
-            "usage": self.usage.to_dict(),
+            **super().state_dict(),
             "mode": self.mode.state_dict(),
             **({} if self.learner is None else
                {"learner": {"env": self.learner_env.state_dict(), "state": self.learner.state_dict()}}),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.counters = Counters.from_state(state)
-        self.wall_before = float(state["wall_s"])
-        self.best_heldout = rollouts_from_state(state["heldout"])
-        self.history = [HistoryEntry.from_dict(h) for h in state["history"]]
-        self.pending = episodes_from_state(state["pending"])
-        self.rng.bit_generator.state = state["rng"]
-        self.memory.load_state_dict(state["memory"])
-        self.keeper.load_state_dict(state["keeper"])
-        self.backend.proposer.load_state_dict(state["proposer"])
-        if self.backend.session is not None:
-            self.backend.session.load_state_dict(state["session"], restore_budget=not self._shared_budget)
-        else:
-            self._local_usage = Usage.from_dict(state["usage"])
+        super().load_state_dict(state)
         self._build_learner()
         if self.learner is not None:  # the episode in progress first: the learner's state names its last state
             self.learner_env.load_state_dict(state["learner"]["env"])
