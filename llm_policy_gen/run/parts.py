@@ -76,7 +76,7 @@ class RunParts:
         """Where the calls go and where its base URL and key came from (said before the first call)."""
         self.logger = Logger([])
         """Where each iteration's record goes: ``events.jsonl``, the console and ``--log``'s writers, from
-        :meth:`open_log` on (opening them writes files: a resume opens them once it is sure to go on)."""
+        :meth:`~.services.Run.open_log` on (opening them writes files: a resume opens them once it is sure to go on)."""
         self.committed: dict[str, Any] | None = None
 
     def first_messages(self) -> list[Message] | None:
@@ -119,7 +119,7 @@ class RunParts:
     def episodes_total(self) -> int:
         return self.counters.episodes_total
 
-    # ------------------------------------------------------------------ services for modes
+    # ------------------------------------------------------------------ what every service shares: the counting
     def log(self, text: str) -> None:
         self.console.notice(text)
 
