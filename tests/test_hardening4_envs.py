@@ -17,7 +17,7 @@ from llm_policy_gen.envs.spec import EnvSpec
 from llm_policy_gen.envs.text import describe_kwargs
 from llm_policy_gen.errors import SpecError
 from llm_policy_gen.prompting.builder import PromptBuilder
-from llm_policy_gen.run.prepare import resolve_spec
+from llm_policy_gen.run.environment import resolve_spec
 
 PROBE = '''
     import math

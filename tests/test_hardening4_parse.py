@@ -216,7 +216,7 @@ def test_a_context_too_small_for_the_fixed_prompt_is_refused_naming_the_smallest
     import re
 
     from llm_policy_gen.config import TrainConfig
-    from llm_policy_gen.run.prepare import check_backend, prepare
+    from llm_policy_gen.run import check_backend, prepare
 
     model = _small_model()
     args = ["train", "--env", "CartPole-v1", "--backend", f"llamacpp:{model}", "--logs-dir", str(tmp_path / "logs"),

@@ -117,17 +117,17 @@ def test_a_run_directory_of_the_layout_before_schema_version_evaluates_resumes_a
 
 def test_a_run_directory_is_never_seen_without_its_whole_config(tmp_path: Path,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    from llm_policy_gen.run import services
+    from llm_policy_gen.run import parts
 
     logs = tmp_path / "logs"
     seen: list[list[str]] = []
-    real = services.make_backend
+    real = parts.make_backend
 
     def watching(*args: Any, **kwargs: Any) -> Any:  # the run is being built: what can others see?
         seen.append(sorted(p.name for p in (logs / "FrozenLake-v1").iterdir() if not p.name.startswith(".")))
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(services, "make_backend", watching)
+    monkeypatch.setattr(parts, "make_backend", watching)
     run = _train(logs)
     assert seen == [[]]
     assert sorted(p.name for p in run.parent.iterdir()) == ["r"]  # no staging folder left behind

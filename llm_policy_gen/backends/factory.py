@@ -34,7 +34,7 @@ from ..prompting.builder import PromptBuilder, default_token_cap
 from ..proposers.base import Proposer
 from ..proposers.llm import LLMProposer
 from ..proposers.refine import RefiningProposer
-from . import BACKENDS, base_url_variable, is_client, parse_backend_spec
+from . import BACKENDS, base_url_variable, is_client, is_llm, parse_backend_spec
 
 __all__ = ["Backend", "make_backend", "client_settings", "client_options", "default_cache_dir", "check_context"]
 
@@ -53,6 +53,11 @@ class Backend:
     @property
     def client(self) -> LLMClient | None:
         return self.session.client if self.session is not None else None
+
+    @property
+    def is_llm(self) -> bool:
+        """Whether the backend is a language model (its calls have a price), by its registry line."""
+        return is_llm(self.name)
 
     def describe(self) -> dict[str, Any]:
         return self.session.client.describe() if self.session is not None else self.proposer.describe()

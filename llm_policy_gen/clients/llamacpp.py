@@ -1,10 +1,10 @@
 """``llamacpp:PATH.gguf``: a local GGUF model run in this process by llama.cpp (``pip install -e '.[local]'``).
 
-No server, no key, no network, cost 0. The model is loaded once per process (:func:`load_model`, keyed by the file,
-the context size and the thread count) and shared by every client that names the same file; one ``Llama`` object is
-not thread-safe, so calls are serialised by a lock per model, and the K candidates of an iteration queue behind each
-other (each still a distinct sample: its seed is a function of the run seed and the call's key,
-:func:`~.base.call_seed`).
+No server, no key, no network, cost 0. The model is loaded once per process (:func:`~.local_model.load_model`,
+keyed by the file, the context size and the thread count) and shared by every client that names the same file; one
+``Llama`` object is not thread-safe, so calls are serialised by a lock per model, and the K candidates of an
+iteration queue behind each other (each still a distinct sample: its seed is a function of the run seed and the
+call's key, :func:`~.base.call_seed`).
 
 * **Chat template**: the model's own (``tokenizer.chat_template`` in the GGUF metadata), compiled when the model is
   loaded and rendered under limits (:mod:`.chat_template`: Jinja's sandbox, a deadline and size bounds); its sha256 and
@@ -37,19 +37,15 @@ other (each still a distinct sample: its seed is a function of the run seed and 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
-import os
-import threading
 import time
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, ClassVar
 
 from ..errors import BackendConfigError
 from ..registry import setting
 from .base import ClientOptions, ClientSettings, Completion, Message, Request, call_seed
-from .chat_template import ChatTemplate, TemplateProblem, TemplateTimeout, compile_template, syntax_error_text
+from .chat_template import TemplateProblem, TemplateTimeout
+from .local_model import LocalModel, chat_refusal, check_gguf, default_threads, load_model, model_identity
 from .profiles import ClientProfile
 from .retry import FaultKind
 from .sdk import SDKClient
@@ -59,16 +55,6 @@ __all__ = ["LlamaCppClient", "LlamaCppSettings", "LocalModel", "load_model", "mo
 #: What the in-process runtime accepts: llama.cpp samples at any temperature >= 0 (0 is greedy).
 PROFILE = ClientProfile("llamacpp", "llama.cpp (in process)", (0.0, 5.0), "max_tokens")
 
-#: GGUF ``general.file_type`` -> quantisation name (llama.cpp's ``llama_ftype``).
-_FILE_TYPES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1", 10: "Q2_K",
-               11: "Q3_K_S", 12: "Q3_K_M", 13: "Q3_K_L", 14: "Q4_K_S", 15: "Q4_K_M", 16: "Q5_K_S", 17: "Q5_K_M",
-               18: "Q6_K", 19: "IQ2_XXS", 20: "IQ2_XS", 24: "IQ1_S", 25: "IQ4_NL", 30: "BF16"}
-_GGUF_MAGIC = b"GGUF"
-_hash_lock = threading.Lock()
-_hashes: dict[tuple[str, int, int], str] = {}
-_models_lock = threading.Lock()
-_models: dict[tuple[str, int, int], LocalModel] = {}
-
 
 class _Deadline(Exception):
     """The attempt passed ``--timeout`` while generating."""
@@ -76,170 +62,6 @@ class _Deadline(Exception):
 
 class _SchemaRefused(Exception):
     """llama.cpp's converter could not turn the answer's schema into a grammar."""
-
-
-def file_sha256(path: Path) -> str:
-    """The file's sha256 (computed once per process for a given path, size and modification time)."""
-    st = path.stat()
-    key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
-    with _hash_lock:
-        if key in _hashes:
-            return _hashes[key]
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    with _hash_lock:
-        _hashes[key] = h.hexdigest()
-    return _hashes[key]
-
-
-def check_gguf(path_text: str) -> Path:
-    """The path of a readable GGUF file, or :class:`BackendConfigError` (one line) saying what is wrong."""
-    if not path_text.strip():
-        raise BackendConfigError("llamacpp needs a model file: --backend llamacpp:PATH/TO/MODEL.gguf "
-                                 "(`python tools/fetch_model.py smollm2` fetches a small one)")
-    path = Path(path_text).expanduser()
-    if not path.is_file():
-        raise BackendConfigError(f"llamacpp model file {path} does not exist (--backend llamacpp:PATH.gguf)")
-    try:
-        with path.open("rb") as f:
-            magic = f.read(4)
-    except OSError as exc:
-        raise BackendConfigError(f"cannot read llamacpp model file {path}: {exc.strerror}") from None
-    if magic != _GGUF_MAGIC:
-        raise BackendConfigError(f"{path} is not a GGUF model file (it does not start with 'GGUF')")
-    return path
-
-
-def usable_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # pragma: no cover - not Linux
-        return os.cpu_count() or 1
-
-
-def default_threads() -> int:
-    """The usable cores divided by the processes sharing them (``LLM_POLICY_GEN_PROCESSES``), at least 1."""
-    try:
-        processes = max(1, int(os.environ.get("LLM_POLICY_GEN_PROCESSES", "1")))
-    except ValueError:
-        processes = 1
-    return max(1, usable_cores() // processes)
-
-
-@dataclass
-class LocalModel:
-    """One loaded model and the lock that serialises its calls."""
-
-    path: Path
-    llm: Any
-    n_threads: int
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    grammars: dict[str, Any] = field(default_factory=dict)
-    chat: ChatTemplate | None = None
-    chat_problem: str | None = None
-    """Why the model cannot take chat messages (no chat template, or one that does not compile), else None."""
-    stop_ids: set[int] = field(default_factory=set)
-
-    def __post_init__(self) -> None:
-        eos, bos = self.llm.token_eos(), self.llm.token_bos()
-        self.stop_ids = {eos} if eos != -1 else set()
-        if not self.template:
-            self.chat_problem = "has no chat template (tokenizer.chat_template): it is a base model"
-            return
-        model = self.llm._model  # the token texts the template uses for bos/eos, as llama-cpp-python reads them
-        try:
-            self.chat = compile_template(self.template, bos_token=model.token_get_text(bos) if bos != -1 else "",
-                                         eos_token=model.token_get_text(eos) if eos != -1 else "")
-        except TemplateProblem as exc:
-            self.chat_problem = f"has a chat template that does not compile ({exc})"
-
-    @property
-    def n_ctx(self) -> int:
-        return int(self.llm.n_ctx())
-
-    @property
-    def template(self) -> str:
-        return str((self.llm.metadata or {}).get("tokenizer.chat_template", ""))
-
-    def format(self, messages: list[dict[str, str]], deadline: float) -> tuple[list[int], list[str], set[int]]:
-        """The prompt's tokens by the model's own chat template (rendered under the limits of
-        :mod:`.chat_template`, :class:`TemplateTimeout` past ``deadline``), its stop strings and stop tokens."""
-        if self.chat is None:
-            raise TemplateProblem(f"{self.path.name} {self.chat_problem}")
-        prompt = self.chat.render(messages, deadline)
-        # the template writes the special tokens itself (llama-cpp-python's ``added_special``): no BOS added here
-        tokens = self.llm.tokenize(prompt.text.encode("utf-8"), add_bos=False, special=True)
-        return list(tokens), prompt.stop, self.stop_ids
-
-
-def chat_refusal(name: str, problem: str) -> str:
-    """The one line that refuses a model that cannot take chat messages, with what to do instead."""
-    return (f"llamacpp model {name} {problem}; the modes that ask a model send chat messages, so give an "
-            "instruction-tuned GGUF with a working chat template (`python tools/fetch_model.py smollm2` fetches one)")
-
-
-def load_model(path: Path, n_ctx: int | None, n_threads: int) -> LocalModel:
-    """The model at ``path``, loaded once per process for a given context size and thread count."""
-    try:
-        import llama_cpp
-    except ImportError:
-        raise BackendConfigError("llamacpp needs llama-cpp-python: pip install -e '.[local]' "
-                                 "(it compiles llama.cpp: 10-15 minutes on 2 cores)") from None
-    from jinja2 import TemplateSyntaxError
-
-    key = (str(path.resolve()), int(n_ctx or 0), n_threads)
-    with _models_lock:
-        model = _models.get(key)
-        if model is None:
-            try:
-                llm = llama_cpp.Llama(model_path=str(path), n_ctx=int(n_ctx or 0), n_threads=n_threads,
-                                      n_threads_batch=n_threads, verbose=False)
-            except TemplateSyntaxError as exc:  # llama-cpp-python compiles the file's chat templates as it loads
-                raise BackendConfigError(chat_refusal(
-                    path.name, f"has a chat template that does not compile ({syntax_error_text(exc)})")) from None
-            except (ValueError, RuntimeError, OSError) as exc:
-                raise BackendConfigError(f"llama.cpp could not load {path}: {exc}") from None
-            _quiet_llama_cpp()
-            model = _models[key] = LocalModel(path, llm, n_threads)
-    return model
-
-
-def _quiet_llama_cpp() -> None:
-    """Keep llama.cpp's log lines (warnings and errors of the C library, which ``verbose=False`` still prints) off
-    the console: the errors that matter reach the user as this package's own messages."""
-    import logging
-
-    logging.getLogger("llama-cpp-python").setLevel(logging.CRITICAL + 1)
-
-
-def model_identity(model: LocalModel) -> dict[str, Any]:
-    """What names the model exactly: file, sha256, size, quantisation, context, chat template, runtime version."""
-    import llama_cpp
-
-    meta = dict(model.llm.metadata or {})
-    template = meta.get("tokenizer.chat_template", "")
-    arch = meta.get("general.architecture", "")
-    try:
-        file_type: int | None = int(meta.get("general.file_type", ""))
-    except ValueError:
-        file_type = None
-    return {
-        "file": model.path.name,
-        "sha256": file_sha256(model.path),
-        "size_bytes": model.path.stat().st_size,
-        "name": meta.get("general.name", ""),
-        "architecture": arch,
-        "size_label": meta.get("general.size_label", ""),
-        "quantisation": _FILE_TYPES.get(file_type, f"file_type {file_type}") if file_type is not None else "",
-        "context_train": int(meta.get(f"{arch}.context_length", 0) or 0),
-        "context": model.n_ctx,
-        "chat_template": "tokenizer.chat_template (the model's own)" if template else "",
-        "chat_template_sha256": hashlib.sha256(template.encode()).hexdigest() if template else "",
-        "threads": model.n_threads,
-        "runtime": f"llama-cpp-python {llama_cpp.__version__}",
-    }
 
 
 #: A character inside a JSON string as JSON allows it: llama-cpp-python's converter (0.3.36) lets any character but a

@@ -74,8 +74,10 @@ from ..storage.locks import FolderLock, HeldInterrupts
 from ..storage.runlog import append_jsonl, slug, write_bytes_atomic
 from ..sweep.figures import plot_curves
 from ..sweep.limits import DEFAULT_MAX_CONCURRENT_CALLS
+from ..sweep.markdown import results_markdown
 from ..sweep.plan import check_same_sweep, committed_cost, experiment, plan, preflight, resolved, survey
-from ..sweep.results import ResultRow, SweepRecord, results_markdown, write_curves, write_results
+from ..sweep.random_baseline import folder_random_means
+from ..sweep.results import ResultRow, SweepRecord, write_curves, write_results
 from ..sweep.task import RunTask, TaskResult, failed_result, result_from_summary
 
 __all__ = ["CompareConfig", "run_compare", "add_parser"]
@@ -259,9 +261,9 @@ def run_compare(config: CompareConfig) -> list[ResultRow]:
         # the random policy's held-out means for the normalised score: measured unless the sweep was stopped (then
         # only those measured before are used)
         try:
-            random = _random_baseline(out, cfg, record.seeds, measure=stopped is None)
+            random = folder_random_means(out, cfg, record.seeds, measure=stopped is None)
         except KeyboardInterrupt as exc:
-            stopped, random = exc, _random_baseline(out, cfg, record.seeds, measure=False)
+            stopped, random = exc, folder_random_means(out, cfg, record.seeds, measure=False)
         with HeldInterrupts(raise_after=False):  # the closing files are written whole, whatever comes
             rows = _close_sweep(c, out, record, tasks, results, t0, stopped is not None, spec.reward_threshold, random)
         if stopped is not None:
@@ -287,27 +289,6 @@ def _close_sweep(c: CompareConfig, out: Path, record: SweepRecord, tasks: list[R
     write_bytes_atomic(out / "results.md", results_markdown(record, rows, random).encode("utf-8"))
     plot_curves(curves, out / "curves.png", f"{c.env_id}: kept table over seeds", c.backends, threshold)
     return rows
-
-
-def _random_baseline(out: Path, cfg: Any, seeds: list[int], measure: bool = True) -> dict[int, float] | None:
-    """The uniform random policy's held-out mean per run seed (``random_policy.json``), for the normalised score;
-    None (and the score n/a) where the task has no goal. With ``measure`` False only the seeds measured before are
-    given."""
-    from ..run.prepare import resolve_spec
-    from ..sweep.random_baseline import POLICY, heldout_random_means
-    from ..sweep.results import read_random_baseline, write_random_baseline
-
-    spec = resolve_spec(cfg)
-    if spec.reward_threshold is None:
-        return None
-    key = {"env_id": spec.env_id, "env_kwargs": dict(spec.kwargs), "heldout_episodes": cfg.heldout_episodes,
-           "policy": POLICY}
-    known = read_random_baseline(out, key)
-    missing = [s for s in seeds if s not in known]
-    if missing and measure:
-        known.update(heldout_random_means(spec, missing, cfg.heldout_episodes))
-        write_random_baseline(out, key, known)
-    return known
 
 
 # ---------------------------------------------------------------------------------------------------- CLI

@@ -29,11 +29,11 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UserError
+from ..storage.model_file import file_sha256, is_gguf
 
 __all__ = ["LanguageModel", "ModelIdentity", "model_identity", "load_language_model", "load_from_source",
-           "default_lm_cache", "GGUF_MAGIC"]
+           "default_lm_cache"]
 
-GGUF_MAGIC = b"GGUF"
 _COMPLETE = "identity.json"
 """Written last into a cache folder: a folder without it is not used."""
 
@@ -81,14 +81,6 @@ def default_lm_cache() -> Path:
     return Path(root) / "llm-policy-gen" / "lm"
 
 
-def _file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def model_identity(path: str | Path) -> ModelIdentity:
     """The identity of ``--lm-model PATH``; a path that is neither a GGUF file nor a model folder is refused."""
     p = Path(path).expanduser()
@@ -103,16 +95,15 @@ def model_identity(path: str | Path) -> ModelIdentity:
                             f"{accepted}")
         h = hashlib.sha256()
         for f in sorted(x for x in p.rglob("*") if x.is_file()):
-            h.update(f"{f.relative_to(p).as_posix()}\0{_file_sha256(f)}\n".encode())
+            h.update(f"{f.relative_to(p).as_posix()}\0{file_sha256(f)}\n".encode())
         return ModelIdentity(str(p), "folder", h.hexdigest())
     try:
-        with p.open("rb") as fh:
-            magic = fh.read(4)
+        gguf = is_gguf(p)
     except OSError as exc:
         raise UserError(f"--lm-model {path} cannot be read: {exc.strerror or exc}") from None
-    if magic != GGUF_MAGIC:
+    if not gguf:
         raise UserError(f"--lm-model {path} is not a GGUF model file (it does not start with GGUF); {accepted}")
-    return ModelIdentity(str(p), "gguf", _file_sha256(p))
+    return ModelIdentity(str(p), "gguf", file_sha256(p))
 
 
 def _first_line(exc: BaseException) -> str:

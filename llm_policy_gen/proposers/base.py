@@ -21,7 +21,7 @@ from ..clients.session import Answer
 from ..clients.transcript import Transcript
 from ..clients.usage import Usage
 from ..errors import ProposalError
-from ..prompting.builder import IterationState
+from ..prompting.context import IterationState
 
 __all__ = ["Proposer", "TableSearch"]
 

@@ -41,7 +41,7 @@ from ..clients.transcript import Transcript
 from ..collect import Episode
 from ..errors import UserError
 from ..modes.qtable import optimistic_init, q_sweep
-from ..prompting.builder import IterationState
+from ..prompting.context import IterationState
 from .base import TableSearch
 
 __all__ = ["KeptTableQProposer"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..prompting.builder import IterationState
+from ..prompting.context import IterationState
 from .base import TableSearch
 
 __all__ = ["QLearningBackend"]

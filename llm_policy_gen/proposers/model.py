@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from ..collect import Episode
-from ..prompting.builder import IterationState
+from ..prompting.context import IterationState
 from ..prompting.memory import SparseTransitions, expected_next
 
 __all__ = ["EmpiricalModel", "model_tables", "horizon_gamma"]

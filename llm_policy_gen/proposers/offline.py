@@ -38,7 +38,7 @@ import numpy as np
 
 from ..clients.transcript import Transcript
 from ..discretize import BoxDiscretizer
-from ..prompting.builder import IterationState
+from ..prompting.context import IterationState
 from .base import TableSearch
 from .model import EmpiricalModel, model_tables
 from .population import LinearRuleSearch

@@ -40,7 +40,7 @@ import numpy as np
 from ..discretize import DiscreteActions
 from ..formats.base import table_dims
 from ..formats.ruleset import RuleSet, feature_values, output_levels
-from ..prompting.builder import IterationState
+from ..prompting.context import IterationState
 
 __all__ = ["LinearRuleSearch", "rule_geometry", "prior_theta"]
 

@@ -25,7 +25,7 @@ from collections.abc import Callable
 import numpy as np
 
 from ..discretize import BoxDiscretizer
-from ..prompting.builder import IterationState
+from ..prompting.context import IterationState
 from ..prompting.memory import SparseTransitions, transition_totals
 
 __all__ = ["potential_tables", "prior_potential", "model_values"]

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from ..prompting.builder import IterationState
+from ..prompting.context import IterationState
 from .base import TableSearch
 
 __all__ = ["RandomProposer"]

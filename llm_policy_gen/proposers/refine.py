@@ -39,7 +39,7 @@ from ..clients.transcript import Transcript
 from ..formats.base import table_dims
 from ..formats.rules import table_as_rules
 from ..formats.ruleset import RuleSet
-from ..prompting.builder import IterationState
+from ..prompting.context import IterationState
 from ..storage.safe_json import loads
 from .base import Proposer, TableSearch
 from .population import DIGITS, LinearRuleSearch

@@ -18,7 +18,7 @@ from ..errors import UserError
 from ..run.files import RunDir, is_run_dir
 from ..schema.aliases import LAYOUT_BEFORE_CANDIDATES, events_in, summary_in
 from ..storage.runlog import read_json_object
-from ..sweep.results import Curve, ResultRow, SweepRecord, curves_from_json, read_random_baseline, read_results
+from ..sweep.results import Curve, ResultRow, SweepRecord, curves_from_json, read_results
 
 __all__ = ["IterationView", "RunData", "CompareData", "load_run", "load_compare", "is_run_dir", "is_compare_dir",
            "REPORT_NAME"]
@@ -220,6 +220,8 @@ class CompareData:
 
 def load_compare(path: Path) -> CompareData:
     """Read a comparison directory written by ``llm-policy-gen compare``."""
+    from ..sweep.random_baseline import read_random_baseline  # it measures too: not imported with the report
+
     p = Path(path)
     if not is_compare_dir(p):
         raise UserError(f"{p} is not a comparison directory (no results.csv); give the folder `compare` printed")

@@ -2,13 +2,15 @@
 
 - :mod:`.files`: the run directory, every path in it and the readers and writers of its files;
 - :mod:`.schema`: the keys of its records (an ``events.jsonl`` line, ``summary.json``);
+- :mod:`.environment`: the environment's spec a configuration resolves to;
 - :mod:`.prepare`: the checks every run makes before it writes anything (``train``, ``resume``, ``compare``);
 - :mod:`.checkpoint`: the checkpoint file;
-- :mod:`.services`: :class:`Run`, the parts a run owns and the services a mode may use;
+- :mod:`.parts`: what a run owns, built once (the base of :class:`Run`), and their state in the checkpoint;
+- :mod:`.services`: :class:`Run`, the services a mode may use;
 - :mod:`.records`: the counters, the checkpoint state, events, summary and config records;
 - :mod:`.stop`: why a run stopped;
 - :mod:`.driver`: the iteration loop for every mode;
-- :mod:`.start` and :mod:`.resume`: ``train`` and ``train --resume``.
+- :mod:`.start` and :mod:`.resume`: ``train`` and ``train --resume`` (:mod:`.resume_checks`: what a resume refuses).
 
 The names below are imported when first used (PEP 562), so that reading a run directory (:mod:`.files`, which the
 report, the plots, the sweep, the loggers and the lock use) does not import the whole run (nor import it in a
@@ -25,18 +27,19 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ..backends.factory import default_cache_dir
     from ..config import resume_options
-    from .prepare import Prepared, check_backend, prepare, resolve_spec
+    from .environment import resolve_spec
+    from .prepare import Prepared, prepare
     from .records import RunResult
     from .resume import resume
     from .services import Run
-    from .start import train
+    from .start import check_backend, train
     from .stop import StopKind, StopReason
 
 __all__ = ["RunResult", "Run", "Prepared", "prepare", "check_backend", "resolve_spec", "train", "resume",
            "default_cache_dir", "resume_options", "StopKind", "StopReason"]
 
 _WHERE = {"resume_options": "..config", "default_cache_dir": ".backend", "Prepared": ".prepare",
-          "check_backend": ".prepare", "prepare": ".prepare", "resolve_spec": ".prepare", "RunResult": ".records",
+          "check_backend": ".start", "prepare": ".prepare", "resolve_spec": ".environment", "RunResult": ".records",
           "resume": ".resume", "Run": ".services", "train": ".start", "StopKind": ".stop", "StopReason": ".stop"}
 
 

@@ -2,15 +2,13 @@
 
 :func:`prepare` resolves a configuration (the environment's spec with its overrides and train defaults, the default
 backend) and refuses what no run could use (an unknown mode, answer format or backend, a broken price file), with
-one line each. :func:`check_backend` goes one step further for ``compare``: it builds the backend as a run would (a
-missing key or SDK is refused here), in a scratch folder, without starting anything.
+one line each; the spec itself is :mod:`.environment`'s. :func:`~.start.check_backend` goes one step further for
+``compare``: it builds the backend as a run would, without starting anything.
 """
 
 from __future__ import annotations
 
-import tempfile
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from ..backends import (
     BACKENDS,
@@ -25,7 +23,6 @@ from ..backends.factory import client_settings
 from ..clients.keys import check_same_source
 from ..clients.pricing import load_prices
 from ..config import TrainConfig, option_name
-from ..envs import get_spec
 from ..envs.spec import EnvSpec
 from ..errors import UserError
 from ..formats import FORMATS, refinable_format_names, table_format_names
@@ -34,8 +31,9 @@ from ..modes import MODES
 from ..modes.base import Mode
 from ..prompting.templates import check_prompts_dir
 from ..registry import plugin_sections
+from .environment import probe_outputs, resolve_spec
 
-__all__ = ["Prepared", "prepare", "resolve_spec", "check_backend", "probe_outputs", "pair_learner", "unused_options"]
+__all__ = ["Prepared", "prepare", "pair_learner", "unused_options"]
 
 
 @dataclass
@@ -49,37 +47,6 @@ class Prepared:
     backend: str
     """The backend's registry name (``openai`` of ``openai:gpt-4o``)."""
     notes: list[str] = field(default_factory=list)
-
-
-def resolve_spec(cfg: TrainConfig) -> EnvSpec:
-    """The env spec with the config's overrides (env kwargs, dims, bins, binning, a neutral prior) applied."""
-    from ..envs.tailor import apply_dims_bins, apply_env_kwargs
-
-    spec = apply_env_kwargs(get_spec(cfg.env_id), cfg.env_kwargs)
-    if cfg.dims is not None or cfg.bins is not None:
-        spec = apply_dims_bins(spec, cfg.dims, cfg.bins)
-    if cfg.binning:
-        spec = spec.with_overrides(binning=cfg.binning)
-    if cfg.prior == "neutral":  # no prior rule: the table starts at the default action, searches from nothing
-        spec = spec.with_overrides(prior=None)
-    return spec.validate()
-
-
-def probe_outputs(spec: EnvSpec, seed: int) -> None:
-    """One episode of the initial table of an environment without a shipped spec (a custom one, whose outputs
-    nothing has checked yet), before anything is written: a non-finite reward or observation is refused here with
-    exit 2, not found by the run after it made its directory."""
-    from ..collect import Collector
-    from ..envs.catalog import shipped_env_ids
-    from ..errors import EnvOutputError, SpecError
-
-    if spec.env_id in shipped_env_ids():
-        return
-    try:
-        with Collector(spec, workers=1) as collector:
-            collector.evaluate(spec.default_table(), [seed])
-    except EnvOutputError as exc:
-        raise SpecError(str(exc)) from None
 
 
 def prepare(cfg: TrainConfig, spec: EnvSpec | None = None) -> Prepared:
@@ -186,20 +153,3 @@ def unused_options(cfg: TrainConfig, backend: str) -> list[str]:
                 notes.append(f"note: {option_name(key)} has no effect on this run's {used} (it is an option of "
                              f"{section.title})")
     return notes
-
-
-def check_backend(prepared: Prepared) -> str | None:
-    """Build ``prepared``'s run in a scratch folder without starting it (its backend, key and SDK included);
-    returns where its calls will go and where that base URL and the key came from (None for no server)."""
-    from ..loggers.console import Console
-    from .files import RunDir
-    from .services import Run
-
-    cfg = prepared.cfg
-    with tempfile.TemporaryDirectory(prefix="llm-policy-gen-check-") as tmp:
-        console = Console(cfg.iterations, cfg.backend or prepared.backend, enabled=False, sink=lambda s: None)
-        run = Run(cfg, prepared.spec, prepared.mode, RunDir(Path(tmp)), console)
-        run.open_log()  # --log's writers too (a missing extra is refused here)
-        run.logger.close()
-        run.collector.close()
-        return run.endpoint

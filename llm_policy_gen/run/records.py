@@ -25,7 +25,7 @@ from ..clients.keys import redact
 from ..clients.usage import Usage
 from ..collect import Rollouts
 from ..modes.base import Step
-from ..prompting.builder import HistoryEntry
+from ..prompting.context import HistoryEntry
 from ..prompting.templates import prompts_source
 from .schema import Event, Summary
 from .stop import StopReason

@@ -1,96 +1,44 @@
-"""One run's parts and the services a mode may use (:class:`~llm_policy_gen.modes.base.RunServices`).
+"""The services a mode may use (:class:`~llm_policy_gen.modes.base.RunServices`), over one run's parts.
 
-:class:`Run` owns the environment's discretizers, the collector, the experience memory, the keeper, the backend, the
-counters and the run directory. A mode reaches them only through the services: every episode a service plays is
-counted (memory, totals and the prompt's fresh episodes) by the service itself, so no mode can forget to count, and
-no mode touches the keeper or the collector.
+:class:`Run` adds to the parts a run owns (:class:`~.parts.RunParts`: the environment's discretizers, the collector,
+the experience memory, the keeper, the backend, the counters and the run directory) what a mode may do with them:
+every episode a service plays is counted by the service itself, so no mode can forget to count, and no mode touches
+the keeper or the collector.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
-from ..backends import is_llm
-from ..backends.factory import make_backend
+from ..clients.base import Message
 from ..clients.session import Answer, LLMSession
-from ..clients.transcript import RecordedCalls, Transcript
-from ..clients.usage import Budget, CallLimiter, Usage
-from ..collect import Collector, Episode, Rollouts
-from ..config import TrainConfig
-from ..envs.spec import EnvSpec
+from ..collect import Episode, Rollouts
 from ..formats.base import AnswerFormat, Target
-from ..keeper import Keeper, SeedPlan, Verdict
-from ..loggers.console import Console
-from ..modes.base import Learner, Mode, OwnLoop, Setup, Step, first_messages, uses_chat
+from ..keeper import Verdict
+from ..modes.base import Learner, OwnLoop, Step, first_messages
 from ..policy import Policy, TablePolicy
-from ..prompting.builder import HistoryEntry, PromptBuilder, PromptContext
-from ..prompting.memory import ExperienceMemory, episodes_from_state, episodes_state
+from ..prompting.context import PromptContext
 from ..schema.aliases import event_out
 from ..storage.runlog import JsonlWriter, Logger
-from .counters import Counters, rollouts_from_state
-from .files import RunDir
 from .learner_env import LearnerEnv
+from .parts import RunParts
 
 __all__ = ["Run"]
 
 
-class Run:
-    """One run: what every mode shares, the counters, and the run directory (implements ``RunServices``)."""
+class Run(RunParts):
+    """One run: its parts and the services a mode may use (implements ``RunServices``)."""
 
-    def __init__(self, cfg: TrainConfig, spec: EnvSpec, mode: Mode, run_dir: RunDir, console: Console,
-                 recorded: RecordedCalls | None = None, resumed: bool = False, limiter: CallLimiter | None = None,
-                 budget: Budget | None = None) -> None:
-        self.cfg, self.spec, self.mode, self.dir, self.console = cfg, spec, mode, run_dir, console
-        self.t_start = time.perf_counter()
-        self.observation = spec.observation_discretizer()
-        self.actions = spec.action_discretizer()
-        self.plan = SeedPlan(cfg.seed)
-        self.collector = Collector(spec)
-        self.memory = ExperienceMemory(self.observation.n_states, self.actions.n_actions, cfg.memory_capacity,
-                                       cfg.gamma, cfg.best_k)
-        self.keeper = Keeper(self.collector, spec.default_table(), cfg.seed, cfg.test_start, cfg.test_max,
-                             cfg.test_rise_every, cfg.confirm_episodes, cfg.confirm_z,
-                             cfg.confirm_batches, fresh_test_seeds=cfg.test_seeds == "fresh")
-        self.builder = PromptBuilder(max_chars=cfg.max_prompt_chars, evidence=cfg.evidence)
-        self.rng = np.random.default_rng([cfg.seed, 7])
-        self.history: list[HistoryEntry] = []
-        self.pending: list[Episode] = []
-        self.counters = Counters()
-        self.best_heldout: Rollouts | None = None
-        self.replaced_heldout: Rollouts | None = None
-        """The held-out measurement of the table the last adoption replaced (logged with that adoption)."""
-        self.wall_before = 0.0
-        """Wall seconds spent by earlier processes of this run (resume)."""
-        self.mode_facts = mode.prepare(Setup(cfg, spec, self.observation, self.actions), resumed)
-        self.transcript = Transcript(self.dir.transcripts, {
-            "env_id": spec.env_id, "n_states": self.observation.n_states, "n_actions": self.actions.n_actions,
-            "mode": mode.name, "format": self.mode_facts.get("output_format", ""),
-        })
-        self._local_usage = Usage()
-        """Calls of a non-LLM proposer (free; counted so that runs compare call for call)."""
-        self._shared_budget = budget is not None
-        self.backend = make_backend(cfg, mode.needs_session, mode.name, self.transcript, self.builder, self.log,
-                                    recorded=recorded, limiter=limiter, budget=budget, chat=uses_chat(mode),
-                                    first=lambda: first_messages(mode, self))
-        self.backend_name, self.model = self.backend.name, self.backend.model
-        self.endpoint = self.backend.endpoint
-        """Where the calls go and where its base URL and key came from (said before the first call)."""
-        self.logger = Logger([])
-        """Where each iteration's record goes: ``events.jsonl``, the console and ``--log``'s writers, from
-        :meth:`open_log` on (opening them writes files: a resume opens them once it is sure to go on)."""
-        self.committed: dict[str, Any] | None = None
-        self.learner: Learner | None = None
-        """An :class:`~llm_policy_gen.modes.base.OwnLoop` mode's learner (built by :meth:`mode_start` or
-        :meth:`load_state_dict`), whose state the checkpoint holds beside the run's."""
-        self._learner_env: LearnerEnv | None = None
+    learner: Learner | None = None
+    """An :class:`~llm_policy_gen.modes.base.OwnLoop` mode's learner (built by :meth:`mode_start` or
+    :meth:`load_state_dict`), whose state the checkpoint holds beside the run's."""
+    _learner_env: LearnerEnv | None = None
 
-    def published(self) -> None:
-        """The run directory was renamed into place (:meth:`~.files.RunDir.publish`): the transcript follows it."""
-        self.transcript.path = self.dir.transcripts
+    def first_messages(self) -> list[Message] | None:
+        return first_messages(self.mode, self)
 
     def open_log(self) -> None:
         """The iteration writers: ``events.jsonl``, the console and those of ``--log`` (csv, tensorboard)."""
@@ -99,51 +47,11 @@ class Run:
         self.logger = Logger([JsonlWriter(self.dir.events, event_out), self.console,
                               *make_writers(self.cfg.log, self.dir.path)])
 
-    # ------------------------------------------------------------------ backend
     @property
     def session(self) -> LLMSession | None:
         return self.backend.session
 
-    @property
-    def usage(self) -> Usage:
-        return self.backend.session.usage if self.backend.session is not None else self._local_usage
-
-    @property
-    def is_llm(self) -> bool:
-        return is_llm(self.backend_name)
-
-    # ------------------------------------------------------------------ the kept table, read only
-    @property
-    def best_table(self) -> np.ndarray:
-        return self.keeper.best_table
-
-    @property
-    def best_source(self) -> dict[str, Any] | None:
-        return self.keeper.best_source
-
-    @property
-    def best_iteration(self) -> int:
-        return self.keeper.best_iteration
-
-    @property
-    def iteration(self) -> int:
-        """The last finished iteration."""
-        return self.counters.iteration
-
-    @property
-    def episodes_total(self) -> int:
-        return self.counters.episodes_total
-
     # ------------------------------------------------------------------ services for modes
-    def log(self, text: str) -> None:
-        self.console.notice(text)
-
-    def _count(self, episodes: list[Episode]) -> None:
-        self.memory.add(episodes)
-        self.pending.extend(episodes)
-        self.counters.episodes_total += len(episodes)
-        self.counters.steps_total += sum(e.length for e in episodes)
-
     def start_from_initial(self) -> list[Episode]:
         """A table mode's start: the initial table scored on the first test seeds and measured on the held-out
         seeds, ``best_policy.json`` written; returns the scoring episodes."""
@@ -201,12 +109,6 @@ class Run:
         episodes = self.learner_env.take()
         verdict = self.judge([self.learner.table()], iteration)
         return Step(episodes, None, [], verdict, verdict.accepted, fields={"candidates": 1})
-
-    def train_seeds(self, n: int | None = None) -> list[int]:
-        n = self.cfg.train_episodes if n is None else n
-        seeds = [self.plan.train(self.counters.train_counter + j) for j in range(n)]
-        self.counters.train_counter += n
-        return seeds
 
     def context(self, iteration: int, fmt: AnswerFormat[Any], target: Target, current: np.ndarray,
                 best_mean: float | None, **kw: Any) -> PromptContext:
@@ -287,47 +189,19 @@ class Run:
             c.solved_at, c.solved_iteration = c.episodes_total, iteration
         return self.best_heldout
 
-    @property
-    def heldout_mean(self) -> float | None:
-        return self.best_heldout.mean if self.best_heldout is not None else None
-
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
-        """Everything the checkpoint holds: the counters, the random streams, the memory, the keeper, the
-        backend's and the mode's state, and an own-loop mode's learner with its environment's episode in progress."""
-        held = self.best_heldout
+        """Everything the checkpoint holds: the parts' state (:meth:`.RunParts.state_dict`), the mode's, and an
+        own-loop mode's learner with its environment's episode in progress."""
         return {
-            **self.counters.to_state(),
-            "wall_s": self.wall_before + time.perf_counter() - self.t_start,
-            "heldout": None if held is None else {"seeds": held.seeds, "returns": held.returns,
-                                                  "lengths": held.lengths},
-            "history": [h.to_dict() for h in self.history],
-            "pending": episodes_state(self.pending),
-            "rng": self.rng.bit_generator.state,
-            "memory": self.memory.state_dict(),
-            "keeper": self.keeper.state_dict(),
-            "proposer": self.backend.proposer.state_dict(),
-            "session": self.backend.session.state_dict() if self.backend.session is not None else {},
-            "usage": self.usage.to_dict(),
+            **super().state_dict(),
             "mode": self.mode.state_dict(),
             **({} if self.learner is None else
                {"learner": {"env": self.learner_env.state_dict(), "state": self.learner.state_dict()}}),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.counters = Counters.from_state(state)
-        self.wall_before = float(state["wall_s"])
-        self.best_heldout = rollouts_from_state(state["heldout"])
-        self.history = [HistoryEntry.from_dict(h) for h in state["history"]]
-        self.pending = episodes_from_state(state["pending"])
-        self.rng.bit_generator.state = state["rng"]
-        self.memory.load_state_dict(state["memory"])
-        self.keeper.load_state_dict(state["keeper"])
-        self.backend.proposer.load_state_dict(state["proposer"])
-        if self.backend.session is not None:
-            self.backend.session.load_state_dict(state["session"], restore_budget=not self._shared_budget)
-        else:
-            self._local_usage = Usage.from_dict(state["usage"])
+        super().load_state_dict(state)
         self._build_learner()
         if self.learner is not None:  # the episode in progress first: the learner's state names its last state
             self.learner_env.load_state_dict(state["learner"]["env"])

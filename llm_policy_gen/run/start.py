@@ -5,10 +5,14 @@ whole ``config.json`` written there once, and only then renamed into place (:met
 directory is never seen without its configuration, so a run killed from then on, before its first iteration
 included, can be resumed. A run refused or interrupted before that (a bad backend, a missing key, a Ctrl-C while a
 model loads) leaves no directory.
+
+:func:`check_backend` builds a run the same way in a scratch folder without starting it, for ``compare``: a missing
+key or SDK is refused there, before any run of a sweep starts.
 """
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
@@ -22,11 +26,11 @@ from ..loggers.writers import check_writers
 from ..storage.locks import FolderLock, HeldInterrupts
 from .driver import execute
 from .files import RunDir
-from .prepare import prepare
+from .prepare import Prepared, prepare
 from .records import RunResult, config_record
 from .services import Run
 
-__all__ = ["train", "make_console"]
+__all__ = ["train", "make_console", "check_backend"]
 
 
 def train(cfg: TrainConfig, log: Callable[[str], None] | None = None, *, limiter: CallLimiter | None = None,
@@ -85,3 +89,16 @@ def make_console(cfg: TrainConfig, env_id: str, backend: str, mode: str,
     other backends propose."""
     return Console(cfg.iterations, f"{env_id} [{backend}{'' if mode == 'table' else ', ' + mode}]",
                    enabled=cfg.progress and log is None, quiet=cfg.quiet, sink=log, is_llm=is_client(backend))
+
+
+def check_backend(prepared: Prepared) -> str | None:
+    """Build ``prepared``'s run in a scratch folder without starting it (its backend, key and SDK included);
+    returns where its calls will go and where that base URL and the key came from (None for no server)."""
+    cfg = prepared.cfg
+    with tempfile.TemporaryDirectory(prefix="llm-policy-gen-check-") as tmp:
+        console = Console(cfg.iterations, cfg.backend or prepared.backend, enabled=False, sink=lambda s: None)
+        run = Run(cfg, prepared.spec, prepared.mode, RunDir(Path(tmp)), console)
+        run.open_log()  # --log's writers too (a missing extra is refused here)
+        run.logger.close()
+        run.collector.close()
+        return run.endpoint

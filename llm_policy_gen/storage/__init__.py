@@ -1,1 +1,1 @@
-"""Files this package reads and writes safely: locks, atomic writes, bounded JSON, config files."""
+"""Files this package reads and writes safely: locks, atomic writes, bounded JSON, config files, model files."""

@@ -7,22 +7,28 @@ run on the run's **held-out seeds** (the keeper's :class:`~llm_policy_gen.keeper
 the spec's environment settings and reward (:func:`~llm_policy_gen.envs.make.make_env`), so the baseline and the kept
 table are measured on the same episodes.
 
-``compare`` keeps the means per run seed in its folder's ``random_policy.json``
-(:func:`llm_policy_gen.sweep.results.write_random_baseline`), computed once for the seeds missing there.
+``compare`` keeps the means per run seed in its folder's ``random_policy.json`` (:func:`write_random_baseline`,
+:func:`read_random_baseline`), computed once for the seeds missing there.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from ..collect import fresh_env_per_episode
+from ..config import TrainConfig
 from ..envs.make import make_env
 from ..envs.spec import EnvSpec
 from ..keeper import SeedPlan
+from ..storage.runlog import read_json_object, write_json_atomic
 
-__all__ = ["uniform_random_returns", "heldout_seeds", "heldout_random_means", "POLICY"]
+__all__ = ["uniform_random_returns", "heldout_seeds", "heldout_random_means", "POLICY", "BASELINE_FILE",
+           "read_random_baseline", "write_random_baseline", "folder_random_means"]
 
 POLICY = "uniform random actions: env.action_space.sample(), the action space seeded with each episode's seed"
 
@@ -58,3 +64,45 @@ def heldout_seeds(run_seed: int, episodes: int) -> list[int]:
 def heldout_random_means(spec: EnvSpec, run_seeds: Sequence[int], episodes: int) -> dict[int, float]:
     """The uniform random policy's mean return on each run seed's ``episodes`` held-out seeds."""
     return {int(s): float(uniform_random_returns(spec, heldout_seeds(s, episodes)).mean()) for s in run_seeds}
+
+
+BASELINE_FILE = "random_policy.json"
+"""The uniform random policy's held-out mean per run seed, in a comparison directory."""
+
+
+def read_random_baseline(folder: Path, key: Mapping[str, Any] | None = None) -> dict[int, float]:
+    """The means per run seed that ``folder``'s ``random_policy.json`` holds (none when it is missing, unreadable
+    or, given ``key``, made for another environment, held-out count or policy)."""
+    try:
+        data = read_json_object(Path(folder) / BASELINE_FILE, lenient=True) or {}
+        if key is not None and any(data.get(k) != v for k, v in json.loads(json.dumps(dict(key))).items()):
+            return {}
+        return {int(k): float(v) for k, v in data["by_seed"].items()}
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return {}
+
+
+def write_random_baseline(folder: Path, key: Mapping[str, Any], by_seed: Mapping[int, float]) -> None:
+    write_json_atomic(Path(folder) / BASELINE_FILE, {**dict(key), "by_seed": {str(k): float(v) for k, v in
+                                                                              sorted(by_seed.items())}})
+
+
+def folder_random_means(out: Path, cfg: TrainConfig, seeds: Sequence[int],
+                        measure: bool = True) -> dict[int, float] | None:
+    """The uniform random policy's held-out mean per run seed in the comparison directory ``out``
+    (``random_policy.json``, measured for the seeds missing there), for the normalised score;
+    None (and the score n/a) where the task has no goal. With ``measure`` False only the seeds measured before are
+    given."""
+    from ..run.environment import resolve_spec
+
+    spec = resolve_spec(cfg)
+    if spec.reward_threshold is None:
+        return None
+    key = {"env_id": spec.env_id, "env_kwargs": dict(spec.kwargs), "heldout_episodes": cfg.heldout_episodes,
+           "policy": POLICY}
+    known = read_random_baseline(out, key)
+    missing = [s for s in seeds if s not in known]
+    if missing and measure:
+        known.update(heldout_random_means(spec, missing, cfg.heldout_episodes))
+        write_random_baseline(out, key, known)
+    return known

@@ -1,0 +1,114 @@
+"""``results.md``: a sweep's results as a markdown page, from :func:`~.results.backend_stats` per backend.
+
+The table (rliable's interquartile means and intervals of the held-out returns and the normalised scores, the solve
+rates, calls, tokens, cost and wall time per backend), what every run shared (settings, provider limits, budget), how
+each number was computed, and the runs that failed.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from ..loggers.console import plural
+from ..run.stop import StopKind
+from ..schema.aliases import file_key
+from .results import ResultRow, SweepRecord, backend_stats
+from .stats import DEFAULT_RESAMPLES, DEFAULT_SEED
+
+__all__ = ["results_markdown"]
+
+
+def _f(x: float | None, digits: int = 1) -> str:
+    return "n/a" if x is None or not np.isfinite(x) else f"{x:,.{digits}f}"
+
+
+def results_markdown(record: SweepRecord, rows: Sequence[ResultRow], random: Mapping[int, float] | None = None) -> str:
+    """The text of ``results.md`` (``random``: the uniform random policy's held-out mean per run seed)."""
+    goal = record.reward_threshold
+    lines = [
+        f"# Comparison on {record.env_id}",
+        "",
+        f"Seeds {record.seeds_text} ({plural(len(record.seeds), 'run')} per backend), "
+        f"{plural(record.iterations or 0, 'iteration')} per run. Command: `{record.command}`",
+        "",
+        *_settings_lines(record, rows),
+        "| backend | LLM | runs ok | IQM held-out return [95% CI] | IQM normalised score [95% CI] | median "
+        "episodes to solve | solve rate | calls / run | tokens / run | cost USD (total) | wall s / run |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for s in backend_stats(rows, record.backends, random, goal):
+        med = "not reached" if s.median_episodes_to_solve is None else f"{s.median_episodes_to_solve:,.0f}"
+        rate = "n/a" if not np.isfinite(s.solve_rate) else f"{100 * s.solve_rate:.0f}%"
+        lines.append(
+            f"| {s.backend} | {'yes' if s.is_llm else 'no'} | {s.ok}/{s.runs} | {s.returns.format(1)} | "
+            f"{s.score.format(2) if s.score is not None else 'n/a'} | {med} | "
+            f"{rate} | {_f(s.calls, 1)} | {_f(s.tokens, 0)} | {s.cost_usd:.4f} | {_f(s.wall_s, 1)} |"
+        )
+    lines += [
+        "",
+        f"- IQM held-out return: each run's kept table's mean return on {record.heldout_episodes} held-out episodes "
+        f"(`{file_key('best_heldout_mean')}` of its summary); across seeds rliable's interquartile mean (the mean of "
+        "the middle half of the runs) with a 95% stratified bootstrap interval "
+        "(`rliable.library.get_interval_estimates`, "
+        f"{DEFAULT_RESAMPLES:,} resamples, seed {DEFAULT_SEED}). With few seeds the interval is optimistic (narrow).",
+        _score_note(goal, random),
+        "- Median episodes to solve: environment episodes (training + test + confirmation, held-out excluded) "
+        "until the kept table's held-out mean first reached the reward threshold; runs that never solved count as "
+        "never solving, so the median is \"not reached\" when half the runs or more did not solve.",
+        "- Calls: calls to the backend. Backends with LLM = no (offline optimiser, q-learning, kept-table-q, random) "
+        "are not "
+        "language models; their calls cost nothing.",
+        "- Curves: `curves.png` (median and interquartile band over seeds of the kept table's held-out mean "
+        "against environment episodes).",
+    ]
+    failed = [r for r in rows if not r.ok]
+    if failed:
+        lines += ["", "## Failed runs", "",
+                  "Runs without a result: their numbers are in no line above. Running the same command again resumes "
+                  "them from their checkpoints.", ""]
+        lines += [f"- {r.backend} seed {r.seed} ({r.status}): {r.error}" for r in failed]
+    return "\n".join(lines) + "\n"
+
+
+def _score_note(goal: float | None, random: Mapping[int, float] | None) -> str:
+    if goal is None:
+        return "- IQM normalised score: n/a, the task has no goal (no reward threshold) to normalise by."
+    if not random:
+        return "- IQM normalised score: n/a, the uniform random policy's return was not measured."
+    lo, hi = min(random.values()), max(random.values())
+    spread = f"{lo:,.2f}" if lo == hi else f"{lo:,.2f} to {hi:,.2f}"
+    return ("- IQM normalised score: `(return - R) / (goal - R)` per run, goal the reward threshold "
+            f"{goal:g} and R the uniform random policy's mean return on that run's held-out seeds ({spread}; "
+            "`random_policy.json`; not the `random` backend, a random search): 0 is acting at random, 1 the goal; "
+            "IQM and interval as above. No ratio of returns is reported.")
+
+
+def _settings_lines(record: SweepRecord, rows: Sequence[ResultRow]) -> list[str]:
+    """What every run shared: the settings given, the provider limits and the budget (and what it stopped)."""
+    given = {k: v for k, v in record.settings.items() if k not in ("iterations", "budget_usd")}
+    lines = []
+    if given:
+        lines.append("Settings of every run: " + ", ".join(f"`{k}` = {json.dumps(v)}" for k, v in sorted(given.items()))
+                     + " (the rest are the defaults; `compare.json` holds them all).")
+    limits = record.limits
+    if limits:
+        rpm = f"at most {limits['rpm']:g} call starts a minute" if limits.get("rpm") else "no rate limit"
+        lines.append(f"Provider limits shared by all runs: at most {limits['max_concurrent_calls']} calls in flight "
+                     f"per provider, {rpm}.")
+    if limits.get("budget_usd") is not None:
+        stopped = [r for r in rows if r.ok and r.stop is not None and r.stop.kind is StopKind.BUDGET]
+        cost = sum(float(r.cost_usd or 0) for r in rows)
+        text = (f"Budget: USD {limits['budget_usd']:.4f} for the whole sweep (`--budget-usd`); its runs cost USD "
+                f"{cost:.4f} in all (USD {limits.get('spent_usd', cost):.4f} counted by the budget).")
+        if stopped:
+            names = ", ".join(f"{r.backend} seed {r.seed} after {r.iterations}" for r in stopped)
+            text += (f" {plural(len(stopped), 'run')} ended when the next call could have passed it (stop reason "
+                     f"\"{stopped[0].stop_reason}\"): {names} iterations; their numbers come from fewer "
+                     "iterations than asked for.")
+        else:
+            text += " No run was stopped by it."
+        lines.append(text)
+    return [*lines, ""] if lines else []
