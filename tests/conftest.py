@@ -67,6 +67,7 @@ def gguf() -> Path:
     spec = importlib.util.spec_from_file_location("fetch_model", script)
     assert spec is not None and spec.loader is not None
     fetch_model = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault(spec.name, fetch_model)  # its dataclasses look their module up there
     spec.loader.exec_module(fetch_model)
     models = fetch_model.models_dir()
     models.mkdir(parents=True, exist_ok=True)
