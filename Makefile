@@ -74,8 +74,14 @@ models:
 run: $(STAMP_RUN)
 	$(BIN)/llm-policy-gen train --env CartPole-v1 $(ARGS)
 
+# pytest-xdist: one worker per core, at most TEST_WORKERS_MAX (each worker loads its own torch, SB3, Ray...);
+# --dist loadgroup keeps the tests marked with one xdist_group on one worker (docs/development.md, "Test time").
+TEST_WORKERS ?= auto
+TEST_WORKERS_MAX ?= 4
+XDIST := -n $(TEST_WORKERS) --maxprocesses $(TEST_WORKERS_MAX) --dist loadgroup
+
 test: $(STAMP_DEV) models
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q $(XDIST)
 	$(MAKE) docs
 
 # The reference pages (options, commands) are generated from the code by docs/gen_reference.py, a hook.
@@ -98,7 +104,7 @@ system-deps:
 browser: system-deps
 
 test-fast: $(STAMP_DEV)
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q -m "not slow" $(XDIST)
 
 lint: $(STAMP_DEV)
 	$(BIN)/ruff check llm_policy_gen tests agents bench

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import ipaddress
 import signal
 import socket
@@ -55,9 +56,23 @@ def _no_network(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture(scope="session")
 def gguf() -> Path:
     """SmolLM2-135M-Instruct's GGUF file (Q4_1, sha256-checked), fetched once for the whole test run by
-    ``tools/fetch_model.py`` (the language-model tests share it)."""
-    root = Path(__file__).resolve().parents[1]
-    out = subprocess.run([sys.executable, str(root / "tools" / "fetch_model.py"), "--path", "smollm2"],
-                         capture_output=True, text=True, timeout=900)
+    ``tools/fetch_model.py`` (the language-model tests share it).
+
+    Under pytest-xdist every worker is a session of its own and calls this once: a file lock beside the models makes
+    the workers fetch and check the file one at a time, so that two never download into, or write the checksum stamp
+    of, the same file at once (the second finds the checked file and downloads nothing)."""
+    from filelock import FileLock
+
+    script = Path(__file__).resolve().parents[1] / "tools" / "fetch_model.py"
+    spec = importlib.util.spec_from_file_location("fetch_model", script)
+    assert spec is not None and spec.loader is not None
+    fetch_model = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault(spec.name, fetch_model)  # its dataclasses look their module up there
+    spec.loader.exec_module(fetch_model)
+    models = fetch_model.models_dir()
+    models.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(models / ".fetch.lock"), timeout=900):
+        out = subprocess.run([sys.executable, str(script), "--path", "smollm2"], capture_output=True, text=True,
+                             timeout=900)
     assert out.returncode == 0, out.stderr
     return Path(out.stdout.strip())

@@ -32,6 +32,10 @@ from llm_policy_gen.sweep.ray import _connect
 from llm_policy_gen.sweep.results import TIME_COLUMNS, read_results
 from llm_policy_gen.sweep.sync import DirSync, apply_changes, pack_dir, unpack_dir
 
+# pytest-xdist (`make test` runs `-n auto --dist loadgroup`): the tests that start Ray run on one worker, one local
+# cluster at a time (test_compare's Ray sweep is in the same group).
+pytestmark = pytest.mark.xdist_group("ray")
+
 fake_openai = openai_server.fake_openai
 needs_ray = pytest.mark.skipif(importlib.util.find_spec("ray") is None,
                                reason="ray is not installed (pip install 'llm-policy-gen[ray]')")

@@ -303,6 +303,7 @@ def test_process_pool_gives_the_same_numbers(tmp_path: Path) -> None:
     assert numbers(tmp_path / "one" / "results.csv") == numbers(tmp_path / "two" / "results.csv")
 
 
+@pytest.mark.xdist_group("ray")  # with tests/test_cluster.py: one Ray at a time under xdist
 @pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("ray") is None,
                     reason="ray is not installed (pip install 'llm-policy-gen[ray]')")

@@ -22,7 +22,6 @@ import pytest
 
 from llm_policy_gen.clients.chat_template import MAX_PROMPT_CHARS, TemplateProblem, TemplateTimeout, compile_template
 
-ROOT = Path(__file__).resolve().parents[1]
 MESSAGES = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hello"}]
 LOOP = "{% for i in range(99999) %}{% for j in range(99999) %}{% endfor %}{% endfor %}"
 """About 10^10 empty iterations: hours of Jinja."""
@@ -67,13 +66,11 @@ def test_a_template_syntax_error_names_its_line() -> None:
 
 # ------------------------------------------------------------------------------------------- with the real model
 @pytest.fixture(scope="module")
-def smollm2() -> Path:
+def smollm2(request: pytest.FixtureRequest) -> Path:
     pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed: `make test` installs it")
     pytest.importorskip("gguf", reason="the gguf package is not installed (dev extra)")
-    out = subprocess.run([sys.executable, str(ROOT / "tools" / "fetch_model.py"), "--path", "smollm2"],
-                         capture_output=True, text=True, timeout=900)
-    assert out.returncode == 0, out.stderr
-    return Path(out.stdout.strip())
+    path: Path = request.getfixturevalue("gguf")  # conftest.py's session fixture (after the skips above)
+    return path
 
 
 @functools.lru_cache(maxsize=1)

@@ -12,8 +12,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import subprocess
-import sys
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
@@ -26,7 +24,6 @@ from fakes import openai_server
 from llm_policy_gen.cli import main
 from llm_policy_gen.storage.runlog import read_jsonl
 
-ROOT = Path(__file__).resolve().parents[1]
 fake_openai = openai_server.fake_openai
 
 NEST = "[" * 3000 + "]" * 3000
@@ -202,23 +199,16 @@ def test_a_hostile_replay_file_is_one_line(tmp_path: Path, capsys: pytest.Captur
 
 
 # ----------------------------------------------------------------------------------- item 12: a context too small
-def _small_model() -> Path:
-    pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed: `make test` installs it")
-    out = subprocess.run([sys.executable, str(ROOT / "tools" / "fetch_model.py"), "--path", "smollm2"],
-                         capture_output=True, text=True, timeout=900)
-    assert out.returncode == 0, out.stderr
-    return Path(out.stdout.strip())
-
-
 @pytest.mark.slow
 def test_a_context_too_small_for_the_fixed_prompt_is_refused_naming_the_smallest(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], gguf: Path) -> None:
     import re
 
     from llm_policy_gen.config import TrainConfig
     from llm_policy_gen.run import check_backend, prepare
 
-    model = _small_model()
+    pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed: `make test` installs it")
+    model = gguf  # conftest.py's session fixture, fetched before this test's temporary XDG_CACHE_HOME is set
     args = ["train", "--env", "CartPole-v1", "--backend", f"llamacpp:{model}", "--logs-dir", str(tmp_path / "logs"),
             "--iterations", "1", "--no-progress", "--quiet"]
     capsys.readouterr()

@@ -15,6 +15,9 @@ from test_lm_policy import LM_CACHE, lake, needs_extra
 
 from llm_policy_gen.cli import main
 
+# the language-model tests share one xdist worker (why: test_lm_policy.py)
+pytestmark = pytest.mark.xdist_group("smollm2-torch")
+
 SMALL = ("--lm-n-steps", "8", "--lm-batch-size", "8", "--lm-epochs", "2")
 
 

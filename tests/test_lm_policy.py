@@ -19,6 +19,11 @@ import pytest
 from llm_policy_gen.cli import main
 from llm_policy_gen.lm import EXTRA_MODULES
 
+# pytest-xdist (`make test` runs `-n auto --dist loadgroup`): the language-model tests run on one worker, so that the
+# model is loaded once per process (lm.backbone keeps the last one loaded) and only one process writes its safetensors
+# copy into the shared cache (the first load of a clean cache).
+pytestmark = pytest.mark.xdist_group("smollm2-torch")
+
 ROOT = Path(__file__).resolve().parents[1]
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 

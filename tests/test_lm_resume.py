@@ -24,6 +24,9 @@ from llm_policy_gen.cli import main
 from llm_policy_gen.run.checkpoint import load_checkpoint, save_checkpoint
 from llm_policy_gen.storage.runlog import read_jsonl
 
+# the language-model tests share one xdist worker (why: test_lm_policy.py)
+pytestmark = pytest.mark.xdist_group("smollm2-torch")
+
 FAST = ("--lm-n-steps", "64", "--lm-batch-size", "32", "--lm-epochs", "2")
 
 

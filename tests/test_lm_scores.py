@@ -15,6 +15,9 @@ from test_lm_policy import LM_CACHE, lake, needs_extra, one_line, run_files
 
 from llm_policy_gen.cli import main
 
+# the language-model tests share one xdist worker (why: test_lm_policy.py)
+pytestmark = pytest.mark.xdist_group("smollm2-torch")
+
 
 @pytest.fixture(scope="module")
 def smollm2(gguf: Path) -> Any:

@@ -30,18 +30,14 @@ pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed: `mak
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[1]
 SHORT = ["--env", "FrozenLake-v1", "--candidates", "2", "--repair-attempts", "1", "--no-plots", "--no-progress",
          "--max-output-tokens", "600",
          "--heldout-episodes", "20", "--seed", "0", "--temperature", "0.7"]
 
 
 @pytest.fixture(scope="module")
-def small_model() -> Path:
-    out = subprocess.run([sys.executable, str(ROOT / "tools" / "fetch_model.py"), "--path", "smollm2"],
-                         capture_output=True, text=True, timeout=900)
-    assert out.returncode == 0, out.stderr
-    return Path(out.stdout.strip())
+def small_model(gguf: Path) -> Path:
+    return gguf  # conftest.py's session fixture: fetched once, one xdist worker at a time
 
 
 def _env(tmp_path: Path) -> dict[str, str]:

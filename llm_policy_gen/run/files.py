@@ -70,6 +70,11 @@ a ``compare`` run adds its console log and, when it failed, its error)."""
 _LINKING_WRITERS = frozenset({"wandb"})
 """Folders of a run directory whose writer (a library) makes symbolic links of its own inside them."""
 
+_BACKEND_IN_RUN_ID = 80
+"""At most this many characters of the backend's name go into a default run id: a ``replay:PATH`` names a whole path,
+and a name over the file system's 255 bytes (with the staging prefix and suffix) could not be created."""
+
+
 class RunDir:
     """``logs/<env-id>/<run-id>/``: the paths of the contract's files, and their readers and writers."""
 
@@ -85,7 +90,8 @@ class RunDir:
         until :meth:`publish` renames it into place; a bad ``run_id`` is a :class:`UserError`."""
         base = Path(logs_dir) / slug(env_id)
         if run_id is None:
-            run_id = f"{datetime.now(UTC).strftime('%Y%m%d-%H%M%S')}_{slug(backend)}_s{seed}"
+            name = slug(backend)[:_BACKEND_IN_RUN_ID].strip("-")
+            run_id = f"{datetime.now(UTC).strftime('%Y%m%d-%H%M%S')}_{name}_s{seed}"
         problem = run_id_problem(run_id)
         if problem:
             raise UserError(f"bad --run-id {run_id!r}: {problem}; accepted a non-empty name without path separators "
