@@ -15,12 +15,17 @@ by Swimmer-v5's spec), which a run's settings cannot change.
 
 A point is judged on the tuning seeds by the suite's own measure: first the count of seeds whose final held-out mean
 (100 episodes) meets the task's goal, then the interquartile mean of those held-out means (:mod:`llm_policy_gen.sweep
-.stats`, rliable). The **chosen** point is the best of today's settings, each single change and the combination; a tie
-keeps today's. Every run is a ``bench/suite.py`` run (the same code: resumed if interrupted, reused if finished) in
+.stats`, rliable). A change **beats** today's settings only beyond the seeds' noise: it meets the goal on more tuning
+seeds, or on as many with the lower end of its IQM's 95% bootstrap interval above today's IQM (a difference of a
+fraction of a point between IQMs, which ten seeds cannot tell apart, changes nothing). The changes that beat today's
+are combined into one more point, which must beat today's the same way. The **chosen** point is the best, by seeds
+met then IQM, of those that beat today's; with none, today's settings stay.
+Every run is a ``bench/suite.py`` run (the same code: resumed if interrupted, reused if finished) in
 ``OUT/runs``, so the search goes on across sessions.
 
-Written to ``OUT``: ``results.json`` (one record per run, as the suite's) and ``tune_specs.md`` (per task: the
-settings today, the grid tried with each point's seeds-met and IQM, the chosen point and which settings it changes).
+Written to ``OUT``: ``tune.json`` (per task: every point, its figures and its runs' records) and ``tune_specs.md``
+(per task: the settings today, the grid tried with each point's seeds met, IQM and verdict, the chosen point and
+which settings it changes).
 Applying a choice is an edit of the spec's ``[train_defaults]`` (or the suite's ``GOALS``) by hand, after which the
 goal table is re-judged on seeds 0-9 with ``bench/suite.py``. Not a test: it prints figures.
 """
@@ -88,8 +93,9 @@ def as_goal(goal: Goal, values: dict[str, Any], base: dict[str, Any]) -> Goal:
     return replace(goal, settings=tuple(sorted({**kept, **values}.items())))
 
 
-def judge(goal: Goal, rows: list[dict[str, Any]]) -> tuple[int, float | None]:
-    """(seeds that meet the goal, IQM of the final held-out means) of one point's runs."""
+def judge(goal: Goal, rows: list[dict[str, Any]]) -> tuple[int, float | None, float | None]:
+    """(seeds that meet the goal, IQM of the final held-out means, the lower end of its 95% interval) of one
+    point's runs."""
     import numpy as np
 
     from llm_policy_gen.sweep.stats import iqm_interval
@@ -98,8 +104,21 @@ def judge(goal: Goal, rows: list[dict[str, Any]]) -> tuple[int, float | None]:
     met = sum(_met(goal, v) for v in vals)
     finite = [float(v) for v in vals if v is not None]
     if not finite:
-        return met, None
-    return met, iqm_interval(np.asarray(finite), reps=200).estimate
+        return met, None, None
+    iv = iqm_interval(np.asarray(finite))
+    return met, iv.estimate, iv.low
+
+
+Scored = tuple[dict[str, Any], int, float | None, float | None]
+
+
+def beats(point: Scored, base: Scored) -> bool:
+    """More seeds at the goal, or as many and the IQM's interval wholly above today's IQM (see the module doc)."""
+    _, met, _, low = point
+    _, base_met, base_iqm, _ = base
+    if met != base_met:
+        return met > base_met
+    return low is not None and base_iqm is not None and low > base_iqm
 
 
 def run_points(jobs: list[tuple[Goal, int]], out: Path, workers: int) -> dict[tuple[str, int], dict[str, Any]]:
@@ -130,27 +149,26 @@ def tune(goal: Goal, seeds: list[int], out: Path, workers: int) -> dict[str, Any
 
     jobs = [(as_goal(goal, p, base), s) for p in [base, *singles] for s in seeds]
     recs = run_points(jobs, out, workers)
-    scored = [(p, *judge(goal, rows_of(p, recs))) for p in [base, *singles]]
+    scored: list[Scored] = [(p, *judge(goal, rows_of(p, recs))) for p in [base, *singles]]
 
-    def key(t: tuple[dict[str, Any], int, float | None]) -> tuple[int, float]:
+    def key(t: Scored) -> tuple[int, float]:
         return t[1], -1e18 if t[2] is None else t[2]
 
-    base_key = key(scored[0])
-    better = [t[0] for t in scored[1:] if key(t) > base_key]
+    better = [t[0] for t in scored[1:] if beats(t, scored[0])]
     combined = dict(base)
     for p in better:
         combined.update({k: v for k, v in p.items() if v != base[k]})
-    if len(better) > 1 and valid(combined) and combined not in [p for p, *_ in scored]:
+    if len(better) > 1 and valid(combined) and combined not in [t[0] for t in scored]:
         recs.update(run_points([(as_goal(goal, combined, base), s) for s in seeds], out, workers))
         scored.append((combined, *judge(goal, rows_of(combined, recs))))
-    best = max(scored, key=key)
-    if key(best) == base_key:
-        best = scored[0]
-    records = [r for p, *_ in scored for r in rows_of(p, recs)]
+    winners = [t for t in scored[1:] if beats(t, scored[0])]
+    best = max(winners, key=key) if winners else scored[0]
+    records = [r for t in scored for r in rows_of(t[0], recs)]
     return {"task": goal.key, "env_id": goal.env_id, "budget": goal.budget, "goal": goal.goal, "seeds": seeds,
-            "today": base, "points": [{"settings": p, "met": m, "iqm": q,
+            "today": base, "points": [{"settings": p, "met": m, "iqm": q, "iqm_low": lo,
+                                       "beats_today": i > 0 and beats((p, m, q, lo), scored[0]),
                                        "heldout": [r.get("heldout") for r in rows_of(p, recs)]}
-                                      for p, m, q in scored],
+                                      for i, (p, m, q, lo) in enumerate(scored)],
             "chosen": best[0], "changed": {k: v for k, v in best[0].items() if v != base[k]}, "records": records}
 
 
@@ -158,21 +176,23 @@ def write_report(out: Path, results: list[dict[str, Any]]) -> Path:
     lines = ["## Spec settings tuned on seeds 100-109 (100-104 for the long tasks)", "",
              "Regenerate: `python bench/tune_specs.py --tasks " + ",".join(r["task"] for r in results) +
              f" --out {out}`", "",
-             "One pass of a coordinate search (each setting at half and double today's value, then the improving "
-             "changes combined); a point is judged by the seeds meeting the goal, then the IQM of the final "
-             "held-out means; a tie keeps today's.", ""]
+             "One pass of a coordinate search (each setting at half and double today's value, then the changes "
+             "that beat today's combined). A change beats today's when it meets the goal on more tuning seeds, or "
+             "on as many with the lower end of its IQM's 95% interval above today's IQM; the chosen point is the "
+             "best (seeds met, then IQM) of those that beat today's, else today's.", ""]
     for r in results:
         names = list(r["today"])
         lines += [f"### {r['env_id']} (budget {r['budget']:,} episodes, goal {r['goal']}, seeds "
                   f"{r['seeds'][0]}-{r['seeds'][-1]})", "",
-                  "| " + " | ".join(names) + " | seeds met | IQM held-out | per seed |",
-                  "|" + " --- |" * (len(names) + 3)]
+                  "| " + " | ".join(names) + " | seeds met | IQM held-out [95% CI low] | beats today's | per seed |",
+                  "|" + " --- |" * (len(names) + 4)]
         for p in r["points"]:
             cells = [(f"**{p['settings'][k]}**" if p["settings"][k] != r["today"][k] else str(p["settings"][k]))
                      for k in names]
-            iqm = "-" if p["iqm"] is None else f"{p['iqm']:,.2f}"
+            iqm = "-" if p["iqm"] is None else f"{p['iqm']:,.2f} [{p.get('iqm_low') or float('nan'):,.2f}]"
             per = ", ".join("-" if v is None else f"{v:.1f}" for v in p["heldout"])
-            lines.append("| " + " | ".join(cells) + f" | {p['met']}/{len(r['seeds'])} | {iqm} | {per} |")
+            verdict = "today's" if p["settings"] == r["today"] else ("yes" if p.get("beats_today") else "no")
+            lines.append("| " + " | ".join(cells) + f" | {p['met']}/{len(r['seeds'])} | {iqm} | {verdict} | {per} |")
         changed = ", ".join(f"{k} {r['today'][k]} -> {v}" for k, v in r["changed"].items()) or "none (today's kept)"
         lines += ["", f"Chosen: {changed}.", ""]
     path = out / "tune_specs.md"
