@@ -256,13 +256,13 @@ def train(run_dir: Path, algo: str, hyper: zoo.Hyper, make_one: Any, budget: Bud
             break
     fields: dict[str, Any] = {**asdict(books), "reached": budget.done(books), "target": budget.target,
                               "horizon": budget.horizon, "eval_every": eval_every, "curve_episodes": curve_episodes}
-    fields["cpu_s"], fields["eval_cpu_s"] = round(books.cpu_s, 1), round(books.eval_cpu_s, 1)
+    fields["cpu_s"], fields["eval_cpu_s"] = round(books.cpu_s, 3), round(books.eval_cpu_s, 3)
     if out_of_reach:
         fields["out_of_reach"] = out_of_reach
     if budget.done(books):
         cpu1 = time.process_time()
         returns = evaluate(model, env, make_one, hyper, heldout)
         fields.update(heldout=float(statistics.fmean(returns)), heldout_episodes=len(returns),
-                      final_eval_cpu_s=round(time.process_time() - cpu1, 1))
+                      final_eval_cpu_s=round(time.process_time() - cpu1, 3))
     env.close()
     return fields
