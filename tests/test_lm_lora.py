@@ -113,3 +113,23 @@ def test_a_lora_learners_state_is_arrays_that_restore_it(smollm2: Any, tmp_path:
     load_adapter(third, path)
     assert all(np.array_equal(a, b) for a, b in zip(adapter_arrays(third).values(),
                                                     adapter_arrays(first.head.model).values(), strict=True))
+
+
+@needs_extra
+@pytest.mark.slow
+def test_a_stopped_lora_run_resumes_to_the_uninterrupted_runs_files(gguf: Path, tmp_path: Path) -> None:
+    """``train --lora`` stopped after one update and resumed to two writes what a two-update run writes: the same
+    events, tables, summary and learner state (the adapters and their optimiser moments, restored from arrays)."""
+    from run_helpers import run_records
+
+    def run(logs: Path, iterations: int) -> Path:
+        assert main(lake(logs, "--lm-model", str(gguf), "--lm-cache", str(LM_CACHE), "--lm-head", "scores",
+                         "--lora", "2", "--lm-features", "onehot", "--iterations", str(iterations), *SMALL)) == 0
+        return logs / "FrozenLake-v1" / "r"
+
+    whole, part = run(tmp_path / "whole", 2), run(tmp_path / "part", 1)
+    assert main(["train", "--resume", str(part), "--iterations", "2"]) == 0
+    resumed, reference = run_records(part), run_records(whole)
+    assert resumed == reference
+    adapters = {k for k in reference["learner"]["state"]["policy"] if "lora_" in k}
+    assert adapters and reference["learner"]["state"]["updates"] == 2

@@ -278,8 +278,12 @@ class LmPolicyMode:
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
-        """Nothing of its own: the learner's state is the run's to save (:class:`~.base.OwnLoop`)."""
-        return {}
+        """The LoRA head's count of model passes, which a resumed run goes on from; the learner's state is the
+        run's to save (:class:`~.base.OwnLoop`)."""
+        passes = getattr(self.head, "model_passes", None)
+        return {} if passes is None else {"lm_model_passes": int(passes)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        pass
+        if "lm_model_passes" in state and hasattr(self.head, "model_passes"):
+            assert self.head is not None
+            self.head.model_passes = int(state["lm_model_passes"])
