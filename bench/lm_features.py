@@ -110,24 +110,29 @@ def curve_of(run_dir: Path) -> dict[str, list[float]]:
 
 def run_lm(env_id: str, features: str, model: Path | None, seed: int, run_dir: Path,
            settings: dict[str, Any]) -> dict[str, Any]:
-    """One ``--mode lm-policy`` run into ``run_dir`` (read when finished, restarted when not); its record."""
+    """One ``--mode lm-policy`` run into ``run_dir`` (``OUT/runs/<gymnasium id>/<run id>``, where ``train`` puts
+    it): read when finished, resumed from its checkpoint when interrupted, else run; its record."""
     from llm_policy_gen.config import TrainConfig
-    from llm_policy_gen.run import train
+    from llm_policy_gen.run import resume, train
 
     record: dict[str, Any] = {"run_dir": str(run_dir)}
-    if (run_dir / "summary.json").is_file():
-        record["reused"] = True
-    else:
-        if run_dir.exists():  # killed before its summary: lm-policy runs cannot be resumed yet, so run it again
-            shutil.rmtree(run_dir)
-        cfg = TrainConfig.build(({"env_id": env_id, "mode": "lm-policy", "lm_features": features,
-                                  "lm_model": None if model is None else str(model), "seed": seed,
-                                  "logs_dir": str(run_dir.parent.parent), "run_id": run_dir.name,
-                                  "progress": False, "quiet": True, "plots": False, **settings}, "bench"))
-        try:
-            train(cfg, log=lambda _m: None)
-        except Exception as exc:  # a failed run is a row with its error
-            return {**record, "error": f"{type(exc).__name__}: {exc}"[:300]}
+    try:
+        if (run_dir / "summary.json").is_file():
+            record["reused"] = True
+        elif (run_dir / "checkpoint.npz").is_file():  # interrupted: goes on to the uninterrupted result
+            run_dir = resume(run_dir, {}, log=lambda _m: None).run_dir
+            record["resumed"] = True
+        else:
+            if run_dir.exists():  # killed before its first checkpoint: nothing to go on from
+                shutil.rmtree(run_dir)
+            cfg = TrainConfig.build(({"env_id": env_id, "mode": "lm-policy", "lm_features": features,
+                                      "lm_model": None if model is None else str(model), "seed": seed,
+                                      "logs_dir": str(run_dir.parent.parent), "run_id": run_dir.name,
+                                      "progress": False, "quiet": True, "plots": False, **settings}, "bench"))
+            run_dir = train(cfg, log=lambda _m: None).run_dir
+    except Exception as exc:  # a failed run is a row with its error
+        return {**record, "error": f"{type(exc).__name__}: {exc}"[:300]}
+    record["run_dir"] = str(run_dir)
     summary = json.loads((run_dir / "summary.json").read_text())
     config = json.loads((run_dir / "config.json").read_text())
     record.update(heldout=summary["best_eval_mean"], env_steps_total=summary["env_steps_total"],
@@ -136,6 +141,13 @@ def run_lm(env_id: str, features: str, model: Path | None, seed: int, run_dir: P
                   state_texts=config.get("state_texts"), learner=config.get("learner", {}).get("class"),
                   curve=curve_of(run_dir))
     return record
+
+
+def run_name(task: Task, features: str, learner: str, iterations: int, seed: int) -> str:
+    """A run's id; a spec variant's (``FrozenLake-v1.8x8``) starts with the variant, since its runs share the
+    gymnasium id's folder with the plain spec's."""
+    variant = task.env_id.partition(".")[2]
+    return f"{variant + '-' if variant else ''}{features}_{learner}_i{iterations}_s{seed}"
 
 
 def first_reaching(record: dict[str, Any], axis: str) -> float | None:
@@ -255,6 +267,8 @@ def main(argv: list[str] | None = None) -> int:
     command = "python bench/lm_features.py " + " ".join(argv if argv is not None else sys.argv[1:])
     started = time.time()
     load = os.getloadavg()[0]
+    from llm_policy_gen.envs import get_spec
+
     for key in [] if args.report_only else args.tasks.split(","):
         task = BY_KEY[key]
         iterations = args.iterations or task.iterations
@@ -269,7 +283,8 @@ def main(argv: list[str] | None = None) -> int:
                     records[(key, fkey, seed)] = {**base, "not_run": f"model {feat.model} not fetched "
                                                   f"(python tools/fetch_model.py {feat.model})"}
                     continue
-                run_dir = out / "runs" / task.env_id / f"{fkey}_{args.learner}_i{iterations}_s{seed}"
+                run_dir = out / "runs" / get_spec(task.env_id).env_id / run_name(task, fkey, args.learner,
+                                                                                  iterations, seed)
                 rec = {**base, **run_lm(task.env_id, feat.kind, model, seed, run_dir, settings)}
                 records[(key, fkey, seed)] = rec
                 shown = rec.get("error") or f"held-out {rec['heldout']:.3f}, {rec['wall_s']:.0f} s"

@@ -58,6 +58,27 @@ def test_lm_features_measures_the_controls_reports_iqm_and_skips_finished_runs(t
     assert {p: p.stat().st_mtime_ns for p in (out / "runs").rglob("summary.json")} == mtimes
 
 
+@pytest.mark.slow
+def test_a_spec_variants_runs_are_found_where_train_puts_them_and_an_interrupted_one_resumes(tmp_path: Path) -> None:
+    """FrozenLake-v1.8x8's runs live in the gymnasium id's folder (``runs/FrozenLake-v1``) under a name that starts
+    with the variant; a run whose summary is missing but whose checkpoint is there goes on from it, to the same
+    figures (it was once deleted and run again from nothing)."""
+    out = tmp_path / "out"
+    args = ("--tasks", "frozenlake8x8", "--features", "onehot", "--seeds", "0", "--iterations", "2",
+            "--heldout-episodes", "5", "--out", str(out))
+    first = bench("lm_features.py", *args)
+    assert first.returncode == 0, first.stderr
+    run = out / "runs" / "FrozenLake-v1" / "8x8-onehot_ppo_i2_s0"
+    (rec,) = json.loads((out / "results.json").read_text())
+    assert rec["run_dir"] == str(run) and (run / "summary.json").is_file() and "heldout" in rec
+    (run / "summary.json").unlink()
+    second = bench("lm_features.py", *args)
+    assert second.returncode == 0, second.stderr
+    (again,) = json.loads((out / "results.json").read_text())
+    assert again.get("resumed") and again["run_dir"] == str(run) and again["heldout"] == rec["heldout"]
+    assert again["env_steps_total"] == rec["env_steps_total"] and again["curve"] == rec["curve"]
+
+
 def test_lm_features_refuses_an_unknown_task_in_one_line(tmp_path: Path) -> None:
     done = bench("lm_features.py", "--tasks", "pong", "--out", str(tmp_path / "out"))
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "'pong'" in done.stderr
