@@ -98,6 +98,15 @@ def budget_for(kind: str, hyper: Any, offline: tuple[int, int] | None) -> Any:
     return Budget("steps", steps, steps) if kind == "steps" else Budget("episodes", episodes, steps)
 
 
+def stale(record: dict[str, Any], kind: str, offline: tuple[int, int] | None) -> bool:
+    """Whether a recorded equal-interaction cell no longer matches ``offline``'s run of its task and seed (that run
+    was re-judged under other settings, or had not finished when the cell was recorded): it is run again, to the
+    new count, in a folder of its own; the zoo's budget never goes stale."""
+    if kind == "zoo" or offline is None:
+        return False
+    return record.get("target") != (offline[0] if kind == "steps" else offline[1])
+
+
 def setup_id(env_id: str) -> str:
     """The environment a peer sees (gymnasium id, make arguments, time limit, reward wrappers), as a folder name;
     two tasks that differ only in their table share it."""
@@ -237,10 +246,24 @@ def _discrete(env_id: str) -> bool:
         env.close()
 
 
-def _write_json(path: Path, data: Any) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=1))
-    tmp.replace(path)
+def _key(record: dict[str, Any]) -> tuple[str, str, int, str]:
+    return record["task"], record["algo"], record["seed"], record.get("kind", "episodes")
+
+
+def save_records(path: Path, mine: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Put this invocation's records into ``path`` (``peers.json``) and return all of them: under a file lock the
+    file is read again and only these cells replaced, so two ``peers.py`` runs on one folder (other tasks beside a
+    long queue) lose nothing of each other's; written atomically."""
+    from filelock import FileLock
+
+    with FileLock(str(path) + ".lock", timeout=600):
+        merged = {_key(r): r for r in (json.loads(path.read_text()) if path.is_file() else [])}
+        merged.update({_key(r): r for r in mine})
+        data = sorted(merged.values(), key=lambda r: (r["task"], r["algo"], r["seed"], r.get("kind", "")))
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data, indent=1))
+        tmp.replace(path)
+    return data
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -294,10 +317,13 @@ def main(argv: list[str] | None = None) -> int:
             for seed in (given_seeds if args.seeds else goal.seeds):
                 for kind in kinds:
                     done = records.get((task, algo, seed, kind))
+                    offline = offline_budget(suite_records, task, seed)
+                    if done is not None and stale(done, kind, offline):
+                        done = None
                     out_of_reach = "out_of_reach" in done if done else False
                     if done is None or not (done.get("reached") or "not_run" in done or (
                             out_of_reach and done.get("cpu_hours", 0) >= args.cpu_hours)):
-                        jobs.append((task, algo, seed, kind, out, offline_budget(suite_records, task, seed), opts))
+                        jobs.append((task, algo, seed, kind, out, offline, opts))
     os.environ.update(ONE_THREAD)
     # spawn, one run a process: each run's CPU time is its own.
     with ProcessPoolExecutor(max_workers=max(1, args.workers), mp_context=get_context("spawn"),
@@ -306,17 +332,18 @@ def main(argv: list[str] | None = None) -> int:
         for job in jobs:
             groups.setdefault((setup_id(suite.BY_KEY[job[0]].env_id), *job[1:4]), []).append(job)
         futures = [pool.submit(run_group, group) for group in groups.values()]
+        mine: list[dict[str, Any]] = []
         for fut in as_completed(futures):
             for rec in fut.result():
                 done_key = (rec["task"], rec["algo"], rec["seed"], rec["kind"])
                 records[done_key] = rec
+                mine.append(rec)
                 shown = rec.get("error") or rec.get("not_run") or rec.get("out_of_reach") or (
                     f"held-out {rec['heldout']:,.1f} after {rec['steps']:,} steps ({rec['episodes']:,} episodes), "
                     f"{rec['cpu_s']:,.0f} CPU s; {rec['hyperparameters']}")
                 print(f"{done_key[0]} {done_key[1]} seed {done_key[2]} {done_key[3]}: {shown}", flush=True)
-            _write_json(results_file, sorted(records.values(), key=lambda r: (r["task"], r["algo"], r["seed"],
-                                                                               r.get("kind", ""))))
-    all_records = list(records.values())
+            save_records(results_file, mine)
+    all_records = save_records(results_file, mine)
     (out / "peers.md").write_text(details(all_records))
     page = suite.write_report(out, peers=cells(all_records))
     print(f"wrote {page} (from {out / 'results.json'}), {out / 'peers.md'} and {results_file}")

@@ -183,6 +183,14 @@ def test_tiny_ppo_and_dqn_runs_end_to_end_with_their_records(bench, tmp_path, ca
     # again: the finished runs are kept, not trained again
     assert peers.main(["--tasks", "cartpole", "--seeds", "0", "--budgets", "steps", "--out", str(out)]) == 0
     assert "held-out" not in capsys.readouterr().out.split("wrote")[-1]
+    # offline re-judged (another step count): the cell is stale, trained again to the new count in its own folder
+    _write_suite(out, steps=320, episodes=20)
+    assert peers.main(["--tasks", "cartpole", "--seeds", "0", "--algos", "dqn", "--budgets", "steps",
+                       "--curve-points", "2", "--curve-episodes", "2", "--out", str(out)]) == 0
+    again = {r["algo"]: r for r in json.loads((out / "peers.json").read_text())}
+    assert again["dqn"]["target"] == 320 and 320 <= again["dqn"]["steps"] and not again["dqn"].get("reused")
+    assert again["dqn"]["run_dir"] != records["dqn"]["run_dir"] and Path(records["dqn"]["run_dir"]).is_dir()
+    assert again["ppo"] == records["ppo"]  # not asked for: left as it was
 
 
 @pytest.mark.slow
@@ -368,3 +376,18 @@ def test_merge_moves_a_parts_finished_runs_and_records_into_the_suite(bench, tmp
     assert not (part / "runs" / "CartPole-v1" / "cartpole_b100_offline_s2").exists()
     assert "- **CartPole-v1**" in (out / "readme.md").read_text()
     assert suite.main(["--out", str(out), "--merge", str(tmp_path / "nothing")]) == 2
+
+
+def test_two_invocations_on_one_folder_keep_each_others_records(bench, tmp_path):
+    """peers.json is re-read under a lock and only the invocation's own cells replaced: a second peers.py on the
+    same folder (another task beside a long queue) loses nothing of the first's, and a re-run cell replaces its
+    old record."""
+    _, peers = bench
+    path = tmp_path / "peers.json"
+    a = {"task": "acrobot", "algo": "dqn", "seed": 0, "kind": "steps", "heldout": -90.0}
+    b = {"task": "cartpole", "algo": "ppo", "seed": 0, "kind": "steps", "heldout": 400.0}
+    peers.save_records(path, [a])
+    peers.save_records(path, [b])  # a writer that never saw a
+    b2 = {**b, "heldout": 450.0}
+    everything = peers.save_records(path, [b2])
+    assert everything == json.loads(path.read_text()) == [a, b2]
