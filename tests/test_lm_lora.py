@@ -124,7 +124,8 @@ def test_a_stopped_lora_run_resumes_to_the_uninterrupted_runs_files(gguf: Path, 
 
     def run(logs: Path, iterations: int) -> Path:
         assert main(lake(logs, "--lm-model", str(gguf), "--lm-cache", str(LM_CACHE), "--lm-head", "scores",
-                         "--lora", "2", "--lm-features", "onehot", "--iterations", str(iterations), *SMALL)) == 0
+                         "--lora", "2", "--lm-features", "onehot", "--iterations", str(iterations),
+                         "--lm-n-steps", "8", "--lm-batch-size", "8", "--lm-epochs", "1")) == 0
         return logs / "FrozenLake-v1" / "r"
 
     whole, part = run(tmp_path / "whole", 2), run(tmp_path / "part", 1)
