@@ -69,21 +69,6 @@ def algos_for(discrete_actions: bool, wanted: list[str]) -> list[str]:
     return [a for a in wanted if a in fits]
 
 
-def offline_budget(records: list[dict[str, Any]], task: str, seed: int) -> tuple[int, int] | None:
-    """(environment steps, episodes) of ``offline``'s finished run of ``task`` and ``seed`` in the suite's records,
-    the steps from ``env_steps_total`` (or, for a record written before it existed, the run's ``summary.json``)."""
-    for r in records:
-        if r.get("task") == task and r.get("seed") == seed and r.get("backend") == "offline" and "heldout" in r:
-            steps = r.get("env_steps_total")
-            if steps is None and r.get("run_dir"):
-                summary = Path(r["run_dir"]) / "summary.json"
-                if summary.is_file():
-                    steps = json.loads(summary.read_text()).get("env_steps_total")
-            if steps is not None:
-                return int(steps), int(r["episodes"])
-    return None
-
-
 def budget_for(kind: str, hyper: Any, offline: tuple[int, int] | None) -> Any:
     """The run's :class:`peer_train.Budget`, or a string saying why the cell has none."""
     from peer_train import Budget
@@ -96,15 +81,6 @@ def budget_for(kind: str, hyper: Any, offline: tuple[int, int] | None) -> Any:
         return "no finished offline run of this task and seed in the suite's results.json"
     steps, episodes = offline
     return Budget("steps", steps, steps) if kind == "steps" else Budget("episodes", episodes, steps)
-
-
-def stale(record: dict[str, Any], kind: str, offline: tuple[int, int] | None) -> bool:
-    """Whether a recorded equal-interaction cell no longer matches ``offline``'s run of its task and seed (that run
-    was re-judged under other settings, or had not finished when the cell was recorded): it is run again, to the
-    new count, in a folder of its own; the zoo's budget never goes stale."""
-    if kind == "zoo" or offline is None:
-        return False
-    return record.get("target") != (offline[0] if kind == "steps" else offline[1])
 
 
 def setup_id(env_id: str) -> str:
@@ -317,8 +293,8 @@ def main(argv: list[str] | None = None) -> int:
             for seed in (given_seeds if args.seeds else goal.seeds):
                 for kind in kinds:
                     done = records.get((task, algo, seed, kind))
-                    offline = offline_budget(suite_records, task, seed)
-                    if done is not None and stale(done, kind, offline):
+                    offline = suite.offline_budget(suite_records, task, seed)
+                    if done is not None and suite.stale(done, kind, offline):
                         done = None
                     out_of_reach = "out_of_reach" in done if done else False
                     if done is None or not (done.get("reached") or "not_run" in done or (

@@ -271,6 +271,30 @@ def read_results(out: Path) -> list[dict[str, Any]]:
     return list(json.loads(f.read_text())) if f.is_file() else []
 
 
+def offline_budget(records: list[dict[str, Any]], task: str, seed: int) -> tuple[int, int] | None:
+    """(environment steps, episodes) of ``offline``'s finished run of ``task`` and ``seed`` in the suite's records,
+    the steps from ``env_steps_total`` (or, for a record written before it existed, the run's ``summary.json``)."""
+    for r in records:
+        if r.get("task") == task and r.get("seed") == seed and r.get("backend") == "offline" and "heldout" in r:
+            steps = r.get("env_steps_total")
+            if steps is None and r.get("run_dir"):
+                summary = Path(r["run_dir"]) / "summary.json"
+                if summary.is_file():
+                    steps = json.loads(summary.read_text()).get("env_steps_total")
+            if steps is not None:
+                return int(steps), int(r["episodes"])
+    return None
+
+
+def stale(record: dict[str, Any], kind: str, offline: tuple[int, int] | None) -> bool:
+    """Whether a recorded equal-interaction cell no longer matches ``offline``'s run of its task and seed (that run
+    was re-judged under other settings, or had not finished when the cell was recorded): it is run again, to the
+    new count, in a folder of its own; the zoo's budget never goes stale."""
+    if kind == "zoo" or offline is None:
+        return False
+    return record.get("target") != (offline[0] if kind == "steps" else offline[1])
+
+
 def write_results(out: Path, records: Iterable[dict[str, Any]]) -> None:
     """Write ``OUT/results.json`` atomically (a reader beside it, ``--report``, never sees half a file): the records
     sorted by task, backend and seed."""
@@ -298,10 +322,16 @@ def write_report(out: Path, note: str | None = None, peers: list[PeerCell] | Non
         note = str(kept.get("note", ""))
     if peers is None:
         peers = [PeerCell.from_dict(c) for c in kept.get("peers", [])]
-    kept_file.write_text(json.dumps({"note": note, "peers": [asdict(c) for c in peers]}, indent=1))
     records = sorted(read_results(out), key=lambda r: (r["task"], r["seed"]))
     peer_file = out / "peers.json"
     peer_records = json.loads(peer_file.read_text()) if peer_file.is_file() else []
+    if peer_records:  # the peer columns from peers.json, without the cells of a re-judged offline run
+        import peers as peers_module
+
+        peer_records = [r for r in peer_records if not stale(r, r.get("kind", "episodes"),
+                                                             offline_budget(records, r["task"], r["seed"]))]
+        peers = peers_module.cells(peer_records)
+    kept_file.write_text(json.dumps({"note": note, "peers": [asdict(c) for c in peers]}, indent=1))
     runs = [r for r in suite_curves.suite_runs(records) + suite_curves.peer_runs(peer_records) if r.task in BY_KEY]
     seeds = {t: sorted({r.seed for r in runs if r.task == t}) for t in dict.fromkeys(r.task for r in runs)}
     wanted = [(t, BY_KEY[t].env_id, s) for t, ss in seeds.items() for s in ss]

@@ -54,6 +54,9 @@ def _write(out: Path) -> tuple[list[dict], list[dict]]:
               "hyperparameters": "rl-zoo3 2.9.2 ppo.yml CartPole-v1", "heldout": 150.0 + s, "steps": 3600,
               "episodes": 60, "reached": True, "curve": [[1800, 30, 50.0 + s], [3600, 60, 140.0 + s]]} for s in SEEDS]
     peers.append({**peers[0], "seed": 3, "reached": False, "heldout": None, "out_of_reach": "needs 9 CPU-h"})
+    steps = {r["seed"]: r["env_steps_total"] for r in records if r["backend"] == "offline"}
+    for p in peers:  # trained to offline's count of the seed (a peer of another count is a stale cell)
+        p["target"] = steps.get(p["seed"])
     (out / "results.json").write_text(json.dumps(records))
     (out / "peers.json").write_text(json.dumps(peers))
     for name, value in (("random_policy.json", RANDOM_R), ("priors.json", PRIOR_R)):
