@@ -81,7 +81,7 @@ TEST_WORKERS_MAX ?= 4
 XDIST := -n $(TEST_WORKERS) --maxprocesses $(TEST_WORKERS_MAX) --dist loadgroup
 
 test: $(STAMP_DEV) models
-	$(BIN)/python -m pytest -q $(XDIST)
+	$(BIN)/python -m pytest -q --durations=15 $(XDIST)
 	$(MAKE) docs
 
 # The reference pages (options, commands) are generated from the code by docs/gen_reference.py, a hook.
