@@ -13,13 +13,17 @@ settings combined into one more point. Structure (the bins, the answer format, t
 itself, not a setting; nor is the offline search's ``[search]`` table (``restart_after`` and the step sizes, set only
 by Swimmer-v5's spec), which a run's settings cannot change.
 
-A point is judged on the tuning seeds by the suite's own measure: first the count of seeds whose final held-out mean
-(100 episodes) meets the task's goal, then the interquartile mean of those held-out means (:mod:`llm_policy_gen.sweep
-.stats`, rliable). A change **beats** today's settings only beyond the seeds' noise: it meets the goal on more tuning
-seeds, or on as many with the lower end of its IQM's 95% bootstrap interval above today's IQM (a difference of a
-fraction of a point between IQMs, which ten seeds cannot tell apart, changes nothing). The changes that beat today's
-are combined into one more point, which must beat today's the same way. The **chosen** point is the best, by seeds
-met then IQM, of those that beat today's; with none, today's settings stay.
+A point is judged on the tuning seeds by the measure the goal table is judged on (``bench/suite_lines.py``): the
+**within-budget** held-out mean (100 episodes) of each seed, the kept table's as of the last iteration that ended
+within the task's episode budget. First the count of seeds whose within-budget mean meets the goal, then the
+interquartile mean of those means (:mod:`llm_policy_gen.sweep.stats`, rliable). (The run's final held-out mean would
+reward settings whose last iteration runs far past the budget's check: a larger confirmation, say; an earlier
+version judged on it and chose such a point for CartPole-v1.) A change **beats** today's settings only beyond the
+seeds' noise: it meets the goal on more tuning seeds, or on as many with the lower end of its IQM's 95% bootstrap
+interval above today's IQM (a difference of a fraction of a point between IQMs, which ten seeds cannot tell apart,
+changes nothing). The changes that beat today's are combined into one more point, which must beat today's the same
+way. The **chosen** point is the best, by seeds met then IQM, of those that beat today's; with none, today's
+settings stay.
 Every run is a ``bench/suite.py`` run (the same code: resumed if interrupted, reused if finished) in
 ``OUT/runs``, so the search goes on across sessions.
 
@@ -94,13 +98,13 @@ def as_goal(goal: Goal, values: dict[str, Any], base: dict[str, Any]) -> Goal:
 
 
 def judge(goal: Goal, rows: list[dict[str, Any]]) -> tuple[int, float | None, float | None]:
-    """(seeds that meet the goal, IQM of the final held-out means, the lower end of its 95% interval) of one
-    point's runs."""
+    """(seeds that meet the goal, IQM of the within-budget held-out means, the lower end of its 95% interval) of
+    one point's runs."""
     import numpy as np
 
     from llm_policy_gen.sweep.stats import iqm_interval
 
-    vals = [r.get("heldout") for r in rows]
+    vals = [r.get("heldout_within") for r in rows]
     met = sum(_met(goal, v) for v in vals)
     finite = [float(v) for v in vals if v is not None]
     if not finite:
@@ -167,6 +171,7 @@ def tune(goal: Goal, seeds: list[int], out: Path, workers: int) -> dict[str, Any
     return {"task": goal.key, "env_id": goal.env_id, "budget": goal.budget, "goal": goal.goal, "seeds": seeds,
             "today": base, "points": [{"settings": p, "met": m, "iqm": q, "iqm_low": lo,
                                        "beats_today": i > 0 and beats((p, m, q, lo), scored[0]),
+                                       "heldout_within": [r.get("heldout_within") for r in rows_of(p, recs)],
                                        "heldout": [r.get("heldout") for r in rows_of(p, recs)]}
                                       for i, (p, m, q, lo) in enumerate(scored)],
             "chosen": best[0], "changed": {k: v for k, v in best[0].items() if v != base[k]}, "records": records}
@@ -177,20 +182,22 @@ def write_report(out: Path, results: list[dict[str, Any]]) -> Path:
              "Regenerate: `python bench/tune_specs.py --tasks " + ",".join(r["task"] for r in results) +
              f" --out {out}`", "",
              "One pass of a coordinate search (each setting at half and double today's value, then the changes "
-             "that beat today's combined). A change beats today's when it meets the goal on more tuning seeds, or "
+             "that beat today's combined), judged on each seed's within-budget held-out mean, the measure of the "
+             "goal table. A change beats today's when it meets the goal on more tuning seeds, or "
              "on as many with the lower end of its IQM's 95% interval above today's IQM; the chosen point is the "
              "best (seeds met, then IQM) of those that beat today's, else today's.", ""]
     for r in results:
         names = list(r["today"])
         lines += [f"### {r['env_id']} (budget {r['budget']:,} episodes, goal {r['goal']}, seeds "
                   f"{r['seeds'][0]}-{r['seeds'][-1]})", "",
-                  "| " + " | ".join(names) + " | seeds met | IQM held-out [95% CI low] | beats today's | per seed |",
+                  "| " + " | ".join(names) + " | seeds met | IQM within budget [95% CI low] | beats today's |"
+                  " per seed (within budget) |",
                   "|" + " --- |" * (len(names) + 4)]
         for p in r["points"]:
             cells = [(f"**{p['settings'][k]}**" if p["settings"][k] != r["today"][k] else str(p["settings"][k]))
                      for k in names]
             iqm = "-" if p["iqm"] is None else f"{p['iqm']:,.2f} [{p.get('iqm_low') or float('nan'):,.2f}]"
-            per = ", ".join("-" if v is None else f"{v:.1f}" for v in p["heldout"])
+            per = ", ".join("-" if v is None else f"{v:.1f}" for v in p.get("heldout_within", p["heldout"]))
             verdict = "today's" if p["settings"] == r["today"] else ("yes" if p.get("beats_today") else "no")
             lines.append("| " + " | ".join(cells) + f" | {p['met']}/{len(r['seeds'])} | {iqm} | {verdict} | {per} |")
         changed = ", ".join(f"{k} {r['today'][k]} -> {v}" for k, v in r["changed"].items()) or "none (today's kept)"
