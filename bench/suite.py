@@ -84,11 +84,13 @@ GOALS = [
     # Issue 20's table: offline within the budget, median of seeds 0-9 and at least 8 of the 10 (0-4 and 4 of 5 for
     # the long tasks). CartPole's spec keeps the seed project's defaults (4 training episodes per iteration, 4
     # candidates tested on 3 to 10 episodes, the engine's confirmation); a budget of 100 episodes needs them leaner:
-    # 8 candidates screened on 1 to 2 episodes each (a table either balances the pole or drops it early).
+    # 8 candidates screened on 1 episode each (a table either balances the pole or drops it early). The screening
+    # (test_max 1, was 2) was chosen on the tuning seeds 100-109 only, on the goal's within-budget measure
+    # (bench/tune_specs.py, 2026-11-28: 10/10 there against 8/10).
     Goal("cartpole", "CartPole-v1", 100, 475, "seed paper ~20-30 iterations (80-130 episodes); SB3 DQN 50k steps",
          "463.5 (one seed 224)",
          settings=(("train_episodes", 1), ("confirm_episodes", 4), ("confirm_batches", 2), ("candidates", 8),
-                   ("eval_start", 1), ("eval_max", 2))),
+                   ("eval_start", 1), ("eval_max", 1))),
     Goal("invertedpendulum", "InvertedPendulum-v5", 300, 950, "ProPS 1000", "1,000 @ 500 (one other seed 246)"),
     Goal("mountaincarcontinuous", "MountainCarContinuous-v0", 200, 95,
          "ProPS 89.2; R2PO 98.75; SB3 SAC 94.7 after 50k steps", "93.6 @ 100"),
