@@ -1,0 +1,46 @@
+"""bench/tune_specs.py's judgement of a point (issue 32 item 5): the goal table's own measure, each seed's
+within-budget held-out mean, and "beats today's" only beyond the seeds' noise. No run is made."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent / "bench"
+
+
+@pytest.fixture
+def tune(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    monkeypatch.syspath_prepend(str(BENCH))
+    return importlib.import_module("tune_specs")
+
+
+def test_a_point_is_judged_on_the_within_budget_means_not_the_final_ones(tune: ModuleType) -> None:
+    """A run whose last iteration, past the budget's check, lifted its final mean to the goal does not meet it."""
+    goal = tune.BY_KEY["cartpole"]
+    rows = [{"heldout": 500.0, "heldout_within": 500.0}] * 7 + [{"heldout": 500.0, "heldout_within": 300.0}] * 3
+    met, iqm, low = tune.judge(goal, rows)
+    assert met == 7 and iqm is not None and low is not None and low <= iqm <= 500.0
+    assert tune.judge(goal, [{"heldout": 500.0, "heldout_within": None}]) == (0, None, None)
+
+
+def test_a_change_beats_today_only_on_more_seeds_or_an_interval_above_todays_iqm(tune: ModuleType) -> None:
+    today = ({"test_max": 2}, 8, 489.1, 466.1)
+    assert tune.beats(({"test_max": 1}, 10, 480.0, 470.0), today)  # more seeds at the goal
+    assert not tune.beats(({"test_max": 4}, 7, 499.0, 495.0), today)  # fewer, however high its IQM
+    assert tune.beats(({"candidates": 16}, 8, 496.0, 490.0), today)  # as many, interval wholly above 489.1
+    assert not tune.beats(({"candidates": 4}, 8, 492.0, 462.0), today)  # as many, within the noise
+
+
+def test_the_grid_halves_and_doubles_one_setting_at_a_time_and_keeps_test_max_above_test_start(
+        tune: ModuleType) -> None:
+    base = {"candidates": 8, "train_episodes": 1, "test_start": 1, "test_max": 2, "confirm_episodes": 4,
+            "confirm_batches": 2}
+    points = tune.single_changes(base)
+    assert all(sum(p[k] != base[k] for k in base) == 1 for p in points)
+    assert {"test_max": 1} in [{k: v for k, v in p.items() if v != base[k]} for p in points]
+    assert not any(p["test_start"] > p["test_max"] for p in points)
+    assert {p["candidates"] for p in points} == {4, 8, 16}
