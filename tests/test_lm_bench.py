@@ -29,54 +29,44 @@ def bench(script: str, *args: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.slow
 def test_lm_features_measures_the_controls_reports_iqm_and_skips_finished_runs(tmp_path: Path) -> None:
+    """Two updates per run on FrozenLake-v1 and its 8x8 variant; a second invocation reads the finished runs and
+    resumes an interrupted one. The variant's runs live in the gymnasium id's folder (``runs/FrozenLake-v1``) under a
+    name that starts with the variant (they were once looked for elsewhere and failed)."""
     out = tmp_path / "out"
-    args = ("--tasks", "frozenlake", "--features", "onehot,random,qwen", "--seeds", "0", "--iterations", "2",
-            "--heldout-episodes", "5", "--out", str(out))
+    args = ("--tasks", "frozenlake,frozenlake8x8", "--features", "onehot,random,qwen", "--seeds", "0",
+            "--iterations", "2", "--heldout-episodes", "5", "--out", str(out))
     first = bench("lm_features.py", *args)
     assert first.returncode == 0, first.stderr
     records = json.loads((out / "results.json").read_text())
     ran = [r for r in records if "heldout" in r]
-    assert sorted((r["features"], r["seed"]) for r in ran) == [("onehot", 0), ("random", 0)]
-    assert {r["width"] for r in ran if r["features"] == "onehot"} == {16}
+    assert sorted((r["task"], r["features"]) for r in ran) == [
+        ("frozenlake", "onehot"), ("frozenlake", "random"), ("frozenlake8x8", "onehot"), ("frozenlake8x8", "random")]
+    assert {r["width"] for r in ran if r["features"] == "onehot" and r["task"] == "frozenlake"} == {16}
     assert {r["width"] for r in ran if r["features"] == "random"} == {576}
     for r in ran:  # the curve is the kept table's held-out mean after each of the 2 updates, against steps
         assert len(r["curve"]["env_steps"]) == 2 and r["curve"]["lm_steps"] == [256.0, 512.0]
         assert r["curve"]["env_steps"][1] == r["env_steps_total"] and r["curve"]["heldout"][-1] == r["heldout"]
+    lake8 = out / "runs" / "FrozenLake-v1" / "8x8-onehot_ppo_i2_s0"
+    assert [r["run_dir"] for r in ran if r["task"] == "frozenlake8x8" and r["features"] == "onehot"] == [str(lake8)]
     # a model that is not in the (test's own, empty) models folder is a "not run" row, nothing downloaded
     missing = [r for r in records if r["features"] == "qwen"]
-    assert len(missing) == 1 and all("not fetched" in r["not_run"] for r in missing)
+    assert len(missing) == 2 and all("not fetched" in r["not_run"] for r in missing)
     md = (out / "lm_features.md").read_text()
-    assert "### FrozenLake-v1" in md and "IQM of final held-out [95% CI]" in md
+    assert "### FrozenLake-v1" in md and "### FrozenLake-v1.8x8" in md and "IQM of final held-out [95% CI]" in md
     assert "| one-hot | 1 |" in md and "| random (576) | 1 |" in md and "qwen seed 0: model" in md
     assert (out / "frozenlake.png").stat().st_size > 0
+    before = {r["run_dir"]: r for r in ran}
+    (lake8 / "summary.json").unlink()  # interrupted after its last checkpoint
     mtimes = {p: p.stat().st_mtime_ns for p in (out / "runs").rglob("summary.json")}
-    assert len(mtimes) == 2
+    assert len(mtimes) == 3
     second = bench("lm_features.py", *args)
     assert second.returncode == 0, second.stderr
-    again = [r for r in json.loads((out / "results.json").read_text()) if "heldout" in r]
-    assert all(r.get("reused") for r in again) and len(again) == 2
-    assert {p: p.stat().st_mtime_ns for p in (out / "runs").rglob("summary.json")} == mtimes
-
-
-@pytest.mark.slow
-def test_a_spec_variants_runs_are_found_where_train_puts_them_and_an_interrupted_one_resumes(tmp_path: Path) -> None:
-    """FrozenLake-v1.8x8's runs live in the gymnasium id's folder (``runs/FrozenLake-v1``) under a name that starts
-    with the variant; a run whose summary is missing but whose checkpoint is there goes on from it, to the same
-    figures (it was once deleted and run again from nothing)."""
-    out = tmp_path / "out"
-    args = ("--tasks", "frozenlake8x8", "--features", "onehot", "--seeds", "0", "--iterations", "2",
-            "--heldout-episodes", "5", "--out", str(out))
-    first = bench("lm_features.py", *args)
-    assert first.returncode == 0, first.stderr
-    run = out / "runs" / "FrozenLake-v1" / "8x8-onehot_ppo_i2_s0"
-    (rec,) = json.loads((out / "results.json").read_text())
-    assert rec["run_dir"] == str(run) and (run / "summary.json").is_file() and "heldout" in rec
-    (run / "summary.json").unlink()
-    second = bench("lm_features.py", *args)
-    assert second.returncode == 0, second.stderr
-    (again,) = json.loads((out / "results.json").read_text())
-    assert again.get("resumed") and again["run_dir"] == str(run) and again["heldout"] == rec["heldout"]
-    assert again["env_steps_total"] == rec["env_steps_total"] and again["curve"] == rec["curve"]
+    again = {r["run_dir"]: r for r in json.loads((out / "results.json").read_text()) if "heldout" in r}
+    assert again.keys() == before.keys()
+    assert all(r.get("reused") for d, r in again.items() if d != str(lake8)) and again[str(lake8)].get("resumed")
+    for key in ("heldout", "env_steps_total", "curve"):  # resumed to the same figures
+        assert again[str(lake8)][key] == before[str(lake8)][key]
+    assert {p: p.stat().st_mtime_ns for p in (out / "runs").rglob("summary.json") if p.parent != lake8} == mtimes
 
 
 def test_lm_features_refuses_an_unknown_task_in_one_line(tmp_path: Path) -> None:
