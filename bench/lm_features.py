@@ -7,8 +7,10 @@ one-hot features and random features of the same width, on five tabular tasks.
 Every (task, features, seed) is one ``train --mode lm-policy`` run (the package's own mode: a frozen features table
 per discretized state, a head trained by SB3 PPO or sb3-contrib TRPO, read out as a table after every update and
 judged by the keeper on held-out seeds), in its own run directory under ``OUT/runs/<env-id>/<run-id>``. A run whose
-``summary.json`` exists is read, not run again; one without it (killed: lm-policy runs cannot be resumed yet) is
-removed and run again. One run at a time, in this process (torch on one thread).
+``summary.json`` exists is read, not run again; one interrupted after a checkpoint resumes from it (to the
+uninterrupted result); one killed before its first checkpoint is removed and run again. One run at a time, in this
+process (torch on one thread); a second invocation on the same ``--out`` with other tasks may run beside it on
+another core: each replaces only its own records in ``results.json`` (under a file lock, ``bench/results_file.py``).
 
 Features (``--features``):
 
@@ -43,6 +45,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the bench's sibling scripts, when imported by a test
+
+import results_file  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = Path.home() / "llm-policy-gen-bench" / "lm-features"
@@ -237,6 +243,14 @@ def load_results(out: Path, column: str) -> tuple[Path, dict[tuple[str, str, int
                      for r in (json.loads(results.read_text()) if results.is_file() else [])}
 
 
+def save_results(results: Path, mine: dict[tuple[str, str, int], dict[str, Any]],
+                 column: str) -> dict[tuple[str, str, int], dict[str, Any]]:
+    """This invocation's records written into ``results.json``, every other record kept (another invocation on the
+    same folder, running other tasks, may have written since this one started); all of them by key."""
+    data = results_file.merge_save(results, mine.values(), key=lambda r: (r["task"], r[column], r["seed"]))
+    return {(r["task"], r[column], r["seed"]): r for r in data}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tasks", default=",".join(BY_KEY))
@@ -249,7 +263,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--report-only", action="store_true", help="rewrite the report from results.json and exit")
     args = ap.parse_args(argv)
     from llm_policy_gen.errors import UserError
-    from llm_policy_gen.storage.runlog import write_json_atomic
     from llm_policy_gen.sweep.plan import parse_seeds
 
     bad = [t for t in args.tasks.split(",") if t not in BY_KEY] + \
@@ -264,6 +277,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     out = Path(args.out).expanduser()
     results, records = load_results(out, "features")
+    mine: dict[tuple[str, str, int], dict[str, Any]] = {}
     command = "python bench/lm_features.py " + " ".join(argv if argv is not None else sys.argv[1:])
     started = time.time()
     load = os.getloadavg()[0]
@@ -280,17 +294,17 @@ def main(argv: list[str] | None = None) -> int:
                         "iterations": iterations}
                 model = model_path(feat.model) if feat.model else None
                 if feat.model and model is None:
-                    records[(key, fkey, seed)] = {**base, "not_run": f"model {feat.model} not fetched "
-                                                  f"(python tools/fetch_model.py {feat.model})"}
+                    mine[(key, fkey, seed)] = {**base, "not_run": f"model {feat.model} not fetched "
+                                               f"(python tools/fetch_model.py {feat.model})"}
                     continue
                 run_dir = out / "runs" / get_spec(task.env_id).env_id / run_name(task, fkey, args.learner,
                                                                                   iterations, seed)
                 rec = {**base, **run_lm(task.env_id, feat.kind, model, seed, run_dir, settings)}
-                records[(key, fkey, seed)] = rec
+                mine[(key, fkey, seed)] = rec
                 shown = rec.get("error") or f"held-out {rec['heldout']:.3f}, {rec['wall_s']:.0f} s"
                 print(f"{key} {fkey} seed {seed}: {shown}", flush=True)
-                write_json_atomic(results, list(records.values()))
-    write_json_atomic(results, list(records.values()))
+                records = save_results(results, mine, "features")
+    records = save_results(results, mine, "features")
     note = (f"Measured on {os.cpu_count()} cores shared with other work (load average {load:.1f} at the start), one "
             f"run at a time, torch on one thread; this invocation took {time.time() - started:,.0f} s.")
     print(f"wrote {write_report(out, list(records.values()), command, note)}")

@@ -133,7 +133,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--report-only", action="store_true")
     args = ap.parse_args(argv)
     from llm_policy_gen.errors import UserError
-    from llm_policy_gen.storage.runlog import write_json_atomic
     from llm_policy_gen.sweep.plan import parse_seeds
 
     try:
@@ -147,6 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     out = Path(args.out).expanduser()
     results, records = lm_features.load_results(out, "arm")
+    mine: dict[tuple[str, str, int], dict[str, Any]] = {}
     feat = lm_features.FEATURES_BY_KEY[args.features]
     lm_label = f"{feat.label} + TRPO (table)"
     model = lm_features.model_path(feat.model) if feat.model else None
@@ -167,17 +167,17 @@ def main(argv: list[str] | None = None) -> int:
                     env_id, feat.kind, model, seed, run_dir,
                     {"iterations": iterations, "lm_learner": "trpo", "lm_n_steps": N_STEPS,
                      "heldout_episodes": args.heldout_episodes})}
-            records[(key, "lm", seed)] = rec
-            write_json_atomic(results, list(records.values()))
+            mine[(key, "lm", seed)] = rec
+            records = lm_features.save_results(results, mine, "arm")
             ppo_dir = out / "ppo" / env_id / f"ppo_steps{steps}_s{seed}"
             ppo = {**base, "arm": "ppo", "label": "PPO MLP, raw observations (zoo)",
                    **run_ppo(env_id, steps, seed, ppo_dir)}
-            records[(key, "ppo", seed)] = ppo
-            write_json_atomic(results, list(records.values()))
+            mine[(key, "ppo", seed)] = ppo
+            records = lm_features.save_results(results, mine, "arm")
             for r in (rec, ppo):
                 print(f"{key} {r['arm']} seed {seed}: {r.get('error') or r.get('not_run') or r.get('heldout')}",
                       flush=True)
-    write_json_atomic(results, list(records.values()))
+    records = lm_features.save_results(results, mine, "arm")
     note = (f"Measured on {os.cpu_count()} cores shared with other work (load average {load:.1f} at the start), one "
             f"run at a time, torch on one thread; this invocation took {time.time() - started:,.0f} s. LM curve: the "
             f"kept table's held-out mean ({args.heldout_episodes} episodes) against the learner's steps; PPO curve: "

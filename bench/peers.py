@@ -51,6 +51,7 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
+import results_file
 import suite
 import suite_curves
 
@@ -227,19 +228,10 @@ def _key(record: dict[str, Any]) -> tuple[str, str, int, str]:
 
 
 def save_records(path: Path, mine: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Put this invocation's records into ``path`` (``peers.json``) and return all of them: under a file lock the
-    file is read again and only these cells replaced, so two ``peers.py`` runs on one folder (other tasks beside a
-    long queue) lose nothing of each other's; written atomically."""
-    from filelock import FileLock
-
-    with FileLock(str(path) + ".lock", timeout=600):
-        merged = {_key(r): r for r in (json.loads(path.read_text()) if path.is_file() else [])}
-        merged.update({_key(r): r for r in mine})
-        data = sorted(merged.values(), key=lambda r: (r["task"], r["algo"], r["seed"], r.get("kind", "")))
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(data, indent=1))
-        tmp.replace(path)
-    return data
+    """Put this invocation's records into ``path`` (``peers.json``) and return all of them: only these cells are
+    replaced (:func:`results_file.merge_save`), so two ``peers.py`` runs on one folder lose nothing of each other's."""
+    return results_file.merge_save(path, mine, _key,
+                                   order=lambda r: (r["task"], r["algo"], r["seed"], r.get("kind", "")))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -90,3 +90,22 @@ def test_lm_trpo_vs_ppo_runs_both_arms_to_the_same_step_budget(tmp_path: Path) -
     assert "| CartPole-v1 | one-hot + TRPO (table) | 1 | 512 |" in md
     assert "| CartPole-v1 | PPO MLP, raw observations (zoo) | 1 | 512 |" in md
     assert (out / "cartpole_trpo_vs_ppo.png").stat().st_size > 0
+
+
+def test_two_lm_features_invocations_on_one_folder_keep_each_others_records(tmp_path: Path) -> None:
+    """``results.json`` is re-read under a lock and only the invocation's own records replaced: two invocations on
+    one folder (Taxi-v4 beside a queue running MountainCar-v0) lose nothing of each other's, and a re-run record
+    replaces its old one in place."""
+    spec = importlib.util.spec_from_file_location("lm_features", ROOT / "bench" / "lm_features.py")
+    assert spec is not None and spec.loader is not None
+    lm_features = importlib.util.module_from_spec(spec)
+    sys.modules["lm_features"] = lm_features
+    spec.loader.exec_module(lm_features)
+    results = tmp_path / "results.json"
+    a = {"task": "taxi", "features": "onehot", "seed": 0, "heldout": -50.0}
+    b = {"task": "mountaincar", "features": "onehot", "seed": 0, "heldout": -150.0}
+    lm_features.save_results(results, {("taxi", "onehot", 0): a}, "features")
+    lm_features.save_results(results, {("mountaincar", "onehot", 0): b}, "features")  # a writer that never saw a
+    a2 = {**a, "heldout": -20.0}
+    everything = lm_features.save_results(results, {("taxi", "onehot", 0): a2}, "features")
+    assert list(everything.values()) == json.loads(results.read_text()) == [a2, b]
