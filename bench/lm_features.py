@@ -3,6 +3,7 @@ one-hot features and random features of the same width, on five tabular tasks.
 
     python bench/lm_features.py [--tasks frozenlake,cartpole,...] [--features smollm2,qwen,onehot,random,...]
                                 [--seeds 0-9] [--learner ppo|trpo] [--iterations N] [--out DIR] [--report-only]
+                                [--offline-out SUITE_DIR] [--zero-shot A.json,B.json] [--table-writing FILE.json]
 
 Every (task, features, seed) is one ``train --mode lm-policy`` run (the package's own mode: a frozen features table
 per discretized state, a head trained by SB3 PPO or sb3-contrib TRPO, read out as a table after every update and
@@ -20,6 +21,16 @@ Features (``--features``):
 * ``onehot``: the identity, as wide as the number of states (the tabular control).
 * ``random``: standard normal features 576 wide (SmolLM2's width, no model loaded); ``random-qwen``: 896 wide
   (Qwen's width; loads the model for its width).
+* ``offline``: not features but the product's default backend (not an LLM), the optimiser that writes the table,
+  with the suite's budget and settings for the task (``bench/suite.py``'s ``GOALS``; 300 episodes on FrozenLake-v1,
+  which is not in the goal table): a run of the suite's, read from ``--offline-out`` (default ``OUT``) when it is
+  there, so that its curve sits on the same axes.
+
+Beside each task's table, what needs no training run here, on the same held-out seeds: the spec's table before any
+episode (its prior rule, or the default action everywhere: ``bench/suite_scores.py``, kept in ``OUT/priors.json``),
+each model's zero-shot table (``--zero-shot``: files of ``bench/lm_zero_shot.py --run-seeds 0-9``), and a language
+model writing the table (``--table-writing``, by default ``bench/data/real_llm_2026-11-26.json``: Qwen2.5-Coder-0.5B,
+seeds 0-2, transcribed from that day's ``bench/real_llm.py`` measurement).
 
 A model that is not in the models folder makes its rows "not run" (fetch it first); nothing is downloaded here.
 
@@ -83,7 +94,14 @@ FEATURES = [
     Features("onehot", "onehot", None, "one-hot"),
     Features("random", "random", None, "random (576)"),
     Features("random-qwen", "random", "qwen2.5-coder-0.5b", "random (896)"),
+    Features("offline", "offline", None, "offline (not an LLM: the table-writing optimiser)"),
 ]
+OFFLINE_BUDGETS = {"frozenlake": 300}
+"""Episode budgets of ``offline`` on the tasks outside the suite's goal table (the others use the suite's budget and
+settings, ``bench/suite.py``'s ``GOALS``)."""
+TABLE_WRITING = ROOT / "bench" / "data" / "real_llm_2026-11-26.json"
+"""A language model writing the table (Qwen2.5-Coder-0.5B, seeds 0-2, K = 2, 5 iterations): the figures of
+``bench/real_llm.py``'s 2026-11-26 measurement, whose run folders are not kept here (``--table-writing``)."""
 FEATURES_BY_KEY = {f.key: f for f in FEATURES}
 
 
@@ -109,9 +127,11 @@ def curve_of(run_dir: Path) -> dict[str, list[float]]:
     from llm_policy_gen.storage.runlog import read_jsonl
 
     events = [e for e in read_jsonl(run_dir / "events.jsonl") if e.get("best_eval_mean") is not None]
-    return {"env_steps": [float(e["env_steps_total"]) for e in events],
-            "lm_steps": [float(e.get("lm_steps", 0)) for e in events],
-            "heldout": [float(e["best_eval_mean"]) for e in events]}
+    curve = {"env_steps": [float(e["env_steps_total"]) for e in events],
+             "heldout": [float(e["best_eval_mean"]) for e in events]}
+    if any("lm_steps" in e for e in events):  # an lm-policy run (offline has no learner)
+        curve["lm_steps"] = [float(e.get("lm_steps", 0)) for e in events]
+    return curve
 
 
 def run_lm(env_id: str, features: str, model: Path | None, seed: int, run_dir: Path,
@@ -149,6 +169,25 @@ def run_lm(env_id: str, features: str, model: Path | None, seed: int, run_dir: P
     return record
 
 
+def run_offline(task: Task, seed: int, out: Path) -> dict[str, Any]:
+    """``offline`` (the product's default backend, not an LLM) on ``task`` with the suite's budget and settings, a
+    run of ``bench/suite.py``'s (same run id) in ``out/runs``: read when finished there, resumed when interrupted;
+    its record with the same curve as an lm-policy run's."""
+    import suite
+
+    goal = suite.BY_KEY.get(task.key) or suite.Goal(task.key, task.env_id, OFFLINE_BUDGETS[task.key], float("nan"),
+                                                    "", "")
+    rec = suite.run_one(goal, "offline", seed, out)
+    if "error" in rec:
+        return {"run_dir": rec.get("run_dir"), "error": rec["error"]}
+    run_dir = Path(rec["run_dir"])
+    summary = json.loads((run_dir / "summary.json").read_text())
+    return {"run_dir": str(run_dir), "reused": bool(rec.get("reused")), "heldout": rec["heldout"],
+            "env_steps_total": rec["env_steps_total"], "episodes": rec["episodes"], "lm_steps": None,
+            "wall_s": rec["wall_s"], "threshold": summary.get("reward_threshold"), "budget": goal.budget,
+            "learner": None, "curve": curve_of(run_dir)}
+
+
 def run_name(task: Task, features: str, learner: str, iterations: int, seed: int) -> str:
     """A run's id; a spec variant's (``FrozenLake-v1.8x8``) starts with the variant, since its runs share the
     gymnasium id's folder with the plain spec's."""
@@ -162,8 +201,9 @@ def first_reaching(record: dict[str, Any], axis: str) -> float | None:
     curve = record.get("curve") or {}
     if threshold is None:
         return None
-    return next((x for x, y in zip(curve.get(axis, []), curve.get("heldout", []), strict=True) if y >= threshold),
-                None)
+    if axis not in curve:
+        return None
+    return next((x for x, y in zip(curve[axis], curve["heldout"], strict=True) if y >= threshold), None)
 
 
 def table_rows(records: list[dict[str, Any]], groups: list[tuple[str, str]]) -> list[str]:
@@ -187,6 +227,50 @@ def table_rows(records: list[dict[str, Any]], groups: list[tuple[str, str]]) -> 
     return rows
 
 
+def reference_rows(task: Task, seeds: list[int], threshold: float | None, out: Path,
+                   zero_shot: list[dict[str, Any]], table_writing: dict[str, Any] | None) -> list[str]:
+    """Markdown rows of what needs no training run here, on the same held-out seeds: the spec's prior (or the
+    default-action table) with zero episodes (``bench/suite_scores.py``, kept in ``out/priors.json``), each model's
+    zero-shot table (``bench/lm_zero_shot.py --run-seeds`` JSON files) and a model writing the table
+    (``--table-writing``)."""
+    import suite_scores
+
+    from llm_policy_gen.sweep.stats import iqm_interval
+
+    def row(label: str, values: dict[int, float], episodes: str, source: str) -> str:
+        reached = "-" if threshold is None else f"{sum(v >= threshold for v in values.values())}/{len(values)}"
+        return (f"| {label} | {_seeds(sorted(values))} | {iqm_interval(list(values.values())).format(2)} | "
+                f"{reached} | {episodes} | {source} |")
+
+    rows = ["| method | seeds | held-out: IQM [95% CI] | reached threshold | episodes | source |",
+            "|---|---|---|---|---|---|"]
+    if seeds:
+        prior = suite_scores.priors(out, [(task.key, task.env_id, s) for s in seeds])[task.key]
+        rows.append(row("the spec's table before any episode", {s: prior[s] for s in seeds}, "0",
+                        suite_scores.prior_kind(task.env_id)))
+    for figures in zero_shot:
+        res = next((r for r in figures["results"] if r["env"] == task.env_id), None)
+        by_seed = ((res or {}).get("tables", {}).get("zero-shot (word)") or {}).get("by_seed")
+        if by_seed:
+            name = Path(figures["model"]["path"]).name
+            rows.append(row(f"zero-shot table, {name}", {int(k): v for k, v in by_seed.items()}, "0",
+                            "`--lm-head scores`, no update, `word` normalisation (`bench/lm_zero_shot.py`)"))
+    writing = (table_writing or {}).get("tasks", {}).get(task.key)
+    if writing and table_writing:
+        episodes = sorted(writing.get("episodes_by_seed", {}).values())
+        rows.append(row(f"{table_writing['model']} ({table_writing['quantisation'].split()[0]}) writing the table, "
+                        f"`{writing['answer']}` answers", {int(k): v for k, v in writing["by_seed"].items()},
+                        f"{episodes[len(episodes) // 2]:,} (median)" if episodes else "-",
+                        f"{table_writing['settings']}; {table_writing['transport']}; measured "
+                        f"{table_writing['measured']} (`{table_writing['command']}`)"))
+    return rows if len(rows) > 2 else []
+
+
+def _seeds(seeds: list[int]) -> str:
+    return f"{seeds[0]}-{seeds[-1]}" if seeds == list(range(seeds[0], seeds[-1] + 1)) and len(seeds) > 1 else \
+        ",".join(map(str, seeds))
+
+
 def plot_task(records: list[dict[str, Any]], groups: list[tuple[str, str]], out: Path, title: str) -> Path | None:
     """Median and interquartile band of each group's curves against environment steps."""
     from llm_policy_gen.sweep.figures import plot_curves
@@ -203,7 +287,8 @@ def plot_task(records: list[dict[str, Any]], groups: list[tuple[str, str]], out:
                        x_label="environment steps (learner rollouts + test, confirmation and held-out episodes)")
 
 
-def markdown(records: list[dict[str, Any]], command: str, note: str) -> str:
+def markdown(records: list[dict[str, Any]], command: str, note: str, references: dict[str, list[str]] | None = None
+             ) -> str:
     lines = ["## Language-model features against one-hot and random features (issue 31 item 4)", "",
              f"Regenerate: `{command}`", "", note, ""]
     for task in TASKS:
@@ -211,27 +296,40 @@ def markdown(records: list[dict[str, Any]], command: str, note: str) -> str:
         if not mine:
             continue
         groups = [(f.key, f.label) for f in FEATURES]
-        learner = next((r["learner"] for r in mine if r.get("learner")), "?")
-        seeds = sorted({r["seed"] for r in mine if "heldout" in r})
-        updates = sorted({r["iterations"] for r in mine if "heldout" in r})
+        trained = [r for r in mine if "heldout" in r and r["features"] != "offline"]
+        learner = next((r["learner"] for r in trained if r.get("learner")), "?")
+        seeds = sorted({r["seed"] for r in trained})
+        updates = sorted({r["iterations"] for r in trained})
+        offline = sorted({r["budget"] for r in mine if r["features"] == "offline" and "budget" in r})
+        threshold = next((r['threshold'] for r in mine if r.get('threshold') is not None), 'none')
         lines += [f"### {task.env_id}", "",
-                  f"{learner}, {', '.join(map(str, updates))} updates of 256 steps, seeds {seeds}; threshold "
-                  f"{next((r['threshold'] for r in mine if r.get('threshold') is not None), 'none')}. "
-                  f"Figure: `{task.key}.png`.", "", *table_rows(mine, groups), ""]
+                  (f"{learner}, {', '.join(map(str, updates))} updates of 256 steps, seeds {seeds}. " if trained
+                   else "")
+                  + (f"`offline`: the suite's settings, {', '.join(map(str, offline))} episodes. " if offline else "")
+                  + f"Threshold {threshold}. Figure: `{task.key}.png`.", "", *table_rows(mine, groups), ""]
         problems = [r for r in mine if "heldout" not in r]
         lines += [f"- {r['features']} seed {r['seed']}: {r.get('error') or r.get('not_run')}" for r in problems]
         if problems:
             lines.append("")
+        if (references or {}).get(task.key):
+            lines += ["References on the same held-out seeds: the table before any episode, the models' zero-shot "
+                      "tables, and a model writing the table (measured before, not by this script):", "",
+                      *references[task.key], ""]
     return "\n".join(lines)
 
 
-def write_report(out: Path, records: list[dict[str, Any]], command: str, note: str) -> Path:
+def write_report(out: Path, records: list[dict[str, Any]], command: str, note: str,
+                 zero_shot: list[dict[str, Any]] | None = None, table_writing: dict[str, Any] | None = None) -> Path:
+    references = {}
     for task in TASKS:
         mine = [r for r in records if r["task"] == task.key]
         plot_task(mine, [(f.key, f.label) for f in FEATURES], out / f"{task.key}.png",
                   f"{task.env_id}: kept table's held-out mean, median and IQR over seeds")
+        seeds = sorted({r["seed"] for r in mine if "heldout" in r})
+        threshold = next((r["threshold"] for r in mine if r.get("threshold") is not None), None)
+        references[task.key] = reference_rows(task, seeds, threshold, out, zero_shot or [], table_writing)
     md = out / "lm_features.md"
-    md.write_text(markdown(records, command, note) + "\n")
+    md.write_text(markdown(records, command, note, references) + "\n")
     return md
 
 
@@ -260,6 +358,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--iterations", type=int, default=None, help="updates per run (default: each task's own)")
     ap.add_argument("--heldout-episodes", type=int, default=100)
     ap.add_argument("--out", default=str(DEFAULT_OUT), help="results folder (default outside the work tree)")
+    ap.add_argument("--offline-out", default=None,
+                    help="the suite folder whose offline runs are read, or run there when missing (default: --out)")
+    ap.add_argument("--zero-shot", default="",
+                    help="comma-separated bench/lm_zero_shot.py --run-seeds JSON files: the zero-shot rows")
+    ap.add_argument("--table-writing", default=str(TABLE_WRITING),
+                    help="figures of a model writing the table (JSON; '' for none)")
     ap.add_argument("--report-only", action="store_true", help="rewrite the report from results.json and exit")
     args = ap.parse_args(argv)
     from llm_policy_gen.errors import UserError
@@ -275,7 +379,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"lm_features: unknown {bad[0]!r}; tasks: {', '.join(BY_KEY)}; features: "
               f"{', '.join(FEATURES_BY_KEY)}", file=sys.stderr)
         return 2
+    try:
+        zero_shot = [json.loads(Path(f).expanduser().read_text()) for f in args.zero_shot.split(",") if f]
+        table_writing = json.loads(Path(args.table_writing).read_text()) if args.table_writing else None
+    except (OSError, ValueError) as exc:
+        print(f"lm_features: cannot read {getattr(exc, 'filename', None) or 'a JSON file'}: {exc}", file=sys.stderr)
+        return 2
+    if not all(isinstance(z, dict) and isinstance(z.get("results"), list) and "path" in z.get("model", {})
+               for z in zero_shot) or not (table_writing is None or isinstance(table_writing.get("tasks"), dict)):
+        print("lm_features: --zero-shot takes bench/lm_zero_shot.py's JSON, --table-writing a JSON with 'tasks'",
+              file=sys.stderr)
+        return 2
     out = Path(args.out).expanduser()
+    offline_out = Path(args.offline_out).expanduser() if args.offline_out else out
     results, records = load_results(out, "features")
     mine: dict[tuple[str, str, int], dict[str, Any]] = {}
     command = "python bench/lm_features.py " + " ".join(argv if argv is not None else sys.argv[1:])
@@ -297,9 +413,12 @@ def main(argv: list[str] | None = None) -> int:
                     mine[(key, fkey, seed)] = {**base, "not_run": f"model {feat.model} not fetched "
                                                f"(python tools/fetch_model.py {feat.model})"}
                     continue
-                run_dir = out / "runs" / get_spec(task.env_id).env_id / run_name(task, fkey, args.learner,
-                                                                                  iterations, seed)
-                rec = {**base, **run_lm(task.env_id, feat.kind, model, seed, run_dir, settings)}
+                if feat.kind == "offline":
+                    rec = {**base, **run_offline(task, seed, offline_out)}
+                else:
+                    run_dir = out / "runs" / get_spec(task.env_id).env_id / run_name(task, fkey, args.learner,
+                                                                                      iterations, seed)
+                    rec = {**base, **run_lm(task.env_id, feat.kind, model, seed, run_dir, settings)}
                 mine[(key, fkey, seed)] = rec
                 shown = rec.get("error") or f"held-out {rec['heldout']:.3f}, {rec['wall_s']:.0f} s"
                 print(f"{key} {fkey} seed {seed}: {shown}", flush=True)
@@ -307,7 +426,7 @@ def main(argv: list[str] | None = None) -> int:
     records = save_results(results, mine, "features")
     note = (f"Measured on {os.cpu_count()} cores shared with other work (load average {load:.1f} at the start), one "
             f"run at a time, torch on one thread; this invocation took {time.time() - started:,.0f} s.")
-    print(f"wrote {write_report(out, list(records.values()), command, note)}")
+    print(f"wrote {write_report(out, list(records.values()), command, note, zero_shot, table_writing)}")
     return 0
 
 

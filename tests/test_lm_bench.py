@@ -109,3 +109,34 @@ def test_two_lm_features_invocations_on_one_folder_keep_each_others_records(tmp_
     a2 = {**a, "heldout": -20.0}
     everything = lm_features.save_results(results, {("taxi", "onehot", 0): a2}, "features")
     assert list(everything.values()) == json.loads(results.read_text()) == [a2, b]
+
+
+@pytest.mark.slow
+def test_lm_features_puts_offline_the_prior_and_the_models_own_tables_beside_the_features(tmp_path: Path) -> None:
+    """``--features offline`` runs the product's optimiser as the suite would (its run id, read back when it is
+    there); the report adds, on the same held-out seeds, the spec's table before any episode, a zero-shot table from
+    ``bench/lm_zero_shot.py --run-seeds``'s JSON, and the model writing tables from the transcribed measurement."""
+    out = tmp_path / "out"
+    zero = tmp_path / "zero.json"
+    zero.write_text(json.dumps({"model": {"path": "/m/SmolLM2-135M-Instruct.Q4_1.gguf"}, "results": [
+        {"env": "FrozenLake-v1", "tables": {"zero-shot (word)": {"by_seed": {"0": 0.0, "1": 1.0}}}}]}))
+    args = ("--tasks", "frozenlake", "--features", "offline", "--seeds", "0-1", "--out", str(out),
+            "--zero-shot", str(zero))
+    done = bench("lm_features.py", *args)
+    assert done.returncode == 0, done.stderr
+    records = json.loads((out / "results.json").read_text())
+    assert [(r["features"], r["seed"], r["budget"]) for r in records] == [("offline", 0, 300), ("offline", 1, 300)]
+    for r in records:  # a suite run: its id, the same curve fields as an lm-policy run (no learner steps)
+        assert Path(r["run_dir"]).name == f"frozenlake_b300_offline_s{r['seed']}"
+        assert r["curve"]["env_steps"][-1] == r["env_steps_total"] and "lm_steps" not in r["curve"]
+    md = (out / "lm_features.md").read_text()
+    assert "| offline (not an LLM: the table-writing optimiser) | 2 |" in md
+    assert "`offline`: the suite's settings, 300 episodes." in md
+    assert "| the spec's table before any episode | 0-1 | 0.00 [0.00, 0.00] | 0/2 | 0 | no prior: default action" in md
+    assert "| zero-shot table, SmolLM2-135M-Instruct.Q4_1.gguf | 0-1 | 0.50 [0.00, 1.00] | 1/2 | 0 |" in md
+    assert "| Qwen2.5-Coder-0.5B-Instruct (Q4_K_M) writing the table, `table` answers | 0-2 | 0.00" in md
+    assert json.loads((out / "priors.json").read_text())["tasks"]["frozenlake"]["by_seed"] == {"0": 0.0, "1": 0.0}
+    again = bench("lm_features.py", *args)  # the finished suite runs are read back, not run again
+    assert again.returncode == 0 and all(r["reused"] for r in json.loads((out / "results.json").read_text()))
+    bad = bench("lm_features.py", *args[:-1], str(tmp_path / "missing.json"))
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "missing.json" in bad.stderr
