@@ -3,7 +3,7 @@ Baselines3 Zoo's tuned hyperparameters, at the interaction ``offline`` used.
 
     python bench/peers.py [--tasks cartpole,mountaincar,...] [--seeds 0-9] [--algos ppo,dqn,sac]
                           [--budgets steps,episodes,zoo] [--cpu-hours 3] [--curve-points 10] [--curve-episodes 10]
-                          [--out ~/llm-policy-gen-bench/suite] [--workers N] [--list]
+                          [--out ~/llm-policy-gen-bench/suite] [--workers N] [--list] [--plan]
 
 Needs the ``peers`` extra (stable-baselines3, sb3-contrib, rl-zoo3, rliable; torch 2.13.0's CPU build).
 
@@ -33,6 +33,9 @@ buffer, environments, ``VecNormalize``, random generators) every ``--checkpoint-
 invocation goes on where it stopped with the same result. Tasks that differ only in what a peer never sees (a
 spec's table: LunarLander-v3.products) share a run when their budgets are equal.
 
+**Plan** (``--plan``, ``bench/peers_plan.py``): trains nothing; for the cells asked, what is done, what is left,
+and the CPU hours it projects at the rates measured here, written to ``peers_plan.md``.
+
 Written to ``OUT``: ``peers.json`` (one record per task, algorithm, seed and budget), ``peers.md`` (every cell,
 with source, steps, episodes, budget reached, CPU seconds, and the cells out of reach) and the peer columns of
 ``suite.md``. Not a test: it prints figures.
@@ -51,6 +54,7 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
+import peers_plan
 import results_file
 import suite
 import suite_curves
@@ -213,6 +217,26 @@ def details(records: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def plan_cell(task: str, algo: str, seed: int, kind: str, out: Path, offline: tuple[int, int] | None,
+              done: dict[str, Any] | None, stale: bool) -> peers_plan.Cell:
+    """What is there of one cell, for ``--plan``: its budget's step horizon, its state, an interrupted run's
+    progress."""
+    import zoo
+
+    from llm_policy_gen.envs import get_spec
+
+    budget = budget_for(kind, zoo.hyperparameters(algo, get_spec(suite.BY_KEY[task].env_id).env_id), offline)
+    if isinstance(budget, str):
+        return peers_plan.Cell(task, algo, kind, seed, None, f"not run: {budget}")
+    if done is not None and done.get("reached"):
+        return peers_plan.Cell(task, algo, kind, seed, budget.horizon, "done", budget.horizon)
+    if done is not None and "out_of_reach" in done:
+        return peers_plan.Cell(task, algo, kind, seed, budget.horizon, "out of reach")
+    steps, cpu = peers_plan.progress(run_dir_for(out, task, algo, kind, budget, seed))
+    status = "stale" if stale and not steps else "partly run" if steps else "to run"
+    return peers_plan.Cell(task, algo, kind, seed, budget.horizon, status, steps, cpu)
+
+
 def _discrete(env_id: str) -> bool:
     import gymnasium as gym
 
@@ -247,6 +271,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=str(suite.DEFAULT_OUT), help="the suite's results folder")
     ap.add_argument("--workers", type=int, default=1, help="runs at a time (each on one core)")
     ap.add_argument("--list", action="store_true", help="list the tasks and exit")
+    ap.add_argument("--plan", action="store_true",
+                    help="train nothing: project the CPU hours the asked cells still need (peers_plan.md)")
     args = ap.parse_args(argv)
     if args.list:
         suite.list_tasks()
@@ -278,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
     suite_records = suite.read_results(out)
     opts = {"curve_points": args.curve_points, "curve_episodes": args.curve_episodes, "cpu_hours": args.cpu_hours,
             "checkpoint_minutes": args.checkpoint_minutes}
-    jobs = []
+    jobs, plan = [], []
     for task in tasks:
         goal = suite.BY_KEY[task]
         for algo in algos_for(_discrete(goal.env_id), wanted):
@@ -286,12 +312,20 @@ def main(argv: list[str] | None = None) -> int:
                 for kind in kinds:
                     done = records.get((task, algo, seed, kind))
                     offline = suite.offline_budget(suite_records, task, seed)
-                    if done is not None and suite.stale(done, kind, offline):
+                    stale = done is not None and suite.stale(done, kind, offline)
+                    if stale:
                         done = None
                     out_of_reach = "out_of_reach" in done if done else False
                     if done is None or not (done.get("reached") or "not_run" in done or (
                             out_of_reach and done.get("cpu_hours", 0) >= args.cpu_hours)):
                         jobs.append((task, algo, seed, kind, out, offline, opts))
+                    if args.plan:
+                        plan.append(plan_cell(task, algo, seed, kind, out, offline, done, stale))
+    if args.plan:
+        text = peers_plan.markdown(plan, peers_plan.rates(list(records.values())), args.cpu_hours)
+        (out / "peers_plan.md").write_text(text)
+        print(text, end="")
+        return 0
     os.environ.update(ONE_THREAD)
     # spawn, one run a process: each run's CPU time is its own.
     with ProcessPoolExecutor(max_workers=max(1, args.workers), mp_context=get_context("spawn"),

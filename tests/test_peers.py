@@ -394,3 +394,36 @@ def test_two_invocations_on_one_folder_keep_each_others_records(bench, tmp_path)
     b2 = {**b, "heldout": 450.0}
     everything = peers.save_records(path, [b2])
     assert everything == json.loads(path.read_text()) == [a, b2]
+
+
+def test_plan_projects_what_is_left_from_rates_measured_here_and_trains_nothing(bench, tmp_path, capsys):
+    """``--plan``: per task, algorithm and budget, the seeds done, the runs to go (an interrupted run counts what its
+    checkpoint has), their CPU hours at the rate finished runs of that task and algorithm measured, and whether one
+    whole run is over ``--cpu-hours``; an algorithm never finished here is unknown, not guessed."""
+    from peer_train import Budget
+
+    suite, peers = bench
+    out = tmp_path / "suite"
+    out.mkdir()
+    (out / "results.json").write_text(json.dumps([{**_suite_record("cartpole", s, 500.0, 480.0),
+                                                   "env_steps_total": 10_000} for s in range(3)]))
+    done = {**_peer_record("cartpole", "ppo", 0, 480.0), "steps": 10_000, "cpu_s": 10.0, "target": 10_000}
+    (out / "peers.json").write_text(json.dumps([done]))
+    partial = peers.run_dir_for(out, "cartpole", "ppo", "steps", Budget("steps", 10_000, 10_000), 1) / "checkpoint"
+    partial.mkdir(parents=True)
+    (partial / "books.json").write_text(json.dumps({"steps": 4_000, "episodes": 40, "cpu_s": 4.0}))
+    before = sorted(p.relative_to(out) for p in out.rglob("*"))
+    assert peers.main(["--plan", "--tasks", "cartpole", "--algos", "ppo,dqn", "--budgets", "steps,zoo",
+                       "--seeds", "0-2", "--cpu-hours", "0.002", "--out", str(out)]) == 0
+    page = capsys.readouterr().out
+    assert page == (out / "peers_plan.md").read_text()
+    assert sorted(p.relative_to(out) for p in out.rglob("*")) == sorted([*before, Path("peers_plan.md")])
+    rows = {tuple(cell.strip() for cell in line.split("|")[1:4]): [c.strip() for c in line.split("|")[4:-1]]
+            for line in page.splitlines() if line.startswith("| cartpole")}
+    # 6,000 + 10,000 steps to go at 1,000 a CPU second; a whole run 10,000 steps = 0.0028 CPU-h > 0.002
+    assert rows[("cartpole", "PPO", "steps")] == ["1/3", "2", "1,000", "0.0", "0.00", "**yes**"]
+    zoo_steps = 100_000  # the zoo's n_timesteps for PPO on CartPole-v1, three runs to go
+    assert rows[("cartpole", "PPO", "zoo")] == ["0/3", "3", "1,000", f"{3 * zoo_steps / 1000 / 3600:,.1f}",
+                                                f"{zoo_steps / 1000 / 3600:,.2f}", "**yes**"]
+    assert rows[("cartpole", "DQN", "steps")][3] == "unknown: no finished run of it here"
+    assert "and 6 runs with no rate to project from" in page
