@@ -46,8 +46,9 @@ def task_line(goal: suite.Goal, rows: list[dict[str, Any]], peers: Sequence[suit
         if cell.task != goal.key or cell.error is not None:
             continue
         vals = [v for v in cell.values if v is not None]
+        met_final = sum(suite._met(goal, v) for v in vals)
         text += (f"; {cell.column} " + (iqm_interval(vals).format(d) if vals else "n/a")
-                 + f" ({len(vals)} of {len(cell.values)} seeds)")
+                 + f" (final held-out, {len(vals)} of {len(cell.values)} seeds run, {met_final} meet the goal)")
     return text + "."
 
 

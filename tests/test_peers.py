@@ -350,7 +350,8 @@ def test_the_readme_has_one_line_per_task_with_its_verdict(bench, tmp_path):
     lines = (tmp_path / "readme.md").read_text().splitlines()
     assert len(lines) == 2 and lines[0].startswith("- **CartPole-v1**") and lines[1].startswith("- **Taxi-v4**")
     assert "offline 478.5 (seeds 0-9), 8/10 seeds meet it, worst 224.0: **met**; held-out IQM 500.0 [500.0, " \
-           "500.0], normalised 1.05 [1.05, 1.05]; PPO = steps 250.0 [250.0, 250.0] (1 of 1 seeds)." in lines[0]
+           "500.0], normalised 1.05 [1.05, 1.05]; PPO = steps 250.0 [250.0, 250.0] (final held-out, 1 of 1 seeds " \
+           "run, 0 meet the goal)." in lines[0]
     assert "offline 7.00 (seeds 0-9), 0/10 seeds meet it, worst 7.00: not met; held-out IQM 7.00" in lines[1]
 
 
