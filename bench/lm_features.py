@@ -234,12 +234,13 @@ def reference_rows(task: Task, seeds: list[int], threshold: float | None, out: P
     zero-shot table (``bench/lm_zero_shot.py --run-seeds`` JSON files) and a model writing the table
     (``--table-writing``)."""
     import suite_scores
+    from suite_report import _seeds_text
 
     from llm_policy_gen.sweep.stats import iqm_interval
 
     def row(label: str, values: dict[int, float], episodes: str, source: str) -> str:
         reached = "-" if threshold is None else f"{sum(v >= threshold for v in values.values())}/{len(values)}"
-        return (f"| {label} | {_seeds(sorted(values))} | {iqm_interval(list(values.values())).format(2)} | "
+        return (f"| {label} | {_seeds_text(list(values))} | {iqm_interval(list(values.values())).format(2)} | "
                 f"{reached} | {episodes} | {source} |")
 
     rows = ["| method | seeds | held-out: IQM [95% CI] | reached threshold | episodes | source |",
@@ -264,11 +265,6 @@ def reference_rows(task: Task, seeds: list[int], threshold: float | None, out: P
                         f"{table_writing['settings']}; {table_writing['transport']}; measured "
                         f"{table_writing['measured']} (`{table_writing['command']}`)"))
     return rows if len(rows) > 2 else []
-
-
-def _seeds(seeds: list[int]) -> str:
-    return f"{seeds[0]}-{seeds[-1]}" if seeds == list(range(seeds[0], seeds[-1] + 1)) and len(seeds) > 1 else \
-        ",".join(map(str, seeds))
 
 
 def plot_task(records: list[dict[str, Any]], groups: list[tuple[str, str]], out: Path, title: str) -> Path | None:
