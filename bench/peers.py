@@ -218,14 +218,10 @@ def details(records: list[dict[str, Any]]) -> str:
 
 
 def plan_cell(task: str, algo: str, seed: int, kind: str, out: Path, offline: tuple[int, int] | None,
-              done: dict[str, Any] | None, stale: bool) -> peers_plan.Cell:
-    """What is there of one cell, for ``--plan``: its budget's step horizon, its state, an interrupted run's
-    progress."""
-    import zoo
-
-    from llm_policy_gen.envs import get_spec
-
-    budget = budget_for(kind, zoo.hyperparameters(algo, get_spec(suite.BY_KEY[task].env_id).env_id), offline)
+              done: dict[str, Any] | None, stale: bool, hyper: Any) -> peers_plan.Cell:
+    """What is there of one cell, for ``--plan``: its budget's step horizon (``hyper``: the task's
+    :func:`zoo.hyperparameters` for ``algo``), its state, an interrupted run's progress."""
+    budget = budget_for(kind, hyper, offline)
     if isinstance(budget, str):
         return peers_plan.Cell(task, algo, kind, seed, None, f"not run: {budget}")
     if done is not None and done.get("reached"):
@@ -235,6 +231,14 @@ def plan_cell(task: str, algo: str, seed: int, kind: str, out: Path, offline: tu
     steps, cpu = peers_plan.progress(run_dir_for(out, task, algo, kind, budget, seed))
     status = "stale" if stale and not steps else "partly run" if steps else "to run"
     return peers_plan.Cell(task, algo, kind, seed, budget.horizon, status, steps, cpu)
+
+
+def plan_hyperparameters(algo: str, env_id: str) -> Any:
+    import zoo
+
+    from llm_policy_gen.envs import get_spec
+
+    return zoo.hyperparameters(algo, get_spec(env_id).env_id)
 
 
 def _discrete(env_id: str) -> bool:
@@ -296,10 +300,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     out = Path(args.out).expanduser()
     out.mkdir(parents=True, exist_ok=True)
-    results_file = out / "peers.json"
+    peers_file = out / "peers.json"
     records: dict[tuple[str, str, int, str], dict[str, Any]] = {}
-    if results_file.is_file():
-        for r in json.loads(results_file.read_text()):
+    if peers_file.is_file():
+        for r in json.loads(peers_file.read_text()):
             records[(r["task"], r["algo"], r["seed"], r.get("kind", "episodes"))] = r
     suite_records = suite.read_results(out)
     opts = {"curve_points": args.curve_points, "curve_episodes": args.curve_episodes, "cpu_hours": args.cpu_hours,
@@ -308,6 +312,7 @@ def main(argv: list[str] | None = None) -> int:
     for task in tasks:
         goal = suite.BY_KEY[task]
         for algo in algos_for(_discrete(goal.env_id), wanted):
+            hyper = plan_hyperparameters(algo, goal.env_id) if args.plan else None  # the zoo's YAML read once
             for seed in (given_seeds if args.seeds else goal.seeds):
                 for kind in kinds:
                     done = records.get((task, algo, seed, kind))
@@ -320,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
                             out_of_reach and done.get("cpu_hours", 0) >= args.cpu_hours)):
                         jobs.append((task, algo, seed, kind, out, offline, opts))
                     if args.plan:
-                        plan.append(plan_cell(task, algo, seed, kind, out, offline, done, stale))
+                        plan.append(plan_cell(task, algo, seed, kind, out, offline, done, stale, hyper))
     if args.plan:
         text = peers_plan.markdown(plan, peers_plan.rates(list(records.values())), args.cpu_hours)
         (out / "peers_plan.md").write_text(text)
@@ -344,11 +349,11 @@ def main(argv: list[str] | None = None) -> int:
                     f"held-out {rec['heldout']:,.1f} after {rec['steps']:,} steps ({rec['episodes']:,} episodes), "
                     f"{rec['cpu_s']:,.0f} CPU s; {rec['hyperparameters']}")
                 print(f"{done_key[0]} {done_key[1]} seed {done_key[2]} {done_key[3]}: {shown}", flush=True)
-            save_records(results_file, mine)
-    all_records = save_records(results_file, mine)
+            save_records(peers_file, mine)
+    all_records = save_records(peers_file, mine)
     (out / "peers.md").write_text(details(all_records))
     page = suite.write_report(out)  # its peer columns come from peers.json, stale cells left out
-    print(f"wrote {page} (from {out / 'results.json'}), {out / 'peers.md'} and {results_file}")
+    print(f"wrote {page} (from {out / 'results.json'}), {out / 'peers.md'} and {peers_file}")
     return 0
 
 
