@@ -103,7 +103,11 @@ GOALS = [
                    ("test_start", 1), ("train_episodes", 1))),
     Goal("pendulum", "Pendulum-v1", 1000, -160, "SB3 TD3 -152 after 20k steps", "-153.6 (other seeds -166)"),
     Goal("taxi", "Taxi-v4", 1000, 7.5, "threshold 8", "8.16 @ 2,000, first at 730"),
-    Goal("cliffwalking", "CliffWalking-v1", 300, -13, "optimum -13", "-13 @ 500", exact=True),
+    # CliffWalking-v1: 8 training episodes an iteration (train_episodes, was the spec's 4), chosen on the tuning seeds
+    # 100-109 only (bench/tune_specs.py, 2026-11-28: 10/10 there against 9/10); the whole point as the search ran it.
+    Goal("cliffwalking", "CliffWalking-v1", 300, -13, "optimum -13", "-13 @ 500", exact=True,
+         settings=(("candidates", 4), ("confirm_batches", 4), ("confirm_episodes", 10), ("test_max", 10),
+                   ("test_start", 3), ("train_episodes", 8))),
     Goal("frozenlake8x8", "FrozenLake-v1.8x8", 3000, 0.80, "ProPS 0.57, R2PO 0.93 on 4x4", "0.77"),
     Goal("swimmer", "Swimmer-v5", 2000, 300, "ProPS 227; R2PO 294.6", "347.2 (one seed 40.6)"),
     Goal("lunarlander", "LunarLander-v3", 3000, 200, "SB3 PPO 242 after 1M steps", "-64.6"),
