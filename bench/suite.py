@@ -438,13 +438,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.list:
         list_tasks()
         return 0
-    if args.report is not None:
-        out = Path(args.out).expanduser()
-        if not (out / "results.json").is_file():
-            print(f"suite: error: --out {out}: no results.json there", file=sys.stderr)
-            return 2
-        print(f"wrote {write_report(out, args.report)}")
-        return 0
     if args.merge:
         out, other = Path(args.out).expanduser(), Path(args.merge).expanduser()
         if not (other / "results.json").is_file():
@@ -452,8 +445,19 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         n = merge(out, other)
         report = out / "report.json"
-        note = json.loads(report.read_text()).get("note", "") if report.is_file() else ""
-        print(f"merged {n} runs of {other}; wrote {write_report(out, f'{note} Runs merged from {other}.'.strip())}")
+        if args.report is not None:  # --merge with --report: the note given, not the last report's
+            note = args.report
+        else:
+            note = json.loads(report.read_text()).get("note", "") if report.is_file() else ""
+            note = f"{note} Runs merged from {other}.".strip()
+        print(f"merged {n} runs of {other}; wrote {write_report(out, note)}")
+        return 0
+    if args.report is not None:
+        out = Path(args.out).expanduser()
+        if not (out / "results.json").is_file():
+            print(f"suite: error: --out {out}: no results.json there", file=sys.stderr)
+            return 2
+        print(f"wrote {write_report(out, args.report)}")
         return 0
     parsed = tasks_and_seeds("suite", args.tasks, args.seeds or "0")
     if parsed is None:

@@ -380,6 +380,15 @@ def test_merge_moves_a_parts_finished_runs_and_records_into_the_suite(bench, tmp
     assert not (part / "runs" / "CartPole-v1" / "cartpole_b100_offline_s2").exists()
     assert "- **CartPole-v1**" in (out / "readme.md").read_text()
     assert suite.main(["--out", str(out), "--merge", str(tmp_path / "nothing")]) == 2
+    # --merge with --report: the runs are merged (not only the report rewritten), under the note given
+    run = part / "runs" / "CartPole-v1" / "cartpole_b100_offline_s4"
+    run.mkdir(parents=True)
+    (run / "summary.json").write_text("{}")
+    record = {**_suite_record("cartpole", 4, 500.0, 499.0), "run_dir": str(run)}
+    (part / "results.json").write_text(json.dumps([record]))
+    assert suite.main(["--out", str(out), "--merge", str(part), "--report", "merged note"]) == 0
+    assert {r["seed"] for r in json.loads((out / "results.json").read_text())} == {0, 1, 2, 3, 4}
+    assert json.loads((out / "report.json").read_text())["note"] == "merged note"
 
 
 def test_two_invocations_on_one_folder_keep_each_others_records(bench, tmp_path):
