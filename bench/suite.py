@@ -402,15 +402,18 @@ def merge(out: Path, other: Path) -> int:
     import shutil
 
     moved = []
-    for r in read_results(other):
+    gone: set[Path] = set()  # folders this merge moved: two records can share one (offline-neutral where the spec
+    for r in read_results(other):  # has no prior is the offline run itself)
         if "heldout" not in r:  # failed or skipped: nothing to carry over
             continue
         src = Path(r["run_dir"])
         dest = out / "runs" / src.parent.name / src.name
-        if dest.is_dir() or not src.is_dir():  # the same run in both: out's stays (a run id fixes its result)
-            continue
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        shutil.move(str(src), str(dest))
+        if src not in gone:
+            if dest.is_dir() or not src.is_dir():  # the same run in both: out's stays (a run id fixes its result)
+                continue
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.move(str(src), str(dest))
+            gone.add(src)
         moved.append({**r, "run_dir": str(dest)})
     keys = {(r["task"], r["backend"], r["seed"]) for r in moved}
     out.mkdir(parents=True, exist_ok=True)

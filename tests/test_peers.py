@@ -385,9 +385,13 @@ def test_merge_moves_a_parts_finished_runs_and_records_into_the_suite(bench, tmp
     run.mkdir(parents=True)
     (run / "summary.json").write_text("{}")
     record = {**_suite_record("cartpole", 4, 500.0, 499.0), "run_dir": str(run)}
-    (part / "results.json").write_text(json.dumps([record]))
+    # two records of one run folder (offline-neutral on a spec without a prior is the offline run): both carried
+    (part / "results.json").write_text(json.dumps([record, {**record, "backend": "offline-neutral"}]))
     assert suite.main(["--out", str(out), "--merge", str(part), "--report", "merged note"]) == 0
-    assert {r["seed"] for r in json.loads((out / "results.json").read_text())} == {0, 1, 2, 3, 4}
+    after = json.loads((out / "results.json").read_text())
+    assert {r["seed"] for r in after} == {0, 1, 2, 3, 4}
+    assert {r["run_dir"] for r in after if r["seed"] == 4} == {str(out / "runs" / "CartPole-v1" / run.name)}
+    assert {r["backend"] for r in after if r["seed"] == 4} == {"offline", "offline-neutral"}
     assert json.loads((out / "report.json").read_text())["note"] == "merged note"
 
 
