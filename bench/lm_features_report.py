@@ -89,13 +89,14 @@ def plot_task(records: list[dict[str, Any]], groups: list[tuple[str, str]], out:
     from llm_policy_gen.sweep.figures import plot_curves
     from llm_policy_gen.sweep.results import Curve
 
-    labels = dict(groups)
+    # the legend's short form of a table's label (the legend cuts a label over 40 characters from the left)
+    labels = {key: label.replace("-Instruct", "").replace(": the table-writing optimiser", "") for key, label in groups}
     curves = [Curve(labels[r["group"]], int(r["seed"]), r["curve"]["env_steps"], r["curve"]["heldout"])
               for r in records if r.get("curve") and r["group"] in labels]
     if not curves:
         return None
     threshold = next((r["threshold"] for r in records if r.get("threshold") is not None), None)
-    order = [label for _, label in groups if any(c.backend == label for c in curves)]
+    order = [labels[key] for key, _ in groups if any(c.backend == labels[key] for c in curves)]
     return plot_curves(curves, out, title, order, threshold,
                        x_label="environment steps (learner rollouts + test, confirmation and held-out episodes)")
 
