@@ -402,8 +402,9 @@ def merge(out: Path, other: Path) -> int:
     import shutil
 
     moved = []
-    gone: set[Path] = set()  # folders this merge moved: two records can share one (offline-neutral where the spec
-    for r in read_results(other):  # has no prior is the offline run itself)
+    # folders this merge moved: two records can share one (offline-neutral is the offline run on a spec without prior)
+    gone: set[Path] = set()
+    for r in read_results(other):
         if "heldout" not in r:  # failed or skipped: nothing to carry over
             continue
         src = Path(r["run_dir"])
