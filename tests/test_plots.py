@@ -156,3 +156,14 @@ def test_a_run_writes_both_plots_from_its_own_events(tmp_path: Path, capsys: pyt
     summary = json.loads((run / "summary.json").read_text())
     kept = labelled_lines(ax)["kept table: held-out mean (5 episodes), reported"]
     assert kept.get_ydata()[-1] == pytest.approx(summary["best_eval_mean"])
+
+
+def test_a_long_label_keeps_a_paths_end_and_any_other_names_start() -> None:
+    from llm_policy_gen.plotting.curves import figure_label
+
+    path = "replay:/home/user/runs/cartpole/sweep_0001/run_0001/transcripts.jsonl"
+    assert figure_label(path) == "replay:…" + path[-32:]
+    long_name = "offline (not an LLM: the table-writing optimiser)"
+    assert figure_label(long_name) == long_name[:39] + "…"
+    assert figure_label("offline") == "offline"
+    assert all(len(figure_label(n)) == 40 for n in (path, long_name))

@@ -90,8 +90,10 @@ def model_identity(path: str | Path) -> ModelIdentity:
         raise UserError(f"--lm-model {path} does not exist; {accepted}")
     p = p.resolve()
     if p.is_dir():
-        if not (p / "config.json").is_file():
-            raise UserError(f"--lm-model {path} is a folder without config.json, not a Hugging Face model folder; "
+        from transformers.utils import CONFIG_NAME  # the folder's own file, named by its owner (not a run's file)
+
+        if not (p / CONFIG_NAME).is_file():
+            raise UserError(f"--lm-model {path} is a folder without {CONFIG_NAME}, not a Hugging Face model folder; "
                             f"{accepted}")
         h = hashlib.sha256()
         for f in sorted(x for x in p.rglob("*") if x.is_file()):

@@ -247,12 +247,15 @@ def _group_samples(runs: Sequence[RunCurves], kind: str, window: int, x_axis: st
 
 
 def figure_label(name: str, limit: int = 40) -> str:
-    """A backend (or group) name as a legend entry or panel title: a long one, such as a replay file's path, keeps
-    its kind and its end (``replay:…/run_0001/transcripts.jsonl``), so that it never pushes a legend or its
-    neighbours' titles out of the figure."""
+    """A backend (or group) name as a legend entry or panel title, at most ``limit`` characters, so that it never
+    pushes a legend or its neighbours' titles out of the figure. A long path (a replay file's) keeps its kind and its
+    end, where the runs differ (``replay:…/run_0001/transcripts.jsonl``); any other long name keeps its start, which
+    says what it is (``offline (not an LLM: the table-writ…``)."""
     name = str(name)
     if len(name) <= limit:
         return name
+    if "/" not in name:
+        return name[:limit - 1] + "…"
     kind, sep, _ = name.partition(":")
     keep = kind + sep if sep and len(kind) < limit // 3 else ""
     return keep + "…" + name[-(limit - len(keep) - 1):]
