@@ -120,7 +120,12 @@ GOALS = [
          seeds=LONG, need=4),
     Goal("bipedalwalker-rich", "BipedalWalker-v3.rich", 10000, 100,
          "3-level linear rule by ARS peaked at 72 in 11,000 episodes", "8.1", seeds=LONG, need=4),
-    Goal("inverteddoublependulum", "InvertedDoublePendulum-v5", 3000, 1000, "ProPS 148; R2PO 254", "- (new spec)"),
+    # InvertedDoublePendulum-v5: 18 candidates an iteration (was the spec's 9), chosen on the tuning seeds 100-109 only
+    # (bench/tune_specs.py, 2026-11-28: IQM 206.9, its interval's lower end 187.2 above today's 168.4; no seed meets
+    # the goal either way); the whole point as the search ran it.
+    Goal("inverteddoublependulum", "InvertedDoublePendulum-v5", 3000, 1000, "ProPS 148; R2PO 254", "- (new spec)",
+         settings=(("candidates", 18), ("confirm_batches", 2), ("confirm_episodes", 3), ("test_max", 2),
+                   ("test_start", 1), ("train_episodes", 1))),
     Goal("walker2d", "Walker2d-v5", 5000, 1000, "ProPS 147; TRPO 519", "- (new spec)", seeds=LONG, need=4),
     Goal("reacher", "Reacher-v5", 2000, -8, "ProPS -11.3; PPO -7.3", "- (new spec)"),
 ]
