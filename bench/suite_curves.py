@@ -165,6 +165,7 @@ def task_figure(path: Path, title: str, runs: Sequence[Run], goal: float, random
         xs = [x for r in runs for x in (r.steps if axis == "steps" else r.episodes) if x > 0]
         lo, hi = (min(xs), max(xs)) if xs else (1.0, 10.0)
         grid = np.geomspace(lo, max(hi, lo * 1.01), GRID_POINTS)
+        drawn: dict[str, np.ndarray] = {}
         for m in order:
             mine = [r for r in runs if r.method == m]
             if m == PRIOR:
@@ -172,7 +173,12 @@ def task_figure(path: Path, title: str, runs: Sequence[Run], goal: float, random
                 ax.axhline(iqm, color=colours[m], linestyle=":", linewidth=1.5, label=f"{m} (IQM of {len(mine)})")
                 continue
             mid, low, high = _band(mine, axis, grid)
-            ax.plot(grid, mid, color=colours[m], linewidth=2, label=f"{m} (IQM of {len(mine)})")
+            # a method whose curve is another's (offline-neutral where the spec has no prior) is drawn dashed over
+            # it and says so, instead of hiding the first
+            same = next((k for k, v in drawn.items() if np.array_equal(v, mid, equal_nan=True)), None)
+            drawn[m] = mid
+            ax.plot(grid, mid, color=colours[m], linewidth=2, linestyle="--" if same else "-",
+                    label=f"{m} (IQM of {len(mine)})" + (f", the same curve as {same}" if same else ""))
             ax.fill_between(grid, low, high, color=colours[m], alpha=0.18, linewidth=0)
         ax.axhline(goal, color="black", linestyle="--", linewidth=1, label=f"goal {goal:g}")
         if random_return is not None:

@@ -153,3 +153,20 @@ def test_report_only_rewrites_the_page_and_refuses_a_folder_without_results(
     empty = tmp_path / "empty"
     assert suite.main(["--out", str(empty), "--report", "n"]) == 2
     assert capsys.readouterr().err.strip().endswith("no results.json there") and not empty.exists()
+
+
+def test_a_curve_that_is_another_methods_is_drawn_dashed_over_it_and_says_so(
+        bench, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """offline-neutral on a spec with no prior runs the very same runs as offline: its curve must not hide
+    offline's (a solid line drawn over another of the same values), so it is dashed and its label names the twin."""
+    import llm_policy_gen.plotting.figure as figure
+
+    curves = bench["suite_curves"]
+    runs = [curves.Run("t", m, s, 10.0 + s, steps=[100.0, 200.0], episodes=[1.0, 2.0], values=[v + s, v + 5 + s])
+            for m, v in (("offline", 10.0), ("offline-neutral", 10.0), ("random", 3.0)) for s in SEEDS]
+    kept = []
+    monkeypatch.setattr(figure, "save_figure", lambda fig, path: kept.append(fig) or path)
+    curves.task_figure(tmp_path / "c.png", "T", runs, goal=50.0, random_return=None)
+    lines = {line.get_label(): line.get_linestyle() for line in kept[0].axes[0].get_lines()}
+    assert lines["offline (IQM of 3)"] == "-" and lines["random (IQM of 3)"] == "-"
+    assert lines["offline-neutral (IQM of 3), the same curve as offline"] == "--"
