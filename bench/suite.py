@@ -113,7 +113,12 @@ GOALS = [
     Goal("cliffwalking", "CliffWalking-v1", 300, -13, "optimum -13", "-13 @ 500", exact=True,
          settings=(("candidates", 4), ("confirm_batches", 4), ("confirm_episodes", 10), ("test_max", 10),
                    ("test_start", 3), ("train_episodes", 8))),
-    Goal("frozenlake8x8", "FrozenLake-v1.8x8", 3000, 0.80, "ProPS 0.57, R2PO 0.93 on 4x4", "0.77"),
+    # FrozenLake-v1.8x8: 20 training episodes an iteration (was the spec's 10), candidates tested on 10 rising to 20
+    # episodes (was 20 to 40), confirmations of 20 (was 40), chosen on the tuning seeds 100-109 only
+    # (bench/tune_specs.py, 2026-11-28: 10/10 there against 9/10); the whole point as the search ran it.
+    Goal("frozenlake8x8", "FrozenLake-v1.8x8", 3000, 0.80, "ProPS 0.57, R2PO 0.93 on 4x4", "0.77",
+         settings=(("candidates", 4), ("confirm_batches", 3), ("confirm_episodes", 20), ("test_max", 20),
+                   ("test_start", 10), ("train_episodes", 20))),
     Goal("swimmer", "Swimmer-v5", 2000, 300, "ProPS 227; R2PO 294.6", "347.2 (one seed 40.6)"),
     Goal("lunarlander", "LunarLander-v3", 3000, 200, "SB3 PPO 242 after 1M steps", "-64.6"),
     Goal("lunarlander-products", "LunarLander-v3.products", 3000, 200, "SB3 PPO 242 after 1M steps",
