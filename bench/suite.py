@@ -17,7 +17,7 @@ machine: the episodes of one run are short batches, whole runs are independent.
 ``OUT`` defaults to a folder outside the work tree (``~/llm-policy-gen-bench/suite``), so that the suite, longer
 than a session, goes on across sessions and work trees.
 
-Written to ``OUT``: ``results.json`` (one record per run, with its episodes and environment steps) and
+Written to ``OUT``: ``results.json`` (one record per run, with its episodes, environment steps and curve) and
 ``suite.md`` (:mod:`suite_report`): per task and backend rliable's interquartile mean over seeds of the final
 held-out mean (100 episodes) and of the normalised score, each with its 95% stratified bootstrap interval, the worst
 seed and the count of seeds that meet the goal, the median within the budget (as of the last iteration that ended
@@ -28,6 +28,12 @@ zero episodes and the ``offline-neutral`` ablation; then every method per task. 
 (``report.json``) when the suite rewrites ``suite.md``. Beside it: ``curves.csv``, ``img/curves_TASK.png``,
 ``img/profiles.png``, ``profiles.csv`` (:mod:`suite_curves`), ``random_policy.json`` and ``priors.json``
 (:mod:`suite_scores`).
+
+``OUT``'s top-level files are the record; ``OUT/runs`` is needed only to resume or to replay a run. A run's record
+keeps its curve, so ``--report`` redraws every figure from the top-level files alone: copy them (not ``runs/``)
+somewhere that outlives the machine. ``bench/data/`` in the repository holds the copies the docs' figures come from
+(a suite folder is lost with the machine it ran on; the machine of 2026-11-27 took the first fourteen tasks' records
+with it, and their figures in the docs are from its last report).
 
 ``--backends`` also takes ``offline-neutral``: ``offline`` with ``--prior neutral`` (issue 32 item 4).
 
@@ -186,6 +192,8 @@ def _run_id(goal: Goal, backend: str, seed: int) -> str:
 def run_one(goal: Goal, backend: str, seed: int, out: Path, keep_policies: bool = False) -> dict[str, Any]:
     """One run (in a worker process); returns its record. Reuses a finished run's summary."""
     os.environ["LLM_POLICY_GEN_WORKERS"] = "1"
+    from suite_curves import curve_of
+
     from llm_policy_gen.config import TrainConfig
     from llm_policy_gen.run import resume, train
     from llm_policy_gen.storage.runlog import read_jsonl
@@ -236,7 +244,7 @@ def run_one(goal: Goal, backend: str, seed: int, out: Path, keep_policies: bool 
         episodes_within=within[-1]["episodes_total"] if within else 0,
         reached_at=next((e["episodes_total"] for e in events if _met(goal, e.get("best_eval_mean"))), None),
         stop=summary["stop_reason"], output_format=json.loads((run_dir / "config.json").read_text()).get(
-            "output_format"))
+            "output_format"), curve=curve_of(events))
     return record
 
 

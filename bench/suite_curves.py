@@ -62,8 +62,17 @@ def peer_method(record: Mapping[str, Any]) -> str:
     return f"{str(record['algo']).upper()} {PEER_KIND_LABEL.get(str(record.get('kind')), record.get('kind'))}"
 
 
+def curve_of(events: Sequence[Mapping[str, Any]]) -> list[list[float]]:
+    """A suite run's curve from its ``events.jsonl`` records: ``[env_steps, episodes, held-out mean]`` after every
+    iteration that has them. Kept in the run's record (``results.json``), so that the report draws the curve without
+    the run folder: the records outlive the folders (a new machine, a pruned disk)."""
+    return [[float(e["env_steps_total"]), float(e["episodes_total"]), float(e["best_eval_mean"])]
+            for e in events if e.get("best_eval_mean") is not None and e.get("env_steps_total") is not None]
+
+
 def suite_runs(records: Sequence[Mapping[str, Any]]) -> list[Run]:
-    """The suite's finished runs with their curves from ``events.jsonl`` (a run folder gone: the final point)."""
+    """The suite's finished runs with their curves: from the record's ``curve``, else from the run folder's
+    ``events.jsonl`` (a record written before records kept curves), else the final point alone."""
     out = []
     for r in records:
         if r.get("heldout") is None:
@@ -71,14 +80,14 @@ def suite_runs(records: Sequence[Mapping[str, Any]]) -> list[Run]:
         run = Run(str(r["task"]), str(r["backend"]), int(r["seed"]), float(r["heldout"]),
                   total_steps=r.get("env_steps_total"), total_episodes=r.get("episodes"))
         events = Path(str(r.get("run_dir", ""))) / "events.jsonl"
-        if r.get("run_dir") and events.is_file():
-            for line in events.read_text().splitlines():
-                e = json.loads(line) if line.strip() else {}
-                if e.get("best_eval_mean") is None or e.get("env_steps_total") is None:
-                    continue
-                run.steps.append(float(e["env_steps_total"]))
-                run.episodes.append(float(e["episodes_total"]))
-                run.values.append(float(e["best_eval_mean"]))
+        points = r.get("curve")
+        if points is None and r.get("run_dir") and events.is_file():
+            points = curve_of([json.loads(line) for line in events.read_text().splitlines() if line.strip()])
+        if points is not None:
+            for steps, episodes, mean in points:
+                run.steps.append(float(steps))
+                run.episodes.append(float(episodes))
+                run.values.append(float(mean))
         elif run.total_steps is not None:
             run.steps, run.episodes, run.values = [float(run.total_steps)], [float(r["episodes"])], [run.final]
         out.append(run)

@@ -117,6 +117,26 @@ def test_a_curves_csv_reads_back_as_the_runs(bench, tmp_path: Path) -> None:
         assert (b.steps, b.episodes, b.values, b.final) == (r.steps, r.episodes, r.values, r.final)
 
 
+def test_records_keep_their_curves_when_the_run_folders_are_gone(bench, tmp_path: Path) -> None:
+    """A suite folder's top-level files are the record: with the curves kept in results.json, the report draws the
+    same curve data after the run folders are deleted (a new machine)."""
+    import shutil
+
+    curves, suite = bench["suite_curves"], bench["suite"]
+    out = tmp_path / "suite"
+    records, _ = _write(out)
+    for r in records:
+        events = [json.loads(line) for line in (Path(r["run_dir"]) / "events.jsonl").read_text().splitlines()]
+        r["curve"] = curves.curve_of(events)
+    (out / "results.json").write_text(json.dumps(records))
+    suite.write_report(out, "with the run folders")
+    before = (out / "curves.csv").read_text()
+    shutil.rmtree(out / "runs")
+    suite.write_report(out, "without them")
+    assert (out / "curves.csv").read_text() == before
+    assert len([line for line in before.splitlines() if line.startswith("cartpole,offline,")]) == 4 * len(SEEDS)
+
+
 def test_iqm_curve_is_rliables_iqm_per_point_with_an_interval_around_it() -> None:
     from rliable import metrics
 

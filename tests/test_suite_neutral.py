@@ -67,5 +67,9 @@ def test_the_suite_runs_offline_neutral_on_a_tiny_budget(suite: ModuleType, tmp_
     run_dir = Path(rec["run_dir"])
     assert run_dir.name == "tiny_b4_offline-neutral_s0"
     assert _recorded(run_dir)["config"]["prior"] == "neutral" and _recorded(run_dir)["env_spec"]["prior"] is None
+    # the record keeps the curve (every iteration's kept-table held-out mean), ending at the final held-out mean
+    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines() if line.strip()]
+    assert rec["curve"] and len(rec["curve"]) == sum(e.get("best_eval_mean") is not None for e in events)
+    assert rec["curve"][-1] == [float(events[-1]["env_steps_total"]), float(rec["episodes"]), rec["heldout"]]
     again = suite.run_one(goal, "offline-neutral", 0, tmp_path)  # finished: reused, not run again
-    assert again["reused"] and again["heldout"] == rec["heldout"]
+    assert again["reused"] and again["heldout"] == rec["heldout"] and again["curve"] == rec["curve"]
