@@ -18,6 +18,10 @@ import pytest
 # not survive exec, so with one here the runs the tests start see SIGINT as from a terminal.
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+# Likewise a suite started under ``nohup`` inherits SIGHUP ignored, and a run keeps an ignored SIGHUP ignored (on
+# purpose: tests/test_hardening4_runs.py); the tests that send SIGHUP test a run whose SIGHUP is at its default.
+if hasattr(signal, "SIGHUP") and signal.getsignal(signal.SIGHUP) is signal.SIG_IGN:
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 KEY_VARS = ("GEMINI_API_KEY", "GOOGLE_API_KEY", "OPENAI_API_KEY", "ANTHROPIC_API_KEY")
 URL_VARS = ("OPENAI_BASE_URL", "ANTHROPIC_BASE_URL", "GOOGLE_GEMINI_BASE_URL", "OLLAMA_BASE_URL")

@@ -206,6 +206,22 @@ def _when(ready: Any, proc: subprocess.Popen[str]) -> None:
         time.sleep(0.01)
 
 
+def test_a_sighup_ignored_on_purpose_stays_ignored_during_a_run() -> None:
+    """``nohup`` (SIGHUP ignored) is kept: inside a run an ignored SIGHUP is not turned into a stop, and SIGTERM at
+    its default is; both are as before afterwards."""
+    from llm_policy_gen.storage.locks import stops_as_interrupts
+
+    before = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        with stops_as_interrupts():
+            assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+            os.kill(os.getpid(), signal.SIGHUP)  # ignored: nothing happens
+            assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
+        assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGHUP, before)
+
+
 @pytest.mark.parametrize(("signum", "code"), [(signal.SIGTERM, 143), (signal.SIGHUP, 129)])
 def test_a_process_sent_sigterm_or_sighup_writes_its_summary_and_says_how_to_resume(
         tmp_path: Path, signum: int, code: int) -> None:
