@@ -23,7 +23,6 @@ normalised final score exceeds each threshold, over the tasks a method ran on ev
 from __future__ import annotations
 
 import csv
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -82,7 +81,9 @@ def suite_runs(records: Sequence[Mapping[str, Any]]) -> list[Run]:
         events = Path(str(r.get("run_dir", ""))) / "events.jsonl"
         points = r.get("curve")
         if points is None and r.get("run_dir") and events.is_file():
-            points = curve_of([json.loads(line) for line in events.read_text().splitlines() if line.strip()])
+            from llm_policy_gen.storage.runlog import read_jsonl
+
+            points = curve_of(read_jsonl(events))
         if points is not None:
             for steps, episodes, mean in points:
                 run.steps.append(float(steps))
