@@ -331,12 +331,19 @@ def stale(record: dict[str, Any], kind: str, offline: tuple[int, int] | None) ->
     return record.get("target") != (offline[0] if kind == "steps" else offline[1])
 
 
+def record_key(record: dict[str, Any]) -> tuple[str, str, int]:
+    """A suite record's identity: its task, backend and seed."""
+    return (record["task"], record["backend"], record["seed"])
+
+
 def write_results(out: Path, records: Iterable[dict[str, Any]]) -> None:
-    """Write ``OUT/results.json`` atomically (a reader beside it, ``--report``, never sees half a file): the records
-    sorted by task, backend and seed."""
-    tmp = out / "results.json.tmp"
-    tmp.write_text(json.dumps(sorted(records, key=lambda r: (r["task"], r["backend"], r["seed"])), indent=1))
-    tmp.replace(out / "results.json")
+    """Put ``records`` into ``OUT/results.json``, replacing the ones with the same task, backend and seed and keeping
+    every other: the file is re-read under a lock and replaced atomically (:mod:`results_file`), so two invocations on
+    one ``--out`` (another task beside a long queue) keep each other's records, and a reader beside it (``--report``)
+    never sees half a file. Sorted by task, backend and seed."""
+    import results_file
+
+    results_file.merge_save(out / "results.json", records, key=record_key, order=record_key)
 
 
 def write_report(out: Path, note: str | None = None, peers: list[PeerCell] | None = None) -> Path:
@@ -422,10 +429,10 @@ def tasks_and_seeds(prog: str, tasks: str, seeds: str) -> tuple[list[str], list[
 
 
 def merge(out: Path, other: Path) -> int:
-    """Move the finished runs of the suite folder ``other`` (a part run elsewhere, or beside a running suite, which
-    must not share a ``results.json``) into ``out``: their run folders and records, a record of ``other`` replacing
-    ``out``'s for the same task, backend and seed unless ``out`` holds that very run folder already. Returns how
-    many were merged. Unfinished runs stay in ``other``."""
+    """Move the finished runs of the suite folder ``other`` (a part run elsewhere, or beside a running suite) into
+    ``out``: their run folders and records, a record of ``other`` replacing ``out``'s for the same task, backend and
+    seed unless ``out`` holds that very run folder already (``results.json`` merged under its lock, so a suite
+    writing ``out`` meanwhile keeps its records). Returns how many were merged. Unfinished runs stay in ``other``."""
     import shutil
 
     moved = []
@@ -443,9 +450,8 @@ def merge(out: Path, other: Path) -> int:
             shutil.move(str(src), str(dest))
             gone.add(src)
         moved.append({**r, "run_dir": str(dest)})
-    keys = {(r["task"], r["backend"], r["seed"]) for r in moved}
     out.mkdir(parents=True, exist_ok=True)
-    write_results(out, [r for r in read_results(out) if (r["task"], r["backend"], r["seed"]) not in keys] + moved)
+    write_results(out, moved)
     return len(moved)
 
 
@@ -503,6 +509,7 @@ def main(argv: list[str] | None = None) -> int:
     if results_file.is_file():
         for r in json.loads(results_file.read_text()):
             records[(r["task"], r["backend"], r["seed"])] = r
+    mine: dict[tuple[str, str, int], dict[str, Any]] = {}  # what this invocation writes: another may write beside it
     jobs: list[tuple[Goal, str, int]] = []
     for key in tasks:
         goal = BY_KEY[key]
@@ -510,7 +517,7 @@ def main(argv: list[str] | None = None) -> int:
         for backend in args.backends.split(","):
             for seed in (given_seeds if args.seeds else goal.seeds):
                 if backend_settings(goal, backend)[0] != "offline" and n_states > args.baseline_max_states:
-                    records[(key, backend, seed)] = {"task": key, "env_id": goal.env_id, "backend": backend,
+                    mine[(key, backend, seed)] = {"task": key, "env_id": goal.env_id, "backend": backend,
                                                      "seed": seed, "skipped": f"{n_states:,} states (text answers "
                                                      f"too big; --baseline-max-states {args.baseline_max_states})"}
                     continue
@@ -527,12 +534,12 @@ def main(argv: list[str] | None = None) -> int:
         for fut in as_completed(futures):
             job = futures[fut]
             rec = fut.result()
-            records[job] = rec
+            mine[job] = rec
             shown = rec.get("error") or f"held-out {_fmt(rec['heldout'])} after {rec['episodes']} episodes, " \
                                          f"{rec['wall_s']:.0f} s"
             print(f"{job[0]} {job[1]} seed {job[2]}: {shown}", flush=True)
-            write_results(out, records.values())
-    write_results(out, records.values())  # the skipped ones too, when nothing ran
+            write_results(out, [rec])
+    write_results(out, mine.values())  # the skipped ones too, when nothing ran
     note = (f"Measured on {os.cpu_count()} cores shared with other work (load average {load:.1f} at the start), "
             f"{args.workers} runs at a time; wall seconds are inflated by the sharing, CPU seconds much less. "
             f"This invocation took {time.time() - started:,.0f} s.")

@@ -190,3 +190,20 @@ def test_a_curve_that_is_another_methods_is_drawn_dashed_over_it_and_says_so(
     lines = {line.get_label(): line.get_linestyle() for line in kept[0].axes[0].get_lines()}
     assert lines["offline (IQM of 3)"] == "-" and lines["random (IQM of 3)"] == "-"
     assert lines["offline-neutral (IQM of 3), the same curve as offline"] == "--"
+
+
+def test_two_suites_on_one_folder_keep_each_others_records(bench: dict[str, ModuleType], tmp_path: Path) -> None:
+    """Each suite invocation writes only its own records: one that started before another's runs finished (and so
+    never read them) does not drop them when it writes (the loss of 2026-11-28: two suites on one ``--out``)."""
+    suite = bench["suite"]
+
+    def rec(task: str, backend: str, seed: int, heldout: float) -> dict:
+        return {"task": task, "backend": backend, "seed": seed, "heldout": heldout}
+
+    suite.write_results(tmp_path, [rec("pendulum", "q-learning", 0, -987.0), rec("pendulum", "random", 0, -1100.0)])
+    suite.write_results(tmp_path, [rec("cartpole", "offline", 1, 480.0)])
+    suite.write_results(tmp_path, [rec("pendulum", "random", 0, -1090.0)])  # a record replaced by its own key
+    got = {suite.record_key(r): r["heldout"] for r in suite.read_results(tmp_path)}
+    assert got == {("cartpole", "offline", 1): 480.0, ("pendulum", "q-learning", 0): -987.0,
+                   ("pendulum", "random", 0): -1090.0}
+    assert [suite.record_key(r) for r in suite.read_results(tmp_path)] == sorted(got)
