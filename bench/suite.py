@@ -505,10 +505,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out).expanduser()
     out.mkdir(parents=True, exist_ok=True)
     results_file = out / "results.json"
-    records: dict[tuple[str, str, int], dict[str, Any]] = {}
-    if results_file.is_file():
-        for r in json.loads(results_file.read_text()):
-            records[(r["task"], r["backend"], r["seed"])] = r
+    records = {record_key(r): r for r in read_results(out)}
     mine: dict[tuple[str, str, int], dict[str, Any]] = {}  # what this invocation writes: another may write beside it
     jobs: list[tuple[Goal, str, int]] = []
     for key in tasks:
@@ -518,8 +515,8 @@ def main(argv: list[str] | None = None) -> int:
             for seed in (given_seeds if args.seeds else goal.seeds):
                 if backend_settings(goal, backend)[0] != "offline" and n_states > args.baseline_max_states:
                     mine[(key, backend, seed)] = {"task": key, "env_id": goal.env_id, "backend": backend,
-                                                     "seed": seed, "skipped": f"{n_states:,} states (text answers "
-                                                     f"too big; --baseline-max-states {args.baseline_max_states})"}
+                                                  "seed": seed, "skipped": f"{n_states:,} states (text answers "
+                                                  f"too big; --baseline-max-states {args.baseline_max_states})"}
                     continue
                 done = records.get((key, backend, seed))
                 if done is None or "error" in done or "skipped" in done or done.get("budget") != goal.budget \
