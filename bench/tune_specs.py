@@ -2,7 +2,7 @@
 settings on seeds 100-109 (100-104 for the long tasks), never on the judged seeds 0-9.
 
     python bench/tune_specs.py [--tasks cartpole,mountaincar,...] [--seeds 100-109] [--workers N]
-                               [--out ~/llm-policy-gen-bench/tune] [--report-only]
+                               [--out ~/llm-policy-gen-bench/tune] [--report-only] [--full-grid]
 
 A task's **settings today** are the package defaults, overlaid with its spec's ``train_defaults`` and the suite's
 per-task settings (``bench/suite.py``'s ``GOALS``); its budget is the suite's. The **grid** is one pass of a
@@ -24,6 +24,12 @@ interval above today's IQM (a difference of a fraction of a point between IQMs, 
 changes nothing). The changes that beat today's are combined into one more point, which must beat today's the same
 way. The **chosen** point is the best, by seeds met then IQM, of those that beat today's; with none, today's
 settings stay.
+Today's point runs on every tuning seed first; the changes then run one seed at a time (each round every change
+still in the race on its next seed), and a change **stops** as soon as it has missed the goal on more seeds than
+today's missed in all: it can then meet the goal on fewer seeds than today's at most, so it cannot beat today's, and
+the seeds it has not run cannot change the choice. The chosen point is the one the whole grid would choose, at a
+fraction of the runs where today's meets the goal on most seeds (the long tasks' grids are tens of CPU-hours);
+``--full-grid`` runs every point on every seed anyway.
 Every run is a ``bench/suite.py`` run (the same code: resumed if interrupted, reused if finished) in
 ``OUT/runs``, so the search goes on across sessions.
 
@@ -141,19 +147,35 @@ def run_points(jobs: list[tuple[Goal, int]], out: Path, workers: int) -> dict[tu
     return done
 
 
-def tune(goal: Goal, seeds: list[int], out: Path, workers: int) -> dict[str, Any]:
+def misses(goal: Goal, rows: list[dict[str, Any]]) -> int:
+    """How many of a point's runs missed the goal on the within-budget measure."""
+    return sum(not _met(goal, r.get("heldout_within")) for r in rows)
+
+
+def tune(goal: Goal, seeds: list[int], out: Path, workers: int, full: bool = False) -> dict[str, Any]:
     from suite import _run_id
 
     base = today(goal)
-    singles = single_changes(base)
+    points = [base, *single_changes(base)]
+    ran = [0] * len(points)  # how many of the seeds (in order) each point has run
 
-    def rows_of(values: dict[str, Any], recs: dict[tuple[str, int], dict[str, Any]]) -> list[dict[str, Any]]:
-        g = as_goal(goal, values, base)
-        return [recs[(_run_id(g, "offline", s), s)] for s in seeds]
+    def rows_of(i: int, recs: dict[tuple[str, int], dict[str, Any]]) -> list[dict[str, Any]]:
+        g = as_goal(goal, points[i], base)
+        return [recs[(_run_id(g, "offline", s), s)] for s in seeds[:ran[i]]]
 
-    jobs = [(as_goal(goal, p, base), s) for p in [base, *singles] for s in seeds]
-    recs = run_points(jobs, out, workers)
-    scored: list[Scored] = [(p, *judge(goal, rows_of(p, recs))) for p in [base, *singles]]
+    def run(indices: list[int], upto: int) -> None:
+        recs.update(run_points([(as_goal(goal, points[i], base), s) for i in indices for s in seeds[ran[i]:upto]],
+                               out, workers))
+        for i in indices:
+            ran[i] = upto
+
+    recs: dict[tuple[str, int], dict[str, Any]] = {}
+    run([0], len(seeds))
+    may_miss = misses(goal, rows_of(0, recs))  # a change that misses more cannot meet as many seeds as today's
+    for n in range(1, len(seeds) + 1):  # the changes one seed at a time; a change out of the race stops
+        run([i for i in range(1, len(points)) if ran[i] == n - 1 and (full or misses(goal, rows_of(i, recs))
+                                                                       <= may_miss)], n)
+    scored: list[Scored] = [(p, *judge(goal, rows_of(i, recs))) for i, p in enumerate(points)]
 
     def key(t: Scored) -> tuple[int, float]:
         return t[1], -1e18 if t[2] is None else t[2]
@@ -162,17 +184,20 @@ def tune(goal: Goal, seeds: list[int], out: Path, workers: int) -> dict[str, Any
     combined = dict(base)
     for p in better:
         combined.update({k: v for k, v in p.items() if v != base[k]})
-    if len(better) > 1 and valid(combined) and combined not in [t[0] for t in scored]:
-        recs.update(run_points([(as_goal(goal, combined, base), s) for s in seeds], out, workers))
-        scored.append((combined, *judge(goal, rows_of(combined, recs))))
+    if len(better) > 1 and valid(combined) and combined not in points:
+        points.append(combined)
+        ran.append(0)
+        run([len(points) - 1], len(seeds))
+        scored.append((combined, *judge(goal, rows_of(len(points) - 1, recs))))
     winners = [t for t in scored[1:] if beats(t, scored[0])]
     best = max(winners, key=key) if winners else scored[0]
-    records = [r for t in scored for r in rows_of(t[0], recs)]
+    records = [r for i in range(len(points)) for r in rows_of(i, recs)]
     return {"task": goal.key, "env_id": goal.env_id, "budget": goal.budget, "goal": goal.goal, "seeds": seeds,
             "today": base, "points": [{"settings": p, "met": m, "iqm": q, "iqm_low": lo,
                                        "beats_today": i > 0 and beats((p, m, q, lo), scored[0]),
-                                       "heldout_within": [r.get("heldout_within") for r in rows_of(p, recs)],
-                                       "heldout": [r.get("heldout") for r in rows_of(p, recs)]}
+                                       "heldout_within": [r.get("heldout_within") for r in rows_of(i, recs)],
+                                       "heldout": [r.get("heldout") for r in rows_of(i, recs)],
+                                       **({"stopped_after": ran[i]} if ran[i] < len(seeds) else {})}
                                       for i, (p, m, q, lo) in enumerate(scored)],
             "chosen": best[0], "changed": {k: v for k, v in best[0].items() if v != base[k]}, "records": records}
 
@@ -185,7 +210,9 @@ def write_report(out: Path, results: list[dict[str, Any]]) -> Path:
              "that beat today's combined), judged on each seed's within-budget held-out mean, the measure of the "
              "goal table. A change beats today's when it meets the goal on more tuning seeds, or "
              "on as many with the lower end of its IQM's 95% interval above today's IQM; the chosen point is the "
-             "best (seeds met, then IQM) of those that beat today's, else today's.", ""]
+             "best (seeds met, then IQM) of those that beat today's, else today's. A change runs one seed at a "
+             "time and stops once it has missed the goal on more seeds than today's missed in all (it cannot beat "
+             "today's then); its figures are over the seeds it ran.", ""]
     for r in results:
         names = list(r["today"])
         lines += [f"### {r['env_id']} (budget {r['budget']:,} episodes, goal {r['goal']}, seeds "
@@ -199,7 +226,11 @@ def write_report(out: Path, results: list[dict[str, Any]]) -> Path:
             iqm = "-" if p["iqm"] is None else f"{p['iqm']:,.2f} [{p.get('iqm_low') or float('nan'):,.2f}]"
             per = ", ".join("-" if v is None else f"{v:.1f}" for v in p.get("heldout_within", p["heldout"]))
             verdict = "today's" if p["settings"] == r["today"] else ("yes" if p.get("beats_today") else "no")
-            lines.append("| " + " | ".join(cells) + f" | {p['met']}/{len(r['seeds'])} | {iqm} | {verdict} | {per} |")
+            met = f"{p['met']}/{len(r['seeds'])}"
+            if "stopped_after" in p:
+                met = f"{p['met']}/{p['stopped_after']}, stopped"
+                verdict = f"no: missed more seeds than today's in {p['stopped_after']}"
+            lines.append("| " + " | ".join(cells) + f" | {met} | {iqm} | {verdict} | {per} |")
         changed = ", ".join(f"{k} {r['today'][k]} -> {v}" for k, v in r["changed"].items()) or "none (today's kept)"
         lines += ["", f"Chosen: {changed}.", ""]
     path = out / "tune_specs.md"
@@ -214,6 +245,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
     ap.add_argument("--report-only", action="store_true", help="rewrite tune_specs.md from OUT/tune.json")
+    ap.add_argument("--full-grid", action="store_true",
+                    help="run every change on every seed (by default a change that can no longer beat today's stops)")
     args = ap.parse_args(argv)
     unknown = [t for t in args.tasks.split(",") if t not in BY_KEY]
     if unknown:
@@ -233,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
         for key in args.tasks.split(","):
             goal = BY_KEY[key]
             task_seeds = seeds if args.seeds else list(LONG_TUNING_SEEDS if goal.seeds == LONG else TUNING_SEEDS)
-            results[key] = tune(goal, task_seeds, args.out, args.workers)
+            results[key] = tune(goal, task_seeds, args.out, args.workers, args.full_grid)
             store.write_text(json.dumps(results, indent=1, default=str))
     print(f"wrote {write_report(args.out, list(results.values()))}")
     return 0

@@ -44,3 +44,34 @@ def test_the_grid_halves_and_doubles_one_setting_at_a_time_and_keeps_test_max_ab
     assert {"test_max": 1} in [{k: v for k, v in p.items() if v != base[k]} for p in points]
     assert not any(p["test_start"] > p["test_max"] for p in points)
     assert {p["candidates"] for p in points} == {4, 8, 16}
+
+
+def test_a_change_that_can_no_longer_beat_today_stops_and_the_choice_is_the_whole_grids(
+        tune: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """CartPole-v1 on four tuning seeds, runs faked by their settings: today's meets the goal on all four, so a
+    change stops at its first miss; the chosen point and every full point's figures equal the whole grid's."""
+    from suite import _run_id
+
+    def within(settings: dict[str, int]) -> float:
+        return {4: 100.0, 16: 500.0}.get(settings["candidates"], 480.0)
+
+    calls: list[tuple[object, int]] = []
+
+    def fake_run_points(jobs: list[tuple[object, int]], out: Path, workers: int) -> dict[tuple[str, int], dict]:
+        calls.extend(jobs)
+        return {(_run_id(g, "offline", s), s): {"heldout_within": within(dict(g.settings)), "heldout": 0.0}
+                for g, s in jobs}
+
+    monkeypatch.setattr(tune, "run_points", fake_run_points)
+    goal, seeds = tune.BY_KEY["cartpole"], [100, 101, 102, 103]
+    pruned = tune.tune(goal, seeds, tmp_path, 1)
+    pruned_runs = len(calls)
+    calls.clear()
+    whole = tune.tune(goal, seeds, tmp_path, 1, full=True)
+    assert pruned["chosen"] == whole["chosen"] and pruned["changed"] == {"candidates": 16}
+    halved = [p for p in pruned["points"] if p["settings"]["candidates"] == 4]
+    assert halved[0]["stopped_after"] == 1 and halved[0]["met"] == 0 and not halved[0]["beats_today"]
+    assert pruned_runs == len(calls) - (len(seeds) - 1)
+    full_points = [p for p in pruned["points"] if "stopped_after" not in p]
+    assert full_points == [p for p in whole["points"] if p["settings"]["candidates"] != 4]
+    assert "stopped" in Path(tune.write_report(tmp_path, [pruned])).read_text()
