@@ -111,7 +111,7 @@ def judge(goal: Goal, rows: list[dict[str, Any]]) -> tuple[int, float | None, fl
     from llm_policy_gen.sweep.stats import iqm_interval
 
     vals = [r.get("heldout_within") for r in rows]
-    met = sum(_met(goal, v) for v in vals)
+    met = len(rows) - misses(goal, rows)
     finite = [float(v) for v in vals if v is not None]
     if not finite:
         return met, None, None
