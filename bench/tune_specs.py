@@ -158,8 +158,9 @@ def tune(goal: Goal, seeds: list[int], out: Path, workers: int, full: bool = Fal
     base = today(goal)
     points = [base, *single_changes(base)]
     ran = [0] * len(points)  # how many of the seeds (in order) each point has run
+    recs: dict[tuple[str, int], dict[str, Any]] = {}
 
-    def rows_of(i: int, recs: dict[tuple[str, int], dict[str, Any]]) -> list[dict[str, Any]]:
+    def rows_of(i: int) -> list[dict[str, Any]]:
         g = as_goal(goal, points[i], base)
         return [recs[(_run_id(g, "offline", s), s)] for s in seeds[:ran[i]]]
 
@@ -169,13 +170,12 @@ def tune(goal: Goal, seeds: list[int], out: Path, workers: int, full: bool = Fal
         for i in indices:
             ran[i] = upto
 
-    recs: dict[tuple[str, int], dict[str, Any]] = {}
     run([0], len(seeds))
-    may_miss = misses(goal, rows_of(0, recs))  # a change that misses more cannot meet as many seeds as today's
+    may_miss = misses(goal, rows_of(0))  # a change that misses more cannot meet as many seeds as today's
     for n in range(1, len(seeds) + 1):  # the changes one seed at a time; a change out of the race stops
-        run([i for i in range(1, len(points)) if ran[i] == n - 1 and (full or misses(goal, rows_of(i, recs))
-                                                                       <= may_miss)], n)
-    scored: list[Scored] = [(p, *judge(goal, rows_of(i, recs))) for i, p in enumerate(points)]
+        in_race = [i for i in range(1, len(points)) if ran[i] == n - 1]
+        run([i for i in in_race if full or misses(goal, rows_of(i)) <= may_miss], n)
+    scored: list[Scored] = [(p, *judge(goal, rows_of(i))) for i, p in enumerate(points)]
 
     def key(t: Scored) -> tuple[int, float]:
         return t[1], -1e18 if t[2] is None else t[2]
@@ -188,15 +188,15 @@ def tune(goal: Goal, seeds: list[int], out: Path, workers: int, full: bool = Fal
         points.append(combined)
         ran.append(0)
         run([len(points) - 1], len(seeds))
-        scored.append((combined, *judge(goal, rows_of(len(points) - 1, recs))))
+        scored.append((combined, *judge(goal, rows_of(len(points) - 1))))
     winners = [t for t in scored[1:] if beats(t, scored[0])]
     best = max(winners, key=key) if winners else scored[0]
-    records = [r for i in range(len(points)) for r in rows_of(i, recs)]
+    records = [r for i in range(len(points)) for r in rows_of(i)]
     return {"task": goal.key, "env_id": goal.env_id, "budget": goal.budget, "goal": goal.goal, "seeds": seeds,
             "today": base, "points": [{"settings": p, "met": m, "iqm": q, "iqm_low": lo,
                                        "beats_today": i > 0 and beats((p, m, q, lo), scored[0]),
-                                       "heldout_within": [r.get("heldout_within") for r in rows_of(i, recs)],
-                                       "heldout": [r.get("heldout") for r in rows_of(i, recs)],
+                                       "heldout_within": [r.get("heldout_within") for r in rows_of(i)],
+                                       "heldout": [r.get("heldout") for r in rows_of(i)],
                                        **({"stopped_after": ran[i]} if ran[i] < len(seeds) else {})}
                                       for i, (p, m, q, lo) in enumerate(scored)],
             "chosen": best[0], "changed": {k: v for k, v in best[0].items() if v != base[k]}, "records": records}
