@@ -124,10 +124,11 @@ def markdown(records: list[dict[str, Any]], command: str, note: str, tasks: Sequ
         lines += [f"- {r['features']} seed {r['seed']}: {r.get('error') or r.get('not_run')}" for r in problems]
         if problems:
             lines.append("")
-        if (references or {}).get(task.key):
+        reference = (references or {}).get(task.key)
+        if reference:
             lines += ["References on the same held-out seeds: the table before any episode, the models' zero-shot "
                       "tables, and a model writing the table (measured before, not by this script):", "",
-                      *references[task.key], ""]
+                      *reference, ""]
     return "\n".join(lines)
 
 

@@ -58,6 +58,7 @@ import peers_plan
 import results_file
 import suite
 import suite_curves
+import suite_goals
 
 ALGOS = ("ppo", "dqn", "sac", "trpo")
 DEFAULT_ALGOS = "ppo,dqn,sac"
@@ -124,14 +125,14 @@ class EnvFactory:
 
 
 def run_dir_for(out: Path, task: str, algo: str, kind: str, budget: Any, seed: int) -> Path:
-    return out / "peers" / setup_id(suite.BY_KEY[task].env_id) / f"{algo}_{kind}{budget.target}_s{seed}"
+    return out / "peers" / setup_id(suite_goals.BY_KEY[task].env_id) / f"{algo}_{kind}{budget.target}_s{seed}"
 
 
 def run_one(task: str, algo: str, seed: int, kind: str, out: Path, offline: tuple[int, int] | None,
             opts: dict[str, Any]) -> dict[str, Any]:
     """Train (or resume, or reuse) and evaluate one peer; returns its record."""
     os.environ.update(ONE_THREAD)
-    goal = suite.BY_KEY[task]
+    goal = suite_goals.BY_KEY[task]
     record: dict[str, Any] = {"task": task, "env_id": goal.env_id, "algo": algo, "seed": seed, "kind": kind}
     try:
         import peer_train
@@ -264,7 +265,7 @@ def save_records(path: Path, mine: list[dict[str, Any]]) -> list[dict[str, Any]]
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--tasks", default=",".join(suite.BY_KEY), help="comma-separated task keys (see --list)")
+    ap.add_argument("--tasks", default=",".join(suite_goals.BY_KEY), help="comma-separated task keys (see --list)")
     ap.add_argument("--seeds", default=None, help="e.g. 0-2; default: each task's own (0-9, 0-4 for the long ones)")
     ap.add_argument("--algos", default=DEFAULT_ALGOS, help=f"of {','.join(ALGOS)} (each only where it applies)")
     ap.add_argument("--budgets", default=",".join(KINDS), help="of steps,episodes,zoo")
@@ -279,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="train nothing: project the CPU hours the asked cells still need (peers_plan.md)")
     args = ap.parse_args(argv)
     if args.list:
-        suite.list_tasks()
+        suite_goals.list_tasks()
         return 0
     wanted, kinds = args.algos.split(","), args.budgets.split(",")
     bad = [a for a in wanted if a not in ALGOS] + [k for k in kinds if k not in KINDS]
@@ -288,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
             "--curve-episodes must be positive"
         print(f"peers: {what}; algorithms: {', '.join(ALGOS)}; budgets: {', '.join(KINDS)}", file=sys.stderr)
         return 2
-    parsed = suite.tasks_and_seeds("peers", args.tasks, args.seeds or "0")
+    parsed = suite_goals.tasks_and_seeds("peers", args.tasks, args.seeds or "0")
     if parsed is None:
         return 2
     tasks, given_seeds = parsed
@@ -310,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
             "checkpoint_minutes": args.checkpoint_minutes}
     jobs, plan = [], []
     for task in tasks:
-        goal = suite.BY_KEY[task]
+        goal = suite_goals.BY_KEY[task]
         for algo in algos_for(_discrete(goal.env_id), wanted):
             hyper = plan_hyperparameters(algo, goal.env_id) if args.plan else None  # the zoo's YAML read once
             for seed in (given_seeds if args.seeds else goal.seeds):
@@ -337,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
                              max_tasks_per_child=1) as pool:
         groups: dict[tuple[Any, ...], list[tuple[Any, ...]]] = {}
         for job in jobs:
-            groups.setdefault((setup_id(suite.BY_KEY[job[0]].env_id), *job[1:4]), []).append(job)
+            groups.setdefault((setup_id(suite_goals.BY_KEY[job[0]].env_id), *job[1:4]), []).append(job)
         futures = [pool.submit(run_group, group) for group in groups.values()]
         mine: list[dict[str, Any]] = []
         for fut in as_completed(futures):

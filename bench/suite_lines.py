@@ -13,6 +13,7 @@ from typing import Any
 
 import suite
 import suite_report
+from suite_goals import GOALS, Goal, fmt, median, meets, seed_stats
 
 from llm_policy_gen.sweep.stats import iqm_interval
 
@@ -23,21 +24,21 @@ def _seeds(seeds: list[int]) -> str:
     return "seed" + ("s " if len(seeds) > 1 else " ") + ", ".join(map(str, seeds))
 
 
-def task_line(goal: suite.Goal, rows: list[dict[str, Any]], peers: Sequence[suite.PeerCell],
+def task_line(goal: Goal, rows: list[dict[str, Any]], peers: Sequence[suite.PeerCell],
               random: suite_report.Scores | None = None) -> str | None:
     """The line of one task, from its offline records (None if offline has not run it)."""
     rs = sorted((r for r in rows if r["backend"] == "offline" and "heldout" in r), key=lambda r: r["seed"])
     if not rs:
         return None
     within = [r.get("heldout_within") for r in rs]
-    med = suite._median(within)
-    worst, met = suite.seed_stats(goal, within)
+    med = median(within)
+    worst, met = seed_stats(goal, within)
     n_met = int(met.split("/")[0])
-    verdict = "**met**" if suite._met(goal, med) and n_met >= goal.need else "not met"
+    verdict = "**met**" if meets(goal, med) and n_met >= goal.need else "not met"
     need = f"{goal.need} of {len(goal.seeds)}"
-    text = (f"- **{goal.env_id}**, {'=' if goal.exact else '>='} {suite._fmt(goal.goal, goal)} within "
-            f"{goal.budget:,} episodes (median, {need} seeds): offline {suite._fmt(med, goal)} "
-            f"({_seeds([r['seed'] for r in rs])}), {met} seeds meet it, worst {suite._fmt(worst, goal)}: {verdict}")
+    text = (f"- **{goal.env_id}**, {'=' if goal.exact else '>='} {fmt(goal.goal, goal)} within "
+            f"{goal.budget:,} episodes (median, {need} seeds): offline {fmt(med, goal)} "
+            f"({_seeds([r['seed'] for r in rs])}), {met} seeds meet it, worst {fmt(worst, goal)}: {verdict}")
     d = 2 if abs(goal.goal) < 10 else 1
     norm = suite_report.norm_scores(goal.key, [(r["seed"], r["heldout"]) for r in rs], random or {})
     text += (f"; held-out IQM {iqm_interval([r['heldout'] for r in rs]).format(d)}"
@@ -46,7 +47,7 @@ def task_line(goal: suite.Goal, rows: list[dict[str, Any]], peers: Sequence[suit
         if cell.task != goal.key or cell.error is not None:
             continue
         vals = [v for v in cell.values if v is not None]
-        met_final = sum(suite._met(goal, v) for v in vals)
+        met_final = sum(meets(goal, v) for v in vals)
         text += (f"; {cell.column} " + (iqm_interval(vals).format(d) if vals else "n/a")
                  + f" (final held-out, {len(vals)} of {len(cell.values)} seeds run, {met_final} meet the goal)")
     return text + "."
@@ -55,5 +56,5 @@ def task_line(goal: suite.Goal, rows: list[dict[str, Any]], peers: Sequence[suit
 def readme_lines(records: list[dict[str, Any]], peers: Sequence[suite.PeerCell] = (),
                  random: suite_report.Scores | None = None) -> str:
     """Every task's line, in the goal table's order."""
-    lines = [task_line(g, [r for r in records if r["task"] == g.key], peers, random) for g in suite.GOALS]
+    lines = [task_line(g, [r for r in records if r["task"] == g.key], peers, random) for g in GOALS]
     return "\n".join(x for x in lines if x is not None) + "\n"

@@ -16,6 +16,7 @@ from typing import Any
 import suite
 import suite_curves
 import suite_scores
+from suite_goals import BY_KEY, GOALS, Goal, fmt, median, seed_stats
 
 from llm_policy_gen.sweep.stats import iqm_interval, normalized
 
@@ -34,7 +35,7 @@ def norm_scores(task: str, pairs: Sequence[tuple[int, float | None]], random: Sc
     r = random.get(task, {})
     if not have or any(s not in r for s, _ in have):
         return None
-    got = normalized([v for _, v in have], [r[s] for s, _ in have], suite.BY_KEY[task].goal)
+    got = normalized([v for _, v in have], [r[s] for s, _ in have], BY_KEY[task].goal)
     return None if got is None else [float(x) for x in got]
 
 
@@ -43,7 +44,7 @@ def _norm_iv(task: str, pairs: Sequence[tuple[int, float | None]], random: Score
     return "n/a" if got is None else iqm_interval(got).format(2)
 
 
-def _digits(goal: suite.Goal) -> int:
+def _digits(goal: Goal) -> int:
     return 2 if abs(goal.goal) < 10 else 1
 
 
@@ -56,7 +57,7 @@ def _seeds_text(seeds: Sequence[int]) -> str:
     return ",".join(map(str, s))
 
 
-def goal_rows(goal: suite.Goal, rows: list[dict[str, Any]], random: Scores, priors: Scores) -> list[list[str]]:
+def goal_rows(goal: Goal, rows: list[dict[str, Any]], random: Scores, priors: Scores) -> list[list[str]]:
     """The goal table's lines of one task: one per backend of :data:`suite.BACKENDS` that ran it."""
     out = []
     d = _digits(goal)
@@ -66,7 +67,7 @@ def goal_rows(goal: suite.Goal, rows: list[dict[str, Any]], random: Scores, prio
         if not rs:
             continue
         task = goal.env_id + "".join(f" --{k.replace('_', '-')} {v}" for k, v in goal.settings)
-        goal_txt = (f"{'=' if goal.exact else '>='} {suite._fmt(goal.goal, goal)} (median, and {goal.need} of "
+        goal_txt = (f"{'=' if goal.exact else '>='} {fmt(goal.goal, goal)} (median, and {goal.need} of "
                     f"{len(goal.seeds)} seeds)")
         beside = ["", ""]
         if backend == "offline":
@@ -75,7 +76,7 @@ def goal_rows(goal: suite.Goal, rows: list[dict[str, Any]], random: Scores, prio
             n_vals = [r["heldout"] for r in neutral]
             with_prior = [s for s in seeds if s in prior]
             beside = [f"{_iv([prior[s] for s in with_prior], d)} (seeds {_seeds_text(with_prior)})",
-                      "not run" if not neutral else f"{_iv(n_vals, d)}, met {suite.seed_stats(goal, n_vals)[1]} "
+                      "not run" if not neutral else f"{_iv(n_vals, d)}, met {seed_stats(goal, n_vals)[1]} "
                       f"(seeds {_seeds_text([r['seed'] for r in neutral])})"]
         bad = [r for r in rs if "heldout" not in r]
         if bad:
@@ -84,25 +85,25 @@ def goal_rows(goal: suite.Goal, rows: list[dict[str, Any]], random: Scores, prio
                         *[""] * 9, *beside, goal.today, goal.anchors])
             continue
         held = [r["heldout"] for r in rs]
-        worst, met = suite.seed_stats(goal, held)
+        worst, met = seed_stats(goal, held)
         within = [r["heldout_within"] for r in rs]
-        w_worst, w_met = suite.seed_stats(goal, within)
+        w_worst, w_met = seed_stats(goal, within)
         reached = [r["reached_at"] for r in rs]
         n_met = sum(x is not None for x in reached)
-        reached_txt = f"{suite._median(reached):,.0f}" if n_met == len(rs) else f"- ({n_met}/{len(rs)} seeds)"
-        steps = suite._median([r.get("env_steps_total") for r in rs])
-        cpu = suite._median([r.get("cpu_s") for r in rs])
+        reached_txt = f"{median(reached):,.0f}" if n_met == len(rs) else f"- ({n_met}/{len(rs)} seeds)"
+        steps = median([r.get("env_steps_total") for r in rs])
+        cpu = median([r.get("cpu_s") for r in rs])
         out.append([task, goal_txt, f"{goal.budget:,}", backend,
                     f"**{_iv(held, d)}** (seeds {_seeds_text([r['seed'] for r in rs])})",
-                    _norm_iv(goal.key, [(r["seed"], r["heldout"]) for r in rs], random), suite._fmt(worst, goal), met,
-                    f"{suite._fmt(suite._median(within), goal)} ({suite._fmt(w_worst, goal)}, {w_met})",
-                    f"{suite._median([r['episodes'] for r in rs]):,.0f}", "-" if steps is None else f"{steps:,.0f}",
-                    reached_txt, f"{suite._median([r['wall_s'] for r in rs]):,.0f}",
+                    _norm_iv(goal.key, [(r["seed"], r["heldout"]) for r in rs], random), fmt(worst, goal), met,
+                    f"{fmt(median(within), goal)} ({fmt(w_worst, goal)}, {w_met})",
+                    f"{median([r['episodes'] for r in rs]):,.0f}", "-" if steps is None else f"{steps:,.0f}",
+                    reached_txt, f"{median([r['wall_s'] for r in rs]):,.0f}",
                     "-" if cpu is None else f"{cpu:,.0f}", *beside, goal.today, goal.anchors])
     return out
 
 
-def method_rows(goal: suite.Goal, runs: Sequence[suite_curves.Run], peers: Sequence[suite.PeerCell],
+def method_rows(goal: Goal, runs: Sequence[suite_curves.Run], peers: Sequence[suite.PeerCell],
                 random: Scores) -> list[list[str]]:
     """Every method on one task: the prior, the suite's backends, the peers' columns (their hyperparameter
     source, and the seeds whose run has no figure yet)."""
@@ -120,11 +121,11 @@ def method_rows(goal: suite.Goal, runs: Sequence[suite_curves.Run], peers: Seque
         elif m == suite_curves.PRIOR:
             note = suite_scores.prior_kind(goal.env_id)
         finals = [r.final for r in rs]
-        worst, met = suite.seed_stats(goal, list(finals))
-        steps = suite._median([r.total_steps for r in rs])
-        eps = suite._median([r.total_episodes for r in rs])
+        worst, met = seed_stats(goal, list(finals))
+        steps = median([r.total_steps for r in rs])
+        eps = median([r.total_episodes for r in rs])
         out.append([goal.env_id, m, _seeds_text([r.seed for r in rs]), f"**{_iv(finals, d)}**",
-                    _norm_iv(goal.key, [(r.seed, r.final) for r in rs], random), suite._fmt(worst, goal), met,
+                    _norm_iv(goal.key, [(r.seed, r.final) for r in rs], random), fmt(worst, goal), met,
                     "-" if steps is None else f"{steps:,.0f}", "-" if eps is None else f"{eps:,.0f}", note])
     for c in peers:  # a peer column with no figure at all
         if c.task == goal.key and not any(r.method == c.column for r in mine):
@@ -169,7 +170,7 @@ def markdown(records: list[dict[str, Any]], note: str, peers: Sequence[suite.Pee
     ]
     goal_lines: list[list[str]] = []
     method_lines: list[list[str]] = []
-    for goal in suite.GOALS:
+    for goal in GOALS:
         rows = [r for r in records if r["task"] == goal.key]
         goal_lines += goal_rows(goal, rows, random, priors)
         method_lines += method_rows(goal, runs, peers, random)

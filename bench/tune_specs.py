@@ -5,7 +5,7 @@ settings on seeds 100-109 (100-104 for the long tasks), never on the judged seed
                                [--out ~/llm-policy-gen-bench/tune] [--report-only] [--full-grid]
 
 A task's **settings today** are the package defaults, overlaid with its spec's ``train_defaults`` and the suite's
-per-task settings (``bench/suite.py``'s ``GOALS``); its budget is the suite's. The **grid** is one pass of a
+per-task settings (``bench/suite_goals.py``'s ``GOALS``); its budget is the suite's. The **grid** is one pass of a
 coordinate search around them: every tuned setting (``candidates``, ``train_episodes``, ``test_start``,
 ``test_max``, ``confirm_episodes``, ``confirm_batches``) at half and at double today's value, one setting changed at
 a time (values below 1, and a ``test_max`` below ``test_start``, are left out), then every change that beat today's
@@ -53,7 +53,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from suite import BY_KEY, GOALS, LONG, Goal, _met, run_one  # noqa: E402
+from suite import run_one  # noqa: E402
+from suite_goals import BY_KEY, GOALS, LONG, Goal, meets  # noqa: E402
 
 DEFAULT_OUT = Path.home() / "llm-policy-gen-bench" / "tune"
 TUNED = ("candidates", "train_episodes", "test_start", "test_max", "confirm_episodes", "confirm_batches")
@@ -149,7 +150,7 @@ def run_points(jobs: list[tuple[Goal, int]], out: Path, workers: int) -> dict[tu
 
 def misses(goal: Goal, rows: list[dict[str, Any]]) -> int:
     """How many of a point's runs missed the goal on the within-budget measure."""
-    return sum(not _met(goal, r.get("heldout_within")) for r in rows)
+    return sum(not meets(goal, r.get("heldout_within")) for r in rows)
 
 
 def tune(goal: Goal, seeds: list[int], out: Path, workers: int, full: bool = False) -> dict[str, Any]:

@@ -143,8 +143,9 @@ def test_the_equal_budgets_come_from_the_suite_results(bench, tmp_path):
 def test_suite_records_gain_env_steps_total(bench, tmp_path, monkeypatch):
     """bench/suite.py's record of a finished run carries the run's step count (from its summary)."""
     suite, _ = bench
+    suite_goals = importlib.import_module("suite_goals")
     monkeypatch.setenv("LLM_POLICY_GEN_WORKERS", "1")  # run_one sets it for its process: undone after the test
-    rec = suite.run_one(suite.Goal("tiny", "CartPole-v1", 4, 475, "", ""), "offline", 0, tmp_path)
+    rec = suite.run_one(suite_goals.Goal("tiny", "CartPole-v1", 4, 475, "", ""), "offline", 0, tmp_path)
     summary = json.loads((Path(rec["run_dir"]) / "summary.json").read_text())
     assert rec["env_steps_total"] == summary["env_steps_total"] > 0
 
@@ -267,11 +268,11 @@ def test_tasks_that_differ_only_in_their_table_share_the_environment_folder(benc
 
 
 def test_seed_stats_worst_and_count(bench):
-    suite, _ = bench
-    cart = suite.BY_KEY["cartpole"]
-    assert suite.seed_stats(cart, [500.0, 224.0, 480.0, None]) == (224.0, "2/4")
-    cliff = suite.BY_KEY["cliffwalking"]  # an exact goal
-    assert suite.seed_stats(cliff, [-13.0, -12.0, -15.0]) == (-15.0, "1/3")
+    suite_goals = importlib.import_module("suite_goals")  # bench/ on the path through the fixture
+    cart = suite_goals.BY_KEY["cartpole"]
+    assert suite_goals.seed_stats(cart, [500.0, 224.0, 480.0, None]) == (224.0, "2/4")
+    cliff = suite_goals.BY_KEY["cliffwalking"]  # an exact goal
+    assert suite_goals.seed_stats(cliff, [-13.0, -12.0, -15.0]) == (-15.0, "1/3")
 
 
 def _known_baselines(out: Path, tasks: dict[str, str], seeds: range) -> None:

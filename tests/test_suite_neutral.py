@@ -23,6 +23,12 @@ def suite(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
     return importlib.import_module("suite")
 
 
+@pytest.fixture
+def suite_goals(suite: ModuleType) -> ModuleType:
+    """The goal table (bench/suite_goals.py), on the path the suite fixture set."""
+    return importlib.import_module("suite_goals")
+
+
 def _recorded(run_dir: Path) -> dict:
     return json.loads((run_dir / "config.json").read_text())
 
@@ -49,8 +55,9 @@ def test_a_bad_prior_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.Captu
     assert not any(tmp_path.iterdir())
 
 
-def test_offline_neutral_is_its_own_run_only_where_the_spec_has_a_prior(suite: ModuleType) -> None:
-    cart, acro = suite.BY_KEY["cartpole"], suite.BY_KEY["acrobot"]
+def test_offline_neutral_is_its_own_run_only_where_the_spec_has_a_prior(suite: ModuleType,
+                                                                       suite_goals: ModuleType) -> None:
+    cart, acro = suite_goals.BY_KEY["cartpole"], suite_goals.BY_KEY["acrobot"]
     assert suite._run_id(cart, "offline-neutral", 3) != suite._run_id(cart, "offline", 3)
     assert "offline-neutral_s3" in suite._run_id(cart, "offline-neutral", 3)
     assert suite._run_id(acro, "offline-neutral", 3) == suite._run_id(acro, "offline", 3)  # no prior: same run
@@ -59,8 +66,9 @@ def test_offline_neutral_is_its_own_run_only_where_the_spec_has_a_prior(suite: M
 
 
 @pytest.mark.slow
-def test_the_suite_runs_offline_neutral_on_a_tiny_budget(suite: ModuleType, tmp_path: Path) -> None:
-    goal = suite.Goal("tiny", "CartPole-v1", 4, 475, "", "")
+def test_the_suite_runs_offline_neutral_on_a_tiny_budget(suite: ModuleType, suite_goals: ModuleType,
+                                                          tmp_path: Path) -> None:
+    goal = suite_goals.Goal("tiny", "CartPole-v1", 4, 475, "", "")
     rec = suite.run_one(goal, "offline-neutral", 0, tmp_path)
     assert "error" not in rec, rec
     assert rec["backend"] == "offline-neutral" and rec["episodes"] >= 4 and rec["heldout"] is not None
