@@ -168,8 +168,6 @@ def run_one(goal: Goal, backend: str, seed: int, out: Path, keep_policies: bool 
     return record
 
 
-
-
 @dataclass(frozen=True)
 class PeerCell:
     """One task's figures from a method outside the suite (``bench/peers.py``), shown as a column of ``suite.md``."""
@@ -297,8 +295,6 @@ def write_report(out: Path, note: str | None = None, peers: list[PeerCell] | Non
     page.write_text(suite_report.markdown(records, note, peers, runs, random, priors, figures))
     (out / "readme.md").write_text(suite_lines.readme_lines(records, peers, random))
     return page
-
-
 
 
 def merge(out: Path, other: Path) -> int:
