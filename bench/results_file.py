@@ -1,35 +1,56 @@
 """One results file shared by several bench invocations: each replaces only its own records.
 
-A bench script that runs for hours (``peers.py``, ``lm_features.py``, ``lm_trpo_vs_ppo.py``) keeps one JSON list of
-records in its output folder and rewrites it after every run. Two invocations on one folder (another task beside a
-long queue) would each write the list they read at their start and lose the other's records. :func:`merge_save`
-re-reads the file under a lock (``filelock``, the same library the run directory's lock uses) and replaces only the
-records whose key this invocation wrote; the file is replaced atomically (the run directory's own writer,
-``write_json_atomic``).
+A bench script that runs for hours (``peers.py``, ``lm_features.py``, ``lm_trpo_vs_ppo.py``, ``tune_specs.py``) keeps
+its records in one JSON file in its output folder and rewrites it after every run. Two invocations on one folder
+(another task beside a long queue) would each write what they read at their start and lose the other's records.
+:func:`merge_save` (a JSON list of records) and :func:`merge_entries` (a JSON object, one entry per key) re-read the
+file under a lock (``filelock``, the same library the run directory's lock uses) and replace only what this
+invocation wrote; the file is replaced atomically (the run directory's own writer, ``write_json_atomic``).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 Record = dict[str, Any]
 
 
+@contextmanager
+def _locked(path: Path) -> Iterator[Any]:
+    """The file's JSON (None when there is none yet), read under its lock, which is held until the block ends."""
+    from filelock import FileLock
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(path) + ".lock", timeout=600):
+        yield json.loads(path.read_text()) if path.is_file() else None
+
+
+def _write(path: Path, data: Any) -> None:
+    from llm_policy_gen.storage.runlog import write_json_atomic
+
+    write_json_atomic(path, data, indent=1)
+
+
 def merge_save(path: Path, mine: Iterable[Record], key: Callable[[Record], Hashable],
                order: Callable[[Record], Any] | None = None) -> list[Record]:
     """Put ``mine`` into the JSON list at ``path``, replacing the records with the same ``key`` and keeping every
     other one; return the whole list as written (sorted by ``order`` when given, else in file order, new keys last)."""
-    from filelock import FileLock
-
-    from llm_policy_gen.storage.runlog import write_json_atomic
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(path) + ".lock", timeout=600):
-        merged = {key(r): r for r in (json.loads(path.read_text()) if path.is_file() else [])}
+    with _locked(path) as old:
+        merged = {key(r): r for r in (old or [])}
         merged.update({key(r): r for r in mine})
         data = list(merged.values()) if order is None else sorted(merged.values(), key=order)
-        write_json_atomic(path, data, indent=1)
+        _write(path, data)
+    return data
+
+
+def merge_entries(path: Path, mine: Mapping[str, Any]) -> dict[str, Any]:
+    """Put ``mine``'s entries into the JSON object at ``path``, replacing those with the same key and keeping every
+    other one; return the whole object as written."""
+    with _locked(path) as old:
+        data = {**(old or {}), **mine}
+        _write(path, data)
     return data

@@ -35,7 +35,8 @@ Every run is a ``bench/suite.py`` run (the same code: resumed if interrupted, re
 
 Written to ``OUT``: ``tune.json`` (per task: every point, its figures and its runs' records) and ``tune_specs.md``
 (per task: the settings today, the grid tried with each point's seeds met, IQM and verdict, the chosen point and
-which settings it changes).
+which settings it changes). Two invocations may share one ``OUT`` (another task beside a long one): each replaces only
+its own tasks' entries of ``tune.json``, under the file's lock (:mod:`results_file`).
 Applying a choice is an edit of the spec's ``[train_defaults]`` (or the suite's ``GOALS``) by hand, after which the
 goal table is re-judged on seeds 0-9 with ``bench/suite.py``. Not a test: it prints figures.
 """
@@ -53,8 +54,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import results_file  # noqa: E402
 from suite import run_one  # noqa: E402
-from suite_goals import BY_KEY, GOALS, LONG, Goal, meets  # noqa: E402
+from suite_goals import BY_KEY, LONG, Goal, meets, tasks_and_seeds  # noqa: E402
 
 DEFAULT_OUT = Path.home() / "llm-policy-gen-bench" / "tune"
 TUNED = ("candidates", "train_episodes", "test_start", "test_max", "confirm_episodes", "confirm_batches")
@@ -249,26 +251,29 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--full-grid", action="store_true",
                     help="run every change on every seed (by default a change that can no longer beat today's stops)")
     args = ap.parse_args(argv)
-    unknown = [t for t in args.tasks.split(",") if t not in BY_KEY]
-    if unknown:
-        print(f"tune_specs: unknown task {unknown[0]!r}; one of {', '.join(g.key for g in GOALS)}", file=sys.stderr)
+    if args.workers < 1:
+        print(f"tune_specs: --workers must be at least 1, not {args.workers}", file=sys.stderr)
         return 2
-    if args.seeds:
-        lo, _, hi = args.seeds.partition("-")
-        seeds = list(range(int(lo), int(hi or lo) + 1))
-        if min(seeds) < 100:
-            print("tune_specs: tuning seeds start at 100 (0-99 are the judged seeds' range)", file=sys.stderr)
-            return 2
-    args.out.mkdir(parents=True, exist_ok=True)
+    parsed = tasks_and_seeds("tune_specs", args.tasks, args.seeds or "100")
+    if parsed is None:
+        return 2
+    tasks, seeds = parsed
+    if args.seeds and min(seeds) < 100:
+        print("tune_specs: tuning seeds start at 100 (0-99 are the judged seeds' range)", file=sys.stderr)
+        return 2
     store = args.out / "tune.json"
+    if args.report_only and not store.is_file():
+        print(f"tune_specs: --report-only: no {store}", file=sys.stderr)
+        return 2
     results: dict[str, Any] = json.loads(store.read_text()) if store.is_file() else {}
     if not args.report_only:
         os.environ.setdefault("OMP_NUM_THREADS", "1")
-        for key in args.tasks.split(","):
+        for key in tasks:
             goal = BY_KEY[key]
             task_seeds = seeds if args.seeds else list(LONG_TUNING_SEEDS if goal.seeds == LONG else TUNING_SEEDS)
-            results[key] = tune(goal, task_seeds, args.out, args.workers, args.full_grid)
-            store.write_text(json.dumps(results, indent=1, default=str))
+            # another invocation may tune other tasks into the same --out: only this task's entry is replaced
+            results = results_file.merge_entries(store, {key: tune(goal, task_seeds, args.out, args.workers,
+                                                                   args.full_grid)})
     print(f"wrote {write_report(args.out, list(results.values()))}")
     return 0
 

@@ -4,6 +4,7 @@ within-budget held-out mean, and "beats today's" only beyond the seeds' noise. N
 from __future__ import annotations
 
 import importlib
+import json
 from pathlib import Path
 from types import ModuleType
 
@@ -75,3 +76,37 @@ def test_a_change_that_can_no_longer_beat_today_stops_and_the_choice_is_the_whol
     full_points = [p for p in pruned["points"] if "stopped_after" not in p]
     assert full_points == [p for p in whole["points"] if p["settings"]["candidates"] != 4]
     assert "stopped" in Path(tune.write_report(tmp_path, [pruned])).read_text()
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--tasks", "nope"], "unknown task 'nope'"),
+    (["--tasks", "cartpole", "--seeds", "x"], "bad --seeds 'x'"),
+    (["--tasks", "cartpole", "--seeds", "105-101"], "is empty"),
+    (["--tasks", "cartpole", "--seeds", "0-4"], "tuning seeds start at 100"),
+    (["--tasks", "cartpole", "--workers", "0"], "--workers must be at least 1"),
+    (["--report-only"], "no "),
+])
+def test_a_bad_argument_is_one_line_and_exit_2_and_writes_nothing(
+        tune: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], says: str) -> None:
+    out = tmp_path / "out"
+    assert tune.main([*argv, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert says in err and err.count("\n") == 1 and "Traceback" not in err
+    assert not out.exists()
+
+
+def test_two_invocations_on_one_out_keep_each_others_tasks(
+        tune: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """While one invocation tunes CartPole-v1, another finishes Acrobot-v1 into the same --out: both entries stay
+    (each replaces only its own task's entry, under the file's lock)."""
+    import results_file
+
+    def fake_tune(goal, seeds, out, workers, full=False):  # type: ignore[no-untyped-def]
+        if goal.key == "cartpole":  # the other invocation writes meanwhile
+            results_file.merge_entries(out / "tune.json", {"acrobot": {"task": "acrobot", "points": []}})
+        return {"task": goal.key, "points": []}
+
+    monkeypatch.setattr(tune, "tune", fake_tune)
+    monkeypatch.setattr(tune, "write_report", lambda out, results: out / "tune_specs.md")
+    assert tune.main(["--tasks", "cartpole", "--out", str(tmp_path)]) == 0
+    assert set(json.loads((tmp_path / "tune.json").read_text())) == {"acrobot", "cartpole"}
