@@ -234,13 +234,14 @@ def main(argv: list[str] | None = None) -> int:
 
     bad = [t for t in args.tasks.split(",") if t not in BY_KEY] + \
           [f for f in args.features.split(",") if f not in FEATURES_BY_KEY]
-    try:
-        seeds = parse_seeds(args.seeds)
-    except UserError as exc:
-        bad.append(str(exc))
     if bad:
         print(f"lm_features: unknown {bad[0]!r}; tasks: {', '.join(BY_KEY)}; features: "
               f"{', '.join(FEATURES_BY_KEY)}", file=sys.stderr)
+        return 2
+    try:
+        seeds = parse_seeds(args.seeds)
+    except UserError as exc:
+        print(f"lm_features: {exc}", file=sys.stderr)
         return 2
     try:
         zero_shot = [json.loads(Path(f).expanduser().read_text()) for f in args.zero_shot.split(",") if f]

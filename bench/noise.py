@@ -69,10 +69,17 @@ def main() -> int:
     ap.add_argument("--out", default="/tmp/noise")
     ap.add_argument("--extra", default="", help="extra train options, e.g. '--confirm-episodes 0'")
     a = ap.parse_args()
-    lo, hi = (int(x) for x in a.seeds.split("-"))
+    from llm_policy_gen.errors import UserError
+    from llm_policy_gen.sweep.plan import parse_seeds
+
+    try:
+        seeds = parse_seeds(a.seeds)
+    except UserError as exc:
+        print(f"noise: {exc}", file=sys.stderr)
+        return 2
     total = adoptions = 0
     for env_id, kwargs in TASKS:
-        for seed in range(lo, hi + 1):
+        for seed in seeds:
             rid = f"s{seed}"
             argv = [sys.executable, "-m", "llm_policy_gen", "train", "--env", env_id, "--backend", "offline",
                     "--iterations", str(a.iterations), "--seed", str(seed), "--logs-dir", a.out, "--run-id", rid,

@@ -17,6 +17,7 @@ import itertools
 import json
 import os
 import statistics
+import sys
 import tempfile
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -27,11 +28,6 @@ GRID = {"q_alpha": (0.1, 0.5, 1.0), "q_epsilon_start": (1.0, 0.1), "q_epsilon_ep
 #: alpha = 1 is run but never chosen: it keeps only each value's last sample, right only for deterministic
 #: transitions (these two tasks), and the mode serves every task.
 CHOOSABLE = {"q_alpha": (0.1, 0.5)}
-
-
-def seeds_of(text: str) -> list[int]:
-    lo, _, hi = text.partition("-")
-    return list(range(int(lo), int(hi or lo) + 1))
 
 
 def run_one(env_id: str, seed: int, point: dict[str, Any], budget: int) -> dict[str, Any]:
@@ -51,7 +47,7 @@ def run_one(env_id: str, seed: int, point: dict[str, Any], budget: int) -> dict[
             "optimum_at": next((e["episodes_total"] for e in events if e.get("heldout_mean") == -13.0), None)}
 
 
-def main() -> None:
+def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", default="100-109")
     ap.add_argument("--grid", action="store_true", help="every grid point (else the mode's declared settings)")
@@ -59,15 +55,30 @@ def main() -> None:
     ap.add_argument("--out", default="qlearning_tune.json")
     ap.add_argument("--budgets", default="", help="ENV=EPISODES,... instead of the default budgets")
     args = ap.parse_args()
+    from llm_policy_gen.errors import UserError
+    from llm_policy_gen.sweep.plan import parse_seeds
+
+    try:
+        seeds = parse_seeds(args.seeds)
+    except UserError as exc:
+        print(f"qlearning_tune: {exc}", file=sys.stderr)
+        return 2
+    if args.workers < 1:
+        print(f"qlearning_tune: --workers must be at least 1, not {args.workers}", file=sys.stderr)
+        return 2
     budgets = dict(TASKS)
     for item in filter(None, args.budgets.split(",")):
         env, _, n = item.partition("=")
+        if env not in budgets or not n.isdigit() or int(n) < 1:
+            print(f"qlearning_tune: bad --budgets item {item!r}: ENV=EPISODES with ENV one of {', '.join(budgets)}",
+                  file=sys.stderr)
+            return 2
         budgets[env] = int(n)
     from llm_policy_gen.modes.qlearning import QLearningOptions
 
     points = [dict(zip(GRID, v, strict=True)) for v in itertools.product(*GRID.values())] if args.grid else \
         [{k: QLearningOptions().model_dump()[k] for k in GRID}]
-    jobs = [(env, s, p, budgets[env]) for p in points for env in TASKS for s in seeds_of(args.seeds)]
+    jobs = [(env, s, p, budgets[env]) for p in points for env in TASKS for s in seeds]
     with ProcessPoolExecutor(args.workers) as pool:
         rows = list(pool.map(run_one, *zip(*jobs, strict=True)))
     Path(args.out).write_text(json.dumps(rows, indent=1))
@@ -92,7 +103,8 @@ def main() -> None:
     if args.grid and ranked:
         best = max(ranked, key=lambda t: (t[0], t[1]))
         print(f"\nchosen (most CliffWalking seeds at -13, then Taxi's mean; {CHOOSABLE}): {best[2]}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

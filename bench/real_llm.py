@@ -275,8 +275,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     seeds_override = None
     if args.seeds:
-        a, _, b = args.seeds.partition("-")
-        seeds_override = tuple(range(int(a), int(b or a) + 1))
+        from llm_policy_gen.errors import UserError
+        from llm_policy_gen.sweep.plan import parse_seeds
+
+        try:
+            seeds_override = tuple(parse_seeds(args.seeds))
+        except UserError as exc:
+            print(f"real_llm: {exc}", file=sys.stderr)
+            return 2
     out = Path(args.out).expanduser()
     out.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "LLM_POLICY_GEN_WORKERS": "1", "OPENAI_API_KEY": "sk-local", "LLM_POLICY_GEN_NO_DOTENV": "1"}
