@@ -56,7 +56,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import results_file  # noqa: E402
 from suite import run_one  # noqa: E402
-from suite_goals import BY_KEY, LONG, Goal, meets, tasks_and_seeds  # noqa: E402
+from suite_goals import BY_KEY, LONG, Goal, meets, out_dir, tasks_and_seeds  # noqa: E402
 
 DEFAULT_OUT = Path.home() / "llm-policy-gen-bench" / "tune"
 TUNED = ("candidates", "train_episodes", "test_start", "test_max", "confirm_episodes", "confirm_batches")
@@ -261,6 +261,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.seeds and min(seeds) < 100:
         print("tune_specs: tuning seeds start at 100 (0-99 are the judged seeds' range)", file=sys.stderr)
         return 2
+    checked = out_dir("tune_specs", args.out)
+    if checked is None:
+        return 2
+    args.out = checked
     store = args.out / "tune.json"
     if args.report_only and not store.is_file():
         print(f"tune_specs: --report-only: no {store}", file=sys.stderr)

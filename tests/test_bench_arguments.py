@@ -27,3 +27,25 @@ def test_a_bad_seeds_argument_is_one_line_and_exit_2(script: str, seeds: str, tm
     assert "Traceback" not in done.stderr and done.stderr.count("\n") == 1
     assert f"bad --seeds {seeds!r}" in done.stderr
     assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+def _run(script: str, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(ROOT / "bench" / script), *args], capture_output=True, text=True,
+                          timeout=120, cwd=cwd)
+
+
+@pytest.mark.parametrize("script", ["suite.py", "peers.py", "tune_specs.py"])
+def test_an_out_that_is_a_file_is_refused_and_left_as_it_was(script: str, tmp_path: Path) -> None:
+    blocker = tmp_path / "results"
+    blocker.write_text("mine")
+    for out in (blocker, blocker / "sub"):
+        done = _run(script, "--tasks", "cartpole", "--seeds", "100", "--out", str(out), cwd=tmp_path)
+        assert done.returncode == 2 and "is a file, not a folder" in done.stderr and "Traceback" not in done.stderr
+    assert blocker.read_text() == "mine" and sorted(p.name for p in tmp_path.iterdir()) == ["results"]
+
+
+def test_the_suite_refuses_an_unknown_backend_before_making_its_folder(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    done = _run("suite.py", "--tasks", "cartpole", "--backends", "offline,nope", "--out", str(out), cwd=tmp_path)
+    assert done.returncode == 2 and "unknown backend 'nope'" in done.stderr and done.stderr.count("\n") == 1
+    assert not out.exists()
