@@ -121,3 +121,14 @@ def test_unwritable_logs_dir_is_a_user_error(capsys, tmp_path):
     blocker.write_text("not a folder")
     code, _, err = run_cli(capsys, "train", "--backend", "offline", "--iterations", "1", "--logs-dir", str(blocker))
     assert code == 2 and "cannot create the run directory" in err and "Traceback" not in err
+
+
+def test_a_compare_out_that_is_a_file_is_a_user_error_and_the_file_stays(capsys, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    for out in (blocker, blocker / "sub"):
+        code, _, err = run_cli(capsys, "compare", "--env", "CartPole-v1", "--backends", "offline", "--seeds", "0",
+                               "--iterations", "1", "--out", str(out))
+        assert code == 2 and "cannot create the comparison folder" in err and "Traceback" not in err
+        assert err.count("\n") == 1
+    assert blocker.read_text() == "not a folder" and [p.name for p in tmp_path.iterdir()] == ["file"]

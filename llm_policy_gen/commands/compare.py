@@ -204,7 +204,10 @@ def run_compare(config: CompareConfig) -> list[ResultRow]:
         check_address(os.environ["RAY_ADDRESS"])
 
     # Everything is checked: from here on, files are written.
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # a file where the folder or one above it should be, or no permission
+        raise UserError(f"cannot create the comparison folder {out}: {exc.strerror}; choose --out") from None
     with FolderLock(out, "the comparison folder"):  # one compare writes it at a time
         found = survey(tasks)  # as the last writer left them
         limits: dict[str, Any] = {"max_concurrent": c.max_concurrent_calls, "rpm": c.rpm, "budget_usd": c.budget_usd,
