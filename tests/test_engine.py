@@ -250,3 +250,7 @@ def test_resume_refuses_other_settings_and_finished_runs(tmp_path):
     assert longer.summary["iterations"] == 4
     with pytest.raises(UserError, match="does not exist"):
         resume(tmp_path / "nope", log=quiet)
+    (tmp_path / "a_file").write_text("x")
+    with pytest.raises(UserError, match="is a file, not a folder"):
+        resume(tmp_path / "a_file", log=quiet)
+    assert (tmp_path / "a_file").read_text() == "x"

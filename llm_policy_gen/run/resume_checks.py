@@ -28,7 +28,8 @@ __all__ = ["check_run_dir", "read_record", "resume_config", "read_checkpoint", "
 def check_run_dir(rd: RunDir, given: Path | str) -> None:
     """``given`` is a run directory that holds no link (nothing is deleted or written through one)."""
     if not rd.path.is_dir():
-        raise UserError(f"{given} does not exist; give the run directory `train` printed")
+        what = "is a file, not a folder" if rd.path.exists() else "does not exist"
+        raise UserError(f"{given} {what}; give the run directory `train` printed")
     if not rd.config.is_file():
         raise UserError(f"{given} is not a run directory (no {rd.config.name}); give the folder `train` printed")
     rd.check_no_links()  # nothing is deleted or written through a link (the lock's own files included)
