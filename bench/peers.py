@@ -299,10 +299,9 @@ def main(argv: list[str] | None = None) -> int:
         print("peers: the `peers` extra is not installed (stable-baselines3, rl-zoo3); `make peers` installs it",
               file=sys.stderr)
         return 2
-    checked = suite_goals.out_dir("peers", args.out)
-    if checked is None:
+    out = suite_goals.out_dir("peers", args.out)
+    if out is None:
         return 2
-    out = checked
     out.mkdir(parents=True, exist_ok=True)
     peers_file = out / "peers.json"
     records: dict[tuple[str, str, int, str], dict[str, Any]] = {}

@@ -344,20 +344,20 @@ def main(argv: list[str] | None = None) -> int:
     if args.list:
         list_tasks()
         return 0
-    checked = out_dir("suite", args.out)
-    if checked is None:
+    out = out_dir("suite", args.out)
+    if out is None:
         return 2
     from llm_policy_gen.backends import parse_backend_spec
     from llm_policy_gen.errors import UserError
 
     try:  # the suite's ablations, or any backend the package knows (a model backend too)
         for backend in args.backends.split(","):
-            parse_backend_spec(backend_settings(BY_KEY["cartpole"], backend)[0])
+            parse_backend_spec(ABLATIONS.get(backend, (backend, ()))[0])
     except UserError as exc:
         print(f"suite: --backends: {exc}", file=sys.stderr)
         return 2
     if args.merge:
-        out, other = checked, Path(args.merge).expanduser()
+        other = Path(args.merge).expanduser()
         if not (other / "results.json").is_file():
             print(f"suite: error: --merge {other}: no results.json there", file=sys.stderr)
             return 2
@@ -371,7 +371,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"merged {n} runs of {other}; wrote {write_report(out, note)}")
         return 0
     if args.report is not None:
-        out = checked
         if not (out / "results.json").is_file():
             print(f"suite: error: --out {out}: no results.json there", file=sys.stderr)
             return 2
@@ -383,7 +382,6 @@ def main(argv: list[str] | None = None) -> int:
     tasks, given_seeds = parsed
     from llm_policy_gen.envs import get_spec
 
-    out = checked
     out.mkdir(parents=True, exist_ok=True)
     results_file = out / "results.json"
     records = {record_key(r): r for r in read_results(out)}

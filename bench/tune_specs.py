@@ -261,11 +261,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.seeds and min(seeds) < 100:
         print("tune_specs: tuning seeds start at 100 (0-99 are the judged seeds' range)", file=sys.stderr)
         return 2
-    checked = out_dir("tune_specs", args.out)
-    if checked is None:
+    out = out_dir("tune_specs", args.out)
+    if out is None:
         return 2
-    args.out = checked
-    store = args.out / "tune.json"
+    store = out / "tune.json"
     if args.report_only and not store.is_file():
         print(f"tune_specs: --report-only: no {store}", file=sys.stderr)
         return 2
@@ -276,9 +275,9 @@ def main(argv: list[str] | None = None) -> int:
             goal = BY_KEY[key]
             task_seeds = seeds if args.seeds else list(LONG_TUNING_SEEDS if goal.seeds == LONG else TUNING_SEEDS)
             # another invocation may tune other tasks into the same --out: only this task's entry is replaced
-            results = results_file.merge_entries(store, {key: tune(goal, task_seeds, args.out, args.workers,
-                                                                   args.full_grid)})
-    print(f"wrote {write_report(args.out, list(results.values()))}")
+            chosen = tune(goal, task_seeds, out, args.workers, args.full_grid)
+            results = results_file.merge_entries(store, {key: chosen})
+    print(f"wrote {write_report(out, list(results.values()))}")
     return 0
 
 
