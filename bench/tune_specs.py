@@ -275,8 +275,8 @@ def main(argv: list[str] | None = None) -> int:
             goal = BY_KEY[key]
             task_seeds = seeds if args.seeds else list(LONG_TUNING_SEEDS if goal.seeds == LONG else TUNING_SEEDS)
             # another invocation may tune other tasks into the same --out: only this task's entry is replaced
-            chosen = tune(goal, task_seeds, out, args.workers, args.full_grid)
-            results = results_file.merge_entries(store, {key: chosen})
+            record = tune(goal, task_seeds, out, args.workers, args.full_grid)
+            results = results_file.merge_entries(store, {key: record})
     print(f"wrote {write_report(out, list(results.values()))}")
     return 0
 
