@@ -302,6 +302,9 @@ def main(argv: list[str] | None = None) -> int:
     out = suite_goals.out_dir("peers", args.out)
     if out is None:
         return 2
+    if args.workers < 1:
+        print(f"peers: --workers must be at least 1, not {args.workers}", file=sys.stderr)
+        return 2
     out.mkdir(parents=True, exist_ok=True)
     peers_file = out / "peers.json"
     records: dict[tuple[str, str, int, str], dict[str, Any]] = {}
@@ -336,7 +339,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     os.environ.update(ONE_THREAD)
     # spawn, one run a process: each run's CPU time is its own.
-    with ProcessPoolExecutor(max_workers=max(1, args.workers), mp_context=get_context("spawn"),
+    with ProcessPoolExecutor(max_workers=args.workers, mp_context=get_context("spawn"),
                              max_tasks_per_child=1) as pool:
         groups: dict[tuple[Any, ...], list[tuple[Any, ...]]] = {}
         for job in jobs:

@@ -347,6 +347,9 @@ def main(argv: list[str] | None = None) -> int:
     out = out_dir("suite", args.out)
     if out is None:
         return 2
+    if args.workers < 1:
+        print(f"suite: --workers must be at least 1, not {args.workers}", file=sys.stderr)
+        return 2
     from llm_policy_gen.backends import parse_backend_spec
     from llm_policy_gen.errors import UserError
 
@@ -405,7 +408,7 @@ def main(argv: list[str] | None = None) -> int:
     jobs.sort(key=lambda j: -j[0].budget)
     started = time.time()
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    with ProcessPoolExecutor(max_workers=max(1, args.workers)) as pool:
+    with ProcessPoolExecutor(max_workers=args.workers) as pool:
         futures = {pool.submit(run_one, g, b, s, out, args.keep_policies): (g.key, b, s) for g, b, s in jobs}
         for fut in as_completed(futures):
             job = futures[fut]

@@ -49,3 +49,12 @@ def test_the_suite_refuses_an_unknown_backend_before_making_its_folder(tmp_path:
     done = _run("suite.py", "--tasks", "cartpole", "--backends", "offline,nope", "--out", str(out), cwd=tmp_path)
     assert done.returncode == 2 and "unknown backend 'nope'" in done.stderr and done.stderr.count("\n") == 1
     assert not out.exists()
+
+
+@pytest.mark.parametrize("script", sorted(p.name for p in (ROOT / "bench").glob("*.py")
+                                          if 'add_argument("--workers"' in p.read_text()))
+def test_workers_below_one_is_one_line_and_exit_2(script: str, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    done = _run(script, "--workers", "0", "--out", str(out), cwd=tmp_path)
+    assert done.returncode == 2 and "--workers must be at least 1, not 0" in done.stderr
+    assert done.stderr.count("\n") == 1 and not out.exists() and list(tmp_path.iterdir()) == []
