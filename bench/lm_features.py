@@ -254,8 +254,12 @@ def main(argv: list[str] | None = None) -> int:
         print("lm_features: --zero-shot takes bench/lm_zero_shot.py's JSON, --table-writing a JSON with 'tasks'",
               file=sys.stderr)
         return 2
-    out = Path(args.out).expanduser()
-    offline_out = Path(args.offline_out).expanduser() if args.offline_out else out
+    from bench_args import out_dir
+
+    out = out_dir("lm_features", args.out)
+    offline_out = out_dir("lm_features", args.offline_out, "--offline-out") if args.offline_out else out
+    if out is None or offline_out is None:
+        return 2
     results, records = load_results(out, "features")
     mine: dict[tuple[str, str, int], dict[str, Any]] = {}
     command = "python bench/lm_features.py " + " ".join(argv if argv is not None else sys.argv[1:])

@@ -144,7 +144,11 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         print(f"lm_trpo_vs_ppo: unknown task {unknown[0]!r}; accepted: {', '.join(TASKS)}", file=sys.stderr)
         return 2
-    out = Path(args.out).expanduser()
+    from bench_args import out_dir
+
+    out = out_dir("lm_trpo_vs_ppo", args.out)
+    if out is None:
+        return 2
     results, records = lm_features.load_results(out, "arm")
     mine: dict[tuple[str, str, int], dict[str, Any]] = {}
     feat = lm_features.FEATURES_BY_KEY[args.features]
@@ -185,9 +189,9 @@ def main(argv: list[str] | None = None) -> int:
             f"figure on all {HELDOUT}.")
     all_records = list(records.values())
     for key, (env_id, _) in TASKS.items():
-        mine = [r for r in all_records if r["task"] == key]
-        if mine:
-            plot(mine, out / f"{key}_trpo_vs_ppo.png", f"{env_id}: LM backbone + TRPO vs PPO MLP")
+        of_task = [r for r in all_records if r["task"] == key]
+        if of_task:
+            plot(of_task, out / f"{key}_trpo_vs_ppo.png", f"{env_id}: LM backbone + TRPO vs PPO MLP")
     md = out / "lm_trpo_vs_ppo.md"
     md.write_text(markdown(all_records, command, note) + "\n")
     print(f"wrote {md}")

@@ -77,18 +77,27 @@ def main() -> int:
     except UserError as exc:
         print(f"noise: {exc}", file=sys.stderr)
         return 2
+    from bench_args import out_dir
+
+    out = out_dir("noise", a.out)
+    if out is None:
+        return 2
     total = adoptions = 0
     for env_id, kwargs in TASKS:
         for seed in seeds:
             rid = f"s{seed}"
             argv = [sys.executable, "-m", "llm_policy_gen", "train", "--env", env_id, "--backend", "offline",
-                    "--iterations", str(a.iterations), "--seed", str(seed), "--logs-dir", a.out, "--run-id", rid,
+                    "--iterations", str(a.iterations), "--seed", str(seed), "--logs-dir", str(out), "--run-id", rid,
                     "--no-plots", "--no-progress", *a.extra.split()]
             if kwargs:
                 argv += ["--env-kwargs", kwargs]
-            run = Path(a.out) / env_id / rid
+            run = out / env_id / rid
             if not (run / "summary.json").is_file():
-                subprocess.run(argv, check=True, capture_output=True)
+                done = subprocess.run(argv, capture_output=True, text=True)
+                if done.returncode != 0:  # the train's own one line (a bad --extra option, say)
+                    lines = done.stderr.strip().splitlines() or [f"exit {done.returncode}"]
+                    print(f"noise: {env_id} seed {seed}: {lines[-1]}", file=sys.stderr)
+                    return done.returncode
             drops, n, notes = count_drops(run)
             total += drops
             adoptions += n

@@ -59,6 +59,7 @@ import results_file
 import suite
 import suite_curves
 import suite_goals
+from bench_args import out_dir
 
 ALGOS = ("ppo", "dqn", "sac", "trpo")
 DEFAULT_ALGOS = "ppo,dqn,sac"
@@ -299,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
         print("peers: the `peers` extra is not installed (stable-baselines3, rl-zoo3); `make peers` installs it",
               file=sys.stderr)
         return 2
-    out = suite_goals.out_dir("peers", args.out)
+    out = out_dir("peers", args.out)
     if out is None:
         return 2
     if args.workers < 1:

@@ -40,7 +40,8 @@ def run_one(env_id: str, seed: int, point: dict[str, Any], budget: int) -> dict[
                                   "max_episodes": budget, "logs_dir": tmp, "progress": False,
                                   "quiet": True, "plots": False, **point}, "bench"))
         result = train(cfg, log=lambda _m: None)
-        events = [json.loads(x) for x in (result.run_dir / "events.jsonl").read_text().splitlines()]
+        log = result.run_dir / "events.jsonl"  # none when the budget ended before the first iteration
+        events = [json.loads(x) for x in log.read_text().splitlines()] if log.is_file() else []
     s = result.summary
     return {"env_id": env_id, "seed": seed, **point, "budget": budget, "heldout": s["best_eval_mean"],
             "episodes": s["episodes_total"], "steps": s["env_steps_total"],

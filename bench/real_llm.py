@@ -283,7 +283,11 @@ def main(argv: list[str] | None = None) -> int:
         except UserError as exc:
             print(f"real_llm: {exc}", file=sys.stderr)
             return 2
-    out = Path(args.out).expanduser()
+    from bench_args import out_dir
+
+    out = out_dir("real_llm", args.out)
+    if out is None:
+        return 2
     out.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "LLM_POLICY_GEN_WORKERS": "1", "OPENAI_API_KEY": "sk-local", "LLM_POLICY_GEN_NO_DOTENV": "1"}
     servers: dict[str, Server] = {}

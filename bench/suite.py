@@ -60,7 +60,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from suite_goals import BY_KEY, GOALS, Goal, fmt, list_tasks, meets, out_dir, tasks_and_seeds
+from bench_args import out_dir
+from suite_goals import BY_KEY, GOALS, Goal, fmt, list_tasks, meets, tasks_and_seeds
 
 DEFAULT_OUT = Path.home() / "llm-policy-gen-bench" / "suite"
 """Outside the work tree: the suite is longer than a session and resumes from here."""

@@ -7,7 +7,6 @@ from __future__ import annotations
 import statistics
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 
@@ -148,13 +147,3 @@ def tasks_and_seeds(prog: str, tasks: str, seeds: str) -> tuple[list[str], list[
         print(f"{prog}: {exc}", file=sys.stderr)
         return None
 
-
-def out_dir(prog: str, text: str | Path) -> Path | None:
-    """``--out`` as a folder to write to (made later, by the run); None after printing in one line why it cannot be
-    one (a file, or a file on its path, is there)."""
-    out = Path(text).expanduser()
-    blocked = next((p for p in (out, *out.parents) if p.exists() and not p.is_dir()), None)
-    if blocked is not None:
-        print(f"{prog}: --out {out}: {blocked} is a file, not a folder", file=sys.stderr)
-        return None
-    return out

@@ -55,8 +55,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import results_file  # noqa: E402
+from bench_args import out_dir  # noqa: E402
 from suite import run_one  # noqa: E402
-from suite_goals import BY_KEY, LONG, Goal, meets, out_dir, tasks_and_seeds  # noqa: E402
+from suite_goals import BY_KEY, LONG, Goal, meets, tasks_and_seeds  # noqa: E402
 
 DEFAULT_OUT = Path.home() / "llm-policy-gen-bench" / "tune"
 TUNED = ("candidates", "train_episodes", "test_start", "test_max", "confirm_episodes", "confirm_batches")

@@ -34,12 +34,17 @@ def _run(script: str, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]
                           timeout=120, cwd=cwd)
 
 
-@pytest.mark.parametrize("script", ["suite.py", "peers.py", "tune_specs.py"])
+FOLDER_OUT = ["suite.py", "peers.py", "tune_specs.py", "lm_features.py", "lm_trpo_vs_ppo.py", "real_llm.py",
+              "noise.py"]
+"""The scripts whose ``--out`` is a folder (``lm_zero_shot.py``'s and ``qlearning_tune.py``'s is a JSON file)."""
+
+
+@pytest.mark.parametrize("script", FOLDER_OUT)
 def test_an_out_that_is_a_file_is_refused_and_left_as_it_was(script: str, tmp_path: Path) -> None:
     blocker = tmp_path / "results"
     blocker.write_text("mine")
     for out in (blocker, blocker / "sub"):
-        done = _run(script, "--tasks", "cartpole", "--seeds", "100", "--out", str(out), cwd=tmp_path)
+        done = _run(script, "--out", str(out), cwd=tmp_path)
         assert done.returncode == 2 and "is a file, not a folder" in done.stderr and "Traceback" not in done.stderr
     assert blocker.read_text() == "mine" and sorted(p.name for p in tmp_path.iterdir()) == ["results"]
 
@@ -58,3 +63,18 @@ def test_workers_below_one_is_one_line_and_exit_2(script: str, tmp_path: Path) -
     done = _run(script, "--workers", "0", "--out", str(out), cwd=tmp_path)
     assert done.returncode == 2 and "--workers must be at least 1, not 0" in done.stderr
     assert done.stderr.count("\n") == 1 and not out.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_noise_passes_on_the_trains_own_line_when_a_run_is_refused(tmp_path: Path) -> None:
+    done = _run("noise.py", "--seeds", "0", "--iterations", "1", "--extra=--bogus", "--out", str(tmp_path / "o"),
+                cwd=tmp_path)
+    assert done.returncode == 2 and "Traceback" not in done.stderr and done.stderr.count("\n") == 1
+    assert "noise: FrozenLake-v1 seed 0:" in done.stderr and "--bogus" in done.stderr
+
+
+def test_qlearning_tune_reads_a_run_that_ended_before_its_first_iteration(tmp_path: Path) -> None:
+    """A budget smaller than one iteration's episodes leaves no events.jsonl: no optimum reached, no crash."""
+    done = _run("qlearning_tune.py", "--seeds", "100", "--budgets", "CliffWalking-v1=5,Taxi-v4=5", "--workers", "1",
+                "--out", str(tmp_path / "q.json"), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "-13 first held out after None" in done.stdout

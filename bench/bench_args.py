@@ -1,0 +1,18 @@
+"""What the bench scripts check of their arguments alike, so that a bad one is one line and exit 2 before any file
+is written, as the product's commands do."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+
+def out_dir(prog: str, text: str | Path, flag: str = "--out") -> Path | None:
+    """``--out`` (or ``flag``) as a folder to write to (made later, by the run); None after printing in one line why
+    it cannot be one (a file, or a file on its path, is there)."""
+    out = Path(text).expanduser()
+    blocked = next((p for p in (out, *out.parents) if p.exists() and not p.is_dir()), None)
+    if blocked is not None:
+        print(f"{prog}: {flag} {out}: {blocked} is a file, not a folder", file=sys.stderr)
+        return None
+    return out
