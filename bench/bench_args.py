@@ -16,3 +16,16 @@ def out_dir(prog: str, text: str | Path, flag: str = "--out") -> Path | None:
         print(f"{prog}: {flag} {out}: {blocked} is a file, not a folder", file=sys.stderr)
         return None
     return out
+
+
+def seeds(prog: str, text: str, flag: str = "--seeds") -> list[int] | None:
+    """The seeds of ``--seeds`` (or ``flag``), parsed as the package parses them (``0-4``, ``0,2,7``); None after
+    printing in one line what is wrong."""
+    from llm_policy_gen.errors import UserError
+    from llm_policy_gen.sweep.plan import parse_seeds
+
+    try:
+        return parse_seeds(text)
+    except UserError as exc:
+        print(f"{prog}: {str(exc).replace('--seeds', flag, 1)}", file=sys.stderr)
+        return None

@@ -229,8 +229,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="figures of a model writing the table (JSON; '' for none)")
     ap.add_argument("--report-only", action="store_true", help="rewrite the report from results.json and exit")
     args = ap.parse_args(argv)
-    from llm_policy_gen.errors import UserError
-    from llm_policy_gen.sweep.plan import parse_seeds
+    from bench_args import out_dir
+    from bench_args import seeds as seeds_arg
 
     bad = [t for t in args.tasks.split(",") if t not in BY_KEY] + \
           [f for f in args.features.split(",") if f not in FEATURES_BY_KEY]
@@ -238,10 +238,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"lm_features: unknown {bad[0]!r}; tasks: {', '.join(BY_KEY)}; features: "
               f"{', '.join(FEATURES_BY_KEY)}", file=sys.stderr)
         return 2
-    try:
-        seeds = parse_seeds(args.seeds)
-    except UserError as exc:
-        print(f"lm_features: {exc}", file=sys.stderr)
+    seeds = seeds_arg("lm_features", args.seeds)
+    if seeds is None:
         return 2
     try:
         zero_shot = [json.loads(Path(f).expanduser().read_text()) for f in args.zero_shot.split(",") if f]
@@ -254,8 +252,6 @@ def main(argv: list[str] | None = None) -> int:
         print("lm_features: --zero-shot takes bench/lm_zero_shot.py's JSON, --table-writing a JSON with 'tasks'",
               file=sys.stderr)
         return 2
-    from bench_args import out_dir
-
     out = out_dir("lm_features", args.out)
     offline_out = out_dir("lm_features", args.offline_out, "--offline-out") if args.offline_out else out
     if out is None or offline_out is None:

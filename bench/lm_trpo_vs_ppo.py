@@ -132,20 +132,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=str(DEFAULT_OUT))
     ap.add_argument("--report-only", action="store_true")
     args = ap.parse_args(argv)
-    from llm_policy_gen.errors import UserError
-    from llm_policy_gen.sweep.plan import parse_seeds
+    from bench_args import out_dir
+    from bench_args import seeds as seeds_arg
 
-    try:
-        seeds = parse_seeds(args.seeds)
-    except UserError as exc:
-        print(f"lm_trpo_vs_ppo: {exc}", file=sys.stderr)
+    seeds = seeds_arg("lm_trpo_vs_ppo", args.seeds)
+    if seeds is None:
         return 2
     unknown = [t for t in args.tasks.split(",") if t not in TASKS]
     if unknown:
         print(f"lm_trpo_vs_ppo: unknown task {unknown[0]!r}; accepted: {', '.join(TASKS)}", file=sys.stderr)
         return 2
-    from bench_args import out_dir
-
     out = out_dir("lm_trpo_vs_ppo", args.out)
     if out is None:
         return 2

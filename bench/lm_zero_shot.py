@@ -21,6 +21,7 @@ import argparse
 import contextlib
 import io
 import json
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -32,7 +33,6 @@ from llm_policy_gen.collect import Collector
 from llm_policy_gen.envs import get_spec
 from llm_policy_gen.lm.backbone import default_lm_cache, load_language_model
 from llm_policy_gen.lm.scores import SCORE_NORMS, ActionScorer, continuations, normalise, scoring_prompts, word_counts
-from llm_policy_gen.sweep.plan import parse_seeds
 from llm_policy_gen.sweep.random_baseline import heldout_seeds
 
 ENVS = "FrozenLake-v1,FrozenLake-v1.8x8,MountainCar-v0,CartPole-v1,Taxi-v4"
@@ -69,7 +69,7 @@ def task_figures(scorer: ActionScorer, env_id: str, seeds: list[int], run_seeds:
     return out
 
 
-def main() -> None:
+def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--lm-model", default=str(DEFAULT_MODEL))
     ap.add_argument("--lm-cache", default=None)
@@ -79,7 +79,11 @@ def main() -> None:
     ap.add_argument("--run-seeds", default="", help="e.g. 0-9: also each run seed's held-out seeds (by_seed)")
     ap.add_argument("--out", default=None, help="write the figures as JSON here too")
     args = ap.parse_args()
-    run_seeds = parse_seeds(args.run_seeds) if args.run_seeds else []
+    from bench_args import seeds as seeds_arg
+
+    run_seeds = seeds_arg("lm_zero_shot", args.run_seeds, "--run-seeds") if args.run_seeds else []
+    if run_seeds is None:
+        return 2
     import torch
 
     torch.set_num_threads(1)
@@ -101,7 +105,8 @@ def main() -> None:
             Path(args.out).write_text(json.dumps({"model": lm.describe(), "episodes": args.episodes,
                                                   "seed": args.seed, "run_seeds": run_seeds, "results": results},
                                                  indent=1))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

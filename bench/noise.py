@@ -69,18 +69,12 @@ def main() -> int:
     ap.add_argument("--out", default="/tmp/noise")
     ap.add_argument("--extra", default="", help="extra train options, e.g. '--confirm-episodes 0'")
     a = ap.parse_args()
-    from llm_policy_gen.errors import UserError
-    from llm_policy_gen.sweep.plan import parse_seeds
-
-    try:
-        seeds = parse_seeds(a.seeds)
-    except UserError as exc:
-        print(f"noise: {exc}", file=sys.stderr)
-        return 2
     from bench_args import out_dir
+    from bench_args import seeds as seeds_arg
 
+    seeds = seeds_arg("noise", a.seeds)
     out = out_dir("noise", a.out)
-    if out is None:
+    if seeds is None or out is None:
         return 2
     total = adoptions = 0
     for env_id, kwargs in TASKS:

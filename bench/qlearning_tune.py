@@ -56,13 +56,10 @@ def main() -> int:
     ap.add_argument("--out", default="qlearning_tune.json")
     ap.add_argument("--budgets", default="", help="ENV=EPISODES,... instead of the default budgets")
     args = ap.parse_args()
-    from llm_policy_gen.errors import UserError
-    from llm_policy_gen.sweep.plan import parse_seeds
+    from bench_args import seeds as seeds_arg
 
-    try:
-        seeds = parse_seeds(args.seeds)
-    except UserError as exc:
-        print(f"qlearning_tune: {exc}", file=sys.stderr)
+    seeds = seeds_arg("qlearning_tune", args.seeds)
+    if seeds is None:
         return 2
     if args.workers < 1:
         print(f"qlearning_tune: --workers must be at least 1, not {args.workers}", file=sys.stderr)

@@ -275,14 +275,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     seeds_override = None
     if args.seeds:
-        from llm_policy_gen.errors import UserError
-        from llm_policy_gen.sweep.plan import parse_seeds
+        from bench_args import seeds as seeds_arg
 
-        try:
-            seeds_override = tuple(parse_seeds(args.seeds))
-        except UserError as exc:
-            print(f"real_llm: {exc}", file=sys.stderr)
+        parsed = seeds_arg("real_llm", args.seeds)
+        if parsed is None:
             return 2
+        seeds_override = tuple(parsed)
     from bench_args import out_dir
 
     out = out_dir("real_llm", args.out)

@@ -138,12 +138,8 @@ def tasks_and_seeds(prog: str, tasks: str, seeds: str) -> tuple[list[str], list[
     if unknown:
         print(f"{prog}: unknown task {unknown[0]!r}; accepted: {', '.join(BY_KEY)}", file=sys.stderr)
         return None
-    from llm_policy_gen.errors import UserError
-    from llm_policy_gen.sweep.plan import parse_seeds
+    from bench_args import seeds as seeds_arg
 
-    try:
-        return tasks.split(","), parse_seeds(seeds)
-    except UserError as exc:
-        print(f"{prog}: {exc}", file=sys.stderr)
-        return None
+    parsed = seeds_arg(prog, seeds)
+    return None if parsed is None else (tasks.split(","), parsed)
 

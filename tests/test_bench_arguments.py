@@ -78,3 +78,10 @@ def test_qlearning_tune_reads_a_run_that_ended_before_its_first_iteration(tmp_pa
                 "--out", str(tmp_path / "q.json"), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "-13 first held out after None" in done.stdout
+
+
+def test_lm_zero_shot_refuses_bad_run_seeds_before_loading_a_model(tmp_path: Path) -> None:
+    done = _run("lm_zero_shot.py", "--run-seeds", "x", "--lm-model", str(tmp_path / "none.gguf"),
+                "--out", str(tmp_path / "z.json"), cwd=tmp_path)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+    assert "bad --run-seeds 'x'" in done.stderr and list(tmp_path.iterdir()) == []
