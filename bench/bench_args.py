@@ -29,3 +29,10 @@ def seeds(prog: str, text: str, flag: str = "--seeds") -> list[int] | None:
     except UserError as exc:
         print(f"{prog}: {str(exc).replace('--seeds', flag, 1)}", file=sys.stderr)
         return None
+
+
+def workers_ok(prog: str, workers: int) -> bool:
+    """Whether ``--workers`` is at least 1; False after printing in one line that it is not."""
+    if workers < 1:
+        print(f"{prog}: --workers must be at least 1, not {workers}", file=sys.stderr)
+    return workers >= 1

@@ -59,7 +59,7 @@ import results_file
 import suite
 import suite_curves
 import suite_goals
-from bench_args import out_dir
+from bench_args import out_dir, workers_ok
 
 ALGOS = ("ppo", "dqn", "sac", "trpo")
 DEFAULT_ALGOS = "ppo,dqn,sac"
@@ -301,10 +301,7 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     out = out_dir("peers", args.out)
-    if out is None:
-        return 2
-    if args.workers < 1:
-        print(f"peers: --workers must be at least 1, not {args.workers}", file=sys.stderr)
+    if out is None or not workers_ok("peers", args.workers):
         return 2
     out.mkdir(parents=True, exist_ok=True)
     peers_file = out / "peers.json"

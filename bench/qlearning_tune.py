@@ -57,12 +57,10 @@ def main() -> int:
     ap.add_argument("--budgets", default="", help="ENV=EPISODES,... instead of the default budgets")
     args = ap.parse_args()
     from bench_args import seeds as seeds_arg
+    from bench_args import workers_ok
 
     seeds = seeds_arg("qlearning_tune", args.seeds)
-    if seeds is None:
-        return 2
-    if args.workers < 1:
-        print(f"qlearning_tune: --workers must be at least 1, not {args.workers}", file=sys.stderr)
+    if seeds is None or not workers_ok("qlearning_tune", args.workers):
         return 2
     budgets = dict(TASKS)
     for item in filter(None, args.budgets.split(",")):

@@ -60,7 +60,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from bench_args import out_dir
+from bench_args import out_dir, workers_ok
 from suite_goals import BY_KEY, GOALS, Goal, fmt, list_tasks, meets, tasks_and_seeds
 
 DEFAULT_OUT = Path.home() / "llm-policy-gen-bench" / "suite"
@@ -346,10 +346,7 @@ def main(argv: list[str] | None = None) -> int:
         list_tasks()
         return 0
     out = out_dir("suite", args.out)
-    if out is None:
-        return 2
-    if args.workers < 1:
-        print(f"suite: --workers must be at least 1, not {args.workers}", file=sys.stderr)
+    if out is None or not workers_ok("suite", args.workers):
         return 2
     from llm_policy_gen.backends import parse_backend_spec
     from llm_policy_gen.errors import UserError

@@ -55,7 +55,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import results_file  # noqa: E402
-from bench_args import out_dir  # noqa: E402
+from bench_args import out_dir, workers_ok  # noqa: E402
 from suite import run_one  # noqa: E402
 from suite_goals import BY_KEY, LONG, Goal, meets, tasks_and_seeds  # noqa: E402
 
@@ -252,8 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--full-grid", action="store_true",
                     help="run every change on every seed (by default a change that can no longer beat today's stops)")
     args = ap.parse_args(argv)
-    if args.workers < 1:
-        print(f"tune_specs: --workers must be at least 1, not {args.workers}", file=sys.stderr)
+    if not workers_ok("tune_specs", args.workers):
         return 2
     parsed = tasks_and_seeds("tune_specs", args.tasks, args.seeds or "100")
     if parsed is None:
