@@ -59,6 +59,7 @@ import results_file
 import suite
 import suite_curves
 import suite_goals
+import suite_peers
 from bench_args import out_dir, workers_ok
 
 ALGOS = ("ppo", "dqn", "sac", "trpo")
@@ -177,10 +178,10 @@ def run_group(jobs: list[tuple[Any, ...]]) -> list[dict[str, Any]]:
     return [run_one(*job) for job in jobs]
 
 
-def cells(records: list[dict[str, Any]]) -> list[suite.PeerCell]:
+def cells(records: list[dict[str, Any]]) -> list[suite_peers.PeerCell]:
     """The suite's peer columns: per task, algorithm and budget kind, the seeds' held-out means (None: the run
     failed or did not reach its budget), how many did not reach it, and the hyperparameter source."""
-    out: list[suite.PeerCell] = []
+    out: list[suite_peers.PeerCell] = []
     for goal in suite.GOALS:
         for algo in ALGOS:
             for kind in KINDS:
@@ -190,7 +191,7 @@ def cells(records: list[dict[str, Any]]) -> list[suite.PeerCell]:
                     continue
                 errors = [r["error"] for r in rs if "error" in r]
                 sources = sorted({r["hyperparameters"] for r in rs if "hyperparameters" in r})
-                out.append(suite.PeerCell(
+                out.append(suite_peers.PeerCell(
                     task=goal.key, column=suite_curves.peer_method({"algo": algo, "kind": kind}),
                     values=tuple(r.get("heldout") for r in rs),
                     unreached=sum("error" not in r and not r.get("reached") for r in rs),
@@ -320,8 +321,8 @@ def main(argv: list[str] | None = None) -> int:
             for seed in (given_seeds if args.seeds else goal.seeds):
                 for kind in kinds:
                     done = records.get((task, algo, seed, kind))
-                    offline = suite.offline_budget(suite_records, task, seed)
-                    stale = done is not None and suite.stale(done, kind, offline)
+                    offline = suite_peers.offline_budget(suite_records, task, seed)
+                    stale = done is not None and suite_peers.stale(done, kind, offline)
                     if stale:
                         done = None
                     out_of_reach = "out_of_reach" in done if done else False

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import suite
 import suite_report
 from suite_goals import GOALS, Goal, fmt, median, meets, seed_stats
+from suite_peers import PeerCell
 
 from llm_policy_gen.sweep.stats import iqm_interval
 
@@ -24,7 +24,7 @@ def _seeds(seeds: list[int]) -> str:
     return "seed" + ("s " if len(seeds) > 1 else " ") + ", ".join(map(str, seeds))
 
 
-def task_line(goal: Goal, rows: list[dict[str, Any]], peers: Sequence[suite.PeerCell],
+def task_line(goal: Goal, rows: list[dict[str, Any]], peers: Sequence[PeerCell],
               random: suite_report.Scores | None = None) -> str | None:
     """The line of one task, from its offline records (None if offline has not run it)."""
     rs = sorted((r for r in rows if r["backend"] == "offline" and "heldout" in r), key=lambda r: r["seed"])
@@ -53,7 +53,7 @@ def task_line(goal: Goal, rows: list[dict[str, Any]], peers: Sequence[suite.Peer
     return text + "."
 
 
-def readme_lines(records: list[dict[str, Any]], peers: Sequence[suite.PeerCell] = (),
+def readme_lines(records: list[dict[str, Any]], peers: Sequence[PeerCell] = (),
                  random: suite_report.Scores | None = None) -> str:
     """Every task's line, in the goal table's order."""
     lines = [task_line(g, [r for r in records if r["task"] == g.key], peers, random) for g in GOALS]

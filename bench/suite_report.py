@@ -17,6 +17,7 @@ import suite
 import suite_curves
 import suite_scores
 from suite_goals import BY_KEY, GOALS, Goal, fmt, median, seed_stats
+from suite_peers import PeerCell
 
 from llm_policy_gen.sweep.stats import iqm_interval, normalized
 
@@ -103,7 +104,7 @@ def goal_rows(goal: Goal, rows: list[dict[str, Any]], random: Scores, priors: Sc
     return out
 
 
-def method_rows(goal: Goal, runs: Sequence[suite_curves.Run], peers: Sequence[suite.PeerCell],
+def method_rows(goal: Goal, runs: Sequence[suite_curves.Run], peers: Sequence[PeerCell],
                 random: Scores) -> list[list[str]]:
     """Every method on one task: the prior, the suite's backends, the peers' columns (their hyperparameter
     source, and the seeds whose run has no figure yet)."""
@@ -145,7 +146,7 @@ METHOD_HEADER = ["task", "method", "seeds", "held-out: IQM [95% CI]", "normalise
                  "env steps (median)", "episodes (median)", "source / coverage"]
 
 
-def markdown(records: list[dict[str, Any]], note: str, peers: Sequence[suite.PeerCell] = (),
+def markdown(records: list[dict[str, Any]], note: str, peers: Sequence[PeerCell] = (),
              runs: Sequence[suite_curves.Run] = (), random: Scores | None = None, priors: Scores | None = None,
              figures: Mapping[str, str] | None = None) -> str:
     """The page; ``runs``: every method's runs (:mod:`suite_curves`), ``figures``: task (or ``"profiles"``) to the

@@ -121,7 +121,8 @@ def test_policy_kwargs_parser_reads_the_zoo_forms(zoo):
 def test_the_equal_budgets_come_from_the_suite_results(bench, tmp_path):
     """env_steps_total from the record, or from the run's summary.json for a record written before it existed;
     the episode count from the record; a failed or missing offline run gives no budget."""
-    suite, peers = bench
+    _, peers = bench
+    suite_peers = importlib.import_module("suite_peers")  # bench/ on the path through the fixture
     run = tmp_path / "run"
     run.mkdir()
     (run / "summary.json").write_text(json.dumps({"env_steps_total": 4321}))
@@ -129,9 +130,10 @@ def test_the_equal_budgets_come_from_the_suite_results(bench, tmp_path):
                _suite_record("cartpole", 1, 500.0, 480.0, run_dir=str(run)),
                _suite_record("cartpole", 2, 9.0, 9.0, backend="random", env_steps_total=99),
                {"task": "cartpole", "backend": "offline", "seed": 3, "error": "boom"}]
-    assert suite.offline_budget(records, "cartpole", 0) == (1234, 110)
-    assert suite.offline_budget(records, "cartpole", 1) == (4321, 110)
-    assert suite.offline_budget(records, "cartpole", 2) is None and suite.offline_budget(records, "cartpole", 3) is None
+    assert suite_peers.offline_budget(records, "cartpole", 0) == (1234, 110)
+    assert suite_peers.offline_budget(records, "cartpole", 1) == (4321, 110)
+    assert suite_peers.offline_budget(records, "cartpole", 2) is None
+    assert suite_peers.offline_budget(records, "cartpole", 3) is None
     steps = peers.budget_for("steps", None, (1234, 110))
     episodes = peers.budget_for("episodes", None, (1234, 110))
     assert (steps.kind, steps.target, steps.horizon) == ("steps", 1234, 1234)
