@@ -31,9 +31,13 @@ the seeds it has not run cannot change the choice. The chosen point is the one t
 fraction of the runs where today's meets the goal on most seeds (the long tasks' grids are tens of CPU-hours);
 ``--full-grid`` runs every point on every seed anyway.
 Every run is a ``bench/suite.py`` run (the same code: resumed if interrupted, reused if finished) in
-``OUT/runs``, so the search goes on across sessions.
+``OUT/runs``, so the search goes on across sessions. Each finished run's record is also kept in
+``OUT/tune_runs.json`` as soon as it ends, and a run found there is not run again: a copy of that file (and
+``tune.json``) in a fresh ``OUT`` carries a search that is not finished to another machine, which loses only the
+runs in progress (``bench/data/tune/`` keeps these copies).
 
-Written to ``OUT``: ``tune.json`` (per task: every point, its figures and its runs' records) and ``tune_specs.md``
+Written to ``OUT``: ``tune.json`` (per task: every point, its figures and its runs' records, when the task's search
+has finished), ``tune_runs.json`` (every finished run, as it ends) and ``tune_specs.md``
 (per task: the settings today, the grid tried with each point's seeds met, IQM and verdict, the chosen point and
 which settings it changes). Two invocations may share one ``OUT`` (another task beside a long one): each replaces only
 its own tasks' entries of ``tune.json``, under the file's lock (:mod:`results_file`).
@@ -135,17 +139,43 @@ def beats(point: Scored, base: Scored) -> bool:
     return low is not None and base_iqm is not None and low > base_iqm
 
 
+RUNS_FILE = "tune_runs.json"
+"""Every finished run's record (the suite's), kept beside ``tune.json`` as each run ends: with it alone a fresh
+``OUT`` goes on where the search stopped (``OUT/runs`` is lost with the machine it ran on; a grid is tens of
+CPU-hours and a session a few)."""
+
+
+def _run_name(record: dict[str, Any]) -> str:
+    """A record's run id: its run folder's name (the task, budget, backend, seed and a digest of the settings)."""
+    return Path(record["run_dir"]).name
+
+
 def run_points(jobs: list[tuple[Goal, int]], out: Path, workers: int) -> dict[tuple[str, int], dict[str, Any]]:
-    """Run (or reuse) every (goal, seed); records keyed by (run id digest of the goal, seed)."""
+    """Run (or reuse) every (goal, seed); records keyed by (run id digest of the goal, seed). A run whose record is
+    in ``OUT/tune_runs.json`` is not run again (its folder may be gone); each finished run's record goes there (merged
+    under the file's lock, :mod:`results_file`) as soon as it ends."""
     from suite import _run_id
 
+    store = out / RUNS_FILE
+    kept = {_run_name(r): r for r in (json.loads(store.read_text()) if store.is_file() else []) if "heldout" in r}
     done: dict[tuple[str, int], dict[str, Any]] = {}
+    todo: list[tuple[Goal, int]] = []
+    for g, s in jobs:
+        rid = _run_id(g, "offline", s)
+        if rid in kept:
+            done[(rid, s)] = {**kept[rid], "reused": True}
+        else:
+            todo.append((g, s))
+    if done:
+        print(f"{len(done)} run(s) read back from {store}", flush=True)
     with ProcessPoolExecutor(workers) as pool:
-        futures = {pool.submit(run_one, g, "offline", s, out): (g, s) for g, s in jobs}
+        futures = {pool.submit(run_one, g, "offline", s, out): (g, s) for g, s in todo}
         for fut in as_completed(futures):
             g, s = futures[fut]
             rec = fut.result()
             done[(_run_id(g, "offline", s), s)] = rec
+            if "heldout" in rec:  # a failed run is tried again next time
+                results_file.merge_save(store, [rec], key=_run_name, order=_run_name)
             print(f"{g.key} {dict(g.settings) or 'today'} seed {s}: held-out {rec.get('heldout')}"
                   f"{' (reused)' if rec.get('reused') else ''}", flush=True)
     return done

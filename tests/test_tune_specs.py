@@ -110,3 +110,25 @@ def test_two_invocations_on_one_out_keep_each_others_tasks(
     monkeypatch.setattr(tune, "write_report", lambda out, results: out / "tune_specs.md")
     assert tune.main(["--tasks", "cartpole", "--out", str(tmp_path)]) == 0
     assert set(json.loads((tmp_path / "tune.json").read_text())) == {"acrobot", "cartpole"}
+
+
+@pytest.mark.slow
+def test_a_search_goes_on_in_a_fresh_folder_from_the_kept_run_records(
+        tune: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each finished run's record lands in OUT/tune_runs.json as it ends; a fresh OUT holding only a copy of that
+    file (the run folders lost with a machine) reads those runs back, runs only the others, and keeps them all."""
+    import shutil
+
+    monkeypatch.setenv("LLM_POLICY_GEN_WORKERS", "1")
+    goal = tune.Goal("tiny", "CartPole-v1", 4, 475, "", "")
+    first, fresh = tmp_path / "first", tmp_path / "fresh"
+    got = tune.run_points([(goal, 100)], first, 1)
+    kept = json.loads((first / tune.RUNS_FILE).read_text())
+    assert [r["seed"] for r in kept] == [100] and kept[0]["heldout"] == next(iter(got.values()))["heldout"]
+
+    fresh.mkdir()
+    shutil.copy(first / tune.RUNS_FILE, fresh / tune.RUNS_FILE)
+    again = tune.run_points([(goal, 100), (goal, 101)], fresh, 1)
+    assert again[next(iter(got))]["reused"] and again[next(iter(got))]["heldout"] == kept[0]["heldout"]
+    assert [p.name for p in (fresh / "runs" / "CartPole-v1").iterdir()] == ["tiny_b4_offline_s101"]
+    assert sorted(r["seed"] for r in json.loads((fresh / tune.RUNS_FILE).read_text())) == [100, 101]
