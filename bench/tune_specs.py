@@ -3,6 +3,7 @@ settings on seeds 100-109 (100-104 for the long tasks), never on the judged seed
 
     python bench/tune_specs.py [--tasks cartpole,mountaincar,...] [--seeds 100-109] [--workers N]
                                [--out ~/llm-policy-gen-bench/tune] [--report-only] [--full-grid]
+    python bench/tune_specs.py --tasks swimmer,hopper --plan [--out DIR]   # what is left, in CPU hours (tune_plan.md)
 
 A task's **settings today** are the package defaults, overlaid with its spec's ``train_defaults`` and the suite's
 per-task settings (``bench/suite_goals.py``'s ``GOALS``); its budget is the suite's. The **grid** is one pass of a
@@ -51,8 +52,10 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Mapping
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +70,8 @@ DEFAULT_OUT = Path.home() / "llm-policy-gen-bench" / "tune"
 TUNED = ("candidates", "train_episodes", "test_start", "test_max", "confirm_episodes", "confirm_batches")
 TUNING_SEEDS = tuple(range(100, 110))
 LONG_TUNING_SEEDS = tuple(range(100, 105))
+SUITE_RESULTS = Path(__file__).resolve().parent / "data" / "suite" / "results.json"
+"""The suite's records kept in the repository: a task's CPU seconds per run for ``--plan``."""
 
 Point = tuple[tuple[str, Any], ...]
 
@@ -150,14 +155,26 @@ def _run_name(record: dict[str, Any]) -> str:
     return Path(record["run_dir"]).name
 
 
+def kept_runs(out: Path) -> dict[str, dict[str, Any]]:
+    """The finished runs ``OUT`` keeps records of, by run id: ``tune_runs.json``'s and those of the finished tasks in
+    ``tune.json`` (a search finished before ``tune_runs.json`` existed)."""
+    kept: dict[str, dict[str, Any]] = {}
+    done = out / "tune.json"
+    for task in (json.loads(done.read_text()) if done.is_file() else {}).values():
+        kept.update({_run_name(r): r for r in task.get("records", []) if "heldout" in r and r.get("run_dir")})
+    runs = out / RUNS_FILE
+    kept.update({_run_name(r): r for r in (json.loads(runs.read_text()) if runs.is_file() else []) if "heldout" in r})
+    return kept
+
+
 def run_points(jobs: list[tuple[Goal, int]], out: Path, workers: int) -> dict[tuple[str, int], dict[str, Any]]:
     """Run (or reuse) every (goal, seed); records keyed by (run id digest of the goal, seed). A run whose record is
-    in ``OUT/tune_runs.json`` is not run again (its folder may be gone); each finished run's record goes there (merged
-    under the file's lock, :mod:`results_file`) as soon as it ends."""
+    ``OUT`` keeps (:func:`kept_runs`) is not run again (its folder may be gone); each finished run's record goes to
+    ``OUT/tune_runs.json`` (merged under the file's lock, :mod:`results_file`) as soon as it ends."""
     from suite import _run_id
 
     store = out / RUNS_FILE
-    kept = {_run_name(r): r for r in (json.loads(store.read_text()) if store.is_file() else []) if "heldout" in r}
+    kept = kept_runs(out)
     done: dict[tuple[str, int], dict[str, Any]] = {}
     todo: list[tuple[Goal, int]] = []
     for g, s in jobs:
@@ -181,9 +198,14 @@ def run_points(jobs: list[tuple[Goal, int]], out: Path, workers: int) -> dict[tu
     return done
 
 
+def _missed(goal: Goal, record: Mapping[str, Any]) -> bool:
+    """Whether a run missed the goal on the within-budget measure."""
+    return not meets(goal, record.get("heldout_within"))
+
+
 def misses(goal: Goal, rows: list[dict[str, Any]]) -> int:
     """How many of a point's runs missed the goal on the within-budget measure."""
-    return sum(not meets(goal, r.get("heldout_within")) for r in rows)
+    return sum(_missed(goal, r) for r in rows)
 
 
 def tune(goal: Goal, seeds: list[int], out: Path, workers: int, full: bool = False) -> dict[str, Any]:
@@ -272,6 +294,32 @@ def write_report(out: Path, results: list[dict[str, Any]]) -> Path:
     return path
 
 
+def tuning_seeds(goal: Goal, given: list[int] | None) -> list[int]:
+    return given if given else list(LONG_TUNING_SEEDS if goal.seeds == LONG else TUNING_SEEDS)
+
+
+def plan(tasks: list[str], given: list[int] | None, out: Path, suite_results: Path) -> int:
+    """``--plan``: the tasks' grids against the runs ``OUT`` keeps, projected in CPU hours (:mod:`tune_plan`)."""
+    import tune_plan
+    from suite import _run_id
+
+    grids = []
+    for key in tasks:
+        goal = BY_KEY[key]
+        base, seeds = today(goal), tuning_seeds(goal, given)
+        points = [base, *single_changes(base)]
+        grids.append(tune_plan.Grid(key, goal.env_id, tuple(seeds),
+                                    tuple(tuple(_run_id(as_goal(goal, p, base), "offline", s) for s in seeds)
+                                          for p in points),
+                                    partial(_missed, goal)))
+    suite = json.loads(suite_results.read_text()) if suite_results.is_file() else []
+    page = tune_plan.markdown(grids, kept_runs(out), suite)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "tune_plan.md").write_text(page)
+    print(page, end="")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tasks", default="cartpole,mountaincar,acrobot,pendulum")
@@ -281,6 +329,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--report-only", action="store_true", help="rewrite tune_specs.md from OUT/tune.json")
     ap.add_argument("--full-grid", action="store_true",
                     help="run every change on every seed (by default a change that can no longer beat today's stops)")
+    ap.add_argument("--plan", action="store_true",
+                    help="run nothing: project the CPU hours the tasks' grids still need (OUT/tune_plan.md)")
+    ap.add_argument("--suite-results", type=Path, default=SUITE_RESULTS,
+                    help="the suite's results.json, whose offline runs give a task's CPU seconds per run for --plan "
+                         "before any of its tuning runs has finished")
     args = ap.parse_args(argv)
     if not workers_ok("tune_specs", args.workers):
         return 2
@@ -298,12 +351,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.report_only and not store.is_file():
         print(f"tune_specs: --report-only: no {store}", file=sys.stderr)
         return 2
+    if args.plan:
+        return plan(tasks, seeds if args.seeds else None, out, args.suite_results)
     results: dict[str, Any] = json.loads(store.read_text()) if store.is_file() else {}
     if not args.report_only:
         os.environ.setdefault("OMP_NUM_THREADS", "1")
         for key in tasks:
             goal = BY_KEY[key]
-            task_seeds = seeds if args.seeds else list(LONG_TUNING_SEEDS if goal.seeds == LONG else TUNING_SEEDS)
+            task_seeds = tuning_seeds(goal, seeds if args.seeds else None)
             # another invocation may tune other tasks into the same --out: only this task's entry is replaced
             record = tune(goal, task_seeds, out, args.workers, args.full_grid)
             results = results_file.merge_entries(store, {key: record})

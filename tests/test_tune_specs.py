@@ -132,3 +132,42 @@ def test_a_search_goes_on_in_a_fresh_folder_from_the_kept_run_records(
     assert again[next(iter(got))]["reused"] and again[next(iter(got))]["heldout"] == kept[0]["heldout"]
     assert [p.name for p in (fresh / "runs" / "CartPole-v1").iterdir()] == ["tiny_b4_offline_s101"]
     assert sorted(r["seed"] for r in json.loads((fresh / tune.RUNS_FILE).read_text())) == [100, 101]
+
+
+def test_the_plan_counts_the_kept_runs_and_projects_the_rest_at_the_tasks_own_cost(
+        tune: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--plan runs nothing: today's point of CartPole-v1 kept on four tuning seeds (two missed the goal, 10 CPU s each)
+    leaves every change to run; the least the early stop needs is three seeds a change (one more than today's
+    misses), the whole grid four. A task with no recorded run is 'unknown', not guessed."""
+    from suite import _run_id
+
+    goal, seeds = tune.BY_KEY["cartpole"], [100, 101, 102, 103]
+    out = tmp_path / "tune"
+    out.mkdir()
+    within = [500.0, 480.0, 300.0, 200.0]
+    kept = [{"task": "cartpole", "seed": s, "cpu_s": 10.0, "heldout": w, "heldout_within": w,
+             "run_dir": f"/gone/{_run_id(goal, 'offline', s)}"} for s, w in zip(seeds, within, strict=True)]
+    (out / tune.RUNS_FILE).write_text(json.dumps(kept))
+    changes = len(tune.single_changes(tune.today(goal)))
+    assert tune.main(["--tasks", "cartpole,walker2d", "--seeds", "100-103", "--plan", "--out", str(out),
+                      "--suite-results", str(tmp_path / "none.json")]) == 0
+    page = (out / "tune_plan.md").read_text()
+    assert page == capsys.readouterr().out
+    whole, least = changes * 4, changes * 3
+    row = next(line for line in page.splitlines() if line.startswith("| cartpole"))
+    assert row == (f"| cartpole (CartPole-v1) | 100-103 | {changes + 1} | 4/4, 2 missed | 4 | {whole} | {least} | 10 | "
+                   f"tuning runs (4) | {whole * 10 / 3600:,.1f} | {least * 10 / 3600:,.1f} |")
+    assert "| walker2d (Walker2d-v5) |" in page and "unknown: no run of this task recorded" in page
+    assert not (out / "runs").exists() and not (out / "tune.json").exists()
+
+
+def test_the_runs_kept_are_the_finished_tasks_and_the_run_records(tune: ModuleType, tmp_path: Path) -> None:
+    """A task finished before tune_runs.json existed keeps its runs in tune.json's records: both are read back (a
+    failed run in neither), so a fresh folder with copies of the two runs none of them again."""
+    def rec(name: str, **more: object) -> dict[str, object]:
+        return {"run_dir": f"/gone/{name}", "heldout": 1.0, **more}
+
+    (tmp_path / "tune.json").write_text(json.dumps({"pendulum": {"records": [rec("a"), {"run_dir": "/gone/b"}]}}))
+    (tmp_path / tune.RUNS_FILE).write_text(json.dumps([rec("c"), rec("a", heldout=2.0)]))
+    kept = tune.kept_runs(tmp_path)
+    assert sorted(kept) == ["a", "c"] and kept["a"]["heldout"] == 2.0

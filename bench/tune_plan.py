@@ -1,0 +1,88 @@
+"""What the tuning grids still cost: ``bench/tune_specs.py --plan`` (issue 32 item 5), without running anything.
+
+For every task asked: its grid (today's point and each single change, on the task's tuning seeds; the one point
+that combines the changes that beat today's is left out, as it exists only if two do), the runs already kept
+(``OUT/tune_runs.json``, a finished task's ``tune.json``), and the CPU hours still needed at the median CPU seconds
+of one recorded run of the task: its kept tuning runs, else the suite's ``offline`` runs of the task in
+``--suite-results`` (the same budget; other settings may cost a little more or less; a record from another machine
+is a guide to this one, not a measurement of it). With neither the projection is unknown, never guessed.
+
+Two projections, since the search stops a change once it can no longer beat today's point (``bench/tune_specs.py``):
+the **whole grid** (``--full-grid``: every point on every seed, the most the search can need) and the **least** it
+can need (today's point on every seed, and each change stopped at its first possible miss: one seed more than
+today's point has missed so far, a count that can only grow). Written to ``OUT/tune_plan.md`` and printed.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Grid:
+    task: str
+    env_id: str
+    seeds: tuple[int, ...]
+    runs: tuple[tuple[str, ...], ...]
+    """Run ids: one row per point (today's first), one id per tuning seed in order."""
+    missed: Callable[[Mapping[str, Any]], bool]
+    """Whether a kept run missed the task's goal (on the within-budget measure the search judges)."""
+
+
+def cost_per_run(task: str, kept: list[Mapping[str, Any]], suite: list[Mapping[str, Any]]) -> tuple[float, str] | None:
+    """Median CPU seconds of one run of ``task`` and where that comes from, or None with nothing measured."""
+    for records, source in ((kept, "tuning runs"), (suite, "suite's offline runs")):
+        cpu = [float(r["cpu_s"]) for r in records if r.get("task") == task and r.get("cpu_s")
+               and r.get("backend", "offline") == "offline" and "heldout" in r]
+        if cpu:
+            return statistics.median(cpu), f"{source} ({len(cpu)})"
+    return None
+
+
+def row(grid: Grid, kept: Mapping[str, Mapping[str, Any]], cost: tuple[float, str] | None) -> tuple[str, float, float]:
+    """The table row of one task, and its projected CPU hours (whole grid, least)."""
+    n_seeds = len(grid.seeds)
+    today = [kept[rid] for rid in grid.runs[0] if rid in kept]
+    misses = sum(grid.missed(r) for r in today)
+    done = sum(rid in kept for point in grid.runs for rid in point)
+    whole = len(grid.runs) * n_seeds - done
+    stop_at = min(n_seeds, misses + 1)
+    least = (n_seeds - len(today)) + sum(max(0, stop_at - sum(rid in kept for rid in point)) for point in grid.runs[1:])
+    if cost is None:
+        hours, per, source = (float("nan"), float("nan")), "?", "unknown: no run of this task recorded"
+    else:
+        hours, per, source = (whole * cost[0] / 3600, least * cost[0] / 3600), f"{cost[0]:,.0f}", cost[1]
+    shown = "?" if cost is None else f"{hours[0]:,.1f}"
+    least_shown = "?" if cost is None else f"{hours[1]:,.1f}"
+    line = (f"| {grid.task} ({grid.env_id}) | {grid.seeds[0]}-{grid.seeds[-1]} | {len(grid.runs)} | "
+            f"{len(today)}/{n_seeds}, {misses} missed | {done} | {whole} | {least} | {per} | {source} | {shown} | "
+            f"{least_shown} |")
+    return line, hours[0], hours[1]
+
+
+def markdown(grids: list[Grid], kept: Mapping[str, Mapping[str, Any]], suite: list[Mapping[str, Any]]) -> str:
+    lines = ["# Tuning grids: what is left, projected (bench/tune_specs.py --plan)", "",
+             "Runs still to make: the whole grid (every point on every tuning seed, `--full-grid`) and the least the "
+             "early stop can need (today's point on every seed, each change stopped at its first possible miss). "
+             "CPU s per run: the median of the task's recorded runs (its tuning runs, else the suite's "
+             "`offline` runs, perhaps of another machine); CPU-h = runs x that median, one core.", "",
+             "| task | seeds | points | today's point run | runs kept | runs left (whole grid) | runs left (least) | "
+             "CPU s per run | from | CPU-h left (whole grid) | CPU-h left (least) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    total_whole = total_least = 0.0
+    unknown = []
+    records = list(kept.values())
+    for grid in grids:
+        line, whole, least = row(grid, kept, cost_per_run(grid.task, records, suite))
+        lines.append(line)
+        if whole != whole:  # nan: nothing measured
+            unknown.append(grid.task)
+        else:
+            total_whole += whole
+            total_least += least
+    lines += ["", f"In all: {total_least:,.1f} to {total_whole:,.1f} CPU-h projected"
+              + (f"; no rate for {', '.join(unknown)}" if unknown else "") + "."]
+    return "\n".join(lines) + "\n"
