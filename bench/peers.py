@@ -254,14 +254,15 @@ def _discrete(env_id: str) -> bool:
         env.close()
 
 
-def _key(record: dict[str, Any]) -> tuple[str, str, int, str]:
+def record_key(record: dict[str, Any]) -> tuple[str, str, int, str]:
+    """A peer record's identity: its task, algorithm, seed and budget kind."""
     return record["task"], record["algo"], record["seed"], record.get("kind", "episodes")
 
 
 def save_records(path: Path, mine: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Put this invocation's records into ``path`` (``peers.json``) and return all of them: only these cells are
     replaced (:func:`results_file.merge_save`), so two ``peers.py`` runs on one folder lose nothing of each other's."""
-    return results_file.merge_save(path, mine, _key,
+    return results_file.merge_save(path, mine, record_key,
                                    order=lambda r: (r["task"], r["algo"], r["seed"], r.get("kind", "")))
 
 

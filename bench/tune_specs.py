@@ -150,7 +150,7 @@ RUNS_FILE = "tune_runs.json"
 CPU-hours and a session a few)."""
 
 
-def _run_name(record: dict[str, Any]) -> str:
+def run_name(record: dict[str, Any]) -> str:
     """A record's run id: its run folder's name (the task, budget, backend, seed and a digest of the settings)."""
     return Path(record["run_dir"]).name
 
@@ -161,9 +161,9 @@ def kept_runs(out: Path) -> dict[str, dict[str, Any]]:
     kept: dict[str, dict[str, Any]] = {}
     done = out / "tune.json"
     for task in (json.loads(done.read_text()) if done.is_file() else {}).values():
-        kept.update({_run_name(r): r for r in task.get("records", []) if "heldout" in r and r.get("run_dir")})
+        kept.update({run_name(r): r for r in task.get("records", []) if "heldout" in r and r.get("run_dir")})
     runs = out / RUNS_FILE
-    kept.update({_run_name(r): r for r in (json.loads(runs.read_text()) if runs.is_file() else []) if "heldout" in r})
+    kept.update({run_name(r): r for r in (json.loads(runs.read_text()) if runs.is_file() else []) if "heldout" in r})
     return kept
 
 
@@ -192,7 +192,7 @@ def run_points(jobs: list[tuple[Goal, int]], out: Path, workers: int) -> dict[tu
             rec = fut.result()
             done[(_run_id(g, "offline", s), s)] = rec
             if "heldout" in rec:  # a failed run is tried again next time
-                results_file.merge_save(store, [rec], key=_run_name, order=_run_name)
+                results_file.merge_save(store, [rec], key=run_name, order=run_name)
             print(f"{g.key} {dict(g.settings) or 'today'} seed {s}: held-out {rec.get('heldout')}"
                   f"{' (reused)' if rec.get('reused') else ''}", flush=True)
     return done
