@@ -105,17 +105,24 @@ def comparable(run_dir: Path) -> tuple[dict[str, Any], list[int], list[list[int]
     return s, json.loads((run_dir / "best_policy.json").read_text())["table"], tables
 
 
+#: What a run records of the machine it ran on, not of its result: wall times, and how many language-model
+#: encodings and scores this process computed or read from the shared disk cache (a cold cache, as on a new machine,
+#: gives forward passes where a warm one gives cache hits, and a resumed run counts only its last process's).
+MACHINE_FIELDS = ("wall_s", "latency_s", "lm_forward_passes", "lm_encodings_from_cache", "lm_score_batches",
+                  "lm_scores_from_cache")
+
+
 def _without_wall(x: Any) -> Any:
     if isinstance(x, dict):
-        return {k: _without_wall(v) for k, v in x.items() if k not in ("wall_s", "latency_s")}
+        return {k: _without_wall(v) for k, v in x.items() if k not in MACHINE_FIELDS}
     if isinstance(x, list):
         return [_without_wall(v) for v in x]
     return x
 
 
 def run_records(run_dir: Path) -> dict[str, Any]:
-    """Everything a run recorded, wall times aside: its events, summary, every policy file, and the learner's state
-    in its checkpoint (an own-loop mode's), arrays as lists."""
+    """Everything a run recorded, the machine's part aside (:data:`MACHINE_FIELDS`): its events, summary, every
+    policy file, and the learner's state in its checkpoint (an own-loop mode's), arrays as lists."""
     from llm_policy_gen.run.checkpoint import load_checkpoint
 
     out: dict[str, Any] = {"events": _without_wall(read_jsonl(run_dir / "events.jsonl")),
