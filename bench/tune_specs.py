@@ -184,7 +184,7 @@ def run_points(jobs: list[tuple[Goal, int]], out: Path, workers: int) -> dict[tu
         else:
             todo.append((g, s))
     if done:
-        print(f"{len(done)} run(s) read back from {store}", flush=True)
+        print(f"{len(done)} run(s) read back from the records in {out}", flush=True)
     with ProcessPoolExecutor(workers) as pool:
         futures = {pool.submit(run_one, g, "offline", s, out): (g, s) for g, s in todo}
         for fut in as_completed(futures):
