@@ -95,9 +95,10 @@ def merge_by_task(src: Path, dest: Path, src_wins: bool) -> tuple[int, int]:
         have["by_seed"].update(seeds)
         moved += len(seeds)
     if moved:
+        from suite_scores import write_means
+
         mine.setdefault("heldout_episodes", theirs.get("heldout_episodes"))
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        dest.write_text(json.dumps(mine, indent=1, sort_keys=True))
+        write_means(dest, mine)
     return moved, sum(len(e.get("by_seed", {})) for e in tasks.values())
 
 

@@ -55,6 +55,15 @@ def _random_means(env_id: str, seeds: list[int]) -> dict[int, float]:
     return heldout_random_means(get_spec(env_id), seeds, HELDOUT_EPISODES)
 
 
+def write_means(path: Path, data: dict[str, Any]) -> None:
+    """Write a held-out means file (``random_policy.json``, ``priors.json``) whole, through a temporary file, so that a
+    reader never sees half of it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
+    tmp.replace(path)
+
+
 def _kept(out: Path, name: str, wanted: Iterable[tuple[str, str, int]],
           measure: Callable[[str, list[int]], dict[int, float]], extra: Callable[[str], dict[str, Any]]
           ) -> dict[str, dict[int, float]]:
@@ -75,9 +84,7 @@ def _kept(out: Path, name: str, wanted: Iterable[tuple[str, str, int]],
         tasks[task]["by_seed"].update({str(s): v for s, v in got.items()})
     if missing or not path.is_file():
         data["heldout_episodes"] = HELDOUT_EPISODES
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
-        tmp.replace(path)
+        write_means(path, data)
     return {t: {int(s): float(v) for s, v in e["by_seed"].items()} for t, e in tasks.items()}
 
 
