@@ -116,9 +116,10 @@ class TrainConfig(BaseModel):
                                         "Extra gymnasium.make keyword arguments.")
     binning: Literal["uniform", "seed"] | None = _field(None, "uniform or seed", "uniform (default) or seed (the "
                                                         "seed project's round((n-1)*ratio) bins).")
-    prior: Literal["spec", "neutral"] = _field("spec", "spec or neutral", "The starting point of the search: the "
-                                               "spec's prior rule (spec), or none, every state at the spec's default "
-                                               "action (neutral: the ablation that shows what the prior does).")
+    prior: Literal["spec", "neutral"] = _field("spec", "spec or neutral", "Where offline's search starts: the "
+                                               "spec's prior rule, its first candidate (spec), or no rule (neutral: "
+                                               "the ablation that shows what the prior does). The kept table starts "
+                                               "at the spec's default action either way.")
     plots: bool = _field(True, "true or false", "Write training.png and testing.png at the end.", flag="--no-plots",
                          resume=True, operational=True)
     progress: bool = _field(True, "true or false", "Show a progress bar (or, without a terminal, one line per "
