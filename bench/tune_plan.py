@@ -9,8 +9,9 @@ is a guide to this one, not a measurement of it). With neither the projection is
 
 Two projections, since the search stops a change once it can no longer beat today's point (``bench/tune_specs.py``):
 the **whole grid** (``--full-grid``: every point on every seed, the most the search can need) and the **least** it
-can need (today's point on every seed, and each change stopped at its first possible miss: one seed more than
-today's point has missed so far, a count that can only grow). Written to ``OUT/tune_plan.md`` and printed.
+can need (today's point on every seed, and each change stopped at its first possible miss: once it has missed one
+seed more than today's point has missed so far, a count that can only grow, every seed it has still to run taken as
+a miss). Written to ``OUT/tune_plan.md`` and printed.
 """
 
 from __future__ import annotations
@@ -42,6 +43,14 @@ def cost_per_run(task: str, kept: list[Mapping[str, Any]], suite: list[Mapping[s
     return None
 
 
+def _least_left(grid: Grid, point: tuple[str, ...], kept: Mapping[str, Mapping[str, Any]], stop_at: int) -> int:
+    """The fewest runs a change still needs: none once it has missed ``stop_at`` seeds (stopped) or run them all,
+    else its misses still to come to ``stop_at``, every next seed a miss, at most the seeds it has left."""
+    runs = [kept[rid] for rid in point if rid in kept]
+    missed = sum(grid.missed(r) for r in runs)
+    return 0 if missed >= stop_at else min(stop_at - missed, len(point) - len(runs))
+
+
 def row(grid: Grid, kept: Mapping[str, Mapping[str, Any]], cost: tuple[float, str] | None) -> tuple[str, float, float]:
     """The table row of one task, and its projected CPU hours (whole grid, least)."""
     n_seeds = len(grid.seeds)
@@ -49,8 +58,7 @@ def row(grid: Grid, kept: Mapping[str, Mapping[str, Any]], cost: tuple[float, st
     misses = sum(grid.missed(r) for r in today)
     done = sum(rid in kept for point in grid.runs for rid in point)
     whole = len(grid.runs) * n_seeds - done
-    stop_at = min(n_seeds, misses + 1)
-    least = (n_seeds - len(today)) + sum(max(0, stop_at - sum(rid in kept for rid in point)) for point in grid.runs[1:])
+    least = (n_seeds - len(today)) + sum(_least_left(grid, point, kept, misses + 1) for point in grid.runs[1:])
     if cost is None:
         hours, per, source = (float("nan"), float("nan")), "?", "unknown: no run of this task recorded"
     else:

@@ -161,6 +161,24 @@ def test_the_plan_counts_the_kept_runs_and_projects_the_rest_at_the_tasks_own_co
     assert not (out / "runs").exists() and not (out / "tune.json").exists()
 
 
+def test_the_least_counts_a_change_that_has_met_the_goal_so_far_as_still_to_run(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Today's point missed 2 of 4 seeds, so a change stops at its 3rd miss. Each change's fewest runs left: met on
+    both its seeds, 2 (its seeds left, all misses, cannot reach 3); one miss in two, 2; three misses, 0 (stopped); met
+    on all four, 0; not begun, 3. Counting kept runs as misses (the plan before) said 1, 1, 0, 0, 3."""
+    monkeypatch.syspath_prepend(str(BENCH))
+    plan = importlib.import_module("tune_plan")
+    scores = {"t0": 1, "t1": 1, "t2": 0, "t3": 0, "a0": 1, "a1": 1, "b0": 0, "b1": 1, "c0": 0, "c1": 0, "c2": 0,
+              "d0": 1, "d1": 1, "d2": 1, "d3": 1}
+    kept = {rid: {"met": met, "cpu_s": 60.0, "heldout": 1.0, "task": "x"} for rid, met in scores.items()}
+    grid = plan.Grid("x", "X-v0", (100, 101, 102, 103),
+                     tuple(tuple(f"{p}{i}" for i in range(4)) for p in "tabcde"), lambda r: not r["met"])
+    line, whole, least = plan.row(grid, kept, (60.0, "tuning runs"))
+    # today's point, runs kept, runs left for the whole grid (6 points x 4 seeds - 15) and the least (2+2+0+0+3)
+    assert line.split(" | ")[3:7] == ["4/4, 2 missed", "15", "9", "7"]
+    assert least == pytest.approx(7 * 60 / 3600) and whole == pytest.approx(9 * 60 / 3600)
+
+
 def test_the_runs_kept_are_the_finished_tasks_and_the_run_records(tune: ModuleType, tmp_path: Path) -> None:
     """A task finished before tune_runs.json existed keeps its runs in tune.json's records: both are read back (a
     failed run in neither), so a fresh folder with copies of the two runs none of them again."""
