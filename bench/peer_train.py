@@ -45,6 +45,8 @@ class Books:
     """``[steps, episodes, held-out mean]`` after each segment."""
     resumed: int = 0
     fresh_episodes_on_resume: bool = False
+    before_last: list[int] = field(default_factory=list)
+    """``[steps, episodes]`` before the last environment step taken (:func:`stops_where`)."""
 
 
 @dataclass
@@ -60,6 +62,21 @@ class Budget:
 
     def fraction(self, books: Books) -> float:
         return (books.episodes if self.kind == "episodes" else books.steps) / max(1, self.target)
+
+
+def stops_where(finished: dict[str, Any], budget: Budget, eval_every: int, curve_episodes: int) -> bool:
+    """Whether ``budget`` would have stopped the finished run ``finished`` (a record's fields) at the step where it
+    stopped: the same horizon (so the same schedules), the same curve cadence, met at the last step taken and not
+    before, and no environment reset by a resume. Training is seeded and the stop rule is the only difference, so a
+    run under ``budget`` would be this run, step for step. Pendulum-v1's episodes all last 200 steps: an
+    equal-episodes budget stops its SAC run where the equal-steps one stopped."""
+    before = finished.get("before_last")
+    if not finished.get("reached") or not before or finished.get("fresh_episodes_on_resume") \
+            or (finished.get("horizon"), finished.get("eval_every"), finished.get("curve_episodes")) \
+            != (budget.horizon, eval_every, curve_episodes):
+        return False
+    at = {"steps": (before[0], finished["steps"]), "episodes": (before[1], finished["episodes"])}.get(budget.kind)
+    return at is not None and at[0] < budget.target <= at[1]
 
 
 def algo_class(algo: str) -> Any:
@@ -226,6 +243,7 @@ def train(run_dir: Path, algo: str, hyper: zoo.Hyper, make_one: Any, budget: Bud
 
     class Counter(BaseCallback):  # type: ignore[misc]
         def _on_step(self) -> bool:
+            books.before_last = [books.steps, books.episodes]
             books.steps = int(self.model.num_timesteps)
             books.episodes += int(np.sum(self.locals["dones"]))
             return not budget.done(books)

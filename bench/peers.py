@@ -31,7 +31,10 @@ range (``seed * 1,000,000 + 100,000``).
 **Resume**: each run lives in ``OUT/peers/ENV/ALGO_KIND_TARGET_sSEED`` and checkpoints there (SB3 ``save``, replay
 buffer, environments, ``VecNormalize``, random generators) every ``--checkpoint-minutes`` of CPU, so an interrupted
 invocation goes on where it stopped with the same result. Tasks that differ only in what a peer never sees (a
-spec's table: LunarLander-v3.products) share a run when their budgets are equal.
+spec's table: LunarLander-v3.products) share a run when their budgets are equal. So do a seed's two
+equal-interaction budgets when one would have stopped the other's finished run at the step where it stopped (the
+same horizon and curve cadence; ``peer_train.stops_where``): every Pendulum-v1 episode lasts 200 steps, so its
+equal-episodes cell is its equal-steps run, recorded with ``same_run_as`` and not trained twice.
 
 **Plan** (``--plan``, ``bench/peers_plan.py``): trains nothing; for the cells asked, what is done, what is left,
 and the CPU hours it projects at the rates measured here, written to ``peers_plan.md``.
@@ -155,8 +158,11 @@ def run_one(task: str, algo: str, seed: int, kind: str, out: Path, offline: tupl
         done = run_dir / "result.json"
         if done.is_file():
             return {**record, **json.loads(done.read_text()), "reused": True}
-        plan = SeedPlan(seed)
         every = max(1, math.ceil(budget.horizon / opts["curve_points"]))
+        twin = same_run(out, task, algo, seed, budget, hyper, offline, every, opts["curve_episodes"])
+        if twin is not None:
+            return {**record, **twin}
+        plan = SeedPlan(seed)
         fields = peer_train.train(run_dir, algo, hyper, EnvFactory(goal.env_id), budget, plan.train(0),
                                   [plan.heldout(j) for j in range(opts.get("heldout_episodes", HELDOUT_EPISODES))],
                                   opts["curve_episodes"], every, opts["cpu_hours"] * 3600,
@@ -172,9 +178,32 @@ def run_one(task: str, algo: str, seed: int, kind: str, out: Path, offline: tupl
         return {**record, "error": f"{type(exc).__name__}: {exc}"[:300]}
 
 
+def same_run(out: Path, task: str, algo: str, seed: int, budget: Any, hyper: Any, offline: tuple[int, int] | None,
+             eval_every: int, curve_episodes: int) -> dict[str, Any] | None:
+    """The finished run of the other equal-interaction budget of this task, algorithm and seed, when ``budget``
+    would have stopped it at the step where it stopped (:func:`peer_train.stops_where`): that run's fields under this
+    cell's budget, with ``same_run_as`` naming its folder; else None. Every Pendulum-v1 episode lasts 200 steps, so
+    its equal-episodes SAC cell is its equal-steps run, not a second one trained to the same step."""
+    import peer_train
+
+    if budget.kind not in ("steps", "episodes"):
+        return None
+    other = budget_for("episodes" if budget.kind == "steps" else "steps", hyper, offline)
+    if isinstance(other, str):
+        return None
+    result = run_dir_for(out, task, algo, other.kind, other, seed) / "result.json"
+    if not result.is_file():
+        return None
+    fields = json.loads(result.read_text())
+    if not peer_train.stops_where(fields, budget, eval_every, curve_episodes):
+        return None
+    return {**fields, "target": budget.target, "same_run_as": str(result.parent), "reused": True}
+
+
 def run_group(jobs: list[tuple[Any, ...]]) -> list[dict[str, Any]]:
-    """:func:`run_one` for jobs that may share a run folder (the same environment, algorithm, seed and budget kind),
-    one after the other in one worker: the later ones reuse the first's finished run instead of racing it."""
+    """:func:`run_one` for jobs that may share a run (the same environment, algorithm and seed: a task that differs
+    only in its table, or the other equal-interaction budget), one after the other in one worker: the later ones
+    reuse the first's finished run instead of racing it."""
     return [run_one(*job) for job in jobs]
 
 
@@ -199,11 +228,20 @@ def cells(records: list[dict[str, Any]]) -> list[suite_peers.PeerCell]:
     return out
 
 
+def reached(record: dict[str, Any]) -> str:
+    """``peers.md``'s "reached" cell: yes or no, and whose run it is when it is the other budget's."""
+    if not record.get("reached"):
+        return "no"
+    twin = record.get("same_run_as")
+    return f"yes (the {Path(twin).name.split('_')[1].rstrip('0123456789')} run)" if twin else "yes"
+
+
 def details(records: list[dict[str, Any]]) -> str:
     """``peers.md``: every run's figures, then the cells only a reference can fill."""
     lines = ["# Peers (bench/peers.py)", "", "One row per task, algorithm, budget and seed: held-out mean over 100 "
-             "episodes, steps and episodes trained, whether the budget was reached, training CPU seconds (curve "
-             "evaluations apart), the hyperparameter source.", "",
+             "episodes, steps and episodes trained, whether the budget was reached (\"the steps run\": the "
+             "equal-steps run stopped where this budget would have, so it is this cell's run too), training CPU "
+             "seconds (curve evaluations apart), the hyperparameter source.", "",
              "| task | algo | budget | seed | held-out | steps | episodes | reached | CPU s | source |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     key = lambda r: (r["task"], r["algo"], KINDS.index(r.get("kind", "steps")), r["seed"])  # noqa: E731
@@ -211,7 +249,7 @@ def details(records: list[dict[str, Any]]) -> str:
         held = r.get("error") or r.get("not_run") or (f"{r['heldout']:,.2f}" if "heldout" in r else "-")
         target = f"{r['kind']} {r['target']:,}" if "target" in r else r.get("kind", "")
         lines.append(f"| {r['task']} | {r['algo'].upper()} | {target} | {r['seed']} | {held} | "
-                     f"{r.get('steps', 0):,} | {r.get('episodes', 0):,} | {'yes' if r.get('reached') else 'no'} | "
+                     f"{r.get('steps', 0):,} | {r.get('episodes', 0):,} | {reached(r)} | "
                      f"{r.get('cpu_s', 0):,.0f} | {r.get('hyperparameters', '')} |")
     far = [r for r in sorted(records, key=key) if "out_of_reach" in r]
     lines += ["", "## Out of reach on these cores", ""]
@@ -221,9 +259,10 @@ def details(records: list[dict[str, Any]]) -> str:
 
 
 def plan_cell(task: str, algo: str, seed: int, kind: str, out: Path, offline: tuple[int, int] | None,
-              done: dict[str, Any] | None, stale: bool, hyper: Any) -> peers_plan.Cell:
+              done: dict[str, Any] | None, stale: bool, hyper: Any, opts: dict[str, Any]) -> peers_plan.Cell:
     """What is there of one cell, for ``--plan``: its budget's step horizon (``hyper``: the task's
-    :func:`zoo.hyperparameters` for ``algo``), its state, an interrupted run's progress."""
+    :func:`zoo.hyperparameters` for ``algo``), its state (done also when the other equal-interaction budget's finished
+    run is its run: :func:`same_run`), an interrupted run's progress."""
     budget = budget_for(kind, hyper, offline)
     if isinstance(budget, str):
         return peers_plan.Cell(task, algo, kind, seed, None, f"not run: {budget}")
@@ -231,6 +270,9 @@ def plan_cell(task: str, algo: str, seed: int, kind: str, out: Path, offline: tu
         return peers_plan.Cell(task, algo, kind, seed, budget.horizon, "done", budget.horizon)
     if done is not None and "out_of_reach" in done:
         return peers_plan.Cell(task, algo, kind, seed, budget.horizon, "out of reach")
+    if same_run(out, task, algo, seed, budget, hyper, offline, max(1, math.ceil(budget.horizon / opts["curve_points"])),
+                opts["curve_episodes"]) is not None:
+        return peers_plan.Cell(task, algo, kind, seed, budget.horizon, "done", budget.horizon)
     steps, cpu = peers_plan.progress(run_dir_for(out, task, algo, kind, budget, seed))
     status = "stale" if stale and not steps else "partly run" if steps else "to run"
     return peers_plan.Cell(task, algo, kind, seed, budget.horizon, status, steps, cpu)
@@ -331,7 +373,7 @@ def main(argv: list[str] | None = None) -> int:
                             out_of_reach and done.get("cpu_hours", 0) >= args.cpu_hours)):
                         jobs.append((task, algo, seed, kind, out, offline, opts))
                     if args.plan:
-                        plan.append(plan_cell(task, algo, seed, kind, out, offline, done, stale, hyper))
+                        plan.append(plan_cell(task, algo, seed, kind, out, offline, done, stale, hyper, opts))
     if args.plan:
         text = peers_plan.markdown(plan, peers_plan.rates(list(records.values())), args.cpu_hours)
         (out / "peers_plan.md").write_text(text)
@@ -343,7 +385,11 @@ def main(argv: list[str] | None = None) -> int:
                              max_tasks_per_child=1) as pool:
         groups: dict[tuple[Any, ...], list[tuple[Any, ...]]] = {}
         for job in jobs:
-            groups.setdefault((setup_id(suite_goals.BY_KEY[job[0]].env_id), *job[1:4]), []).append(job)
+            # the two equal-interaction budgets of a seed in one group, steps first: the later may be the same run
+            equal = "zoo" if job[3] == "zoo" else "equal"
+            groups.setdefault((setup_id(suite_goals.BY_KEY[job[0]].env_id), job[1], job[2], equal), []).append(job)
+        for group in groups.values():
+            group.sort(key=lambda job: KINDS.index(job[3]))
         futures = [pool.submit(run_group, group) for group in groups.values()]
         mine: list[dict[str, Any]] = []
         for fut in as_completed(futures):

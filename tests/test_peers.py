@@ -229,6 +229,32 @@ def test_an_interrupted_run_resumes_to_the_same_result(bench, tmp_path, algo):
 
 
 @pytest.mark.slow
+def test_an_equal_episodes_cell_stopped_where_the_equal_steps_run_stopped_is_that_run(bench, tmp_path):
+    """Every Pendulum-v1 episode lasts 200 steps: SAC (one environment) trained to offline's 400 steps has run
+    offline's 2 episodes at its last step, so the equal-episodes cell is that run, not a second one; trained on its
+    own it gives the same curve and figure. CartPole-v1's episodes end early: there the cells are two runs."""
+    _, peers = bench
+    opts = {"curve_points": 2, "curve_episodes": 1, "cpu_hours": 1.0, "checkpoint_minutes": 10.0,
+            "heldout_episodes": 3}
+    steps = peers.run_one("pendulum", "sac", 0, "steps", tmp_path / "a", (400, 2), opts)
+    shared = peers.run_one("pendulum", "sac", 0, "episodes", tmp_path / "a", (400, 2), opts)
+    alone = peers.run_one("pendulum", "sac", 0, "episodes", tmp_path / "b", (400, 2), opts)
+    assert steps["reached"] and steps["before_last"] == [399, 1] and (steps["steps"], steps["episodes"]) == (400, 2)
+    assert shared["same_run_as"] == steps["run_dir"] and shared["target"] == 2 and shared["reached"]
+    assert "same_run_as" not in alone and (alone["steps"], alone["episodes"]) == (400, 2)
+    assert (shared["heldout"], shared["curve"]) == (alone["heldout"], alone["curve"])
+    assert "| pendulum | SAC | episodes 2 | 0 |" in peers.details([steps, shared]) \
+        and "| yes (the steps run) |" in peers.details([shared])
+    # the plan counts it as done
+    cell = peers.plan_cell("pendulum", "sac", 0, "episodes", tmp_path / "a", (400, 2), None, False,
+                           peers.plan_hyperparameters("sac", "Pendulum-v1"), opts)
+    assert cell.status == "done"
+    cart = peers.run_one("cartpole", "dqn", 0, "steps", tmp_path / "c", (300, 20), opts)
+    own = peers.run_one("cartpole", "dqn", 0, "episodes", tmp_path / "c", (300, 20), opts)
+    assert cart["episodes"] != 20 and "same_run_as" not in own and own["episodes"] == 20 and own["reached"]
+
+
+@pytest.mark.slow
 def test_a_resumed_run_keeps_its_normalisation_statistics(bench, tmp_path, zoo):
     """PPO with the zoo's VecNormalize (as on MountainCar or Hopper): statistics and running returns saved with the
     checkpoint, so the resumed run equals the uninterrupted one."""
