@@ -35,7 +35,8 @@ somewhere that outlives the machine. ``bench/data/`` in the repository holds the
 (a suite folder is lost with the machine it ran on; the machine of 2026-11-27 took the first fourteen tasks' records
 with it, and their figures in the docs are from its last report).
 
-``--backends`` also takes ``offline-neutral``: ``offline`` with ``--prior neutral`` (issue 32 item 4).
+``--backends`` also takes ``offline-neutral``: ``offline`` with ``--prior neutral`` (issue 32 item 4), and
+``offline-from-prior``: ``offline`` with ``--prior start`` (the kept table starts at the prior rule's table).
 
 Runs of tables over 100,000 states lose their per-iteration policy files afterwards (``policies/iter_*.json``, several
 MB each, one per iteration; ``--keep-policies`` keeps them); ``best_policy.json`` stays.
@@ -71,17 +72,20 @@ DEFAULT_OUT = Path.home() / "llm-policy-gen-bench" / "suite"
 BACKENDS = ("offline", "q-learning", "random")
 ABLATIONS: dict[str, tuple[str, tuple[tuple[str, Any], ...]]] = {
     "offline-neutral": ("offline", (("prior", "neutral"),)),
+    "offline-from-prior": ("offline", (("prior", "start"),)),
 }
 """Suite backends that are another backend with settings: ``offline-neutral`` is ``offline`` from the neutral prior
-(no prior rule, every state at the spec's default action; issue 32 item 4). On a spec without a prior the settings
-change nothing, and the run is the plain backend's own (the same run id, never run twice)."""
+(no prior rule, every state at the spec's default action; issue 32 item 4); ``offline-from-prior`` is ``offline``
+whose kept table starts at the prior rule's table (``--prior start``: the prior is the run's floor). On a spec
+without a prior the settings change nothing, and the run is the plain backend's own (the same run id, never run
+twice)."""
 SUITE_BACKENDS = (*BACKENDS, *ABLATIONS)
 
 
 def backend_settings(goal: Goal, backend: str) -> tuple[str, tuple[tuple[str, Any], ...]]:
     """The backend a suite backend runs and the settings it adds to the task's (none that change nothing)."""
     base, extra = ABLATIONS.get(backend, (backend, ()))
-    if extra and dict(extra).get("prior") == "neutral":
+    if extra and dict(extra).get("prior") in ("neutral", "start"):
         from llm_policy_gen.envs import get_spec
 
         if get_spec(goal.env_id).prior is None:

@@ -36,7 +36,7 @@ GRID_POINTS = 60
 PRIOR = "prior, 0 episodes"
 PEER_KIND_LABEL = {"steps": "= steps", "episodes": "= episodes", "zoo": "zoo budget"}
 """How bench/peers.py's budget kinds are named in columns and legends."""
-SUITE_ORDER = ("offline", "offline-neutral", "q-learning", "random")
+SUITE_ORDER = ("offline", "offline-neutral", "offline-from-prior", "q-learning", "random")
 
 
 @dataclass

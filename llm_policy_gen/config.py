@@ -116,10 +116,13 @@ class TrainConfig(BaseModel):
                                         "Extra gymnasium.make keyword arguments.")
     binning: Literal["uniform", "seed"] | None = _field(None, "uniform or seed", "uniform (default) or seed (the "
                                                         "seed project's round((n-1)*ratio) bins).")
-    prior: Literal["spec", "neutral"] = _field("spec", "spec or neutral", "Where offline's search starts: the "
-                                               "spec's prior rule, its first candidate (spec), or no rule (neutral: "
-                                               "the ablation that shows what the prior does). The kept table starts "
-                                               "at the spec's default action either way.")
+    prior: Literal["spec", "neutral", "start"] = _field(
+        "spec", "spec, neutral or start", "What the spec's prior rule does. spec: it is offline's first candidate "
+        "(the centre of its search), adopted only if it beats the kept table, which starts at the spec's default "
+        "action; neutral: no rule (the ablation that shows what the prior does); start: the kept table starts at the "
+        "prior rule's table (its floor: what every proposal must beat; the current table of a model's first prompt), "
+        "and offline's search starts there too. Without a prior rule in the spec, all three start at the default "
+        "action.")
     plots: bool = _field(True, "true or false", "Write training.png and testing.png at the end.", flag="--no-plots",
                          resume=True, operational=True)
     progress: bool = _field(True, "true or false", "Show a progress bar (or, without a terminal, one line per "

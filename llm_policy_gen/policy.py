@@ -2,11 +2,11 @@
 
 Rule for states the table does not set: a table is always complete. A run's kept table starts with every state at
 the spec's ``default_action`` (a spec's prior rule is a candidate like any other: ``offline`` proposes it first, and
-the keeper adopts it only if it passes its test); an answer that leaves states out keeps their current action (see
-:mod:`llm_policy_gen.formats`). A policy file stores the env id, the environment's keyword arguments, the
-observation discretizer spec, the action spec, a fingerprint of them, the table and, for a table compiled from rules,
-the rules (``source``). Loading it against an environment whose settings differ is refused with one line naming what
-differs.
+the keeper adopts it only if it passes its test), or at the prior rule's table under ``prior = "start"``; an answer
+that leaves states out keeps their current action (see :mod:`llm_policy_gen.formats`). A policy file stores the env
+id, the environment's keyword arguments, the observation discretizer spec, the action spec, a fingerprint of them,
+the table and, for a table compiled from rules, the rules (``source``). Loading it against an environment whose
+settings differ is refused with one line naming what differs.
 """
 
 from __future__ import annotations

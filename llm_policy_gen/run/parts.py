@@ -47,8 +47,9 @@ class RunParts:
         self.collector = Collector(spec)
         self.memory = ExperienceMemory(self.observation.n_states, self.actions.n_actions, cfg.memory_capacity,
                                        cfg.gamma, cfg.best_k)
-        self.keeper = Keeper(self.collector, spec.default_table(), cfg.seed, cfg.test_start, cfg.test_max,
-                             cfg.test_rise_every, cfg.confirm_episodes, cfg.confirm_z,
+        start = spec.prior_table() if cfg.prior == "start" else None
+        self.keeper = Keeper(self.collector, spec.default_table() if start is None else start, cfg.seed,
+                             cfg.test_start, cfg.test_max, cfg.test_rise_every, cfg.confirm_episodes, cfg.confirm_z,
                              cfg.confirm_batches, fresh_test_seeds=cfg.test_seeds == "fresh")
         self.builder = PromptBuilder(max_chars=cfg.max_prompt_chars, evidence=cfg.evidence)
         self.rng = np.random.default_rng([cfg.seed, 7])
