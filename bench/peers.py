@@ -197,7 +197,8 @@ def same_run(out: Path, task: str, algo: str, seed: int, budget: Any, hyper: Any
     fields = json.loads(result.read_text())
     if not peer_train.stops_where(fields, budget, eval_every, curve_episodes):
         return None
-    return {**fields, "target": budget.target, "same_run_as": str(result.parent), "reused": True}
+    return {**fields, "target": budget.target, "run_dir": str(result.parent), "same_run_as": str(result.parent),
+            "reused": True}
 
 
 def run_group(jobs: list[tuple[Any, ...]]) -> list[dict[str, Any]]:

@@ -240,7 +240,8 @@ def test_an_equal_episodes_cell_stopped_where_the_equal_steps_run_stopped_is_tha
     shared = peers.run_one("pendulum", "sac", 0, "episodes", tmp_path / "a", (400, 2), opts)
     alone = peers.run_one("pendulum", "sac", 0, "episodes", tmp_path / "b", (400, 2), opts)
     assert steps["reached"] and steps["before_last"] == [399, 1] and (steps["steps"], steps["episodes"]) == (400, 2)
-    assert shared["same_run_as"] == steps["run_dir"] and shared["target"] == 2 and shared["reached"]
+    assert shared["same_run_as"] == shared["run_dir"] == steps["run_dir"] and shared["target"] == 2 \
+        and shared["reached"]
     assert "same_run_as" not in alone and (alone["steps"], alone["episodes"]) == (400, 2)
     assert (shared["heldout"], shared["curve"]) == (alone["heldout"], alone["curve"])
     assert "| pendulum | SAC | episodes 2 | 0 |" in peers.details([steps, shared]) \
