@@ -133,6 +133,11 @@ def run_dir_for(out: Path, task: str, algo: str, kind: str, budget: Any, seed: i
     return out / "peers" / setup_id(suite_goals.BY_KEY[task].env_id) / f"{algo}_{kind}{budget.target}_s{seed}"
 
 
+def curve_every(budget: Any, opts: dict[str, Any]) -> int:
+    """Steps between curve points: the budget's horizon over ``--curve-points``."""
+    return max(1, math.ceil(budget.horizon / opts["curve_points"]))
+
+
 def run_one(task: str, algo: str, seed: int, kind: str, out: Path, offline: tuple[int, int] | None,
             opts: dict[str, Any]) -> dict[str, Any]:
     """Train (or resume, or reuse) and evaluate one peer; returns its record."""
@@ -158,7 +163,7 @@ def run_one(task: str, algo: str, seed: int, kind: str, out: Path, offline: tupl
         done = run_dir / "result.json"
         if done.is_file():
             return {**record, **json.loads(done.read_text()), "reused": True}
-        every = max(1, math.ceil(budget.horizon / opts["curve_points"]))
+        every = curve_every(budget, opts)
         twin = same_run(out, task, algo, seed, budget, hyper, offline, every, opts["curve_episodes"])
         if twin is not None:
             return {**record, **twin}
@@ -233,8 +238,9 @@ def reached(record: dict[str, Any]) -> str:
     """``peers.md``'s "reached" cell: yes or no, and whose run it is when it is the other budget's."""
     if not record.get("reached"):
         return "no"
-    twin = record.get("same_run_as")
-    return f"yes (the {Path(twin).name.split('_')[1].rstrip('0123456789')} run)" if twin else "yes"
+    if not record.get("same_run_as"):
+        return "yes"
+    return f"yes (the {'steps' if record['kind'] == 'episodes' else 'episodes'} run)"
 
 
 def details(records: list[dict[str, Any]]) -> str:
@@ -271,7 +277,7 @@ def plan_cell(task: str, algo: str, seed: int, kind: str, out: Path, offline: tu
         return peers_plan.Cell(task, algo, kind, seed, budget.horizon, "done", budget.horizon)
     if done is not None and "out_of_reach" in done:
         return peers_plan.Cell(task, algo, kind, seed, budget.horizon, "out of reach")
-    if same_run(out, task, algo, seed, budget, hyper, offline, max(1, math.ceil(budget.horizon / opts["curve_points"])),
+    if same_run(out, task, algo, seed, budget, hyper, offline, curve_every(budget, opts),
                 opts["curve_episodes"]) is not None:
         return peers_plan.Cell(task, algo, kind, seed, budget.horizon, "done", budget.horizon)
     steps, cpu = peers_plan.progress(run_dir_for(out, task, algo, kind, budget, seed))

@@ -50,8 +50,7 @@ def test_train_prior_neutral_drops_the_prior_rule_and_records_it(tmp_path: Path)
 
 def test_train_prior_start_starts_the_kept_table_at_the_prior_rule(tmp_path: Path) -> None:
     """``--prior start``: the table the first adoption replaced is the prior rule's table, measured on the run's
-    held-out seeds; with ``--prior spec`` it is the default action everywhere. A spec without a prior starts at the
-    default action either way."""
+    held-out seeds; with ``--prior spec`` it is the default action everywhere."""
     from llm_policy_gen.collect import Collector
     from llm_policy_gen.envs import get_spec
     from llm_policy_gen.sweep.random_baseline import heldout_seeds
