@@ -55,9 +55,7 @@ resume, and the last line names the folder and the command).
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import math
-import os
 import shutil
 import sys
 import time
@@ -68,17 +66,16 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from ..errors import SweepInterrupted, UserError, missing_extra, signal_of
+from ..errors import SweepInterrupted, UserError, signal_of
 from ..loggers.console import plural, printable
-from ..storage.locks import FolderLock, HeldInterrupts
-from ..storage.runlog import append_jsonl, slug, write_bytes_atomic
-from ..sweep.figures import plot_curves
+from ..storage.locks import FolderLock
+from ..storage.runlog import append_jsonl, slug
+from ..sweep.closing import close_sweep
+from ..sweep.executors import EXECUTORS, check_executor, check_reachable, execute
 from ..sweep.limits import DEFAULT_MAX_CONCURRENT_CALLS
-from ..sweep.markdown import results_markdown
 from ..sweep.plan import check_same_sweep, committed_cost, experiment, plan, preflight, resolved, survey
-from ..sweep.random_baseline import folder_random_means
-from ..sweep.results import ResultRow, SweepRecord, write_curves, write_results
-from ..sweep.task import RunTask, TaskResult, failed_result, result_from_summary
+from ..sweep.results import ResultRow, SweepRecord
+from ..sweep.task import RunTask, TaskResult, result_from_summary
 
 __all__ = ["CompareConfig", "run_compare", "add_parser"]
 
@@ -115,10 +112,7 @@ class CompareConfig:
     """The sweep's spending ceiling (None: none)."""
 
     def __post_init__(self) -> None:
-        if self.executor not in ("local", "ray"):
-            raise UserError(f"bad --executor {self.executor!r}: accepted local or ray")
-        if self.executor == "ray" and importlib.util.find_spec("ray") is None:
-            raise missing_extra("--executor ray needs ray", "ray")
+        check_executor(self.executor)
         _check_number("--workers", self.workers, "an integer >= 1", lambda v: v >= 1)
         _check_number("--max-concurrent-calls", self.max_concurrent_calls, "an integer >= 1", lambda v: v >= 1)
         _check_number("--rpm", self.rpm, "a number > 0", lambda v: v > 0)
@@ -198,10 +192,7 @@ def run_compare(config: CompareConfig) -> list[ResultRow]:
             pass
     check_same_sweep(out, sweep, tasks, survey(tasks))
     preflight(tasks)
-    if c.executor == "ray" and os.environ.get("RAY_ADDRESS"):
-        from ..sweep.ray import check_address
-
-        check_address(os.environ["RAY_ADDRESS"])
+    check_reachable(c.executor)
 
     # Everything is checked: from here on, files are written.
     try:
@@ -249,49 +240,15 @@ def run_compare(config: CompareConfig) -> list[ResultRow]:
         t0 = time.perf_counter()
         stopped: KeyboardInterrupt | None = None
         try:
-            if c.executor == "ray":
-                from ..sweep.ray import execute_ray
-
-                record.limits = execute_ray(todo, c.workers, on_done, limits, note)
-            else:
-                from ..sweep.local import execute_local
-
-                record.limits = execute_local(todo, c.workers or 1, on_done, limits, note)
+            record.limits = execute(c.executor, todo, c.workers, on_done, limits, note)
         except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM / SIGHUP (errors.Interrupted)
             stopped = exc
         finally:
             display.close()
-        # the random policy's held-out means for the normalised score: measured unless the sweep was stopped (then
-        # only those measured before are used)
-        try:
-            random = folder_random_means(out, cfg, record.seeds, measure=stopped is None)
-        except KeyboardInterrupt as exc:
-            stopped, random = exc, folder_random_means(out, cfg, record.seeds, measure=False)
-        with HeldInterrupts(raise_after=False):  # the closing files are written whole, whatever comes
-            rows = _close_sweep(c, out, record, tasks, results, t0, stopped is not None, spec.reward_threshold, random)
+        rows, stopped = close_sweep(out, record, tasks, results, cfg, t0, stopped)
         if stopped is not None:
             raise SweepInterrupted(str(out), sum(r.ok for r in rows), len(rows), c.command, signal_of(stopped))
         return rows
-
-
-def _close_sweep(c: CompareConfig, out: Path, record: SweepRecord, tasks: list[RunTask],
-                 results: dict[tuple[str, int], TaskResult], t0: float, interrupted: bool,
-                 threshold: float | None, random: dict[int, float] | None) -> list[ResultRow]:
-    """The comparison's files, from the runs' results (unfinished runs as ``interrupted``); returns the rows."""
-    ordered = [results.get((t.backend, t.seed)) or failed_result(
-        t, "interrupted before it finished; run the same command again to resume it", "interrupted")
-        for t in tasks]
-    rows = [r.row for r in ordered]
-    record.finished = datetime.now(UTC).isoformat(timespec="seconds")
-    record.sweep_wall_s = round(time.perf_counter() - t0, 3)
-    record.interrupted = interrupted
-    record.write(out)
-    write_results(out / "results.csv", rows)
-    curves = [r.curve for r in ordered if r.row.ok]
-    write_curves(out, c.env_id, curves)
-    write_bytes_atomic(out / "results.md", results_markdown(record, rows, random).encode("utf-8"))
-    plot_curves(curves, out / "curves.png", f"{c.env_id}: kept table over seeds", c.backends, threshold)
-    return rows
 
 
 # ---------------------------------------------------------------------------------------------------- CLI
@@ -313,7 +270,7 @@ def add_parser(subparsers: Any) -> None:
                    help="held-out episodes that measure each run's kept table (as train's; default 100)")
     p.add_argument("--workers", type=int,
                    help="parallel runs (local default 1; a local Ray instance: its CPUs, default all)")
-    p.add_argument("--executor", choices=["local", "ray"], default="local",
+    p.add_argument("--executor", choices=list(EXECUTORS), default="local",
                    help="local (default) or ray (joins RAY_ADDRESS, else starts a local instance)")
     p.add_argument("--config", help="TOML file with train settings applied to every run")
     p.add_argument("--out", help="comparison directory (default logs/compare/<env-id>)")
