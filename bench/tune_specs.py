@@ -22,9 +22,9 @@ reward settings whose last iteration runs far past the budget's check: a larger 
 version judged on it and chose such a point for CartPole-v1.) A change **beats** today's settings only beyond the
 seeds' noise: it meets the goal on more tuning seeds, or on as many with the lower end of its IQM's 95% bootstrap
 interval above today's IQM (a difference of a fraction of a point between IQMs, which ten seeds cannot tell apart,
-changes nothing). The changes that beat today's are combined into one more point, which must beat today's the same
-way. The **chosen** point is the best, by seeds met then IQM, of those that beat today's; with none, today's
-settings stay.
+changes nothing). The changes that beat today's are combined into one more point (where both values of one setting
+beat today's, the better of the two), which must beat today's the same way. The **chosen** point is the best, by
+seeds met then IQM, of those that beat today's; with none, today's settings stay.
 Today's point runs on every tuning seed first; the changes then run one seed at a time (each round every change
 still in the race on its next seed), and a change **stops** as soon as it has missed the goal on more seeds than
 today's missed in all: it can then meet the goal on fewer seeds than today's at most, so it cannot beat today's, and
@@ -236,7 +236,8 @@ def tune(goal: Goal, seeds: list[int], out: Path, workers: int, full: bool = Fal
     def key(t: Scored) -> tuple[int, float]:
         return t[1], -1e18 if t[2] is None else t[2]
 
-    better = [t[0] for t in scored[1:] if beats(t, scored[0])]
+    # worst first, so that where two values of one setting beat today's (half and double), the better one is combined
+    better = [t[0] for t in sorted((t for t in scored[1:] if beats(t, scored[0])), key=key)]
     combined = dict(base)
     for p in better:
         combined.update({k: v for k, v in p.items() if v != base[k]})

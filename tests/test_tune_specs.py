@@ -78,6 +78,26 @@ def test_a_change_that_can_no_longer_beat_today_stops_and_the_choice_is_the_whol
     assert "stopped" in Path(tune.write_report(tmp_path, [pruned])).read_text()
 
 
+def test_where_both_values_of_a_setting_beat_today_the_combined_point_takes_the_better(
+        tune: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """CartPole-v1 (candidates 8 today), runs faked by their settings: halving and doubling the candidates both beat
+    today's, halving by more; with a third change that beats it, the combined point halves them."""
+    from suite import _run_id
+
+    def within(settings: dict[str, int]) -> float:
+        if settings["candidates"] != 8:
+            return {4: 500.0, 16: 480.0}[settings["candidates"]]
+        return 490.0 if settings["train_episodes"] == 2 else 400.0
+
+    monkeypatch.setattr(tune, "run_points", lambda jobs, out, workers: {
+        (_run_id(g, "offline", s), s): {"heldout_within": within(dict(g.settings)), "heldout": 0.0} for g, s in jobs})
+    result = tune.tune(tune.BY_KEY["cartpole"], [100, 101, 102, 103], tmp_path, 1)
+    base = result["today"]
+    changed = [{k: v for k, v in p["settings"].items() if v != base[k]} for p in result["points"]]
+    assert changed[-1] == {"candidates": 4, "train_episodes": 2}
+    assert result["changed"]["candidates"] == 4
+
+
 @pytest.mark.parametrize("argv, says", [
     (["--tasks", "nope"], "unknown task 'nope'"),
     (["--tasks", "cartpole", "--seeds", "x"], "bad --seeds 'x'"),
