@@ -42,8 +42,9 @@ Runs of tables over 100,000 states lose their per-iteration policy files afterwa
 MB each, one per iteration; ``--keep-policies`` keeps them); ``best_policy.json`` stays.
 
 Not a test: it prints figures. The big tasks take long (Hopper rich and BipedalWalker rich: 10,000 episodes per run).
-Random and q-learning tables of more than ``--baseline-max-states`` states are not run: a random table of 65,536
-states is about 1.4 MB of answer text per candidate, written to the transcript every iteration.
+The ``random`` search is not run on tables of more than ``--baseline-max-states`` states: a random table of 65,536
+states is about 1.4 MB of answer text per candidate, written to the transcript every iteration. ``q-learning`` (the
+standard learner: it writes no answers) runs on every task.
 """
 
 from __future__ import annotations
@@ -91,6 +92,18 @@ def backend_settings(goal: Goal, backend: str) -> tuple[str, tuple[tuple[str, An
         if get_spec(goal.env_id).prior is None:
             extra = ()
     return base, extra
+
+
+def too_big(goal: Goal, backend: str, n_states: int, max_states: int) -> str | None:
+    """Why the suite backend is not run on the task's table (None: it is run): a proposer other than ``offline``
+    whose answers are whole tables (``random``), on more than ``max_states`` states. A learner (``q-learning``) writes
+    no answers and runs on every table."""
+    from llm_policy_gen.backends import learner_mode
+
+    base = backend_settings(goal, backend)[0]
+    if base == "offline" or learner_mode(base) is not None or n_states <= max_states:
+        return None
+    return f"{n_states:,} states (text answers too big; --baseline-max-states {max_states})"
 
 
 PRUNE_ABOVE = 100_000
@@ -290,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--out", default=str(DEFAULT_OUT), help="results folder (default outside the work tree)")
     ap.add_argument("--baseline-max-states", type=int, default=5000,
-                    help="run q-learning and random only on tables up to this many states")
+                    help="run the random search only on tables up to this many states (q-learning runs on all)")
     ap.add_argument("--keep-policies", action="store_true",
                     help=f"keep the per-iteration policy files of tables over {PRUNE_ABOVE:,} states")
     ap.add_argument("--list", action="store_true", help="list the tasks and exit")
@@ -350,10 +363,10 @@ def main(argv: list[str] | None = None) -> int:
         n_states = get_spec(goal.env_id).n_states
         for backend in args.backends.split(","):
             for seed in (given_seeds if args.seeds else goal.seeds):
-                if backend_settings(goal, backend)[0] != "offline" and n_states > args.baseline_max_states:
+                why = too_big(goal, backend, n_states, args.baseline_max_states)
+                if why is not None:
                     mine[(key, backend, seed)] = {"task": key, "env_id": goal.env_id, "backend": backend,
-                                                  "seed": seed, "skipped": f"{n_states:,} states (text answers "
-                                                  f"too big; --baseline-max-states {args.baseline_max_states})"}
+                                                  "seed": seed, "skipped": why}
                     continue
                 done = records.get((key, backend, seed))
                 if done is None or "error" in done or "skipped" in done or done.get("budget") != goal.budget \

@@ -107,3 +107,14 @@ def test_the_suite_runs_offline_neutral_on_a_tiny_budget(suite: ModuleType, suit
     assert rec["curve"][-1] == [float(events[-1]["env_steps_total"]), float(rec["episodes"]), rec["heldout"]]
     again = suite.run_one(goal, "offline-neutral", 0, tmp_path)  # finished: reused, not run again
     assert again["reused"] and again["heldout"] == rec["heldout"] and again["curve"] == rec["curve"]
+
+
+def test_the_standard_q_learner_runs_on_every_table_and_the_random_search_only_on_small_ones(
+        suite: ModuleType, suite_goals: ModuleType) -> None:
+    """``q-learning`` writes no answers, so no table is too big for it; ``random`` writes whole tables as answers."""
+    swimmer = suite_goals.BY_KEY["swimmer"]
+    assert suite.too_big(swimmer, "q-learning", 65_536, 5000) is None
+    assert suite.too_big(swimmer, "offline", 65_536, 5000) is None
+    assert suite.too_big(swimmer, "random", 65_536, 5000) == \
+        "65,536 states (text answers too big; --baseline-max-states 5000)"
+    assert suite.too_big(swimmer, "random", 4_000, 5000) is None
