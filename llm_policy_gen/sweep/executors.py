@@ -46,9 +46,9 @@ def check_reachable(name: str) -> None:
 
 def execute(name: str, tasks: Sequence[RunTask], workers: int | None, on_done: Done, limits: Mapping[str, Any],
             note: Note) -> dict[str, Any]:
-    """Run ``tasks`` on the executor ``name`` (``workers`` None: local 1, a local Ray instance its CPUs); returns
-    the shared limits' report."""
+    """Run ``tasks`` on the executor ``name`` (``workers`` None: each executor's default, one run at a time here,
+    a local Ray instance's CPUs); returns the shared limits' report."""
     module, function, _ = EXECUTORS[name]
     run = getattr(importlib.import_module(module, __package__), function)
-    result: dict[str, Any] = run(tasks, (workers or 1) if name == "local" else workers, on_done, limits, note)
+    result: dict[str, Any] = run(tasks, workers, on_done, limits, note)
     return result

@@ -13,11 +13,11 @@ from .task import Done, Note, RunTask, error_text, failed_result, run_one
 __all__ = ["execute_local"]
 
 
-def execute_local(tasks: Sequence[RunTask], workers: int, on_done: Done, limits: Mapping[str, Any],
+def execute_local(tasks: Sequence[RunTask], workers: int | None, on_done: Done, limits: Mapping[str, Any],
                   note: Note) -> dict[str, Any]:
-    """Run tasks in this process (``workers`` 1) or in a pool of ``workers`` spawned processes, all under one
+    """Run tasks in this process (``workers`` 1 or None) or in a pool of ``workers`` spawned processes, all under one
     :class:`~.limits.SweepLimits` (a manager process serves it to a pool); returns its report."""
-    if workers <= 1:
+    if workers is None or workers <= 1:
         shared = SweepLimits(**limits)
         for t in tasks:
             note({"event": "started", "run": t.run_id, "attempt": 1, "node": "local"})
