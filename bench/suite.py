@@ -362,8 +362,8 @@ def main(argv: list[str] | None = None) -> int:
         goal = BY_KEY[key]
         n_states = get_spec(goal.env_id).n_states
         for backend in args.backends.split(","):
+            why = too_big(goal, backend, n_states, args.baseline_max_states)
             for seed in (given_seeds if args.seeds else goal.seeds):
-                why = too_big(goal, backend, n_states, args.baseline_max_states)
                 if why is not None:
                     mine[(key, backend, seed)] = {"task": key, "env_id": goal.env_id, "backend": backend,
                                                   "seed": seed, "skipped": why}
