@@ -14,6 +14,10 @@ statistics with its running returns, the random generators (torch, numpy, ``rand
 run's own books (steps, episodes, curve, CPU seconds). Resuming from it gives the same run as an uninterrupted one
 (``tests/test_peers.py`` checks it). An environment that cannot be pickled (some MuJoCo builds) is reset on resume;
 the record then says ``fresh_episodes_on_resume``.
+
+**One trainer per run**: a run holds its folder's lock (:class:`~llm_policy_gen.storage.locks.FolderLock`, as a
+``train`` does) while it trains, so a second ``bench/peers.py`` given the same cell gets an error row naming the
+holder, never a second writer of the same checkpoint.
 """
 
 from __future__ import annotations
@@ -228,10 +232,24 @@ def train(run_dir: Path, algo: str, hyper: zoo.Hyper, make_one: Any, budget: Bud
           heldout: list[int], curve_episodes: int, eval_every: int, cpu_budget_s: float,
           checkpoint_cpu_s: float = 600.0, stop_after_segments: int | None = None) -> dict[str, Any]:
     """Train (or resume) one run to ``budget``; returns its record fields. ``stop_after_segments`` ends the
-    invocation early, as an interruption would (tests)."""
-    from stable_baselines3.common.callbacks import BaseCallback
+    invocation early, as an interruption would (tests).
+
+    Raises:
+        FolderBusy: Another process trains this run (it holds ``RUN/.lock``).
+    """
+    from llm_policy_gen.storage.locks import FolderLock
 
     run_dir.mkdir(parents=True, exist_ok=True)
+    with FolderLock(run_dir, "the peer run", program="bench/peers.py"):
+        return _train(run_dir, algo, hyper, make_one, budget, seed, heldout, curve_episodes, eval_every,
+                      cpu_budget_s, checkpoint_cpu_s, stop_after_segments)
+
+
+def _train(run_dir: Path, algo: str, hyper: zoo.Hyper, make_one: Any, budget: Budget, seed: int,
+           heldout: list[int], curve_episodes: int, eval_every: int, cpu_budget_s: float,
+           checkpoint_cpu_s: float, stop_after_segments: int | None) -> dict[str, Any]:
+    from stable_baselines3.common.callbacks import BaseCallback
+
     loaded = load_checkpoint(run_dir, algo, make_one, hyper)
     if loaded is None:
         inner, env = make_venv(make_one, hyper, hyper.n_envs, train=True)

@@ -387,9 +387,10 @@ def main(argv: list[str] | None = None) -> int:
         print(text, end="")
         return 0
     os.environ.update(ONE_THREAD)
+    from llm_policy_gen.storage.locks import die_with_parent
     # spawn, one run a process: each run's CPU time is its own.
-    with ProcessPoolExecutor(max_workers=args.workers, mp_context=get_context("spawn"),
-                             max_tasks_per_child=1) as pool:
+    with ProcessPoolExecutor(max_workers=args.workers, mp_context=get_context("spawn"), max_tasks_per_child=1,
+                             initializer=die_with_parent, initargs=(os.getpid(),)) as pool:  # none outlives a kill
         groups: dict[tuple[Any, ...], list[tuple[Any, ...]]] = {}
         for job in jobs:
             # the two equal-interaction budgets of a seed in one group, steps first: the later may be the same run

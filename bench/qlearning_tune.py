@@ -75,7 +75,8 @@ def main() -> int:
     points = [dict(zip(GRID, v, strict=True)) for v in itertools.product(*GRID.values())] if args.grid else \
         [{k: QLearningOptions().model_dump()[k] for k in GRID}]
     jobs = [(env, s, p, budgets[env]) for p in points for env in TASKS for s in seeds]
-    with ProcessPoolExecutor(args.workers) as pool:
+    from llm_policy_gen.storage.locks import die_with_parent
+    with ProcessPoolExecutor(args.workers, initializer=die_with_parent, initargs=(os.getpid(),)) as pool:
         rows = list(pool.map(run_one, *zip(*jobs, strict=True)))
     Path(args.out).write_text(json.dumps(rows, indent=1))
     print(f"budgets: {budgets}\n")

@@ -376,7 +376,9 @@ def main(argv: list[str] | None = None) -> int:
     jobs.sort(key=lambda j: -j[0].budget)
     started = time.time()
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    with ProcessPoolExecutor(max_workers=args.workers) as pool:
+    from llm_policy_gen.storage.locks import die_with_parent
+    # a killed suite leaves no worker training on (it would hold the run's lock against the next invocation)
+    with ProcessPoolExecutor(max_workers=args.workers, initializer=die_with_parent, initargs=(os.getpid(),)) as pool:
         futures = {pool.submit(run_one, g, b, s, out, args.keep_policies): (g.key, b, s) for g, b, s in jobs}
         for fut in as_completed(futures):
             job = futures[fut]

@@ -185,7 +185,8 @@ def run_points(jobs: list[tuple[Goal, int]], out: Path, workers: int) -> dict[tu
             todo.append((g, s))
     if done:
         print(f"{len(done)} run(s) read back from the records in {out}", flush=True)
-    with ProcessPoolExecutor(workers) as pool:
+    from llm_policy_gen.storage.locks import die_with_parent
+    with ProcessPoolExecutor(workers, initializer=die_with_parent, initargs=(os.getpid(),)) as pool:
         futures = {pool.submit(run_one, g, "offline", s, out): (g, s) for g, s in todo}
         for fut in as_completed(futures):
             g, s = futures[fut]

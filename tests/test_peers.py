@@ -6,7 +6,11 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
+import signal
+import subprocess
 import sys
+import time
 from importlib import util
 from pathlib import Path
 from types import ModuleType
@@ -209,6 +213,85 @@ def test_a_run_over_the_cpu_budget_is_listed_out_of_reach_with_no_figure(bench, 
     assert "CPU-h" in rec["out_of_reach"] and rec["reference"].startswith("none: the installed rl-zoo3")
     assert (Path(rec["run_dir"]) / "checkpoint" / "model.zip").is_file()  # a larger budget resumes it
     assert "- cartpole DQN steps 2,000, seed 0: needs about" in peers.details([rec])
+
+
+def _holder(folder: Path) -> subprocess.Popen:
+    """Another process holding ``folder``'s lock (as a second peers.py or a left-over worker would) until its
+    standard input closes."""
+    code = ("import sys; from pathlib import Path; from llm_policy_gen.storage.locks import FolderLock; "
+            "held = FolderLock(Path(sys.argv[1]), 'the peer run', program='bench/peers.py').acquire(); "
+            "print('held', flush=True); sys.stdin.read()")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(folder)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
+    return proc
+
+
+def test_a_run_another_process_trains_is_an_error_row_naming_it_and_writes_nothing(bench, tmp_path):
+    """A cell whose folder another process holds is not trained a second time beside it: the row names the holder
+    and the checkpoint is left as it was; once the holder is gone the run resumes."""
+    _, peers = bench
+    opts = {"curve_points": 4, "curve_episodes": 1, "cpu_hours": 1.0, "checkpoint_minutes": 10.0,
+            "heldout_episodes": 2}
+    cut = peers.run_one("cartpole", "dqn", 0, "steps", tmp_path, (400, 50), {**opts, "stop_after_segments": 1})
+    run_dir = Path(cut["run_dir"])
+    books = (run_dir / "checkpoint" / "books.json").read_bytes()
+    holder = _holder(run_dir)
+    try:
+        busy = peers.run_one("cartpole", "dqn", 0, "steps", tmp_path, (400, 50), opts)
+    finally:
+        holder.communicate("")
+    assert busy["error"].startswith("FolderBusy: the peer run") and f"pid {holder.pid}" in busy["error"]
+    assert "bench/peers.py" in busy["error"] and "heldout" not in busy
+    assert (run_dir / "checkpoint" / "books.json").read_bytes() == books
+    done = peers.run_one("cartpole", "dqn", 0, "steps", tmp_path, (400, 50), opts)
+    assert done["reached"] and done["resumed"] == 1 and "error" not in done
+
+
+def _ended(pid: int) -> bool:
+    """The process is gone, or a zombie nobody reaps (a container's first process may not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_a_killed_peers_command_leaves_no_worker_training(bench, tmp_path):
+    """kill -9 of bench/peers.py ends its worker too (it would otherwise train on, holding the run's lock against
+    the next invocation): the worker found through the run's lock note ends without finishing the run."""
+    out = tmp_path / "suite"
+    _write_suite(out, steps=300, episodes=20)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(BENCH.parent), os.environ.get("PYTHONPATH", "")])}
+    cmd = [sys.executable, str(BENCH / "peers.py"), "--tasks", "cartpole", "--seeds", "0", "--algos", "dqn",
+           "--budgets", "zoo", "--curve-points", "2", "--curve-episodes", "1", "--out", str(out)]
+    parent = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        note = None
+        for _ in range(1200):  # the worker starts, imports torch and takes the run's lock
+            notes = list((out / "peers").glob("*/*/.lock.holder.json"))
+            if notes:
+                try:
+                    note = json.loads(notes[0].read_text())
+                    break
+                except ValueError:  # being written
+                    pass
+            assert parent.poll() is None, "peers.py ended before its worker trained"
+            time.sleep(0.1)
+        assert note is not None and note["pid"] != parent.pid and not _ended(note["pid"])
+    finally:
+        parent.send_signal(signal.SIGKILL)
+        parent.wait()
+    for _ in range(600):
+        if _ended(note["pid"]):
+            break
+        time.sleep(0.1)
+    left = not _ended(note["pid"])
+    if left:
+        os.kill(note["pid"], signal.SIGKILL)
+    assert not left, "the worker trained on after its peers.py was killed"
+    assert not list(out.glob("peers/*/*/result.json")), "the worker finished the run after its peers.py was killed"
 
 
 @pytest.mark.slow

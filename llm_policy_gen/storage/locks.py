@@ -64,11 +64,13 @@ class FolderLock:
         FolderBusy: On :meth:`acquire`, when another process holds it.
     """
 
-    def __init__(self, folder: Path, what: str) -> None:
+    def __init__(self, folder: Path, what: str, program: str = "llm-policy-gen") -> None:
         from filelock import FileLock
 
         self.folder = Path(folder)
         self.what = what
+        self.program = program
+        """The name the holder's note gives the command (its first word), not the path it was started by."""
         self._lock = FileLock(str(self.folder / LOCK_FILE), timeout=0)
 
     @property
@@ -109,7 +111,7 @@ class FolderLock:
         write_json_atomic(self.note_path, {
             "pid": os.getpid(),
             "host": socket.gethostname(),
-            "command": redact(shlex.join(["llm-policy-gen" if i == 0 else a for i, a in enumerate(sys.argv)])),
+            "command": redact(shlex.join([self.program if i == 0 else a for i, a in enumerate(sys.argv)])),
             "since": datetime.now(UTC).isoformat(timespec="seconds"),
         })
 
