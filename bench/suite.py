@@ -53,6 +53,7 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import resource
 import sys
 import time
@@ -128,6 +129,23 @@ def _run_id(goal: Goal, backend: str, seed: int) -> str:
     return run_id
 
 
+_TAKEN = re.compile(r"-(\d+)$")
+"""The suffix ``train`` gives a run folder whose id's folder is taken (``RUN_ID-2``, ...)."""
+
+
+def run_id_of(folder: Path | str) -> str:
+    """The run id a run folder was made for: its name less the ``-K`` that ``train`` adds when the id's folder is
+    taken, as it is by a run killed before its first checkpoint (a folder with its configuration and no iteration)."""
+    return _TAKEN.sub("", Path(folder).name)
+
+
+def run_folders(logs: Path, run_id: str) -> list[Path]:
+    """Every folder of ``run_id`` under ``logs/ENV/``, in the order ``train`` made them: ``RUN_ID``, ``RUN_ID-2``,
+    ..."""
+    found = [p for p in logs.glob(f"*/{run_id}*") if run_id_of(p) == run_id]
+    return sorted(found, key=lambda p: int(m.group(1)) if (m := _TAKEN.search(p.name)) else 1)
+
+
 def run_one(goal: Goal, backend: str, seed: int, out: Path, keep_policies: bool = False) -> dict[str, Any]:
     """One run (in a worker process); returns its record. Reuses a finished run's summary."""
     os.environ["LLM_POLICY_GEN_WORKERS"] = "1"
@@ -141,8 +159,10 @@ def run_one(goal: Goal, backend: str, seed: int, out: Path, keep_policies: bool 
     logs = out / "runs"
     record: dict[str, Any] = {"task": goal.key, "env_id": goal.env_id, "backend": backend, "seed": seed,
                               "budget": goal.budget, "settings": dict(goal.settings)}
-    existing = [p for p in logs.glob(f"*/{run_id}") if (p / "summary.json").is_file()]
-    partial = [p for p in logs.glob(f"*/{run_id}") if (p / "checkpoint.npz").is_file() and p not in existing]
+    # a run killed before its first checkpoint leaves RUN_ID with nothing to resume, and its next try is RUN_ID-2
+    folders = run_folders(logs, run_id)
+    existing = [p for p in folders if (p / "summary.json").is_file()]
+    partial = [p for p in folders if (p / "checkpoint.npz").is_file() and p not in existing][::-1]  # the latest
     cpu0 = resource.getrusage(resource.RUSAGE_SELF).ru_utime + resource.getrusage(resource.RUSAGE_SELF).ru_stime
     if existing:
         run_dir = existing[0]

@@ -63,7 +63,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import results_file  # noqa: E402
 from bench_args import out_dir, workers_ok  # noqa: E402
-from suite import run_one  # noqa: E402
+from suite import run_id_of, run_one  # noqa: E402
 from suite_goals import BY_KEY, LONG, Goal, meets, tasks_and_seeds  # noqa: E402
 
 DEFAULT_OUT = Path.home() / "llm-policy-gen-bench" / "tune"
@@ -151,8 +151,9 @@ CPU-hours and a session a few)."""
 
 
 def run_name(record: dict[str, Any]) -> str:
-    """A record's run id: its run folder's name (the task, budget, backend, seed and a digest of the settings)."""
-    return Path(record["run_dir"]).name
+    """A record's run id (the task, budget, backend, seed and a digest of the settings): its run folder's name, less
+    the ``-2`` a run gets when a killed try left the id's folder (:func:`suite.run_id_of`)."""
+    return run_id_of(record["run_dir"])
 
 
 def kept_runs(out: Path) -> dict[str, dict[str, Any]]:

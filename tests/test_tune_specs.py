@@ -209,3 +209,35 @@ def test_the_runs_kept_are_the_finished_tasks_and_the_run_records(tune: ModuleTy
     (tmp_path / tune.RUNS_FILE).write_text(json.dumps([rec("c"), rec("a", heldout=2.0)]))
     kept = tune.kept_runs(tmp_path)
     assert sorted(kept) == ["a", "c"] and kept["a"]["heldout"] == 2.0
+
+
+def test_a_run_killed_before_its_first_checkpoint_is_made_again_once_and_then_read_back(
+        tune: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A try killed before its first checkpoint leaves the run id's folder with its configuration and no iteration,
+    so ``train`` makes the run in ``RUN_ID-2``. That run is the id's: the search and the suite read it back after,
+    never making a third."""
+    suite = importlib.import_module("suite")
+    monkeypatch.setenv("LLM_POLICY_GEN_WORKERS", "1")
+    goal = tune.Goal("tiny", "CartPole-v1", 4, 475, "", "")
+    left = tmp_path / "runs" / "CartPole-v1" / "tiny_b4_offline_s100"
+    left.mkdir(parents=True)
+    (left / "config.json").write_text("{}")
+    rec = next(iter(tune.run_points([(goal, 100)], tmp_path, 1).values()))
+    assert Path(rec["run_dir"]).name == "tiny_b4_offline_s100-2" and rec["heldout"] is not None
+    assert tune.run_name(rec) == "tiny_b4_offline_s100"
+    again = next(iter(tune.run_points([(goal, 100)], tmp_path, 1).values()))
+    assert again["reused"] and again["heldout"] == rec["heldout"]
+    (tmp_path / tune.RUNS_FILE).unlink()  # the records gone, the folders kept: the suite finds the run by its id
+    found = suite.run_one(goal, "offline", 100, tmp_path)
+    assert found["reused"] and found["run_dir"] == rec["run_dir"] and found["heldout"] == rec["heldout"]
+    assert sorted(p.name for p in left.parent.iterdir()) == ["tiny_b4_offline_s100", "tiny_b4_offline_s100-2"]
+
+
+def test_a_run_ids_folders_are_its_own_in_the_order_train_made_them(tune: ModuleType, tmp_path: Path) -> None:
+    suite = importlib.import_module("suite")
+    for name in ("t_b4_offline_s1", "t_b4_offline_s1-10", "t_b4_offline_s1-2", "t_b4_offline_s10",
+                 "t_b4_offline_s10-2", "t_b4_offline_s1_learner", "t_b4_offline_s1_learner-2"):
+        (tmp_path / "Env-v1" / name).mkdir(parents=True)
+    assert [p.name for p in suite.run_folders(tmp_path, "t_b4_offline_s1")] == \
+        ["t_b4_offline_s1", "t_b4_offline_s1-2", "t_b4_offline_s1-10"]
+    assert suite.run_id_of(tmp_path / "Env-v1" / "t_b4_offline_s1_learner-2") == "t_b4_offline_s1_learner"
