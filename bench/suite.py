@@ -135,7 +135,8 @@ _TAKEN = re.compile(r"-(\d+)$")
 
 def run_id_of(folder: Path | str) -> str:
     """The run id a run folder was made for: its name less the ``-K`` that ``train`` adds when the id's folder is
-    taken, as it is by a run killed before its first checkpoint (a folder with its configuration and no iteration)."""
+    taken (until 2026-12-02 the suite trained a run again beside a folder that a kill had left before its first
+    checkpoint, instead of resuming it)."""
     return _TAKEN.sub("", Path(folder).name)
 
 
@@ -159,16 +160,18 @@ def run_one(goal: Goal, backend: str, seed: int, out: Path, keep_policies: bool 
     logs = out / "runs"
     record: dict[str, Any] = {"task": goal.key, "env_id": goal.env_id, "backend": backend, "seed": seed,
                               "budget": goal.budget, "settings": dict(goal.settings)}
-    # a run killed before its first checkpoint leaves RUN_ID with nothing to resume, and its next try is RUN_ID-2
     folders = run_folders(logs, run_id)
     existing = [p for p in folders if (p / "summary.json").is_file()]
-    partial = [p for p in folders if (p / "checkpoint.npz").is_file() and p not in existing][::-1]  # the latest
+    # an interrupted run goes on from its last checkpoint; one killed before its first has its configuration only,
+    # and resuming it starts it over in its own folder (a new train would make RUN_ID-2 beside it)
+    partial = [p for p in folders if p not in existing and ((p / "checkpoint.npz").is_file()
+                                                            or (p / "config.json").is_file())][::-1]  # the latest
     cpu0 = resource.getrusage(resource.RUSAGE_SELF).ru_utime + resource.getrusage(resource.RUSAGE_SELF).ru_stime
     if existing:
         run_dir = existing[0]
         summary = json.loads((run_dir / "summary.json").read_text())
         record["reused"] = True
-    elif partial:  # an interrupted suite: the run goes on from its last checkpoint (same result as uninterrupted)
+    elif partial:  # an interrupted suite: the same result as an uninterrupted run
         try:
             result = resume(partial[0], {}, log=lambda _m: None)
         except Exception as exc:

@@ -211,17 +211,34 @@ def test_the_runs_kept_are_the_finished_tasks_and_the_run_records(tune: ModuleTy
     assert sorted(kept) == ["a", "c"] and kept["a"]["heldout"] == 2.0
 
 
-def test_a_run_killed_before_its_first_checkpoint_is_made_again_once_and_then_read_back(
+def test_a_run_killed_before_its_first_checkpoint_starts_over_in_its_own_folder(
         tune: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A try killed before its first checkpoint leaves the run id's folder with its configuration and no iteration,
-    so ``train`` makes the run in ``RUN_ID-2``. That run is the id's: the search and the suite read it back after,
-    never making a third."""
+    """A try killed before its first checkpoint leaves the run id's folder with its configuration and no iteration:
+    the next try resumes that folder, which starts the run over there, to the uninterrupted run's result."""
+    import shutil
+
+    suite = importlib.import_module("suite")
+    monkeypatch.setenv("LLM_POLICY_GEN_WORKERS", "1")
+    goal = tune.Goal("tiny", "CartPole-v1", 4, 475, "", "")
+    whole = suite.run_one(goal, "offline", 100, tmp_path / "whole")
+    left = tmp_path / "cut" / "runs" / "CartPole-v1" / "tiny_b4_offline_s100"
+    left.mkdir(parents=True)
+    shutil.copy(Path(whole["run_dir"]) / "config.json", left / "config.json")
+    rec = next(iter(tune.run_points([(goal, 100)], tmp_path / "cut", 1).values()))
+    assert rec["run_dir"] == str(left) and rec["resumed"] and rec["heldout"] == whole["heldout"]
+    assert [p.name for p in left.parent.iterdir()] == ["tiny_b4_offline_s100"]
+
+
+def test_a_run_made_beside_a_left_folder_is_its_ids_and_read_back(
+        tune: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A folder the run cannot resume (no configuration in it) makes ``train`` put the run in ``RUN_ID-2``, as the
+    suite did before it resumed such folders: that run is the id's, read back by the search and by the suite after,
+    never made a third time."""
     suite = importlib.import_module("suite")
     monkeypatch.setenv("LLM_POLICY_GEN_WORKERS", "1")
     goal = tune.Goal("tiny", "CartPole-v1", 4, 475, "", "")
     left = tmp_path / "runs" / "CartPole-v1" / "tiny_b4_offline_s100"
     left.mkdir(parents=True)
-    (left / "config.json").write_text("{}")
     rec = next(iter(tune.run_points([(goal, 100)], tmp_path, 1).values()))
     assert Path(rec["run_dir"]).name == "tiny_b4_offline_s100-2" and rec["heldout"] is not None
     assert tune.run_name(rec) == "tiny_b4_offline_s100"
