@@ -52,7 +52,7 @@ import json
 import math
 import os
 import sys
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import as_completed
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
@@ -64,6 +64,7 @@ import suite_curves
 import suite_goals
 import suite_peers
 from bench_args import out_dir, workers_ok
+from bench_pool import worker_pool
 
 ALGOS = ("ppo", "dqn", "sac", "trpo")
 DEFAULT_ALGOS = "ppo,dqn,sac"
@@ -387,10 +388,8 @@ def main(argv: list[str] | None = None) -> int:
         print(text, end="")
         return 0
     os.environ.update(ONE_THREAD)
-    from llm_policy_gen.storage.locks import die_with_parent
     # spawn, one run a process: each run's CPU time is its own.
-    with ProcessPoolExecutor(max_workers=args.workers, mp_context=get_context("spawn"), max_tasks_per_child=1,
-                             initializer=die_with_parent, initargs=(os.getpid(),)) as pool:  # none outlives a kill
+    with worker_pool(args.workers, mp_context=get_context("spawn"), max_tasks_per_child=1) as pool:
         groups: dict[tuple[Any, ...], list[tuple[Any, ...]]] = {}
         for job in jobs:
             # the two equal-interaction budgets of a seed in one group, steps first: the later may be the same run

@@ -19,9 +19,10 @@ import os
 import statistics
 import sys
 import tempfile
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
+
+from bench_pool import worker_pool
 
 TASKS = {"CliffWalking-v1": 500, "Taxi-v4": 1000}
 GRID = {"q_alpha": (0.1, 0.5, 1.0), "q_epsilon_start": (1.0, 0.1), "q_epsilon_episodes": (50, 100, 200)}
@@ -75,8 +76,7 @@ def main() -> int:
     points = [dict(zip(GRID, v, strict=True)) for v in itertools.product(*GRID.values())] if args.grid else \
         [{k: QLearningOptions().model_dump()[k] for k in GRID}]
     jobs = [(env, s, p, budgets[env]) for p in points for env in TASKS for s in seeds]
-    from llm_policy_gen.storage.locks import die_with_parent
-    with ProcessPoolExecutor(args.workers, initializer=die_with_parent, initargs=(os.getpid(),)) as pool:
+    with worker_pool(args.workers) as pool:
         rows = list(pool.map(run_one, *zip(*jobs, strict=True)))
     Path(args.out).write_text(json.dumps(rows, indent=1))
     print(f"budgets: {budgets}\n")

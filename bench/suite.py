@@ -58,12 +58,13 @@ import resource
 import sys
 import time
 from collections.abc import Iterable
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import as_completed
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from bench_args import out_dir, workers_ok
+from bench_pool import worker_pool
 from suite_goals import BY_KEY, GOALS, Goal, fmt, list_tasks, meets, tasks_and_seeds
 from suite_peers import PeerCell, offline_budget, stale
 
@@ -399,9 +400,7 @@ def main(argv: list[str] | None = None) -> int:
     jobs.sort(key=lambda j: -j[0].budget)
     started = time.time()
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    from llm_policy_gen.storage.locks import die_with_parent
-    # a killed suite leaves no worker training on (it would hold the run's lock against the next invocation)
-    with ProcessPoolExecutor(max_workers=args.workers, initializer=die_with_parent, initargs=(os.getpid(),)) as pool:
+    with worker_pool(args.workers) as pool:
         futures = {pool.submit(run_one, g, b, s, out, args.keep_policies): (g.key, b, s) for g, b, s in jobs}
         for fut in as_completed(futures):
             job = futures[fut]

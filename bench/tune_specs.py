@@ -53,7 +53,7 @@ import json
 import os
 import sys
 from collections.abc import Mapping
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import as_completed
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
@@ -63,6 +63,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import results_file  # noqa: E402
 from bench_args import out_dir, workers_ok  # noqa: E402
+from bench_pool import worker_pool  # noqa: E402
 from suite import run_id_of, run_one  # noqa: E402
 from suite_goals import BY_KEY, LONG, Goal, meets, tasks_and_seeds  # noqa: E402
 
@@ -186,8 +187,7 @@ def run_points(jobs: list[tuple[Goal, int]], out: Path, workers: int) -> dict[tu
             todo.append((g, s))
     if done:
         print(f"{len(done)} run(s) read back from the records in {out}", flush=True)
-    from llm_policy_gen.storage.locks import die_with_parent
-    with ProcessPoolExecutor(workers, initializer=die_with_parent, initargs=(os.getpid(),)) as pool:
+    with worker_pool(workers) as pool:
         futures = {pool.submit(run_one, g, "offline", s, out): (g, s) for g, s in todo}
         for fut in as_completed(futures):
             g, s = futures[fut]
