@@ -163,10 +163,10 @@ def run_one(goal: Goal, backend: str, seed: int, out: Path, keep_policies: bool 
                               "budget": goal.budget, "settings": dict(goal.settings)}
     folders = run_folders(logs, run_id)
     existing = [p for p in folders if (p / "summary.json").is_file()]
-    # an interrupted run goes on from its last checkpoint; one killed before its first has its configuration only,
-    # and resuming it starts it over in its own folder (a new train would make RUN_ID-2 beside it)
-    partial = [p for p in folders if p not in existing and ((p / "checkpoint.npz").is_file()
-                                                            or (p / "config.json").is_file())][::-1]  # the latest
+    # every published run folder has its config.json: resuming one that did not finish goes on from its last
+    # checkpoint, or starts the run over in that folder when a kill came before the first (a new train would make
+    # RUN_ID-2 beside it)
+    partial = [p for p in folders if p not in existing and (p / "config.json").is_file()]
     cpu0 = resource.getrusage(resource.RUSAGE_SELF).ru_utime + resource.getrusage(resource.RUSAGE_SELF).ru_stime
     if existing:
         run_dir = existing[0]
@@ -174,7 +174,7 @@ def run_one(goal: Goal, backend: str, seed: int, out: Path, keep_policies: bool 
         record["reused"] = True
     elif partial:  # an interrupted suite: the same result as an uninterrupted run
         try:
-            result = resume(partial[0], {}, log=lambda _m: None)
+            result = resume(partial[-1], {}, log=lambda _m: None)  # the latest
         except Exception as exc:
             return {**record, "error": f"{type(exc).__name__}: {exc}"[:300]}
         run_dir, summary = result.run_dir, result.summary
