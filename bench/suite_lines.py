@@ -49,7 +49,8 @@ def task_line(goal: Goal, rows: list[dict[str, Any]], peers: Sequence[PeerCell],
         vals = [v for v in cell.values if v is not None]
         met_final = sum(meets(goal, v) for v in vals)
         text += (f"; {cell.column} " + (iqm_interval(vals).format(d) if vals else "n/a")
-                 + f" (final held-out, {len(vals)} of {len(cell.values)} seeds run, {met_final} meet the goal)")
+                 + f" (final held-out, {len(vals)} of {len(cell.values)} seeds run, {met_final} "
+                 + ("meets" if met_final == 1 else "meet") + " the goal)")
     return text + "."
 
 
