@@ -66,7 +66,11 @@ def _read(path: Path, empty: Any) -> Any:
 def merge_list(src: Path, dest: Path, key: Key, src_wins: bool) -> tuple[int, int]:
     """``src``'s records into ``dest`` (the one whose records win on a shared key: ``src`` if ``src_wins``); returns
     (records added or changed, records in all)."""
-    mine: list[dict[str, Any]] = _read(src, [])
+    return merge_records(_read(src, []), dest, key, src_wins)
+
+
+def merge_records(mine: list[dict[str, Any]], dest: Path, key: Key, src_wins: bool) -> tuple[int, int]:
+    """:func:`merge_list` of records in hand."""
     held = {key(r): r for r in _read(dest, [])}
     moved = [r for r in mine if key(r) not in held or (src_wins and held[key(r)] != r)]
     if not moved:
@@ -77,8 +81,15 @@ def merge_list(src: Path, dest: Path, key: Key, src_wins: bool) -> tuple[int, in
 def merge_by_task(src: Path, dest: Path, src_wins: bool) -> tuple[int, int]:
     """``tune.json`` (task: its search) or a held-out means file (``tasks``: task: ``by_seed``), merged by task and
     seed; returns (entries added or changed, entries in all)."""
-    theirs, mine = _read(src, {}), _read(dest, {})
-    if "tasks" not in theirs:  # tune.json: one entry per task
+    theirs = _read(src, {})
+    if "tasks" not in theirs and theirs:  # tune.json: one entry per task, run records in tune_runs.json only
+        from tune_specs import RUNS_FILE, lean, lift
+
+        lift(dest.parent)
+        theirs, lifted = lean(theirs)  # an older file's run records: into tune_runs.json, record by record
+        merge_records(lifted, dest.parent / RUNS_FILE, _run_key, src_wins)
+    mine = _read(dest, {})
+    if "tasks" not in theirs:
         new = {k: v for k, v in theirs.items() if k not in mine or (src_wins and mine[k] != v)}
         return len(new), len(results_file.merge_entries(dest, new) if new else mine)
     tasks: dict[str, Any] = mine.setdefault("tasks", {})

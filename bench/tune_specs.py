@@ -37,8 +37,9 @@ Every run is a ``bench/suite.py`` run (the same code: resumed if interrupted, re
 ``tune.json``) in a fresh ``OUT`` carries a search that is not finished to another machine, which loses only the
 runs in progress (``bench/data/tune/`` keeps these copies).
 
-Written to ``OUT``: ``tune.json`` (per task: every point, its figures and its runs' records, when the task's search
-has finished), ``tune_runs.json`` (every finished run, as it ends) and ``tune_specs.md``
+Written to ``OUT``: ``tune.json`` (per task: every point, its figures and its runs' ids, when the task's search
+has finished; an older file's run records are moved to ``tune_runs.json`` first), ``tune_runs.json`` (every
+finished run's record, as it ends) and ``tune_specs.md``
 (per task: the settings today, the grid tried with each point's seeds met, IQM and verdict, the chosen point and
 which settings it changes). Two invocations may share one ``OUT`` (another task beside a long one): each replaces only
 its own tasks' entries of ``tune.json``, under the file's lock (:mod:`results_file`).
@@ -169,6 +170,42 @@ def kept_runs(out: Path) -> dict[str, dict[str, Any]]:
     return kept
 
 
+def lean(entries: Mapping[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """``tune.json``'s entries with each task's run records replaced by their run ids (``runs``), and the finished
+    records taken out of them for ``tune_runs.json``. An entry written before ``tune_runs.json`` existed, or by an
+    earlier version of this script, held its runs' whole records (curves included): a second copy of what
+    ``tune_runs.json`` holds, megabytes in ``bench/data``."""
+    entries_out: dict[str, Any] = {}
+    lifted: list[dict[str, Any]] = []
+    for task, entry in entries.items():
+        if not isinstance(entry, dict) or "records" not in entry:
+            entries_out[task] = entry
+            continue
+        records = [r for r in entry["records"] if r.get("run_dir")]
+        lifted += [{k: v for k, v in r.items() if k != "reused"} for r in records if "heldout" in r]
+        entries_out[task] = {**{k: v for k, v in entry.items() if k != "records"},
+                             "runs": [run_name(r) for r in records]}
+    return entries_out, lifted
+
+
+def lift(out: Path) -> None:
+    """Move the run records an older ``OUT/tune.json`` holds into ``OUT/tune_runs.json`` (:func:`lean`): the records
+    first, so that a kill between the two writes loses nothing."""
+    store = out / "tune.json"
+    if not store.is_file():
+        return
+    old = {k: v for k, v in json.loads(store.read_text()).items() if isinstance(v, dict) and "records" in v}
+    if not old:
+        return
+    entries, lifted = lean(old)
+    runs = out / RUNS_FILE
+    held = {run_name(r) for r in (json.loads(runs.read_text()) if runs.is_file() else [])}
+    new = [r for r in lifted if run_name(r) not in held]
+    if new:
+        results_file.merge_save(runs, new, key=run_name, order=run_name)
+    results_file.merge_entries(store, entries)
+
+
 def run_points(jobs: list[tuple[Goal, int]], out: Path, workers: int) -> dict[tuple[str, int], dict[str, Any]]:
     """Run (or reuse) every (goal, seed); records keyed by (run id digest of the goal, seed). A run whose record is
     ``OUT`` keeps (:func:`kept_runs`) is not run again (its folder may be gone); each finished run's record goes to
@@ -250,7 +287,7 @@ def tune(goal: Goal, seeds: list[int], out: Path, workers: int, full: bool = Fal
         scored.append((combined, *judge(goal, rows_of(len(points) - 1))))
     winners = [t for t in scored[1:] if beats(t, scored[0])]
     best = max(winners, key=key) if winners else scored[0]
-    records = [r for i in range(len(points)) for r in rows_of(i)]
+    runs = [_run_id(as_goal(goal, points[i], base), "offline", s) for i in range(len(points)) for s in seeds[:ran[i]]]
     return {"task": goal.key, "env_id": goal.env_id, "budget": goal.budget, "goal": goal.goal, "seeds": seeds,
             "today": base, "points": [{"settings": p, "met": m, "iqm": q, "iqm_low": lo,
                                        "beats_today": i > 0 and beats((p, m, q, lo), scored[0]),
@@ -258,7 +295,7 @@ def tune(goal: Goal, seeds: list[int], out: Path, workers: int, full: bool = Fal
                                        "heldout": [r.get("heldout") for r in rows_of(i)],
                                        **({"stopped_after": ran[i]} if ran[i] < len(seeds) else {})}
                                       for i, (p, m, q, lo) in enumerate(scored)],
-            "chosen": best[0], "changed": {k: v for k, v in best[0].items() if v != base[k]}, "records": records}
+            "chosen": best[0], "changed": {k: v for k, v in best[0].items() if v != base[k]}, "runs": runs}
 
 
 def write_report(out: Path, results: list[dict[str, Any]]) -> Path:
@@ -359,6 +396,8 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, Any] = json.loads(store.read_text()) if store.is_file() else {}
     if not args.report_only:
         os.environ.setdefault("OMP_NUM_THREADS", "1")
+        lift(out)
+        results = json.loads(store.read_text()) if store.is_file() else {}
         for key in tasks:
             goal = BY_KEY[key]
             task_seeds = tuning_seeds(goal, seeds if args.seeds else None)

@@ -80,3 +80,19 @@ def test_keep_with_no_folder_or_a_file_for_one_is_one_line_and_exit_2(
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 2 and "neither" in err[0] and "is a file, not a folder" in err[1]
     assert not data.exists()
+
+
+def test_keep_moves_an_older_tune_jsons_run_records_into_tune_runs_json(records: ModuleType, tmp_path: Path) -> None:
+    """A folder (or bench/data) whose tune.json still holds its runs' whole records: kept, the entries name their
+    runs and tune_runs.json holds each record once; the folder itself is not changed."""
+    data, tune = tmp_path / "data", tmp_path / "tune"
+    rec = {"run_dir": "/gone/pendulum_b200_offline_s100", "heldout": -150.0}
+    old = {"pendulum": {"task": "pendulum", "points": [], "records": [{**rec, "reused": True}]}}
+    write(data / "tune" / "tune.json", {"lunar": {"task": "lunar", "records": [{"run_dir": "/gone/l", "heldout": 1}]}})
+    write(tune / "tune.json", old)
+    assert records.main(["keep", "--suite", str(tmp_path / "none"), "--tune", str(tune), "--data", str(data)]) == 0
+    kept = json.loads((data / "tune" / "tune.json").read_text())
+    assert kept == {"lunar": {"task": "lunar", "runs": ["l"]},
+                    "pendulum": {"task": "pendulum", "points": [], "runs": ["pendulum_b200_offline_s100"]}}
+    assert json.loads((data / "tune" / "tune_runs.json").read_text()) == [{"run_dir": "/gone/l", "heldout": 1}, rec]
+    assert json.loads((tune / "tune.json").read_text()) == old

@@ -96,6 +96,31 @@ def test_where_both_values_of_a_setting_beat_today_the_combined_point_takes_the_
     changed = [{k: v for k, v in p["settings"].items() if v != base[k]} for p in result["points"]]
     assert changed[-1] == {"candidates": 4, "train_episodes": 2}
     assert result["changed"]["candidates"] == 4
+    # the entry names its runs; their records are tune_runs.json's alone
+    assert "records" not in result and len(result["runs"]) == len(set(result["runs"])) == 4 * len(result["points"])
+
+
+def test_an_older_tune_json_gives_its_run_records_to_tune_runs_json_and_loses_none(
+        tune: ModuleType, tmp_path: Path) -> None:
+    """An entry written before tune_runs.json existed held its runs' records: lifting moves them (the copy marked
+    reused too) into tune_runs.json, leaves their ids in the entry, and the runs read back are the same."""
+    def rec(name: str, **more: object) -> dict[str, object]:
+        return {"run_dir": f"/gone/{name}", "heldout": 1.0, **more}
+
+    (tmp_path / "tune.json").write_text(json.dumps({
+        "pendulum": {"task": "pendulum", "points": [], "records": [rec("a"), rec("b-2"), {"run_dir": "/gone/c"}]},
+        "swimmer": {"task": "swimmer", "points": [], "records": [rec("d", reused=True)]},
+        "acrobot": {"task": "acrobot", "points": [], "runs": ["e"]}}))
+    (tmp_path / tune.RUNS_FILE).write_text(json.dumps([rec("d"), rec("e")]))
+    before = tune.kept_runs(tmp_path)
+    tune.lift(tmp_path)
+    entries = json.loads((tmp_path / "tune.json").read_text())
+    assert {k: v.get("runs") for k, v in entries.items()} == {"pendulum": ["a", "b", "c"], "swimmer": ["d"],
+                                                              "acrobot": ["e"]}
+    assert not any("records" in v for v in entries.values())
+    assert sorted(tune.run_name(r) for r in json.loads((tmp_path / tune.RUNS_FILE).read_text())) == \
+        ["a", "b", "d", "e"]
+    assert tune.kept_runs(tmp_path) == {k: {x: y for x, y in v.items() if x != "reused"} for k, v in before.items()}
 
 
 @pytest.mark.parametrize("argv, says", [
