@@ -255,9 +255,12 @@ def tune(goal: Goal, seeds: list[int], out: Path, workers: int, full: bool = Fal
     ran = [0] * len(points)  # how many of the seeds (in order) each point has run
     recs: dict[tuple[str, int], dict[str, Any]] = {}
 
-    def rows_of(i: int) -> list[dict[str, Any]]:
+    def ids_of(i: int) -> list[tuple[str, int]]:
         g = as_goal(goal, points[i], base)
-        return [recs[(_run_id(g, "offline", s), s)] for s in seeds[:ran[i]]]
+        return [(_run_id(g, "offline", s), s) for s in seeds[:ran[i]]]
+
+    def rows_of(i: int) -> list[dict[str, Any]]:
+        return [recs[k] for k in ids_of(i)]
 
     def run(indices: list[int], upto: int) -> None:
         recs.update(run_points([(as_goal(goal, points[i], base), s) for i in indices for s in seeds[ran[i]:upto]],
@@ -287,7 +290,7 @@ def tune(goal: Goal, seeds: list[int], out: Path, workers: int, full: bool = Fal
         scored.append((combined, *judge(goal, rows_of(len(points) - 1))))
     winners = [t for t in scored[1:] if beats(t, scored[0])]
     best = max(winners, key=key) if winners else scored[0]
-    runs = [_run_id(as_goal(goal, points[i], base), "offline", s) for i in range(len(points)) for s in seeds[:ran[i]]]
+    runs = [rid for i in range(len(points)) for rid, _ in ids_of(i)]
     return {"task": goal.key, "env_id": goal.env_id, "budget": goal.budget, "goal": goal.goal, "seeds": seeds,
             "today": base, "points": [{"settings": p, "met": m, "iqm": q, "iqm_low": lo,
                                        "beats_today": i > 0 and beats((p, m, q, lo), scored[0]),
@@ -393,11 +396,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.plan:
         return plan(tasks, seeds if args.seeds else None, out, args.suite_results)
+    if not args.report_only:
+        lift(out)
     results: dict[str, Any] = json.loads(store.read_text()) if store.is_file() else {}
     if not args.report_only:
         os.environ.setdefault("OMP_NUM_THREADS", "1")
-        lift(out)
-        results = json.loads(store.read_text()) if store.is_file() else {}
         for key in tasks:
             goal = BY_KEY[key]
             task_seeds = tuning_seeds(goal, seeds if args.seeds else None)
