@@ -46,7 +46,7 @@ def _peer_key(r: dict[str, Any]) -> Hashable:
 
 
 def _run_key(r: dict[str, Any]) -> Hashable:
-    from tune_specs import run_name
+    from tune_store import run_name
 
     return run_name(r)
 
@@ -83,7 +83,7 @@ def merge_by_task(src: Path, dest: Path, src_wins: bool) -> tuple[int, int]:
     seed; returns (entries added or changed, entries in all)."""
     theirs = _read(src, {})
     if "tasks" not in theirs and theirs:  # tune.json: one entry per task, run records in tune_runs.json only
-        from tune_specs import RUNS_FILE, lean, lift
+        from tune_store import RUNS_FILE, lean, lift
 
         lift(dest.parent)
         theirs, lifted = lean(theirs)  # an older file's run records: into tune_runs.json, record by record
