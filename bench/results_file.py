@@ -54,3 +54,16 @@ def merge_entries(path: Path, mine: Mapping[str, Any]) -> dict[str, Any]:
         data = {**(old or {}), **mine}
         _write(path, data)
     return data
+
+
+def rewrite_entries(path: Path, change: Callable[[dict[str, Any]], Mapping[str, Any]]) -> dict[str, Any]:
+    """Replace the entries ``change`` returns for the JSON object at ``path``, all under the file's lock: ``change``
+    reads the object as it is now (and may first save what it takes out elsewhere), so no invocation writing between
+    the read and the write is overwritten. Nothing is written when it returns no entry; return the whole object."""
+    with _locked(path) as old:
+        data = dict(old or {})
+        mine = change(data)
+        if mine:
+            data.update(mine)
+            _write(path, data)
+    return data

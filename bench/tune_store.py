@@ -59,17 +59,22 @@ def lean(entries: Mapping[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any
 
 def lift(out: Path) -> None:
     """Move the run records an older ``OUT/tune.json`` holds into ``OUT/tune_runs.json`` (:func:`lean`): the records
-    first, so that a kill between the two writes loses nothing."""
+    first, so that a kill between the two writes loses nothing, and all under ``tune.json``'s lock, so that an entry
+    another invocation writes meanwhile is not overwritten by the lean copy of the one read before it."""
     store = out / "tune.json"
-    if not store.is_file():
-        return
-    old = {k: v for k, v in json.loads(store.read_text()).items() if isinstance(v, dict) and "records" in v}
+    if store.is_file():
+        results_file.rewrite_entries(store, lambda entries: _lifted(out, entries))
+
+
+def _lifted(out: Path, entries: Mapping[str, Any]) -> dict[str, Any]:
+    """The lean copies of the ``entries`` that still hold records, once their records are in ``tune_runs.json``."""
+    old = {k: v for k, v in entries.items() if isinstance(v, dict) and "records" in v}
     if not old:
-        return
-    entries, lifted = lean(old)
+        return {}
+    lean_entries, lifted = lean(old)
     runs = out / RUNS_FILE
     held = {run_name(r) for r in (json.loads(runs.read_text()) if runs.is_file() else [])}
     new = [r for r in lifted if run_name(r) not in held]
     if new:
         results_file.merge_save(runs, new, key=run_name, order=run_name)
-    results_file.merge_entries(store, entries)
+    return lean_entries

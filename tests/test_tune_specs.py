@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import importlib
 import json
+import sys
+import threading
 from pathlib import Path
 from types import ModuleType
 
@@ -121,6 +123,42 @@ def test_an_older_tune_json_gives_its_run_records_to_tune_runs_json_and_loses_no
     assert sorted(tune.run_name(r) for r in json.loads((tmp_path / tune.RUNS_FILE).read_text())) == \
         ["a", "b", "d", "e"]
     assert tune.kept_runs(tmp_path) == {k: {x: y for x, y in v.items() if x != "reused"} for k, v in before.items()}
+
+
+def _waits_for_a_lock(thread: threading.Thread) -> bool:
+    """Whether ``thread`` is inside filelock's ``acquire`` now (or has ended)."""
+    frame = sys._current_frames().get(thread.ident or -1)
+    while frame is not None:
+        if frame.f_code.co_name == "acquire" and "filelock" in frame.f_code.co_filename:
+            return True
+        frame = frame.f_back
+    return not thread.is_alive()
+
+
+def test_lifting_reads_tune_json_under_its_lock_and_keeps_an_entry_written_before_it(
+        tune: ModuleType, tmp_path: Path) -> None:
+    """Another invocation rewrites a task's entry while lifting waits for tune.json's lock: lifting reads the file
+    once it holds the lock, so the new entry stays (not the lean copy of the old one), and a file with nothing to
+    lift is not rewritten."""
+    from filelock import FileLock
+
+    store = tmp_path / "tune.json"
+    store.write_text(json.dumps({"pendulum": {"task": "pendulum", "points": [],
+                                              "records": [{"run_dir": "/gone/a", "heldout": 1.0}]}}))
+    newer = {"pendulum": {"task": "pendulum", "points": [1], "runs": ["a", "z"]}}
+    with FileLock(str(store) + ".lock"):
+        lifting = threading.Thread(target=tune.lift, args=(tmp_path,))
+        lifting.start()
+        while not _waits_for_a_lock(lifting):  # lifting has read what it reads outside the lock, if anything
+            lifting.join(timeout=0.01)
+        store.write_text(json.dumps(newer))  # the other invocation, holding the lock
+    lifting.join(timeout=60)
+    assert not lifting.is_alive()
+    assert json.loads(store.read_text()) == newer
+    assert not (tmp_path / tune.RUNS_FILE).exists()
+    stamp = store.stat().st_mtime_ns
+    tune.lift(tmp_path)
+    assert store.stat().st_mtime_ns == stamp
 
 
 @pytest.mark.parametrize("argv, says", [
