@@ -91,7 +91,7 @@ def merge_by_task(src: Path, dest: Path, src_wins: bool) -> tuple[int, int]:
     mine = _read(dest, {})
     if "tasks" not in theirs:
         new = {k: v for k, v in theirs.items() if k not in mine or (src_wins and mine[k] != v)}
-        return len(new), len(results_file.merge_entries(dest, new) if new else mine)
+        return len(new), len(results_file.merge_entries(dest, new))
     tasks: dict[str, Any] = mine.setdefault("tasks", {})
     moved = 0
     for task, entry in theirs["tasks"].items():

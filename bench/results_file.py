@@ -3,9 +3,10 @@
 A bench script that runs for hours (``peers.py``, ``lm_features.py``, ``lm_trpo_vs_ppo.py``, ``tune_specs.py``) keeps
 its records in one JSON file in its output folder and rewrites it after every run. Two invocations on one folder
 (another task beside a long queue) would each write what they read at their start and lose the other's records.
-:func:`merge_save` (a JSON list of records) and :func:`merge_entries` (a JSON object, one entry per key) re-read the
-file under a lock (``filelock``, the same library the run directory's lock uses) and replace only what this
-invocation wrote; the file is replaced atomically (the run directory's own writer, ``write_json_atomic``).
+:func:`merge_save` (a JSON list of records) and :func:`merge_entries` (a JSON object, one entry per key: it is
+:func:`rewrite_entries` with the entries known beforehand) re-read the file under a lock (``filelock``, the same
+library the run directory's lock uses) and replace only what this invocation wrote; the file is replaced atomically
+(the run directory's own writer, ``write_json_atomic``).
 """
 
 from __future__ import annotations
@@ -49,11 +50,8 @@ def merge_save(path: Path, mine: Iterable[Record], key: Callable[[Record], Hasha
 
 def merge_entries(path: Path, mine: Mapping[str, Any]) -> dict[str, Any]:
     """Put ``mine``'s entries into the JSON object at ``path``, replacing those with the same key and keeping every
-    other one; return the whole object as written."""
-    with _locked(path) as old:
-        data = {**(old or {}), **mine}
-        _write(path, data)
-    return data
+    other one (nothing is written when ``mine`` is empty); return the whole object."""
+    return rewrite_entries(path, lambda _: mine)
 
 
 def rewrite_entries(path: Path, change: Callable[[dict[str, Any]], Mapping[str, Any]]) -> dict[str, Any]:
