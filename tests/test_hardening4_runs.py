@@ -348,3 +348,29 @@ def test_a_run_with_one_valid_answer_among_null_ones_ends_as_before(
     assert "stop: iterations done" in out.out
     iters = [x for x in out.err.splitlines() if x.startswith("iter ")]
     assert "/invalid" in iters[0] or "invalid/" in iters[0], iters
+
+
+# ----------------------------------------------------------------------------------------------- killed mid-write
+def test_a_resume_removes_the_temporaries_of_writes_a_kill_cut_short_and_no_other_file(
+        offline_run: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A process killed between writing an atomic file's temporary and renaming it leaves the temporary (a large
+    table's checkpoint: hundreds of MB, as a Hopper-v5 learner's was). Resuming removes those of the run's own files
+    and says so; a file of another name stays, and a resume that is refused removes nothing."""
+    torn = [offline_run / ".checkpoint.npz.5bl1qofy.tmp", offline_run / "policies" / ".iter_0003.json.a_9z0k1q.tmp"]
+    kept = [offline_run / ".notes.txt.abcdefgh.tmp", offline_run / "policies" / ".mine.json.abcdefgh.tmp",
+            offline_run / "checkpoint.npz.tmp"]
+    for p in torn + kept:
+        p.write_bytes(b"\0" * 4096)
+    record = (offline_run / "config.json").read_text()
+    broken = json.loads(record)
+    broken["config"]["backend"] = f"llamacpp:{offline_run.parent / 'gone.gguf'}"
+    (offline_run / "config.json").write_text(json.dumps(broken, indent=2))
+    refused_resume(offline_run, capsys)  # every file as it was, the temporaries included
+    (offline_run / "config.json").write_text(record)
+    capsys.readouterr()
+    assert main(["train", "--resume", str(offline_run), "--iterations", "3", "--no-progress"]) == 0
+    err = capsys.readouterr().err
+    assert not any(p.exists() for p in torn)
+    assert all(p.exists() for p in kept)
+    assert ("note: removed 2 temporary files (0.0 MiB) of writes that a killed process left unfinished: "
+            ".checkpoint.npz.5bl1qofy.tmp, .iter_0003.json.a_9z0k1q.tmp") in err, err

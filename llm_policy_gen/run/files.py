@@ -33,6 +33,7 @@ from ..storage.runlog import (
     read_jsonl,
     run_id_problem,
     slug,
+    unfinished_writes,
     write_json_atomic,
 )
 from .schema import EVENT_FIELDS, SCHEMA_KEY, SCHEMA_VERSION, UPGRADES, Summary, config_of
@@ -174,6 +175,14 @@ class RunDir:
         for k, p in self.iteration_policies().items():
             if k > iteration:
                 p.unlink(missing_ok=True)
+
+    def unfinished_writes(self) -> list[Path]:
+        """The temporary files that a killed process left of its last atomic writes here (a checkpoint of a large
+        table is hundreds of MB): of the run's own files and of its policy files only, never a file of another
+        writer. The caller holds the run directory's lock."""
+        own = set(RUN_FILE_NAMES)
+        return (unfinished_writes(self.path, own.__contains__)
+                + unfinished_writes(self.policies, lambda name: name.startswith(_POLICY_PREFIX)))
 
     def check_no_links(self) -> None:
         """Refuse (:class:`UserError`, one line) a run directory that holds a symbolic link anywhere inside it:

@@ -2,9 +2,9 @@
 
 A run interrupted (Ctrl-C) or killed (``kill -9``) at any moment resumes from its last checkpoint: the unfinished
 iteration is redone, and its model calls that were already recorded are answered from the record (never sent again,
-their tokens and cost counted once). A run directory may come from someone else, so before anything in it changes
-the resume checks where it would send the user's key, which files it names, and that its records agree with its
-checkpoint (:mod:`.resume_checks`).
+their tokens and cost counted once); the temporary file of a write that the kill cut short is removed. A run
+directory may come from someone else, so before anything in it changes the resume checks where it would send the
+user's key, which files it names, and that its records agree with its checkpoint (:mod:`.resume_checks`).
 """
 
 from __future__ import annotations
@@ -52,6 +52,22 @@ def _built(held: ExitStack, console: Console, build: Callable[[], Run]) -> Run:
     return run
 
 
+def _remove(paths: list[Path]) -> str:
+    """Delete the temporaries of a killed process's unfinished writes; what was removed, in words ('' if none)."""
+    sizes = []
+    for p in paths:
+        try:
+            sizes.append(p.stat().st_size)
+            p.unlink()
+        except OSError:
+            continue
+    if not sizes:
+        return ""
+    n = len(sizes)
+    return (f"{n} temporary file{'s' if n != 1 else ''} ({sum(sizes) / 2**20:,.1f} MiB) of writes that a killed "
+            f"process left unfinished: {', '.join(p.name for p in paths[:3])}{', ...' if n > 3 else ''}")
+
+
 def _resume(run_dir: Path, overrides: dict[str, Any] | None, log: Callable[[str], None] | None, held: ExitStack, *,
             limiter: CallLimiter | None, budget: Budget | None) -> RunResult:
     rd = RunDir(Path(run_dir))
@@ -78,11 +94,14 @@ def _resume(run_dir: Path, overrides: dict[str, Any] | None, log: Callable[[str]
         rewrite_jsonl(rd.events, events)
         rd.prune_after(done_iter)
         rd.summary.unlink(missing_ok=True)
+        leftovers = _remove(rd.unfinished_writes())
     run.open_log()
     console.notice(f"resuming {rd.path} after iteration {done_iter}"
                    + (f" ({len(recorded)} recorded calls of the unfinished iteration reused)" if len(recorded) else ""))
     for text in torn:
         console.notice(f"note: {text}")
+    if leftovers:
+        console.notice(f"note: removed {leftovers}")
     if record.get("version") != __version__:
         console.notice(f"note: {rd.path} was made by llm-policy-gen {record.get('version') or '(unknown version)'}; "
                        f"it goes on with version {__version__}")

@@ -27,7 +27,7 @@ import numpy as np
 from ..errors import JSONBounds, UserError
 from .safe_json import loads as safe_loads
 
-__all__ = ["write_json_atomic", "write_bytes_atomic", "append_jsonl", "appends_undone_on_error",
+__all__ = ["write_json_atomic", "write_bytes_atomic", "unfinished_writes", "append_jsonl", "appends_undone_on_error",
            "read_jsonl", "read_json", "read_json_object",
            "run_id_problem",
            "check_fields", "CHECKS", "Check", "TRANSCRIPT_FIELDS",
@@ -95,6 +95,27 @@ def write_bytes_atomic(path: Path, data: bytes) -> None:
         if isinstance(exc, OSError) and exc.filename in (None, tmp):
             raise _naming(exc, path) from exc
         raise
+
+
+_TEMPORARY = re.compile(r"\.(?P<target>.+)\.[a-z0-9_]{8}\.tmp")
+"""The name :func:`write_bytes_atomic` gives its temporary file (``tempfile.mkstemp``'s eight random characters
+between the target's name and ``.tmp``)."""
+
+
+def unfinished_writes(folder: Path, targets: Callable[[str], bool]) -> list[Path]:
+    """The temporary files of :func:`write_bytes_atomic` left in ``folder`` by a process killed (SIGKILL, a lost
+    machine) between making one and renaming it over its target, for the targets whose name ``targets`` accepts;
+    the target itself is whole (the old file). Only the folder's owner, holding its lock, may delete them."""
+    try:
+        entries = sorted(Path(folder).iterdir())
+    except OSError:
+        return []
+    out = []
+    for p in entries:
+        m = _TEMPORARY.fullmatch(p.name)
+        if m and targets(m["target"]) and p.is_file() and not p.is_symlink():
+            out.append(p)
+    return out
 
 
 def write_json_atomic(path: Path, obj: Any, indent: int | None = 2) -> None:
