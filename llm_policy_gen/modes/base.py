@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from ..prompting.builder import PromptBuilder, PromptContext
 
 __all__ = ["Setup", "RunServices", "Step", "Mode", "Learner", "OwnLoop", "stopped_before_any_answer", "first_stop",
-           "uses_chat", "first_messages"]
+           "uses_chat", "proposes", "first_messages"]
 
 
 @dataclass(frozen=True)
@@ -250,6 +250,14 @@ class OwnLoop(Protocol):
     def build_learner(self, run: RunServices) -> Learner:
         """The mode's learner, stepping ``run.learner_env``."""
         ...
+
+
+def proposes(mode: Mode) -> bool:
+    """Whether ``mode`` ever asks its backend for candidates (:meth:`RunServices.propose`), whose prompt context
+    carries the episodes counted since the previous call (``fresh``). An optional attribute ``proposes`` of the mode
+    says otherwise: a mode whose learner is the policy (``q-learning``, ``lm-policy``) never does, so the run keeps
+    no such episodes for it (they grew with every episode of the run, in memory and in every checkpoint)."""
+    return bool(getattr(mode, "proposes", True))
 
 
 def uses_chat(mode: Mode) -> bool:

@@ -121,6 +121,7 @@ class LmPolicyMode:
 
     name = "lm-policy"
     needs_session = False
+    proposes = False
     judges_candidates = True
     Options = LmPolicyOptions
 

@@ -96,6 +96,7 @@ class QLearningMode:
 
     name = "q-learning"
     needs_session = False
+    proposes = False
     judges_candidates = True
     Options = QLearningOptions
 

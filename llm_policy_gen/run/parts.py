@@ -22,7 +22,7 @@ from ..config import TrainConfig
 from ..envs.spec import EnvSpec
 from ..keeper import Keeper, SeedPlan
 from ..loggers.console import Console
-from ..modes.base import Mode, Setup, uses_chat
+from ..modes.base import Mode, Setup, proposes, uses_chat
 from ..prompting.builder import PromptBuilder
 from ..prompting.context import HistoryEntry
 from ..prompting.memory import ExperienceMemory, episodes_from_state, episodes_state
@@ -55,6 +55,9 @@ class RunParts:
         self.rng = np.random.default_rng([cfg.seed, 7])
         self.history: list[HistoryEntry] = []
         self.pending: list[Episode] = []
+        """The episodes counted since the last proposal: the next prompt context's ``fresh`` (none kept for a mode
+        that never proposes)."""
+        self._keeps_pending = proposes(mode)
         self.counters = Counters()
         self.best_heldout: Rollouts | None = None
         self.replaced_heldout: Rollouts | None = None
@@ -126,7 +129,8 @@ class RunParts:
 
     def _count(self, episodes: list[Episode]) -> None:
         self.memory.add(episodes)
-        self.pending.extend(episodes)
+        if self._keeps_pending:
+            self.pending.extend(episodes)
         self.counters.episodes_total += len(episodes)
         self.counters.steps_total += sum(e.length for e in episodes)
 
@@ -165,7 +169,7 @@ class RunParts:
         self.wall_before = float(state["wall_s"])
         self.best_heldout = rollouts_from_state(state["heldout"])
         self.history = [HistoryEntry.from_dict(h) for h in state["history"]]
-        self.pending = episodes_from_state(state["pending"])
+        self.pending = episodes_from_state(state["pending"]) if self._keeps_pending else []  # older checkpoints
         self.rng.bit_generator.state = state["rng"]
         self.memory.load_state_dict(state["memory"])
         self.keeper.load_state_dict(state["keeper"])
