@@ -172,8 +172,8 @@ def interrupt_after_checkpoint(monkeypatch: pytest.MonkeyPatch, run_id: str, nth
     real = Run.checkpoint
     seen = {"n": 0}
 
-    def checkpoint(self: Run) -> None:
-        real(self)
+    def checkpoint(self: Run, *, now: bool = False) -> None:
+        real(self, now=now)
         if self.dir.path.name == run_id:
             seen["n"] += 1
             if seen["n"] == nth:

@@ -62,11 +62,11 @@ def test_a_resumed_run_repeats_no_row_and_no_step(tmp_path: Path, monkeypatch: p
     real = Run.checkpoint
     calls = {"n": 0}
 
-    def checkpoint(self: Run) -> None:
+    def checkpoint(self: Run, *, now: bool = False) -> None:
         calls["n"] += 1
         if calls["n"] == 4:  # checkpoint 0 (start), 1, 2, then the one after iteration 3
             raise KeyboardInterrupt
-        real(self)
+        real(self, now=now)
 
     monkeypatch.setattr(Run, "checkpoint", checkpoint)
     with pytest.raises(KeyboardInterrupt):

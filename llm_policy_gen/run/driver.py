@@ -6,7 +6,9 @@ episodes), ``--patience``; after an iteration: the budget, a replay that ran out
 server, the run stops at once with an error naming the URL). After each iteration the driver appends the iteration's
 record (``events.jsonl`` and the other writers), then writes ``checkpoint.npz`` atomically, with Ctrl-C (and SIGTERM,
 SIGHUP) held back so that the two go together; a write of the two that fails takes the record's line back out of
-``events.jsonl``, so the files never disagree on the iterations a run finished.
+``events.jsonl``, so the files never disagree on the iterations a run finished. A large state's checkpoint may wait a
+few iterations (:mod:`.pace`): it is written when the run ends however it ends, and a write that fails cuts
+``events.jsonl`` back to the last checkpoint written.
 
 A run that asked a model ends with exit 1 when no call succeeded, or when no answer was ever valid.
 """
@@ -51,7 +53,23 @@ def _endpoint_error(run: Run, exc: BaseException) -> Exception:
 
 def _drive(run: Run, first: int) -> tuple[StopReason, bool]:
     """Iterations ``first..cfg.iterations``; returns the stop reason and whether the run ended inside an iteration
-    it did not finish (a replay that ran out, a budget reached before any answer), whose episodes are not counted."""
+    it did not finish (a replay that ran out, a budget reached before any answer), whose episodes are not counted.
+    However they end, the last finished iteration's checkpoint is written if it waited (:mod:`.pace`)."""
+    try:
+        ended = _iterations(run, first)
+    except BaseException:
+        with HeldInterrupts(raise_after=False):
+            try:
+                run.flush_checkpoint()
+            except OSError:
+                pass  # the run's files are back at the last checkpoint written; the first error is the one said
+        raise
+    with HeldInterrupts():
+        run.flush_checkpoint()
+    return ended
+
+
+def _iterations(run: Run, first: int) -> tuple[StopReason, bool]:
     cfg, c, session = run.cfg, run.counters, run.session
     stop = StopReason.iterations_done()
     for iteration in range(first, cfg.iterations + 1):
@@ -84,14 +102,18 @@ def _drive(run: Run, first: int) -> tuple[StopReason, bool]:
             return stop, True
         # The iteration's record and its checkpoint go together: a Ctrl-C (or SIGTERM) waits for both, and a write
         # that fails (a full disk, a file size limit) takes the record's line back out of events.jsonl.
+        # A checkpoint that waits (:mod:`.pace`) is a copy of the state in memory: the record is kept with it, and a
+        # write that fails cuts events.jsonl back to the last checkpoint written. An iteration that asked a model is
+        # written at once.
         committed = lambda: run.committed is not None and run.committed.get("iteration") == iteration  # noqa: E731, B023
-        with HeldInterrupts(), appends_undone_on_error(run.dir.events, done=committed):
+        back_to = {run.dir.events: run.events_size_committed} if run.unsaved is not None else None
+        with HeldInterrupts(), appends_undone_on_error(run.dir.events, done=committed, back_to=back_to):
             c.iteration = iteration
             c.since_best = 0 if step.accepted else c.since_best + 1
             c.accepted_count += int(step.accepted)
             rec = event_record(run, step, iteration, t_iter, run.usage.minus(before))
             run.logger.write(dict(rec))
-            run.checkpoint()
+            run.checkpoint(now=session is not None)
         if step.stop is not None:
             stop = StopReason.parse(step.stop) or StopReason.of(StopKind.STOPPED)
             run.log(f"run ends: {stop}")

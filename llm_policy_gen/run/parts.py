@@ -29,6 +29,7 @@ from ..prompting.memory import ExperienceMemory, episodes_from_state, episodes_s
 from ..storage.runlog import Logger
 from .counters import Counters, rollouts_from_state
 from .files import RunDir
+from .pace import CheckpointPace
 
 __all__ = ["RunParts"]
 
@@ -82,6 +83,14 @@ class RunParts:
         """Where each iteration's record goes: ``events.jsonl``, the console and ``--log``'s writers, from
         :meth:`~.services.Run.open_log` on (opening them writes files: a resume opens them once it is sure to go on)."""
         self.committed: dict[str, Any] | None = None
+        """The state of the last checkpoint written (the iterations the run directory keeps)."""
+        self.unsaved: dict[str, Any] | None = None
+        """A later finished iteration's state (a copy) whose checkpoint waits (:mod:`.pace`); written when the run
+        ends, however it ends."""
+        self.events_size_committed: int | None = None
+        """``events.jsonl``'s size when :attr:`committed` was written (None: no such file then): a write that fails
+        cuts the file back to it."""
+        self.pace = CheckpointPace()
 
     def first_messages(self) -> list[Message] | None:
         """The mode's first messages, with which the backend checks a model's context (:class:`~.services.Run`

@@ -108,6 +108,6 @@ def _resume(run_dir: Path, overrides: dict[str, Any] | None, log: Callable[[str]
     if state is None:
         run.mode_start()
     else:
-        run.committed = state
+        run.mark_committed(state)
         run.save_best()
     return execute(run, done_iter + 1)

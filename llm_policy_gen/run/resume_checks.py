@@ -19,6 +19,7 @@ from ..modes import MODES
 from ..storage.runlog import read_jsonl
 from .checkpoint import load_checkpoint
 from .files import RunDir, load_settings
+from .pace import may_wait
 from .services import Run
 from .stop import StopKind, StopReason
 
@@ -134,12 +135,15 @@ def _check_resume_paths(rd: RunDir, settings: dict[str, Any], overrides: dict[st
 def _check_records_within(rd: RunDir, done: int, has_checkpoint: bool) -> None:
     """Resuming drops what follows the checkpoint (the unfinished iteration's events, and its calls past the ones it
     reuses): refuse when the files record more than that, as when ``checkpoint.npz`` was deleted or replaced by an
-    older one, rather than cut recorded iterations and paid calls."""
+    older one, rather than cut recorded iterations and paid calls. A checkpoint larger than
+    :data:`~.pace.PACE_ABOVE_BYTES` may lag its events by a few iterations that called no model (:mod:`.pace`): those
+    are redone, to the same result."""
     def last(path: Path) -> int:
         return max((int(r.get("iteration", 0)) for r in read_jsonl(path)), default=0) if path.is_file() else 0
 
     events, calls = last(rd.events), last(rd.transcripts)
-    if events > done + int(has_checkpoint) or calls > done + 1:
+    paced = has_checkpoint and may_wait(rd.checkpoint.stat().st_size)
+    if (events > done + int(has_checkpoint) and not paced) or calls > done + 1:
         what = f"no {rd.checkpoint.name}" if not has_checkpoint else f"a {rd.checkpoint.name} of iteration {done}"
         raise UserError(f"{rd.path} records {max(events, calls)} iterations but has {what}; resuming would drop "
                         "recorded iterations and calls, so it is refused and every file is left as it is (start a "

@@ -8,6 +8,8 @@ the keeper or the collector.
 
 from __future__ import annotations
 
+import copy
+import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -212,11 +214,49 @@ class Run(RunParts):
         """A new run's start (the mode's, e.g. scoring the initial table), then checkpoint 0."""
         self._build_learner()
         self.mode.start(self)
-        self.checkpoint()
+        self.checkpoint(now=True)
 
-    def checkpoint(self) -> None:
+    def checkpoint(self, *, now: bool = False) -> None:
+        """The state after a finished iteration: written to ``checkpoint.npz`` now, or, when its pace says so
+        (:mod:`.pace`; never with ``now``), kept as a copy until :meth:`flush_checkpoint`."""
+        state = self.state_dict()
+        if now or self.pace.due():
+            self._write_checkpoint(state)
+        else:
+            self.unsaved = copy.deepcopy(state)  # a copy: the next iteration changes the arrays it may share
+
+    def flush_checkpoint(self) -> None:
+        """Write the checkpoint that waits, if any. A write that fails (here or in :meth:`checkpoint`) cuts
+        ``events.jsonl`` back to the last checkpoint written, drops the waiting one and raises: the files agree on
+        the iterations kept."""
+        if self.unsaved is not None:
+            self._write_checkpoint(self.unsaved)
+
+    def cut_events_to_committed(self) -> None:
+        """``events.jsonl`` back to its size when the last checkpoint was written (no room needed)."""
+        size = self.events_size_committed
+        try:
+            if size is None:
+                self.dir.events.unlink(missing_ok=True)
+            else:
+                os.truncate(self.dir.events, size)
+        except OSError:
+            pass
+
+    def mark_committed(self, state: dict[str, Any]) -> None:
+        """``state`` is the checkpoint on disk (a resume, once the run's files are cut back to it)."""
+        self.committed, self.unsaved = state, None
+        self.events_size_committed = self.dir.events.stat().st_size if self.dir.events.exists() else None
+
+    def _write_checkpoint(self, state: dict[str, Any]) -> None:
         from .checkpoint import save_checkpoint
 
-        state = self.state_dict()
-        save_checkpoint(self.dir.checkpoint, state)
-        self.committed = state
+        started = self.pace.started()
+        try:
+            save_checkpoint(self.dir.checkpoint, state)
+        except BaseException:  # the files go back to the last checkpoint written, the waiting one dropped
+            self.unsaved = None
+            self.cut_events_to_committed()
+            raise
+        self.pace.wrote(started, self.dir.checkpoint.stat().st_size)
+        self.mark_committed(state)

@@ -146,11 +146,14 @@ def append_jsonl(path: Path, obj: Any) -> None:
 
 
 @contextmanager
-def appends_undone_on_error(*paths: Path, done: Callable[[], bool] = lambda: False) -> Iterator[None]:
+def appends_undone_on_error(*paths: Path, done: Callable[[], bool] = lambda: False,
+                            back_to: Mapping[Path, int | None] | None = None) -> Iterator[None]:
     """The JSONL files ``paths`` cut back to their size before the block when the block raises before ``done()``
     holds (a file the block made is removed): a group of writes that must go together -- an iteration's record and
-    its checkpoint -- leaves all of its lines or none. Cutting a file back needs no room on the disk."""
+    its checkpoint -- leaves all of its lines or none. ``back_to`` gives earlier sizes to cut back to instead (None:
+    the file is removed), for a group that began before the block. Cutting a file back needs no room on the disk."""
     sizes = {Path(p): (Path(p).stat().st_size if Path(p).exists() else None) for p in paths}
+    sizes.update({Path(p): size for p, size in (back_to or {}).items()})
     try:
         yield
     except BaseException:
