@@ -238,7 +238,7 @@ class Run(RunParts):
         try:
             if size is None:
                 self.dir.events.unlink(missing_ok=True)
-            else:
+            elif self.dir.events.stat().st_size > size:
                 os.truncate(self.dir.events, size)
         except OSError:
             pass

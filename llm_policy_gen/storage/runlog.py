@@ -163,7 +163,7 @@ def appends_undone_on_error(*paths: Path, done: Callable[[], bool] = lambda: Fal
             try:
                 if size is None:
                     p.unlink(missing_ok=True)
-                else:
+                elif p.stat().st_size > size:  # never lengthened (with zeros), whoever cut it first
                     os.truncate(p, size)
             except OSError:
                 pass
