@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from run_helpers import ROOT, comparable
 
@@ -25,7 +26,7 @@ from llm_policy_gen.modes.qlearning import QLearningMode
 from llm_policy_gen.run import checkpoint as checkpoint_module
 from llm_policy_gen.run import pace
 from llm_policy_gen.run.checkpoint import load_checkpoint
-from llm_policy_gen.run.pace import CheckpointPace
+from llm_policy_gen.run.pace import CheckpointPace, snapshot
 from llm_policy_gen.storage.runlog import read_jsonl
 
 ENV = "CliffWalking-v1"
@@ -154,3 +155,21 @@ def test_a_paced_run_killed_outright_resumes_from_the_last_checkpoint_written_to
     assert main(args(tmp_path, "ref", iterations=12)) == 0
     assert kept(run) == (12, list(range(1, 13)))
     assert comparable(run) == comparable(tmp_path / ENV / "ref")
+
+
+def test_a_snapshot_is_independent_of_the_state_and_reuses_only_a_spare_snapshots_arrays() -> None:
+    live = np.arange(6.0).reshape(2, 3)
+    state = {"q": live, "rest": [live[0], {"n": 1}], "none": None}
+    first = snapshot(state)
+    live += 10  # the run goes on
+    assert first["q"].tolist() == [[0, 1, 2], [3, 4, 5]] and first["rest"][0].tolist() == [0, 1, 2]
+    kept = first["q"]
+    second = snapshot(state, into=first)  # the first is replaced unwritten: its arrays are lent
+    assert second["q"] is kept and second["q"].tolist() == live.tolist()
+    assert second["rest"][0] is not live and second["rest"][1] == {"n": 1} and second["none"] is None
+    live += 10
+    assert second["q"].tolist() == (live - 10).tolist()
+    # an array of another shape or type, or the live array itself, is never written into
+    other = snapshot({"q": np.zeros(3)}, into={"q": live})
+    assert other["q"] is not live and other["q"].tolist() == [0, 0, 0]
+    assert snapshot(state, into=state)["q"] is not live

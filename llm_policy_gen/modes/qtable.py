@@ -136,7 +136,11 @@ class QLearner:
         return np.where(q[rows, adv] >= q.max(axis=1), adv, np.argmax(q, axis=1)).astype(np.int64)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"q": self.q.copy(), "visits": self.visits.copy(), "q_init": self.q_init, "alpha": self.alpha,
+        """The learner's state, its arrays the live ones, not copies (a large table's copy is the cost of every
+        checkpoint): a caller that keeps the state past the next update copies it, as the run does with a checkpoint
+        that waits (:func:`~llm_policy_gen.run.pace.snapshot`; a written one is serialised at once), and
+        :meth:`load_state_dict` copies what it is given."""
+        return {"q": self.q, "visits": self.visits, "q_init": self.q_init, "alpha": self.alpha,
                 "gamma": self.gamma, "updates": self.updates, "episodes": self.episodes}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:

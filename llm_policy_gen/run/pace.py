@@ -19,10 +19,14 @@ calls were paid for.
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Callable
+from typing import Any
 
-__all__ = ["CheckpointPace", "PACE_ABOVE_BYTES", "SHARE", "may_wait"]
+import numpy as np
+
+__all__ = ["CheckpointPace", "PACE_ABOVE_BYTES", "SHARE", "may_wait", "snapshot"]
 
 PACE_ABOVE_BYTES = 32 * 2**20
 """Checkpoints up to this size are written after every iteration (decided by size, not by a time that a busy disk
@@ -30,6 +34,25 @@ changes, so a small run writes the same checkpoints on any machine)."""
 
 SHARE = 0.1
 """The share of the run's wall time that writing larger checkpoints may take."""
+
+
+def snapshot(state: Any, into: Any = None) -> Any:
+    """A copy of ``state`` that no later change of the run alters (a waiting checkpoint's state). ``into``, an
+    earlier snapshot that nothing else holds, lends its arrays: one of the same shape and type is overwritten in place,
+    about ten times faster than a new copy of a large array (whose fresh pages are the cost: 0.28 s against 0.02 s for
+    a Q table and its visit counts of 559,872 x 27)."""
+    if isinstance(state, dict):
+        lent = into if isinstance(into, dict) else {}
+        return {k: snapshot(v, lent.get(k)) for k, v in state.items()}
+    if isinstance(state, list):
+        items = into if isinstance(into, list) and len(into) == len(state) else [None] * len(state)
+        return [snapshot(v, w) for v, w in zip(state, items, strict=True)]
+    if (isinstance(state, np.ndarray) and isinstance(into, np.ndarray) and into is not state
+            and into.shape == state.shape and into.dtype == state.dtype and into.flags.writeable
+            and into.flags.owndata and not np.shares_memory(into, state)):
+        np.copyto(into, state)
+        return into
+    return copy.deepcopy(state)
 
 
 def may_wait(size: int) -> bool:

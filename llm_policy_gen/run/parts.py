@@ -83,7 +83,8 @@ class RunParts:
         """Where each iteration's record goes: ``events.jsonl``, the console and ``--log``'s writers, from
         :meth:`~.services.Run.open_log` on (opening them writes files: a resume opens them once it is sure to go on)."""
         self.committed: dict[str, Any] | None = None
-        """The state of the last checkpoint written (the iterations the run directory keeps)."""
+        """The state of the last checkpoint written (the iterations the run directory keeps). Only its iteration, its
+        keeper and its held-out measurement are read again; its other arrays may be a component's live ones."""
         self.unsaved: dict[str, Any] | None = None
         """A later finished iteration's state (a copy) whose checkpoint waits (:mod:`.pace`); written when the run
         ends, however it ends."""
@@ -91,6 +92,8 @@ class RunParts:
         """``events.jsonl``'s size when :attr:`committed` was written (None: no such file then): a write that fails
         cuts the file back to it."""
         self.pace = CheckpointPace()
+        self._spare: dict[str, Any] | None = None
+        """A waiting snapshot that a newer checkpoint replaced unwritten: its arrays are reused by the next."""
 
     def first_messages(self) -> list[Message] | None:
         """The mode's first messages, with which the backend checks a model's context (:class:`~.services.Run`

@@ -8,7 +8,6 @@ the keeper or the collector.
 
 from __future__ import annotations
 
-import copy
 import os
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -26,6 +25,7 @@ from ..prompting.context import PromptContext
 from ..schema.aliases import event_out
 from ..storage.runlog import JsonlWriter, Logger
 from .learner_env import LearnerEnv
+from .pace import snapshot
 from .parts import RunParts
 
 __all__ = ["Run"]
@@ -221,16 +221,18 @@ class Run(RunParts):
         (:mod:`.pace`; never with ``now``), kept as a copy until :meth:`flush_checkpoint`."""
         state = self.state_dict()
         if now or self.pace.due():
+            spare = self.unsaved  # replaced by this newer state, never written: its arrays can be lent
             self._write_checkpoint(state)
-        else:
-            self.unsaved = copy.deepcopy(state)  # a copy: the next iteration changes the arrays it may share
+            self._spare = spare
+        else:  # a copy (the next iteration changes the arrays it may share), into the snapshot it replaces
+            self.unsaved, self._spare = snapshot(state, self.unsaved if self.unsaved is not None else self._spare), None
 
     def flush_checkpoint(self) -> None:
         """Write the checkpoint that waits, if any. A write that fails (here or in :meth:`checkpoint`) cuts
         ``events.jsonl`` back to the last checkpoint written, drops the waiting one and raises: the files agree on
         the iterations kept."""
         if self.unsaved is not None:
-            self._write_checkpoint(self.unsaved)
+            self._write_checkpoint(self.unsaved)  # now the committed state: never lent
 
     def cut_events_to_committed(self) -> None:
         """``events.jsonl`` back to its size when the last checkpoint was written (no room needed)."""
