@@ -245,7 +245,8 @@ class OwnLoop(Protocol):
     learner once, over :attr:`RunServices.learner_env`: before :meth:`Mode.start` in a new run, before the
     checkpoint's state is loaded in a resumed one. The run then owns it: :meth:`RunServices.update_learner` runs one
     update and judges its read-out table, and the learner's state (with the episode in progress) is written into
-    ``checkpoint.npz`` with the run's, atomically, after every iteration, and loaded back on ``--resume``."""
+    ``checkpoint.npz`` with the run's, atomically, after every iteration (a state over 32 MiB at a pace:
+    :mod:`llm_policy_gen.run.pace`), and loaded back on ``--resume``."""
 
     def build_learner(self, run: RunServices) -> Learner:
         """The mode's learner, stepping ``run.learner_env``."""
