@@ -102,12 +102,11 @@ def _iterations(run: Run, first: int) -> tuple[StopReason, bool]:
             return stop, True
         # The iteration's record and its checkpoint go together: a Ctrl-C (or SIGTERM) waits for both, and a write
         # that fails (a full disk, a file size limit) takes the record's line back out of events.jsonl.
-        # A checkpoint that waits (:mod:`.pace`) is a copy of the state in memory: the record is kept with it, and a
-        # write that fails cuts events.jsonl back to the last checkpoint written. An iteration that asked a model is
-        # written at once.
+        # A checkpoint that waits (:mod:`.pace`) is a copy of the state in memory, written when the run ends; a
+        # checkpoint write that fails cuts events.jsonl back to the last one written (Run._write_checkpoint). An
+        # iteration that asked a model is written at once.
         committed = lambda: run.committed is not None and run.committed.get("iteration") == iteration  # noqa: E731, B023
-        back_to = {run.dir.events: run.events_size_committed} if run.unsaved is not None else None
-        with HeldInterrupts(), appends_undone_on_error(run.dir.events, done=committed, back_to=back_to):
+        with HeldInterrupts(), appends_undone_on_error(run.dir.events, done=committed):
             c.iteration = iteration
             c.since_best = 0 if step.accepted else c.since_best + 1
             c.accepted_count += int(step.accepted)

@@ -83,6 +83,9 @@ class CheckpointPace:
         self.skipped += 1
         return False
 
+    snapshot = staticmethod(snapshot)
+    """The copy a waiting checkpoint keeps (:func:`snapshot`)."""
+
     def started(self) -> float:
         return self.clock()
 

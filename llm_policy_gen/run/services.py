@@ -8,7 +8,6 @@ the keeper or the collector.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -23,9 +22,8 @@ from ..modes.base import Learner, OwnLoop, Step, first_messages
 from ..policy import Policy, TablePolicy
 from ..prompting.context import PromptContext
 from ..schema.aliases import event_out
-from ..storage.runlog import JsonlWriter, Logger
+from ..storage.runlog import JsonlWriter, Logger, cut_back
 from .learner_env import LearnerEnv
-from .pace import snapshot
 from .parts import RunParts
 
 __all__ = ["Run"]
@@ -225,7 +223,8 @@ class Run(RunParts):
             self._write_checkpoint(state)
             self._spare = spare
         else:  # a copy (the next iteration changes the arrays it may share), into the snapshot it replaces
-            self.unsaved, self._spare = snapshot(state, self.unsaved if self.unsaved is not None else self._spare), None
+            lent = self.unsaved if self.unsaved is not None else self._spare
+            self.unsaved, self._spare = self.pace.snapshot(state, lent), None
 
     def flush_checkpoint(self) -> None:
         """Write the checkpoint that waits, if any. A write that fails (here or in :meth:`checkpoint`) cuts
@@ -233,17 +232,6 @@ class Run(RunParts):
         the iterations kept."""
         if self.unsaved is not None:
             self._write_checkpoint(self.unsaved)  # now the committed state: never lent
-
-    def cut_events_to_committed(self) -> None:
-        """``events.jsonl`` back to its size when the last checkpoint was written (no room needed)."""
-        size = self.events_size_committed
-        try:
-            if size is None:
-                self.dir.events.unlink(missing_ok=True)
-            elif self.dir.events.stat().st_size > size:
-                os.truncate(self.dir.events, size)
-        except OSError:
-            pass
 
     def mark_committed(self, state: dict[str, Any]) -> None:
         """``state`` is the checkpoint on disk (a resume, once the run's files are cut back to it)."""
@@ -258,7 +246,7 @@ class Run(RunParts):
             save_checkpoint(self.dir.checkpoint, state)
         except BaseException:  # the files go back to the last checkpoint written, the waiting one dropped
             self.unsaved = None
-            self.cut_events_to_committed()
+            cut_back(self.dir.events, self.events_size_committed)
             raise
         self.pace.wrote(started, self.dir.checkpoint.stat().st_size)
         self.mark_committed(state)

@@ -28,7 +28,7 @@ from ..errors import JSONBounds, UserError
 from .safe_json import loads as safe_loads
 
 __all__ = ["write_json_atomic", "write_bytes_atomic", "unfinished_writes", "append_jsonl", "appends_undone_on_error",
-           "read_jsonl", "read_json", "read_json_object",
+           "cut_back", "read_jsonl", "read_json", "read_json_object",
            "run_id_problem",
            "check_fields", "CHECKS", "Check", "TRANSCRIPT_FIELDS",
            "rewrite_jsonl", "to_jsonable", "slug", "KVWriter", "JsonlWriter", "Logger", "current_umask"]
@@ -145,28 +145,31 @@ def append_jsonl(path: Path, obj: Any) -> None:
         os.close(fd)
 
 
+def cut_back(path: Path, size: int | None) -> None:
+    """``path`` cut back to ``size`` bytes (None: removed), never lengthened (with zeros) when something cut it
+    shorter first; needs no room on the disk, and a failure is left unsaid (the caller is already failing)."""
+    try:
+        if size is None:
+            path.unlink(missing_ok=True)
+        elif path.stat().st_size > size:
+            os.truncate(path, size)
+    except OSError:
+        pass
+
+
 @contextmanager
-def appends_undone_on_error(*paths: Path, done: Callable[[], bool] = lambda: False,
-                            back_to: Mapping[Path, int | None] | None = None) -> Iterator[None]:
+def appends_undone_on_error(*paths: Path, done: Callable[[], bool] = lambda: False) -> Iterator[None]:
     """The JSONL files ``paths`` cut back to their size before the block when the block raises before ``done()``
     holds (a file the block made is removed): a group of writes that must go together -- an iteration's record and
-    its checkpoint -- leaves all of its lines or none. ``back_to`` gives earlier sizes to cut back to instead (None:
-    the file is removed), for a group that began before the block. Cutting a file back needs no room on the disk."""
+    its checkpoint -- leaves all of its lines or none. Cutting a file back needs no room on the disk."""
     sizes = {Path(p): (Path(p).stat().st_size if Path(p).exists() else None) for p in paths}
-    sizes.update({Path(p): size for p, size in (back_to or {}).items()})
     try:
         yield
     except BaseException:
         if done():  # the group was written whole; what failed came after it
             raise
         for p, size in sizes.items():
-            try:
-                if size is None:
-                    p.unlink(missing_ok=True)
-                elif p.stat().st_size > size:  # never lengthened (with zeros), whoever cut it first
-                    os.truncate(p, size)
-            except OSError:
-                pass
+            cut_back(p, size)
         raise
 
 
