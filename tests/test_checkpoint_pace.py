@@ -65,11 +65,11 @@ def test_the_pace_writes_small_states_always_and_large_ones_at_a_share_of_the_ti
     now = [0.0]
     p = CheckpointPace(clock=lambda: now[0], share=0.1, above_bytes=1000)
     assert p.due()
-    p.wrote(p.started(), 1000)  # small: the next is due at once
+    p.wrote(p.started(), 1000, {})  # small: the next is due at once
     assert p.due()
     start = p.started()
     now[0] += 2.0  # a large write that took 2 s: the next waits until 18 s of iterations have passed
-    p.wrote(start, 10**9)
+    p.wrote(start, 10**9, {})
     now[0] += 17.9
     assert not p.due() and p.skipped == 1
     now[0] += 0.1
@@ -173,3 +173,25 @@ def test_a_snapshot_is_independent_of_the_state_and_reuses_only_a_spare_snapshot
     other = snapshot({"q": np.zeros(3)}, into={"q": live})
     assert other["q"] is not live and other["q"].tolist() == [0, 0, 0]
     assert snapshot(state, into=state)["q"] is not live
+
+
+def test_the_pace_keeps_the_waiting_copy_and_lends_only_a_replaced_ones_arrays() -> None:
+    paced = CheckpointPace(clock=lambda: 0.0)
+    live = {"q": np.zeros((2, 3))}
+    paced.hold(live)
+    first = paced.waiting
+    live["q"] += 1  # the next iteration
+    assert first["q"].tolist() == [[0.0] * 3] * 2
+    paced.hold(live)  # a newer state replaces the waiting one: copied into its arrays
+    assert paced.waiting["q"] is first["q"] and paced.waiting["q"].tolist() == [[1.0] * 3] * 2
+    newer = {"q": np.full((2, 3), 2.0)}
+    paced.wrote(paced.started(), 10, newer)  # written now: the waiting copy, never written, becomes the spare
+    assert paced.waiting is None
+    paced.hold(newer)
+    assert paced.waiting["q"] is first["q"] and paced.waiting["q"].tolist() == [[2.0] * 3] * 2
+    written = paced.waiting
+    paced.wrote(paced.started(), 10, written)  # the waiting copy written is the committed state: never lent
+    paced.hold(live)
+    assert paced.waiting["q"] is not written["q"] and written["q"].tolist() == [[2.0] * 3] * 2
+    paced.drop()  # a failed write drops the waiting copy
+    assert paced.waiting is None

@@ -73,6 +73,11 @@ class CheckpointPace:
         self._ended = 0.0
         self.skipped = 0
         """Checkpoints not written at their iteration so far (each written later, or replaced by a later one)."""
+        self.waiting: Any = None
+        """A later finished iteration's state (a copy, :meth:`hold`) whose checkpoint waits: the run writes it when
+        it ends, however it ends."""
+        self._spare: Any = None
+        """A waiting copy that a newer checkpoint replaced unwritten: its arrays are lent to the next copy."""
 
     def due(self) -> bool:
         """True when the next checkpoint is to be written now."""
@@ -83,13 +88,24 @@ class CheckpointPace:
         self.skipped += 1
         return False
 
-    snapshot = staticmethod(snapshot)
-    """The copy a waiting checkpoint keeps (:func:`snapshot`)."""
+    def hold(self, state: Any) -> None:
+        """Keep a copy of ``state`` (:func:`snapshot`), whose checkpoint waits; the next iteration changes the arrays
+        it may share. It replaces a waiting copy, into whose arrays (or a spare's) it is copied."""
+        lent = self.waiting if self.waiting is not None else self._spare
+        self.waiting, self._spare = snapshot(state, lent), None
 
     def started(self) -> float:
         return self.clock()
 
-    def wrote(self, started: float, size: int) -> None:
-        """A checkpoint of ``size`` bytes was written, from ``started`` (:meth:`started`) to now."""
+    def wrote(self, started: float, size: int, state: Any) -> None:
+        """``state``, a checkpoint of ``size`` bytes, was written from ``started`` (:meth:`started`) to now. A waiting
+        copy it replaces unwritten lends its arrays to the next; the waiting copy itself, once written, is the
+        committed state and is never lent."""
         self._ended = self.clock()
         self._cost, self._size = self._ended - started, size
+        self._spare = self.waiting if self.waiting is not state else None
+        self.waiting = None
+
+    def drop(self) -> None:
+        """A write failed: the waiting copy goes (the run's files go back to the last checkpoint written)."""
+        self.waiting = None

@@ -85,15 +85,11 @@ class RunParts:
         self.committed: dict[str, Any] | None = None
         """The state of the last checkpoint written (the iterations the run directory keeps). Only its iteration, its
         keeper and its held-out measurement are read again; its other arrays may be a component's live ones."""
-        self.unsaved: dict[str, Any] | None = None
-        """A later finished iteration's state (a copy) whose checkpoint waits (:mod:`.pace`); written when the run
-        ends, however it ends."""
         self.events_size_committed: int | None = None
         """``events.jsonl``'s size when :attr:`committed` was written (None: no such file then): a write that fails
         cuts the file back to it."""
         self.pace = CheckpointPace()
-        self._spare: dict[str, Any] | None = None
-        """A waiting snapshot that a newer checkpoint replaced unwritten: its arrays are reused by the next."""
+        """When ``checkpoint.npz`` is written, and the copy of a finished iteration's state whose checkpoint waits."""
 
     def first_messages(self) -> list[Message] | None:
         """The mode's first messages, with which the backend checks a model's context (:class:`~.services.Run`

@@ -219,23 +219,20 @@ class Run(RunParts):
         (:mod:`.pace`; never with ``now``), kept as a copy until :meth:`flush_checkpoint`."""
         state = self.state_dict()
         if now or self.pace.due():
-            spare = self.unsaved  # replaced by this newer state, never written: its arrays can be lent
             self._write_checkpoint(state)
-            self._spare = spare
-        else:  # a copy (the next iteration changes the arrays it may share), into the snapshot it replaces
-            lent = self.unsaved if self.unsaved is not None else self._spare
-            self.unsaved, self._spare = self.pace.snapshot(state, lent), None
+        else:
+            self.pace.hold(state)
 
     def flush_checkpoint(self) -> None:
         """Write the checkpoint that waits, if any. A write that fails (here or in :meth:`checkpoint`) cuts
         ``events.jsonl`` back to the last checkpoint written, drops the waiting one and raises: the files agree on
         the iterations kept."""
-        if self.unsaved is not None:
-            self._write_checkpoint(self.unsaved)  # now the committed state: never lent
+        if self.pace.waiting is not None:
+            self._write_checkpoint(self.pace.waiting)
 
     def mark_committed(self, state: dict[str, Any]) -> None:
         """``state`` is the checkpoint on disk (a resume, once the run's files are cut back to it)."""
-        self.committed, self.unsaved = state, None
+        self.committed = state
         self.events_size_committed = self.dir.events.stat().st_size if self.dir.events.exists() else None
 
     def _write_checkpoint(self, state: dict[str, Any]) -> None:
@@ -245,8 +242,8 @@ class Run(RunParts):
         try:
             save_checkpoint(self.dir.checkpoint, state)
         except BaseException:  # the files go back to the last checkpoint written, the waiting one dropped
-            self.unsaved = None
+            self.pace.drop()
             cut_back(self.dir.events, self.events_size_committed)
             raise
-        self.pace.wrote(started, self.dir.checkpoint.stat().st_size)
+        self.pace.wrote(started, self.dir.checkpoint.stat().st_size, state)
         self.mark_committed(state)
