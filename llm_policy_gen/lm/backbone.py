@@ -119,15 +119,14 @@ def load_from_source(identity: ModelIdentity) -> tuple[Any, Any]:
     from transformers import AutoModel, AutoTokenizer
 
     p = Path(identity.path)
-    where = {"pretrained_model_name_or_path": str(p.parent), "gguf_file": p.name} if identity.kind == "gguf" \
-        else {"pretrained_model_name_or_path": str(p)}
+    source, gguf_file = (str(p.parent), p.name) if identity.kind == "gguf" else (str(p), None)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(**where)
+        tokenizer = AutoTokenizer.from_pretrained(source, gguf_file=gguf_file)
     except Exception as exc:  # transformers raises OSError, ValueError, KeyError, ... for a missing tokenizer
         raise UserError(f"--lm-model {identity.path} has no tokenizer transformers can load "
                         f"({_first_line(exc)})") from None
     try:
-        model = AutoModel.from_pretrained(**where, dtype=torch.float32)
+        model = AutoModel.from_pretrained(source, gguf_file=gguf_file, dtype=torch.float32)
     except Exception as exc:  # an architecture or tensor layout transformers does not know
         raise UserError(f"--lm-model {identity.path}: transformers cannot load this model "
                         f"({_first_line(exc)})") from None

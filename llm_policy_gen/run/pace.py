@@ -35,6 +35,9 @@ changes, so a small run writes the same checkpoints on any machine)."""
 SHARE = 0.1
 """The share of the run's wall time that writing larger checkpoints may take."""
 
+State = dict[str, Any]
+"""A run's checkpoint state (:meth:`.Run.state_dict`): what :class:`CheckpointPace` holds and is told of."""
+
 
 def snapshot(state: Any, into: Any = None) -> Any:
     """A copy of ``state`` that no later change of the run alters (a waiting checkpoint's state). ``into``, an
@@ -73,10 +76,10 @@ class CheckpointPace:
         self._ended = 0.0
         self.skipped = 0
         """Checkpoints not written at their iteration so far (each written later, or replaced by a later one)."""
-        self.waiting: Any = None
+        self.waiting: State | None = None
         """A later finished iteration's state (a copy, :meth:`hold`) whose checkpoint waits: the run writes it when
         it ends, however it ends."""
-        self._spare: Any = None
+        self._spare: State | None = None
         """A waiting copy that a newer checkpoint replaced unwritten: its arrays are lent to the next copy."""
 
     def due(self) -> bool:
@@ -88,7 +91,7 @@ class CheckpointPace:
         self.skipped += 1
         return False
 
-    def hold(self, state: Any) -> None:
+    def hold(self, state: State) -> None:
         """Keep a copy of ``state`` (:func:`snapshot`), whose checkpoint waits; the next iteration changes the arrays
         it may share. It replaces a waiting copy, into whose arrays (or a spare's) it is copied."""
         lent = self.waiting if self.waiting is not None else self._spare
@@ -97,7 +100,7 @@ class CheckpointPace:
     def started(self) -> float:
         return self.clock()
 
-    def wrote(self, started: float, size: int, state: Any) -> None:
+    def wrote(self, started: float, size: int, state: State) -> None:
         """``state``, a checkpoint of ``size`` bytes, was written from ``started`` (:meth:`started`) to now. A waiting
         copy it replaces unwritten lends its arrays to the next; the waiting copy itself, once written, is the
         committed state and is never lent."""
