@@ -11,7 +11,9 @@ Two projections, since the search stops a change once it can no longer beat toda
 the **whole grid** (``--full-grid``: every point on every seed, the most the search can need) and the **least** it
 can need (today's point on every seed, and each change stopped at its first possible miss: once it has missed one
 seed more than today's point has missed so far, a count that can only grow, every seed it has still to run taken as
-a miss). Written to ``OUT/tune_plan.md`` and printed.
+a miss). Below the projection, each task with kept runs shows its **grid so far**: every point's within-budget held-out
+mean on each tuning seed it has run (bold where it meets the goal), so a grid longer than a session is read from the
+records, not retold by hand. Written to ``OUT/tune_plan.md`` and printed.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ class Grid:
     """Run ids: one row per point (today's first), one id per tuning seed in order."""
     missed: Callable[[Mapping[str, Any]], bool]
     """Whether a kept run missed the task's goal (on the within-budget measure the search judges)."""
+    labels: tuple[str, ...] = ()
+    """One name per point, in the order of ``runs`` ("today's", then the setting each change moves)."""
 
 
 def cost_per_run(task: str, kept: list[Mapping[str, Any]], suite: list[Mapping[str, Any]]) -> tuple[float, str] | None:
@@ -71,6 +75,29 @@ def row(grid: Grid, kept: Mapping[str, Mapping[str, Any]], cost: tuple[float, st
     return line, hours[0], hours[1]
 
 
+def so_far(grid: Grid, kept: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """The grid's kept figures: one row per point, the within-budget held-out mean per tuning seed (bold at the goal,
+    "-" not run yet, "?" a run with no figure), and the seeds met of those run."""
+    lines = ["| point | seeds met / run | " + " | ".join(str(s) for s in grid.seeds) + " |",
+             "|---|---|" + "---|" * len(grid.seeds)]
+    for i, point in enumerate(grid.runs):
+        runs = [kept.get(rid) for rid in point]
+        cells = []
+        for r in runs:
+            value = None if r is None else r.get("heldout_within")
+            if r is None:
+                cells.append("-")
+            elif not isinstance(value, (int, float)):
+                cells.append("?")
+            else:
+                cells.append(f"{value:,.1f}" if grid.missed(r) else f"**{value:,.1f}**")
+        ran = [r for r in runs if r is not None]
+        met = sum(not grid.missed(r) for r in ran)
+        label = grid.labels[i] if i < len(grid.labels) else ("today's" if i == 0 else f"change {i}")
+        lines.append(f"| {label} | {met}/{len(ran)} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def markdown(grids: list[Grid], kept: Mapping[str, Mapping[str, Any]], suite: list[Mapping[str, Any]]) -> str:
     lines = ["# Tuning grids: what is left, projected (bench/tune_specs.py --plan)", "",
              "Runs still to make: the whole grid (every point on every tuning seed, `--full-grid`) and the least the "
@@ -93,4 +120,8 @@ def markdown(grids: list[Grid], kept: Mapping[str, Mapping[str, Any]], suite: li
             total_least += least
     lines += ["", f"In all: {total_least:,.1f} to {total_whole:,.1f} CPU-h projected"
               + (f"; no rate for {', '.join(unknown)}" if unknown else "") + "."]
+    for grid in grids:
+        if any(rid in kept for point in grid.runs for rid in point):
+            lines += ["", f"## {grid.task} ({grid.env_id}): the grid so far, within-budget held-out mean per tuning "
+                      "seed (bold: at the goal; -: not run yet)", "", *so_far(grid, kept)]
     return "\n".join(lines) + "\n"

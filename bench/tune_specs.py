@@ -282,6 +282,12 @@ def tuning_seeds(goal: Goal, given: list[int] | None) -> list[int]:
     return given if given else list(LONG_TUNING_SEEDS if goal.seeds == LONG else TUNING_SEEDS)
 
 
+def _label(point: Mapping[str, Any], base: Mapping[str, Any]) -> str:
+    """A point's name in a table: "today's", or each setting it moves from today's value."""
+    moved = [f"{k} {base[k]} -> {v}" for k, v in point.items() if v != base[k]]
+    return ", ".join(moved) or "today's"
+
+
 def plan(tasks: list[str], given: list[int] | None, out: Path, suite_results: Path) -> int:
     """``--plan``: the tasks' grids against the runs ``OUT`` keeps, projected in CPU hours (:mod:`tune_plan`)."""
     import tune_plan
@@ -295,7 +301,7 @@ def plan(tasks: list[str], given: list[int] | None, out: Path, suite_results: Pa
         grids.append(tune_plan.Grid(key, goal.env_id, tuple(seeds),
                                     tuple(tuple(_run_id(as_goal(goal, p, base), "offline", s) for s in seeds)
                                           for p in points),
-                                    partial(_missed, goal)))
+                                    partial(_missed, goal), tuple(_label(p, base) for p in points)))
     suite = json.loads(suite_results.read_text()) if suite_results.is_file() else []
     page = tune_plan.markdown(grids, kept_runs(out), suite)
     out.mkdir(parents=True, exist_ok=True)

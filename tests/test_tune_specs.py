@@ -241,6 +241,16 @@ def test_the_plan_counts_the_kept_runs_and_projects_the_rest_at_the_tasks_own_co
     assert row == (f"| cartpole (CartPole-v1) | 100-103 | {changes + 1} | 4/4, 2 missed | 4 | {whole} | {least} | 10 | "
                    f"tuning runs (4) | {whole * 10 / 3600:,.1f} | {least * 10 / 3600:,.1f} |")
     assert "| walker2d (Walker2d-v5) |" in page and "unknown: no run of this task recorded" in page
+    # the grid so far, read from the records: today's four seeds (bold at the goal, 475), the changes not run yet;
+    # Walker2d-v5 has no kept run, so no table
+    table = page.split("## cartpole (CartPole-v1): the grid so far")[1].strip().splitlines()[2:]
+    assert table[0] == "| point | seeds met / run | 100 | 101 | 102 | 103 |"
+    assert table[2] == "| today's | 2/4 | **500.0** | **480.0** | 300.0 | 200.0 |"
+    assert len(table) == 2 + changes + 1 and all(line.endswith("| 0/0 | - | - | - | - |") for line in table[3:])
+    first = tune.single_changes(tune.today(goal))[0]
+    moved = next(k for k, v in first.items() if v != tune.today(goal)[k])
+    assert table[3].startswith(f"| {moved} {tune.today(goal)[moved]} -> {first[moved]} |")
+    assert "## walker2d" not in page
     assert not (out / "runs").exists() and not (out / "tune.json").exists()
 
 
