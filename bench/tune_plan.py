@@ -47,19 +47,24 @@ def cost_per_run(task: str, kept: list[Mapping[str, Any]], suite: list[Mapping[s
     return None
 
 
+def _ran(grid: Grid, point: tuple[str, ...],
+         kept: Mapping[str, Mapping[str, Any]]) -> tuple[list[Mapping[str, Any]], int]:
+    """A point's kept runs, in seed order, and how many of them missed the goal."""
+    runs = [kept[rid] for rid in point if rid in kept]
+    return runs, sum(grid.missed(r) for r in runs)
+
+
 def _least_left(grid: Grid, point: tuple[str, ...], kept: Mapping[str, Mapping[str, Any]], stop_at: int) -> int:
     """The fewest runs a change still needs: none once it has missed ``stop_at`` seeds (stopped) or run them all,
     else its misses still to come to ``stop_at``, every next seed a miss, at most the seeds it has left."""
-    runs = [kept[rid] for rid in point if rid in kept]
-    missed = sum(grid.missed(r) for r in runs)
+    runs, missed = _ran(grid, point, kept)
     return 0 if missed >= stop_at else min(stop_at - missed, len(point) - len(runs))
 
 
 def row(grid: Grid, kept: Mapping[str, Mapping[str, Any]], cost: tuple[float, str] | None) -> tuple[str, float, float]:
     """The table row of one task, and its projected CPU hours (whole grid, least)."""
     n_seeds = len(grid.seeds)
-    today = [kept[rid] for rid in grid.runs[0] if rid in kept]
-    misses = sum(grid.missed(r) for r in today)
+    today, misses = _ran(grid, grid.runs[0], kept)
     done = sum(rid in kept for point in grid.runs for rid in point)
     whole = len(grid.runs) * n_seeds - done
     least = (n_seeds - len(today)) + sum(_least_left(grid, point, kept, misses + 1) for point in grid.runs[1:])
@@ -91,10 +96,9 @@ def so_far(grid: Grid, kept: Mapping[str, Mapping[str, Any]]) -> list[str]:
                 cells.append("?")
             else:
                 cells.append(f"{value:,.1f}" if grid.missed(r) else f"**{value:,.1f}**")
-        ran = [r for r in runs if r is not None]
-        met = sum(not grid.missed(r) for r in ran)
+        ran, missed = _ran(grid, point, kept)
         label = grid.labels[i] if i < len(grid.labels) else ("today's" if i == 0 else f"change {i}")
-        lines.append(f"| {label} | {met}/{len(ran)} | " + " | ".join(cells) + " |")
+        lines.append(f"| {label} | {len(ran) - missed}/{len(ran)} | " + " | ".join(cells) + " |")
     return lines
 
 
