@@ -17,7 +17,7 @@ help:
 	@echo "make check  - lint, typecheck and test"
 	@echo "make peers - the peers extra (SB3, sb3-contrib, rl-zoo3, rliable; torch 2.13.0 CPU from /opt/wheels) for bench/peers.py"
 	@echo "make lint / typecheck / bench / paper / clean"
-	@echo "make system-deps - install the Debian packages some tests use when missing (chromium, EGL for MuJoCo)"
+	@echo "make system-deps - install the Debian packages some tests use when missing (chromium, EGL for MuJoCo, pdflatex)"
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -89,17 +89,24 @@ docs: $(STAMP_DEV)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
 # Debian packages some tests use: chromium renders the HTML report (tests/test_report.py); EGL lets MuJoCo render
-# without a display (evaluate --gif, tests/test_figures.py). Installed when missing and apt-get can be used (as
-# root); otherwise nothing is installed and those tests skip or check the one-line refusal instead, saying why.
+# without a display (evaluate --gif, tests/test_figures.py); pdflatex builds the paper's PDF (tools/paper.py,
+# tests/test_paper.py; LaTeX without its recommends: about 76 MB, 20 s). Installed when missing and apt-get can be
+# used (as root); otherwise nothing is installed and those tests skip or check the one-line refusal instead, saying why.
 SYSTEM_PACKAGES := chromium libegl1 libegl-mesa0 libgl1-mesa-dri libosmesa6
-system-deps:
-	@missing=$$(for p in $(SYSTEM_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+LATEX_PACKAGES := texlive-latex-base texlive-latex-recommended
+# $(call apt_missing,PACKAGES,APT-OPTIONS): install those of PACKAGES that are missing.
+define apt_missing
+	@missing=$$(for p in $(1); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'ok installed' || echo $$p; done); \
 	if [ -z "$$missing" ]; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 		echo "installing Debian packages for the tests:" $$missing; \
-		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing) >/dev/null \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(2) $$missing) >/dev/null \
 			|| echo "note: could not install $$missing; the tests that need them will be skipped"; \
 	else echo "note: $$missing missing and no apt-get as root; the tests that need them will be skipped"; fi
+endef
+system-deps:
+	$(call apt_missing,$(SYSTEM_PACKAGES),)
+	$(call apt_missing,$(LATEX_PACKAGES),--no-install-recommends)
 
 browser: system-deps
 
