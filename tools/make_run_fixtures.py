@@ -25,7 +25,8 @@ COMMON = ["--no-plots", "--no-progress", "--seed", "0", "--heldout-episodes", "2
 #: (run id, train arguments)
 RUNS: list[tuple[str, list[str]]] = [
     ("table", ["--env", "CartPole-v1", "--iterations", "3", "--candidates", "2"]),
-    ("direct", ["--env", "FrozenLake-v1", "--iterations", "2", "--mode", "direct", "--candidates", "1", "--backend", "replay:{answers}"]),
+    ("direct", ["--env", "FrozenLake-v1", "--iterations", "2", "--mode", "direct", "--candidates", "1",
+                "--backend", "replay:{answers}"]),
     ("reward", ["--env", "FrozenLake-v1", "--iterations", "2", "--mode", "reward"]),
     ("advisor", ["--env", "FrozenLake-v1", "--iterations", "2", "--mode", "advisor"]),
     ("qlearning", ["--env", "FrozenLake-v1", "--iterations", "3", "--backend", "q-learning"]),
