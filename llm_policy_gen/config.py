@@ -57,9 +57,13 @@ class TrainConfig(BaseModel):
                        "the standard Q-learner (the mode of --backend q-learning); lm-policy: a language model "
                        "as the policy network's backbone (--lm-model)."))
     iterations: int = _field(30, "an integer >= 1", "Proposal rounds.", ge=1, resume=True)
-    max_episodes: int | None = _field(None, "an integer >= 1", "End the run once the counted episodes (training, "
-                                      "test and confirmation) reach this many; combines with iterations.", ge=1,
-                                      resume=True)
+    max_episodes: int | None = _field(None, "an integer >= 1", "End the run at the first iteration boundary at or "
+                                      "past this many counted episodes (training, test and confirmation); combines "
+                                      "with iterations.", ge=1, resume=True)
+    max_steps: int | None = _field(None, "an integer >= 1", "End the run at the first iteration boundary at or past "
+                                   "this many counted environment steps (of the training, test and confirmation "
+                                   "episodes; held-out ones not counted); summary.json says by how many steps it "
+                                   "went past. Combines with iterations and max_episodes.", ge=1, resume=True)
     candidates: int = _field(4, "an integer in 1..64", "Candidates asked for per iteration (K samples of one "
                              "prompt, scored on the same test seeds).", ge=1, le=64)
     seed: int = _field(0, f"an integer in 0..{SEED_MAX}", "Seeds every environment reset, the exploration and the "

@@ -25,7 +25,8 @@ ROOT = Path(__file__).resolve().parents[1]
 #: Today's ``train`` flags that are settings, each with its setting: the spellings users and scripts rely on.
 FLAGS = {
     "--env": "env_id", "--backend": "backend", "--mode": "mode", "--iterations": "iterations",
-    "--max-episodes": "max_episodes", "--candidates": "candidates", "--seed": "seed", "--logs-dir": "logs_dir",
+    "--max-episodes": "max_episodes", "--max-steps": "max_steps", "--candidates": "candidates", "--seed": "seed",
+    "--logs-dir": "logs_dir",
     "--run-id": "run_id", "--train-episodes": "train_episodes", "--learner-alpha": "learner_alpha",
     "--learner-gamma": "learner_gamma", "--potential-bound": "potential_bound", "--advice-prob": "advice_prob",
     "--advice-decay": "advice_decay", "--test-start": "test_start", "--test-max": "test_max",
@@ -66,6 +67,7 @@ def values(tmp_path: Path) -> dict[str, Any]:
     shutil.copy(ROOT / "llm_policy_gen" / "data" / "prices.toml", prices)
     return {
         "env_id": "MountainCar-v0", "backend": "offline", "mode": "advisor", "iterations": 2, "max_episodes": 900,
+        "max_steps": 100000,
         "candidates": 2, "seed": 7, "logs_dir": str(tmp_path / "logs"), "run_id": "every", "train_episodes": 1,
         "explore_epsilon": 0.2, "learner_alpha": 0.3, "learner_gamma": 0.95, "potential_bound": 50.0,
         "advice_prob": 0.25, "advice_decay": 0.8, "test_start": 2, "test_max": 4, "test_seeds": "fresh",
@@ -192,9 +194,9 @@ def test_the_lists_read_from_the_fields_are_todays() -> None:
         "env_id": "--env", "timeout_s": "--timeout", "prices_file": "--prices", "cache": "--no-cache",
         "plots": "--no-plots", "progress": "--no-progress", "lm_learner": "--learner", "lm_device": "--device",
         "lm_lora": "--lora", "gamma": "--evidence-gamma"}
-    assert set(config.resume_options()) == {"iterations", "max_episodes", "progress", "quiet", "plots", "patience",
-                                          "budget_usd", "timeout_s", "max_retries", "max_concurrent_calls", "cache",
-                                          "llm_threads", "local_concurrency"}
+    assert set(config.resume_options()) == {"iterations", "max_episodes", "max_steps", "progress", "quiet", "plots",
+                                          "patience", "budget_usd", "timeout_s", "max_retries", "max_concurrent_calls",
+                                          "cache", "llm_threads", "local_concurrency"}
     assert set(plan.operational_settings()) == {
         "logs_dir", "run_id", "explicit", "progress", "quiet", "plots", "log", "timeout_s", "max_retries",
         "max_concurrent_calls", "unreachable_after", "cache", "cache_dir", "llm_threads", "local_concurrency",

@@ -62,12 +62,23 @@ def test_generated_files_hold_the_comparison_numbers(comparison: Path, tmp_path:
     table = (gen / "results_table.tex").read_text()
     with open(comparison / "results.csv", newline="") as fh:
         rows = list(csv.DictReader(fh))
+    assert "runs & episodes/run & steps/run & IQM held-out return" in table
+
+    def counted(backend: str) -> str:  # the table's episodes/run and steps/run cells: means over the seeds
+        mine = [r for r in rows if r["backend"] == backend]
+        episodes, steps = (sum(int(r[k]) for r in mine) / len(mine) for k in ("episodes_total", "env_steps_total"))
+        return f"{episodes:,.0f} & {steps:,.0f}".replace(",", "{,}")
+
     offline = [float(r["best_eval_mean"]) for r in rows if r["backend"] == "offline"]
-    assert f"offline & table & no & 2/2 & {sum(offline) / 2:,.1f} [" in table
-    assert "random & table & no & 2/2" in table
+    assert f"offline & table & no & 2/2 & {counted('offline')} & {sum(offline) / 2:,.1f} [" in table
+    assert f"random & table & no & 2/2 & {counted('random')} & " in table
     advised = [float(r["best_eval_mean"]) for r in rows if r["backend"] == "offline@advisor"]
     assert all(r["mode"] == "advisor" for r in rows if r["backend"] == "offline@advisor")
-    assert f"offline & advisor & no & 2/2 & {sum(advised) / 2:,.1f} [" in table
+    assert f"offline & advisor & no & 2/2 & {counted('offline@advisor')} & {sum(advised) / 2:,.1f} [" in table
+    means = [sum(int(r["env_steps_total"]) for r in rows if r["backend"] == b) / 2
+             for b in ("offline", "random", "offline@advisor")]
+    unequal = max(means) > 1.1 * min(means)  # the ranking says so when the table compares unequal experience
+    assert (r"\textbf{Warning}: unequal interaction" in (gen / "ranking.tex").read_text()) == unequal
     assert r"\newcommand{\Modes}{table, advisor}" in numbers and r"\newcommand{\AdviceProb}{0.5}" in numbers
     assert "No language-model backend is reported" in (gen / "llm_status.tex").read_text()
     assert "Ordered by the interquartile mean of the final held-out return" in (gen / "ranking.tex").read_text()

@@ -3,8 +3,8 @@
 ::
 
     llm-policy-gen compare --env CartPole-v1 --backends offline,q-learning,random --seeds 0-4 \\
-        [--iterations N] [--workers N] [--executor local|ray] [--config FILE.toml] [--out DIR] \\
-        [--max-concurrent-calls N] [--rpm N] [--budget-usd X]
+        [--iterations N] [--max-steps N] [--max-episodes N] [--workers N] [--executor local|ray] \\
+        [--config FILE.toml] [--out DIR] [--max-concurrent-calls N] [--rpm N] [--budget-usd X]
 
 Each pair is one run of :mod:`llm_policy_gen.run` in its own run directory ``OUT/runs/<env>/<entry>_s<seed>``
 (the usual files of a run; ``<entry>`` is the ``--backends`` entry made a file name: ``offline_s0``,
@@ -12,18 +12,26 @@ Each pair is one run of :mod:`llm_policy_gen.run` in its own run directory ``OUT
 
 * ``results.csv`` -- one row per run: its summary numbers with ``status=ok``, or ``status=failed`` (or
   ``interrupted``) with the error and no numbers (a failed run never stops the sweep);
-* ``results.md`` -- the settings every run shared, then per backend: the interquartile mean over seeds of the final
+* ``results.md`` -- the settings every run shared, then per backend: the mean counted episodes and environment steps
+  per run (with a warning, printed too, when backends differ by more than 10%: :mod:`llm_policy_gen.sweep.interaction`),
+  the interquartile mean over seeds of the final
   held-out return (the best table's mean on the held-out episodes) and of the normalised score (0: the uniform random
   policy, 1: the reward threshold), each with rliable's 95 % stratified bootstrap interval
   (:func:`llm_policy_gen.sweep.stats.iqm_interval`: 2,000 resamples, seed 0), median episodes to solve
   (unsolved runs count as never solving), solve rate, calls,
   tokens, cost and wall time; the budget and the runs it stopped;
 * ``curves.png`` -- the best table's held-out mean against environment episodes, median and interquartile band per
-  backend over seeds; ``curves.json`` holds the points it was drawn from;
+  backend over seeds, ending where the backend's shortest run ended; ``curves.json`` holds the points it was drawn
+  from;
 * ``random_policy.json`` -- the uniform random policy's mean return on each run seed's held-out seeds
   (:mod:`llm_policy_gen.sweep.random_baseline`), where the task has a reward threshold;
 * ``compare.json`` -- the sweep's parameters, the settings that decide its results, and its limits' report;
 * ``sweep.jsonl`` -- one line per attempt of a run: started (and on which node), lost, resumed, done.
+
+**Equal interaction**: every run gets the same ``--iterations``, and a method that spends more episodes per iteration
+gains experience faster. ``--max-steps N`` (or ``--max-episodes N``) gives every run the same budget of counted
+interaction: a run stops at the first iteration boundary at or past it (give an ``--iterations`` large enough that the
+budget, not the iterations, ends the runs).
 
 **Before the first run** every argument is checked (:mod:`.plan`) -- each entry's settings, environment, mode and
 backend, its key included (each entry's run is built, not started) -- so a bad input ends the command at once with
@@ -252,8 +260,15 @@ def run_compare(config: CompareConfig) -> list[ResultRow]:
 
 
 # ---------------------------------------------------------------------------------------------------- CLI
+#: Settings of every run that ``compare`` takes as options (``--max-steps``, ``--max-episodes``): equal interaction.
+_BUDGETS = ("max_steps", "max_episodes")
+
+
 def add_parser(subparsers: Any) -> None:
     """Register ``compare`` on the CLI's subparsers."""
+    from ..config import options
+    from .train import _add_setting
+
     p = subparsers.add_parser(
         "compare", help="run backends x seeds through the loop; results table and curves",
         description="Run every (backend, seed) pair, each in its own run directory, and write results.csv, "
@@ -268,6 +283,8 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--iterations", type=int, help="proposal rounds per run (default 30)")
     p.add_argument("--heldout-episodes", type=int,
                    help="held-out episodes that measure each run's kept table (as train's; default 100)")
+    for name in _BUDGETS:  # declared once, on the setting: train's flag, help and parsing
+        _add_setting(p, options()[name])
     p.add_argument("--workers", type=int,
                    help="parallel runs (local default 1; a local Ray instance: its CPUs, default all)")
     p.add_argument("--executor", choices=list(EXECUTORS), default="local",
@@ -289,6 +306,7 @@ def _command(args: argparse.Namespace, backends: list[str]) -> str:
 
     command = f"llm-policy-gen compare --env {args.env_id} --backends {','.join(backends)} --seeds {args.seeds}"
     for flag, value in (("--iterations", args.iterations), ("--heldout-episodes", args.heldout_episodes),
+                        ("--max-steps", args.max_steps), ("--max-episodes", args.max_episodes),
                         ("--workers", args.workers),
                         ("--config", args.config), ("--out", args.out), ("--rpm", args.rpm),
                         ("--budget-usd", args.budget_usd)):
@@ -305,6 +323,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     from ..clients.keys import load_env_noted, remember_url
     from ..config import TrainConfig
     from ..run.files import load_settings
+    from ..sweep.interaction import unequal_interaction
     from ..sweep.plan import parse_backends, parse_seeds
 
     load_env_noted()
@@ -315,7 +334,8 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         settings.pop(fixed, None)
     remember_url(settings.get("base_url") if isinstance(settings.get("base_url"), str) else None)
     cli: dict[str, Any] = {k: v for k, v in (("iterations", args.iterations),
-                                             ("heldout_episodes", args.heldout_episodes)) if v is not None}
+                                             ("heldout_episodes", args.heldout_episodes),
+                                             *((name, getattr(args, name)) for name in _BUDGETS)) if v is not None}
     TrainConfig.build((settings, f"config file {args.config}"), (cli, "command line"))  # every setting, checked now
     settings.update(cli)
     out = Path(args.out) if args.out else Path("logs") / "compare" / slug(args.env_id)
@@ -325,6 +345,9 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         max_concurrent_calls=args.max_concurrent_calls, rpm=args.rpm, budget_usd=args.budget_usd))
     print(printable((out / "results.md").read_text(encoding="utf-8"), lines=True))
     print(f"comparison directory: {out}")
+    unequal = unequal_interaction(rows, backends, settings)
+    if unequal:
+        print(printable(f"warning: {unequal}"), file=sys.stderr)
     failed = [r for r in rows if not r.ok]
     if failed:
         print(f"{len(failed)} of {plural(len(rows), 'run')} failed (see results.md)", file=sys.stderr)

@@ -130,5 +130,6 @@ def summary_line(s: dict[str, Any]) -> str:
     when = " (measured once, at the end)" if s["mode"] == "direct" and s["best_heldout_episodes"] else ""
     return (f"{s['env_id']} [{s['backend']}{model}{mode}] held-out mean {best} over "
             f"{plural(s['best_heldout_episodes'], 'episode')}{when}{never}, {solved}; "
-            f"{plural(s['iterations'], 'iteration')}, {plural(s['episodes_total'], 'episode')}, {calls}, "
+            f"{plural(s['iterations'], 'iteration')}, {plural(s['episodes_total'], 'episode')} "
+            f"({plural(s.get('env_steps_total') or 0, 'step')}), {calls}, "
             f"{s['wall_s']:.1f} s; stop: {s['stop_reason']}")

@@ -15,8 +15,9 @@ the x-axis in iterations (with environment episodes on a second axis on top) or 
 
 Several runs: the runs are grouped by backend (and mode, written ``BACKEND@MODE`` as in ``compare``); each group is
 one colour, its median over runs a line and its interquartile range a band, with one legend entry per group.
-``testing`` draws the kept table's held-out mean (it holds after a run's last iteration: the table stands),
-``training`` the smoothed training return (each run's curve ends where the run did).
+``testing`` draws the kept table's held-out mean, ``training`` the smoothed training return. A group's median and
+band end where its shortest run ended (beyond it fewer than all its runs have data, and a median of the rest would
+draw experience some runs never had), as ``compare``'s ``curves.png`` does.
 """
 
 from __future__ import annotations
@@ -238,12 +239,7 @@ def _group_samples(runs: Sequence[RunCurves], kind: str, window: int, x_axis: st
             curves.append((np.array([np.nanmax(x)]), np.array([r.final_heldout])))
             continue
         curves.append((x[ok], y[ok]))
-    samples = step_curves(curves, grid)
-    if kind == "training":  # a training curve ends with its run; the kept table's held-out mean holds
-        for i, (x, _) in enumerate(curves):
-            if x.size:
-                samples[i, grid > x.max()] = np.nan
-    return samples
+    return step_curves(curves, grid, until_shortest=True)
 
 
 def figure_label(name: str, limit: int = 40) -> str:

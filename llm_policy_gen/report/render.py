@@ -193,6 +193,7 @@ def render_compare(data: CompareData, out: Path, run_reports: dict[str, Path] | 
     """The comparison page; ``run_reports`` maps a result row's run_dir to its own report file (linked, as is a
     run's ``report.html`` made earlier)."""
     from ..sweep.figures import plot_curves
+    from ..sweep.interaction import TOLERANCE, budget_text, unequal_interaction
     from ..sweep.results import backend_stats
     from .data import load_run
 
@@ -226,5 +227,6 @@ def render_compare(data: CompareData, out: Path, run_reports: dict[str, Path] | 
         heldout_episodes=count(record.heldout_episodes),
         stats=backend_stats(data.rows, data.backends, data.random, threshold), curves=curves,
         seeds_fig=seed_curves(data, threshold),
-        runs=runs,
+        runs=runs, budget=budget_text(record.settings), tolerance=percent(TOLERANCE),
+        unequal=unequal_interaction(data.rows, data.backends, record.settings),
     ))

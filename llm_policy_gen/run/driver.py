@@ -1,7 +1,9 @@
 """The iteration driver, one for every mode: stops, records, checkpoints, and a summary however the run ends.
 
-Stops, checked before each iteration: ``--iterations``, ``--max-episodes`` (counted training, test and confirmation
-episodes), ``--patience``; after an iteration: the budget, a replay that ran out, and an unreachable backend
+Stops, checked before each iteration: ``--iterations``, ``--max-episodes`` and ``--max-steps`` (counted training, test
+and confirmation episodes and their environment steps: the run stops at the first iteration boundary at or past the
+budget, and the stop reason says by how much it went past; a budget the last iteration reached is named rather than
+"iterations done"), ``--patience``; after an iteration: the budget, a replay that ran out, and an unreachable backend
 (``unreachable_after`` iterations in a row without one answered call; when the very first call of a run reaches no
 server, the run stops at once with an error naming the URL). After each iteration the driver appends the iteration's
 record (``events.jsonl`` and the other writers), then writes ``checkpoint.npz`` atomically, with Ctrl-C (and SIGTERM,
@@ -73,8 +75,8 @@ def _iterations(run: Run, first: int) -> tuple[StopReason, bool]:
     cfg, c, session = run.cfg, run.counters, run.session
     stop = StopReason.iterations_done()
     for iteration in range(first, cfg.iterations + 1):
-        if cfg.max_episodes is not None and c.episodes_total >= cfg.max_episodes:
-            stop = StopReason.episodes(c.episodes_total, cfg.max_episodes)
+        if (budget := _budget_reached(run)) is not None:
+            stop = budget
             break
         if cfg.patience and c.since_best >= cfg.patience:
             stop = StopReason.patience(cfg.patience)
@@ -121,8 +123,20 @@ def _iterations(run: Run, first: int) -> tuple[StopReason, bool]:
             stop = StopReason.of(StopKind.UNREACHABLE)
             run.log(f"run ends: {after} iterations in a row without one answered call")
             break
+    else:  # the last iteration may have reached a budget too: the budget is named, with how far past it the run went
+        stop = _budget_reached(run) or stop
     _check_some_call_succeeded(run)
     return stop, False
+
+
+def _budget_reached(run: Run) -> StopReason | None:
+    """The episode or step budget the run's counted interaction has reached, if any."""
+    cfg, c = run.cfg, run.counters
+    if cfg.max_episodes is not None and c.episodes_total >= cfg.max_episodes:
+        return StopReason.episodes(c.episodes_total, cfg.max_episodes)
+    if cfg.max_steps is not None and c.steps_total >= cfg.max_steps:
+        return StopReason.steps(c.steps_total, cfg.max_steps)
+    return None
 
 
 def _check_some_call_succeeded(run: Run) -> None:

@@ -167,6 +167,10 @@ def summary_record(run: Run, stop: StopReason, extra: dict[str, Any] | None = No
         "episodes_total": int(s["episodes_total"]),
         "env_steps_total": int(s["steps_total"]),
         "heldout_episodes_total": int(s["heldout_total"]),
+        "max_episodes": run.cfg.max_episodes,
+        "episodes_past_budget": _past(int(s["episodes_total"]), run.cfg.max_episodes),
+        "max_steps": run.cfg.max_steps,
+        "steps_past_budget": _past(int(s["steps_total"]), run.cfg.max_steps),
         "input_tokens": usage.input_tokens,
         "output_tokens": usage.output_tokens,
         "cached_input_tokens": usage.cached_input_tokens,
@@ -192,6 +196,12 @@ def summary_record(run: Run, stop: StopReason, extra: dict[str, Any] | None = No
     merged: dict[str, Any] = dict(out)
     merged.update(extra or {})
     return merged  # type: ignore[return-value]  # a Summary with the mode's own keys
+
+
+def _past(total: int, budget: int | None) -> int | None:
+    """How far the counted ``total`` went past ``budget`` (the run stops only between iterations), or None when there
+    is no budget or it was not reached."""
+    return None if budget is None or total < budget else total - budget
 
 
 def config_record(run: Run) -> dict[str, Any]:

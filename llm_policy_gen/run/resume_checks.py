@@ -78,7 +78,20 @@ def resume_config(rd: RunDir, record: dict[str, Any], spec: EnvSpec, overrides: 
         if finished and int(done.get("iterations", 0)) >= cfg.iterations:
             raise UserError(f"{given} already finished ({done.get('stop_reason')}, {done.get('iterations')} "
                             "iterations); give a larger --iterations to extend it")
+        if finished:
+            _check_budget_left(given, done, cfg)
     return cfg
+
+
+def _check_budget_left(given: Path | str, done: dict[str, Any], cfg: TrainConfig) -> None:
+    """A finished run whose counted episodes or steps already reach the budget would stop before its first iteration:
+    refused, as a finished run without iterations left is, naming the option to raise."""
+    for key, budget, flag, word in (("episodes_total", cfg.max_episodes, "--max-episodes", "episodes"),
+                                    ("env_steps_total", cfg.max_steps, "--max-steps", "steps")):
+        counted = done.get(key)
+        if budget is not None and isinstance(counted, int) and counted >= budget:
+            raise UserError(f"{given} already finished ({done.get('stop_reason')}, {counted} {word} counted, "
+                            f"{flag} {budget}); give a larger {flag} to extend it")
 
 
 def _check_resume_env(rd: RunDir, record: dict[str, Any], spec: EnvSpec, given: str | None) -> None:

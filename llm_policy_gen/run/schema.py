@@ -93,6 +93,14 @@ class Summary(TypedDict, total=False):
     episodes_total: int
     env_steps_total: int
     heldout_episodes_total: int
+    max_episodes: int | None
+    """The episode budget (``--max-episodes``), or None."""
+    episodes_past_budget: int | None
+    """Counted episodes past the episode budget (a run stops only between iterations); None when not reached."""
+    max_steps: int | None
+    """The step budget (``--max-steps``), or None."""
+    steps_past_budget: int | None
+    """Counted environment steps past the step budget; None when not reached."""
     input_tokens: int
     output_tokens: int
     cached_input_tokens: int

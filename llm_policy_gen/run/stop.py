@@ -1,8 +1,9 @@
 """Why a run stopped: one type, written into ``summary.json`` by the run and read back by ``resume`` and sweeps.
 
 ``summary.json`` keeps the reason as the sentence it always held (``"iterations done"``, ``"episode budget reached
-(120 >= 100)"``, ``"failed: OSError: ..."``); :class:`StopReason` pairs that text with its :class:`StopKind`, so that
-no caller compares free strings. :meth:`StopReason.parse` reads any text a run of this or an earlier version wrote.
+(120 >= 100: 20 past it)"``, ``"step budget reached (2043 >= 2000: 43 past it)"``, ``"failed: OSError: ..."``);
+:class:`StopReason` pairs that text with its :class:`StopKind`, so that no caller compares free strings.
+:meth:`StopReason.parse` reads any text a run of this or an earlier version wrote.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ class StopKind(enum.Enum):
 
     ITERATIONS = "iterations done"
     EPISODES = "episode budget reached"
+    STEPS = "step budget reached"
     PATIENCE = "no new best"
     BUDGET = "budget reached"
     REPLAY_EXHAUSTED = "replay file"
@@ -61,7 +63,13 @@ class StopReason:
 
     @classmethod
     def episodes(cls, total: int, most: int) -> StopReason:
-        return cls(StopKind.EPISODES, f"episode budget reached ({total} >= {most})")
+        """``--max-episodes`` reached at an iteration boundary, ``total - most`` episodes past it."""
+        return cls(StopKind.EPISODES, f"{StopKind.EPISODES.value} ({total} >= {most}: {total - most} past it)")
+
+    @classmethod
+    def steps(cls, total: int, most: int) -> StopReason:
+        """``--max-steps`` reached at an iteration boundary, ``total - most`` steps past it."""
+        return cls(StopKind.STEPS, f"{StopKind.STEPS.value} ({total} >= {most}: {total - most} past it)")
 
     @classmethod
     def patience(cls, iterations: int) -> StopReason:

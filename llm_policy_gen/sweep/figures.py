@@ -1,4 +1,5 @@
-"""The sweep's figure: ``curves.png``, the kept table's held-out mean against episodes per backend over seeds."""
+"""The sweep's figure: ``curves.png``, the kept table's held-out mean against episodes per backend over seeds, each
+backend's curve ending where its shortest run ended."""
 
 from __future__ import annotations
 
@@ -16,8 +17,8 @@ __all__ = ["plot_curves"]
 def plot_curves(curves: Sequence[Curve], out: Path, title: str, backends: Sequence[str] | None = None,
                 threshold: float | None = None, points: int = 300,
                 x_label: str = "environment episodes (training + test + confirmation)") -> Path:
-    """Median and interquartile band per backend of step curves (``x_label``: what their x counts); returns
-    ``out``."""
+    """Median and interquartile band per backend of step curves (``x_label``: what their x counts), each ending where
+    the backend's shortest run ended (:func:`~.stats.step_curves`); returns ``out``."""
     from ..plotting.curves import figure_label, group_colours
     from ..plotting.figure import plt, save_figure
 
@@ -30,7 +31,7 @@ def plot_curves(curves: Sequence[Curve], out: Path, title: str, backends: Sequen
         mine = [(c.x, c.y) for c in curves if c.backend == b and c.x]
         if not mine:
             continue
-        med, q1, q3 = quartile_band(step_curves(mine, grid))
+        med, q1, q3 = quartile_band(step_curves(mine, grid, until_shortest=True))
         ax.plot(grid, med, linewidth=2, color=colours[b], label=f"{figure_label(b)} (median of {len(mine)})")
         ax.fill_between(grid, q1, q3, color=colours[b], alpha=0.2, linewidth=0)
     if threshold is not None:

@@ -1,8 +1,9 @@
 """``results.md``: a sweep's results as a markdown page, from :func:`~.results.backend_stats` per backend.
 
-The table (rliable's interquartile means and intervals of the held-out returns and the normalised scores, the solve
-rates, calls, tokens, cost and wall time per backend), what every run shared (settings, provider limits, budget), how
-each number was computed, and the runs that failed.
+The table (the counted episodes and steps per run, rliable's interquartile means and intervals of the held-out returns
+and the normalised scores, the solve rates, calls, tokens, cost and wall time per backend), a warning when its
+backends ran at unequal interaction (:mod:`.interaction`), what every run shared (settings, interaction budget,
+provider limits, budget in USD), how each number was computed, and the runs that failed.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import numpy as np
 from ..loggers.console import plural
 from ..run.stop import StopKind
 from ..schema.aliases import file_key
+from .interaction import TOLERANCE, budget_text, unequal_interaction
 from .results import ResultRow, SweepRecord, backend_stats
 from .stats import DEFAULT_RESAMPLES, DEFAULT_SEED
 
@@ -35,20 +37,29 @@ def results_markdown(record: SweepRecord, rows: Sequence[ResultRow], random: Map
         f"{plural(record.iterations or 0, 'iteration')} per run. Command: `{record.command}`",
         "",
         *_settings_lines(record, rows),
-        "| backend | LLM | runs ok | IQM held-out return [95% CI] | IQM normalised score [95% CI] | median "
-        "episodes to solve | solve rate | calls / run | tokens / run | cost USD (total) | wall s / run |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| backend | LLM | runs ok | episodes / run | steps / run | IQM held-out return [95% CI] | IQM normalised "
+        "score [95% CI] | median episodes to solve | solve rate | calls / run | tokens / run | cost USD (total) | "
+        "wall s / run |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for s in backend_stats(rows, record.backends, random, goal):
         med = "not reached" if s.median_episodes_to_solve is None else f"{s.median_episodes_to_solve:,.0f}"
         rate = "n/a" if not np.isfinite(s.solve_rate) else f"{100 * s.solve_rate:.0f}%"
         lines.append(
-            f"| {s.backend} | {'yes' if s.is_llm else 'no'} | {s.ok}/{s.runs} | {s.returns.format(1)} | "
+            f"| {s.backend} | {'yes' if s.is_llm else 'no'} | {s.ok}/{s.runs} | {_f(s.episodes, 0)} | "
+            f"{_f(s.steps, 0)} | {s.returns.format(1)} | "
             f"{s.score.format(2) if s.score is not None else 'n/a'} | {med} | "
             f"{rate} | {_f(s.calls, 1)} | {_f(s.tokens, 0)} | {s.cost_usd:.4f} | {_f(s.wall_s, 1)} |"
         )
+    warning = unequal_interaction(rows, record.backends, record.settings)
+    if warning:
+        lines += ["", f"**Warning: {warning}.**"]
     lines += [
         "",
+        "- Episodes / run, steps / run: the environment episodes and steps each run counted (training, test and "
+        "confirmation; held-out ones not counted: `episodes_total`, `env_steps_total`), mean over the runs with a "
+        f"result. The table warns when backends differ by more than {100 * TOLERANCE:.0f}% in the budgeted measure "
+        "(steps, or episodes under `--max-episodes` alone).",
         f"- IQM held-out return: each run's kept table's mean return on {record.heldout_episodes} held-out episodes "
         f"(`{file_key('best_heldout_mean')}` of its summary); across seeds rliable's interquartile mean (the mean of "
         "the middle half of the runs) with a 95% stratified bootstrap interval "
@@ -62,7 +73,7 @@ def results_markdown(record: SweepRecord, rows: Sequence[ResultRow], random: Map
         "are not "
         "language models; their calls cost nothing.",
         "- Curves: `curves.png` (median and interquartile band over seeds of the kept table's held-out mean "
-        "against environment episodes).",
+        "against environment episodes; a backend's curve ends where its shortest run ended).",
     ]
     failed = [r for r in rows if not r.ok]
     if failed:
@@ -88,8 +99,12 @@ def _score_note(goal: float | None, random: Mapping[int, float] | None) -> str:
 
 def _settings_lines(record: SweepRecord, rows: Sequence[ResultRow]) -> list[str]:
     """What every run shared: the settings given, the provider limits and the budget (and what it stopped)."""
-    given = {k: v for k, v in record.settings.items() if k not in ("iterations", "budget_usd")}
+    given = {k: v for k, v in record.settings.items()
+             if k not in ("iterations", "budget_usd", "max_steps", "max_episodes")}
     lines = []
+    interaction = budget_text(record.settings)
+    if interaction:
+        lines.append(f"Interaction budget: {interaction}.")
     if given:
         lines.append("Settings of every run: " + ", ".join(f"`{k}` = {json.dumps(v)}" for k, v in sorted(given.items()))
                      + " (the rest are the defaults; `compare.json` holds them all).")

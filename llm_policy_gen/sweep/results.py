@@ -258,6 +258,10 @@ class BackendStats:
     run's held-out seeds; None without a goal or R."""
     median_episodes_to_solve: float | None
     solve_rate: float
+    episodes: float
+    """Mean over the runs with a result of the counted episodes (training, test and confirmation)."""
+    steps: float
+    """Mean over the same runs of their counted environment steps."""
     calls: float
     tokens: float
     cost_usd: float
@@ -297,6 +301,8 @@ def backend_stats(rows: Sequence[ResultRow], backends: Sequence[str] | None = No
             score=_score(ok, random, goal),
             median_episodes_to_solve=median_censored([r.episodes_to_solve if r.solved else None for r in ok]),
             solve_rate=(sum(bool(r.solved) for r in ok) / len(ok)) if ok else float("nan"),
+            episodes=_mean([float(r.episodes_total or 0) for r in ok]),
+            steps=_mean([float(r.env_steps_total or 0) for r in ok]),
             calls=_mean([float(r.llm_calls or 0) for r in ok]),
             tokens=_mean([float((r.input_tokens or 0) + (r.output_tokens or 0)) for r in ok]),
             cost_usd=float(sum(float(r.cost_usd or 0) for r in ok)),

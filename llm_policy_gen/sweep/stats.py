@@ -159,10 +159,15 @@ def median_censored(values: Sequence[float | None]) -> float | None:
     return m if np.isfinite(m) else None
 
 
-def step_curves(curves: Sequence[tuple[Sequence[float], Sequence[float]]], grid: np.ndarray) -> np.ndarray:
+def step_curves(curves: Sequence[tuple[Sequence[float], Sequence[float]]], grid: np.ndarray,
+                until_shortest: bool = False) -> np.ndarray:
     """Sample step curves ``(x, y)`` on ``grid``: each value holds until the next point and after the last one;
-    before a curve's first point the value is NaN. Returns ``(n_curves, grid.size)``."""
+    before a curve's first point the value is NaN. ``until_shortest``: every curve is NaN past the smallest last x
+    of them all, so that a median over the curves ends where the shortest run ended (beyond it fewer than all the
+    runs have data, and no run is drawn past its own end). Returns ``(n_curves, grid.size)``."""
     out = np.full((len(curves), grid.size), np.nan)
+    ends = [max(float(x) for x in xs) for xs, _ in curves if len(xs)]
+    inside = grid <= min(ends) if until_shortest and ends else np.ones(grid.size, dtype=bool)
     for i, (xs, ys) in enumerate(curves):
         x = np.asarray(xs, dtype=np.float64)
         y = np.asarray(ys, dtype=np.float64)
@@ -171,7 +176,7 @@ def step_curves(curves: Sequence[tuple[Sequence[float], Sequence[float]]], grid:
         order = np.argsort(x, kind="stable")
         x, y = x[order], y[order]
         idx = np.searchsorted(x, grid, side="right") - 1
-        ok = idx >= 0
+        ok = (idx >= 0) & inside
         out[i, ok] = y[idx[ok]]
     return out
 
