@@ -172,4 +172,4 @@ def test_prune_after_keeps_the_policy_files_up_to_the_checkpoint(tmp_path: Path)
     rd.prune_after(2)
     assert sorted(rd.iteration_policies()) == [1, 2]
     assert (rd.policies / "notes.txt").exists()
-    assert files.config_of({"config": {}}, "x") == {"config": {}}  # no schema_version: layout 1, read as is
+    assert files.config_of({"config": {}}, "x") == {"config": {}, "schema_version": 2}  # layout 1, upgraded

@@ -64,17 +64,30 @@ def _strip(value: object) -> object:
     return value
 
 
-def _digest(path: Path) -> str:
+def _digest(path: Path) -> object:
+    """A ``.jsonl`` file's hash under normalised keys; a ``.json`` file's normalised object itself, so that a check
+    names the keys that differ."""
     text = path.read_text(encoding="utf-8")
+    if path.suffix == ".json":
+        return _strip(json.loads(text))
     if path.suffix == ".jsonl":
         lines = [json.dumps(_strip(json.loads(line)), sort_keys=False) for line in text.splitlines() if line.strip()]
         text = "\n".join(lines)
-    elif path.suffix == ".json":
-        text = json.dumps(_strip(json.loads(text)))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def run_case(name: str, args: list[str], root: Path) -> dict[str, str]:
+def _differences(before: object, after: object) -> str:
+    """What differs between two digests of one file (the keys, for a JSON object)."""
+    if isinstance(before, dict) and isinstance(after, dict):
+        added = sorted(k for k in after if k not in before)
+        gone = sorted(k for k in before if k not in after)
+        changed = sorted(k for k in before if k in after and before[k] != after[k])
+        return "; ".join(f"{what}: {', '.join(keys)}" for what, keys in
+                         (("added", added), ("removed", gone), ("changed", changed)) if keys)
+    return "content"
+
+
+def run_case(name: str, args: list[str], root: Path) -> dict[str, object]:
     lake = root / "lake.toml"
     lake.write_text(LAKE_TOML)
     args = [a.format(lake=lake) for a in args]
@@ -109,7 +122,8 @@ def main(argv: list[str] | None = None) -> int:
               for f in sorted(set(before.get(name, {})) | set(digests.get(name, {})))
               if before.get(name, {}).get(f) != digests.get(name, {}).get(f)]
     for d in differ:
-        print(f"differs: {d}")
+        name, _, f = d.partition("/")
+        print(f"differs: {d} ({_differences(before.get(name, {}).get(f), digests.get(name, {}).get(f))})")
     print(f"{sum(len(d) for d in digests.values())} files of {len(digests)} runs: "
           f"{'byte-equal (wall times aside)' if not differ else f'{len(differ)} differ'}")
     return 1 if differ else 0

@@ -52,7 +52,6 @@ from typing import Any
 from ..errors import missing_extra
 from ..registry import Registry
 from ..run.files import PROGRESS_CSV, RunDir
-from ..schema.aliases import events_in
 from ..storage.runlog import KVWriter, write_bytes_atomic
 
 __all__ = ["LOGGERS", "scalars", "make_writers", "check_writers", "CSVWriter", "TensorBoardWriter", "PROGRESS_CSV"]
@@ -148,7 +147,7 @@ def scalars(record: dict[str, Any]) -> dict[str, float | int]:
 
 def _events_so_far(run_dir: Path) -> list[dict[str, Any]]:
     """The run's events.jsonl lines so far, in the code's names."""
-    return events_in(RunDir(Path(run_dir)).load_events(check=False))[0]
+    return RunDir(Path(run_dir)).read(check=False).events
 
 
 class CSVWriter:

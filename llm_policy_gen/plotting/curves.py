@@ -32,7 +32,6 @@ from matplotlib.ticker import MaxNLocator
 
 from ..errors import UserError
 from ..run.files import RunDir
-from ..schema.aliases import events_in, summary_in
 from ..sweep.stats import quartile_band, step_curves
 from .figure import plt, save_figure
 
@@ -62,7 +61,7 @@ def load_events(run_dir: Path) -> list[dict[str, Any]]:
     rd = RunDir(Path(run_dir))
     if not rd.events.is_file():
         raise UserError(f"{run_dir} is not a run directory (no {rd.events.name})")
-    return events_in(rd.load_events(check=False))[0]
+    return rd.read(check=False).events
 
 
 def _section(record: dict[str, Any], key: str) -> dict[str, Any]:
@@ -111,15 +110,15 @@ class RunCurves:
 
 def load_run(run_dir: Path) -> RunCurves:
     """The curves of the run in ``run_dir`` (its events, and the backend, mode and threshold of its config)."""
-    events = [e for e in load_events(run_dir) if e.get("iteration") is not None]
     rd = RunDir(Path(run_dir))
-    record = rd.load_config(lenient=True) or {}
-    summary = summary_in(rd.load_summary(lenient=True) or {})
-    cfg = _section(record, "config")
-    spec = _section(record, "env_spec")
-    backend = str(cfg.get("backend") or summary.get("backend") or "run")
-    mode = str(record.get("mode") or summary.get("mode") or "table")
-    threshold = spec.get("reward_threshold", summary.get("reward_threshold"))
+    if not rd.events.is_file():
+        raise UserError(f"{run_dir} is not a run directory (no {rd.events.name})")
+    view = rd.read(check=False)
+    events = [e for e in view.events if e.get("iteration") is not None]
+    summary, cfg, spec = view.summary, view.settings, _section(view.record, "env_spec")
+    backend = view.backend_spec or "run"
+    mode = view.mode
+    threshold = view.threshold
     held = _forward_fill(_floats(events, "heldout_mean"))
     sizes = [int(e["heldout_episodes"]) for e in events if e.get("heldout_episodes")]
     final = summary.get("best_heldout_mean")

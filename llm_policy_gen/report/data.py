@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UserError
-from ..run.files import RunDir, is_run_dir
-from ..schema.aliases import LAYOUT_BEFORE_CANDIDATES, events_in, summary_in
+from ..run.files import RunDir, RunState, RunView, is_run_dir
+from ..schema.aliases import summary_in
 from ..storage.runlog import read_json_object
 from ..sweep.results import Curve, ResultRow, SweepRecord, curves_from_json, read_results
 
@@ -107,6 +107,8 @@ class RunData:
     version: int
     """1: written before K candidates (see the module docstring); 2: the current files."""
     missing: list[str] = field(default_factory=list)
+    view: RunView = field(default_factory=lambda: RunView(Path(), RunState.NEW, {}, {}, [], 2))
+    """The run as :meth:`RunDir.read` gives it (its facts' one precedence)."""
 
     @property
     def facts(self) -> dict[str, Any]:
@@ -118,25 +120,19 @@ class RunData:
         return dict(self.config.get("config") or {})
 
     def fact(self, key: str, default: Any = None) -> Any:
-        """A run-level fact from summary.json, else config.json, else its settings."""
-        for source in (self.summary or {}, self.config, self.settings):
+        """A run-level fact from summary.json, else config.json, else its settings (:meth:`RunView.fact`)."""
+        for source in (self.summary or {}, self.config, self.settings):  # the file's keys, as the page names them
             if source.get(key) not in (None, ""):
                 return source[key]
         return default
 
     @property
     def env_id(self) -> str:
-        spec = self.config.get("env_spec") or {}
-        return str(self.fact("env_id") or spec.get("env_id") or self.settings.get("env_id") or "unknown environment")
+        return self.view.env_id or "unknown environment"
 
     @property
     def backend(self) -> str:
-        b = self.summary.get("backend") if self.summary else None
-        if not b:
-            desc = self.config.get("backend")
-            b = (desc.get("name") or desc.get("provider")) if isinstance(desc, dict) else None
-            b = b or self.settings.get("backend")
-        return str(b or "unknown backend")
+        return self.view.backend or "unknown backend"
 
     @property
     def is_llm(self) -> bool | None:
@@ -158,20 +154,17 @@ def load_run(path: Path) -> RunData:
         raise UserError(f"{p} is not a run directory (no {rd.events.name} or {rd.summary.name}); give the folder "
                         "`train` printed")
     try:  # a broken line is one line naming the file and the line
-        config = rd.load_config() or {}
-        summary = rd.load_summary()
-        lines = rd.load_events()
+        view = rd.read()
         transcripts = rd.load_transcripts()
     except OSError as exc:
         raise UserError(f"{exc.filename or p} cannot be read: {exc.strerror or exc}") from None
-    events, layout = events_in(sorted(lines, key=lambda e: int(e.get("iteration", 0))))
-    v1 = layout == LAYOUT_BEFORE_CANDIDATES
+    config, summary, events, v1 = view.record, view.file_summary, view.events, view.before_candidates
     why = {rd.config.name: "settings", rd.events.name: "iterations and curves", rd.summary.name: "the run did not "
            "finish: figures come from the last logged iteration", rd.transcripts.name: "model calls",
            rd.best_policy.name: "the policy figure"}
     missing = [f"{name} ({why[name]})" for name in rd.missing()]
     return RunData(p, config, summary, events, [IterationView.from_event(e, v1) for e in events], transcripts,
-                   1 if v1 else 2, missing)
+                   1 if v1 else 2, missing, view)
 
 
 @dataclass

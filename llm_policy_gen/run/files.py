@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import PolicyFileError, UserError
-from ..schema.aliases import file_keys, summary_out
+from ..schema.aliases import EVENT_FILE_KEYS, SUMMARY_FILE_KEYS, file_keys
 from ..storage.runlog import (
     TRANSCRIPT_FIELDS,
     check_fields,
@@ -37,12 +37,14 @@ from ..storage.runlog import (
     write_json_atomic,
 )
 from .schema import EVENT_FIELDS, SCHEMA_KEY, SCHEMA_VERSION, UPGRADES, Summary, config_of
+from .view import RunState, RunView, state_from, view_of
 
 if TYPE_CHECKING:
     from ..envs.spec import EnvSpec
     from ..policy import TablePolicy
 
-__all__ = ["RunDir", "RUN_FILE_NAMES", "SCHEMA_VERSION", "SCHEMA_KEY", "UPGRADES", "config_of", "is_run_dir",
+__all__ = ["RunDir", "RunState", "RunView", "event_line", "summary_record",
+           "RUN_FILE_NAMES", "SCHEMA_VERSION", "SCHEMA_KEY", "UPGRADES", "config_of", "is_run_dir",
            "run_dir_of", "load_run_policy", "load_settings", "CONFIG", "EVENTS", "TRANSCRIPTS", "SUMMARY",
            "BEST_POLICY", "CHECKPOINT", "POLICIES", "PROGRESS_CSV", "LOCK_FILE", "HOLDER_FILE"]
 
@@ -214,9 +216,8 @@ class RunDir:
         return None if record is None else config_of(record, self.config)
 
     def write_summary(self, summary: Summary | Mapping[str, Any]) -> None:
-        """Write ``summary.json`` from a :class:`~.schema.Summary` in the code's names, under the keys the file
-        carries (:func:`~llm_policy_gen.schema.aliases.summary_out`)."""
-        write_json_atomic(self.summary, summary_out(summary))
+        """Write ``summary.json`` from a :class:`~.schema.Summary` in the code's names (:func:`summary_record`)."""
+        write_json_atomic(self.summary, summary_record(summary))
 
     def load_summary(self, *, lenient: bool = False) -> dict[str, Any] | None:
         """``summary.json``: a :class:`~.schema.Summary` with the mode's own keys (None while the run has not
@@ -243,10 +244,51 @@ class RunDir:
         check_fields(rows, self.transcripts, TRANSCRIPT_FIELDS)
         return rows
 
+    def read(self, *, check: bool = True) -> RunView:
+        """The whole run in the code's words (:class:`~.view.RunView`): the one way to read a run's records; a
+        broken file is a :class:`UserError` naming it (``check``: the events' field types too)."""
+        return view_of(self.path, self.load_config(), self.load_summary(), self.load_events(check=check))
+
+    def state(self) -> RunState:
+        """New, stale, started, interrupted, failed or finished (:class:`~.view.RunState`): the one rule of done.
+        A damaged or newer ``config.json`` reads as stale, a damaged ``summary.json`` as started."""
+        if not self.path.exists():
+            return RunState.NEW
+        try:
+            record = self.load_config(lenient=True)
+        except UserError:  # a layout newer than this version reads: not a result of this version
+            return RunState.STALE
+        return state_from(record, self.load_summary(lenient=True) if record is not None else None)
+
     def missing(self) -> list[str]:
         """The names of the contract's files this directory lacks (the report says what it leaves out)."""
         return [p.name for p in (self.config, self.events, self.summary, self.transcripts, self.best_policy)
                 if not p.is_file()]
+
+
+def _with_old_keys(record: Mapping[str, Any], old_keys: Mapping[str, str]) -> dict[str, Any]:
+    """``record`` stamped with :data:`SCHEMA_VERSION`, in the code's names, and for one version the deprecated key
+    of each renamed figure beside its new name (the same value; ``docs/run-directory.md`` lists them)."""
+    out: dict[str, Any] = {SCHEMA_KEY: SCHEMA_VERSION}
+    for key, value in record.items():
+        if key == SCHEMA_KEY:
+            continue
+        out[key] = value
+        if key in old_keys:
+            out[old_keys[key]] = value
+    return out
+
+
+def event_line(record: Mapping[str, Any]) -> dict[str, Any]:
+    """An iteration record as an ``events.jsonl`` line of this layout: ``schema_version``, the code's names
+    (``test_mean``, ``best_heldout_mean``, ...) and the deprecated ones beside them (``eval_mean``, ...)."""
+    return _with_old_keys(record, EVENT_FILE_KEYS)
+
+
+def summary_record(summary: Mapping[str, Any]) -> dict[str, Any]:
+    """A summary as ``summary.json`` of this layout holds it (see :func:`event_line`: ``best_heldout_mean`` and the
+    deprecated ``best_eval_mean`` beside it)."""
+    return _with_old_keys(summary, SUMMARY_FILE_KEYS)
 
 
 def load_settings(path: Path | str) -> dict[str, Any]:

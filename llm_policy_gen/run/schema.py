@@ -154,13 +154,21 @@ checked)."""
 
 
 SCHEMA_KEY = "schema_version"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """The layout this version writes. 1: the contract's files and keys (a ``config.json`` without ``schema_version``,
-as written before the key existed, is the same layout)."""
+as written before the key existed, is the same layout). 2: ``schema_version`` in ``summary.json`` and in every
+``events.jsonl`` line too, and the figures under the code's names (``test_mean``, ``best_heldout_mean``, ...) with
+layout 1's keys (``eval_mean``, ``best_eval_mean``, ...) beside them for this version, deprecated."""
 
-UPGRADES: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+
+def _same_config(record: dict[str, Any]) -> dict[str, Any]:
+    """Layout 1's ``config.json`` to layout 2's: the record is the same (layout 2 changed the other files)."""
+    return {**record, SCHEMA_KEY: 2}
+
+
+UPGRADES: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _same_config}
 """Layout ``v`` -> the function that turns its ``config.json`` record into layout ``v + 1``'s: the one mapping
-through which an older run directory is read. Empty while every layout is 1."""
+through which an older run directory is read."""
 
 
 def config_of(record: Mapping[str, Any], where: Path | str) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from ..policy import Policy, TablePolicy
 from ..prompting.context import PromptContext
 from ..schema.aliases import event_out
 from ..storage.runlog import JsonlWriter, Logger, cut_back
+from .files import event_line
 from .learner_env import LearnerEnv
 from .parts import RunParts
 
@@ -44,7 +45,7 @@ class Run(RunParts):
         """The iteration writers: ``events.jsonl``, the console and those of ``--log`` (csv, tensorboard)."""
         from ..loggers.writers import make_writers
 
-        self.logger = Logger([JsonlWriter(self.dir.events, event_out), self.console,
+        self.logger = Logger([JsonlWriter(self.dir.events, event_line), self.console,
                               *make_writers(self.cfg.log, self.dir.path)])
 
     @property

@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING, Any
 from ..config import operational_settings  # what may differ between invocations of one sweep
 from ..errors import UserError
 from ..loggers.console import printable
-from ..run.files import CONFIG, RunDir
+from ..run.files import CONFIG, RunDir, RunState
 from ..schema.aliases import settings_in
 from ..storage.runlog import read_json_object, to_jsonable
-from .results import SweepRecord, finished, split_entry
+from .results import SweepRecord, split_entry
 from .task import RunTask
 
 if TYPE_CHECKING:
@@ -90,17 +90,18 @@ class Found:
     config: dict[str, Any] | None = None
 
 
+_FOUND = {RunState.NEW: "new", RunState.STALE: "stale", RunState.FINISHED: "finished"}
+"""A run's state as the sweep names it (every other state is ``started``: resumed, never read as a result)."""
+
+
 def _found(task: RunTask) -> Found:
-    d = task.run_dir
-    if not d.exists():
-        return Found("new")
-    rd = RunDir(d)
-    record = rd.load_config(lenient=True)
-    if record is None or not isinstance(record.get("config"), dict):
-        return Found("stale")
-    summary = rd.load_summary(lenient=True)
-    done = summary is not None and finished(summary)
-    return Found("finished" if done else "started", summary, record["config"])
+    rd = RunDir(task.run_dir)
+    state = rd.state()
+    found = _FOUND.get(state, "started")
+    if found in ("new", "stale"):
+        return Found(found)
+    record = rd.load_config(lenient=True) or {}
+    return Found(found, rd.load_summary(lenient=True), record["config"])
 
 
 def survey(tasks: Sequence[RunTask]) -> dict[str, Found]:

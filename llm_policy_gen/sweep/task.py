@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 
 from ..run.files import COMPARE_ERROR, RunDir
 from ..run.stop import StopKind, StopReason
-from ..schema.aliases import events_in
 from ..storage.runlog import slug, write_bytes_atomic, write_json_atomic
 from .limits import Limits, SharedBudget, SharedLimiter, provider_key
 from .results import Curve, ResultRow, finished, split_entry
@@ -109,9 +108,9 @@ def failed_result(task: RunTask, error: str, status: str = "failed", stop_reason
 
 
 def _curve_from_events(task: RunTask, events: Iterable[Mapping[str, Any]]) -> Curve:
-    """(episodes_total, best table's held-out mean), from events.jsonl's lines of any version."""
+    """(episodes_total, best table's held-out mean), from events.jsonl's lines in the code's names."""
     curve = Curve(task.backend, task.seed)
-    for e in events_in(events)[0]:
+    for e in events:
         y = e.get("best_heldout_mean")
         if y is None or e.get("episodes_total") is None:
             continue
@@ -130,7 +129,7 @@ def result_from_summary(task: RunTask, summary: Mapping[str, Any]) -> TaskResult
                              "again to resume it", status, stop.text)
     row = ResultRow.from_summary(summary, backend=task.backend, mode=task.mode, seed=task.seed, status="ok",
                                  error="", run_dir=_relative_dir(task))
-    return TaskResult(row, _curve_from_events(task, RunDir(task.run_dir).load_events(check=False)))
+    return TaskResult(row, _curve_from_events(task, RunDir(task.run_dir).read(check=False).events))
 
 
 def error_text(exc: BaseException) -> str:
