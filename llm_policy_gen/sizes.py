@@ -57,6 +57,6 @@ def check_memory(needs: Iterable[Need]) -> None:
     if not items or total <= limit:
         return
     what, largest = items[0]
-    others = f" ({gib(total)} in all)" if len(items) > 1 and total != largest else ""
+    others = f" ({gib(total)} in all)" if gib(total) != gib(largest) else ""
     raise UserError(f"{what} needs {gib(largest)} of memory{others}, over the limit of {gib(limit)} (the smaller of "
                     f"{gib(MEMORY_CAP)} and half of this machine's memory)")

@@ -14,7 +14,8 @@ import pytest
 from test_hardening import one_line
 
 from llm_policy_gen.cli import main
-from llm_policy_gen.sizes import MEMORY_CAP, memory_limit
+from llm_policy_gen.errors import UserError
+from llm_policy_gen.sizes import MEMORY_CAP, check_memory, memory_limit
 
 HUGE = '''
 import gymnasium as gym
@@ -62,8 +63,13 @@ def _refused(tmp_path: Path, capsys: pytest.CaptureFixture[str], *argv: str, sta
     return line
 
 
-def test_the_limit_is_the_cap_or_half_the_machine() -> None:
+def test_the_limit_is_the_cap_or_half_the_machine_and_the_refusal_names_the_largest_need() -> None:
     assert 0 < memory_limit() <= MEMORY_CAP
+    check_memory([("small", 2**20), ("smaller", 2**10)])
+    with pytest.raises(UserError, match=r"^big needs 6\.0 GiB of memory \(11\.0 GiB in all\), over the limit of "):
+        check_memory([("other", 5 * 2**30), ("big", 6 * 2**30)])
+    with pytest.raises(UserError, match=r"^huge needs 60\.0 GiB of memory, over"):  # a KiB more is not "in all"
+        check_memory([("huge", 60 * 2**30), ("tiny", 2**10)])
 
 
 @pytest.mark.parametrize("backend", ["q-learning", "offline"])
