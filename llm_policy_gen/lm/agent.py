@@ -31,7 +31,19 @@ from typing import Any, Literal
 
 import numpy as np
 
-__all__ = ["Algorithm", "ALGORITHMS", "LearnerSettings", "TableLearner"]
+from ..sizes import Need
+
+__all__ = ["Algorithm", "ALGORITHMS", "LearnerSettings", "TableLearner", "READOUT_BATCH_BYTES", "ROLLOUT_STEP_BYTES",
+           "PARAMETER_BYTES"]
+
+READOUT_BATCH_BYTES = 64 * 2**20
+"""The read-out's batches of states: SB3 one-hot encodes a ``Discrete`` observation, so a batch of ``b`` states of
+``n`` takes ``4 b n`` bytes; a batch is at most this large (every state at once up to 4,096 states)."""
+ROLLOUT_STEP_BYTES = 64
+"""Bytes per step of SB3's rollout buffer: eight float32 arrays (observation, action, reward, return, value, log
+probability, advantage, episode start) and the flattened copy the optimisation reads."""
+PARAMETER_BYTES = 16
+"""Bytes per parameter of the head: float32 weights, their gradients and Adam's two moments."""
 
 Algorithm = Literal["ppo", "trpo"]
 ALGORITHMS: tuple[Algorithm, ...] = ("ppo", "trpo")
@@ -67,6 +79,22 @@ class LearnerSettings:
         if self.algorithm == "ppo":
             return {**common, "n_epochs": self.n_epochs, "ent_coef": self.ent_coef}
         return {**common, "n_critic_updates": self.n_epochs, "target_kl": self.target_kl}
+
+    def memory_needs(self, n_states: int, n_actions: int, width: int, actor_mlp: bool = True) -> list[Need]:
+        """What the learner's arrays take at least (:mod:`llm_policy_gen.sizes`): the rollout buffer, a minibatch's
+        one-hot states and the head's parameters over features of ``width`` (``actor_mlp``: the policy has its own
+        MLP beside the value function's, as the features head has)."""
+        layers = [int(width), *map(int, self.net_arch)]
+        mlp = sum((a + 1) * b for a, b in zip(layers, layers[1:], strict=False))
+        params = mlp * (2 if actor_mlp else 1) + (layers[-1] + 1) * (int(n_actions) + 1)
+        batch = min(int(self.batch_size), int(self.n_steps))
+        arch = ",".join(map(str, self.net_arch))
+        return [(f"the rollout buffer of --lm-n-steps {self.n_steps:,} ({ROLLOUT_STEP_BYTES} bytes a step)",
+                 int(self.n_steps) * ROLLOUT_STEP_BYTES),
+                (f"a minibatch of {batch:,} states (--lm-batch-size): one-hot over {n_states:,} states, and the "
+                 "head's activations", batch * (int(n_states) * 4 + sum(layers[1:]) * 8)),
+                (f"the head's {params:,} parameters (--lm-net-arch {arch} over {width:,} features; "
+                 f"{PARAMETER_BYTES} bytes each)", params * PARAMETER_BYTES)]
 
     def describe(self) -> dict[str, Any]:
         """What ``config.json`` records: these settings, the library and its version."""
@@ -142,15 +170,25 @@ class TableLearner:
         self.updates += 1
 
     def probabilities(self) -> np.ndarray:
-        """(n_states, n_actions) action probabilities of every state's features."""
+        """(n_states, n_actions) action probabilities of every state's features, in batches of states (SB3 one-hot
+        encodes them: all at once, a 40,000-state table would take 6.4 GB; :data:`READOUT_BATCH_BYTES`)."""
         import torch
 
         policy = self.model.policy
-        obs, _ = policy.obs_to_tensor(np.arange(self.n_states))
-        with torch.no_grad():
-            dist = policy.get_distribution(obs)
-            probs = dist.distribution.probs
-        return np.asarray(probs.cpu().numpy(), dtype=np.float64)
+        parts = []
+        for lo in range(0, self.n_states, self.readout_batch):
+            obs, _ = policy.obs_to_tensor(np.arange(lo, min(lo + self.readout_batch, self.n_states)))
+            with torch.no_grad():
+                parts.append(np.asarray(policy.get_distribution(obs).distribution.probs.cpu().numpy(),
+                                        dtype=np.float64))
+        return np.concatenate(parts)
+
+    @property
+    def readout_batch(self) -> int:
+        """States per batch of the read-out: every state at once while their one-hot vectors fit in
+        :data:`READOUT_BATCH_BYTES`, else that much (a multiple of 16, the LoRA head's chunk of states)."""
+        rows = READOUT_BATCH_BYTES // (4 * max(1, self.n_states))
+        return self.n_states if rows >= self.n_states else max(16, rows - rows % 16)
 
     def table(self) -> np.ndarray:
         """The read-out table: each state's most probable action (ties: the lowest index)."""

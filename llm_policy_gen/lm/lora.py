@@ -17,7 +17,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["TARGET_MODULES", "lora_model", "adapter_arrays", "save_adapter", "load_adapter", "trainable_count"]
+__all__ = ["TARGET_MODULES", "lora_model", "adapter_arrays", "save_adapter", "load_adapter", "trainable_count",
+           "adapter_sizes"]
 
 TARGET_MODULES = ("q_proj", "v_proj")
 
@@ -38,6 +39,16 @@ def lora_model(model: Any, rank: int, seed: int = 0, device: str = "cpu") -> Any
                             target_modules=list(TARGET_MODULES), bias="none")
         adapted = get_peft_model(base, config)
     return adapted.to(device)
+
+
+def adapter_sizes(model: Any, rank: int) -> int:
+    """Bytes :func:`lora_model` takes at least for rank ``rank`` over ``model``: its copy of the model, and the
+    adapters (``rank * (in + out)`` numbers per adapted projection: weights, gradients and Adam's two moments,
+    float32)."""
+    copied = sum(p.numel() * p.element_size() for p in model.parameters())
+    adapters = sum(int(rank) * (m.in_features + m.out_features) for name, m in model.named_modules()
+                   if name.rsplit(".", 1)[-1] in TARGET_MODULES and hasattr(m, "in_features"))
+    return int(copied + adapters * 16)
 
 
 def trainable_count(model: Any) -> int:

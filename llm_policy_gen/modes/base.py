@@ -30,9 +30,10 @@ if TYPE_CHECKING:
     from ..keeper import Verdict
     from ..policy import Policy
     from ..prompting.builder import PromptBuilder, PromptContext
+    from ..sizes import Need
 
 __all__ = ["Setup", "RunServices", "Step", "Mode", "Learner", "OwnLoop", "stopped_before_any_answer", "first_stop",
-           "uses_chat", "proposes", "first_messages"]
+           "uses_chat", "proposes", "first_messages", "memory_needs"]
 
 
 @dataclass(frozen=True)
@@ -274,3 +275,11 @@ def first_messages(mode: Mode, run: RunServices) -> list[Message] | None:
     that a model's context can hold a prompt and an answer before the run starts."""
     hook = getattr(mode, "first_messages", None)
     return hook(run) if callable(hook) else None
+
+
+def memory_needs(mode: Mode, cfg: TrainConfig, n_states: int, n_actions: int) -> list[Need]:
+    """What ``mode``'s own arrays take at least for a table of ``n_states`` x ``n_actions``
+    (:mod:`llm_policy_gen.sizes`), from the mode's optional method ``memory(cfg, n_states, n_actions)`` (a language
+    model's learner: its rollout buffer and head); none for a mode without one (its tables are counted by the run)."""
+    hook = getattr(mode, "memory", None)
+    return list(hook(cfg, n_states, n_actions)) if callable(hook) else []

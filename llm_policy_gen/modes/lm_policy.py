@@ -47,13 +47,19 @@ from pydantic import field_validator
 
 from ..errors import UserError
 from ..registry import PluginOptions, setting
+from ..sizes import Need, check_memory
 from .base import Setup, Step
 
 if TYPE_CHECKING:
+    from ..config import TrainConfig
     from ..lm.agent import LearnerSettings, TableLearner
     from .base import RunServices
 
-__all__ = ["LmPolicyMode", "LmPolicyOptions"]
+__all__ = ["LmPolicyMode", "LmPolicyOptions", "MAX_LORA_RANK"]
+
+MAX_LORA_RANK = 1024
+"""The largest ``--lora`` rank (ranks in use are 4 to 256; an adapter's rank above the model's hidden size, which
+small models have at 576 to 2,048, adds nothing, and is refused once the model is loaded)."""
 
 
 class LmPolicyOptions(PluginOptions):
@@ -96,9 +102,10 @@ class LmPolicyOptions(PluginOptions):
     lm_score_norm: Literal["word", "token", "sum"] = setting(
         "word", "word, token or sum", "lm-policy mode, --lm-head scores: an action's summed token log-probability "
         "divided by the number of words of its name (word), of its tokens (token), or not divided (sum).")
-    lm_lora: int = setting(0, "an integer >= 0", "lm-policy mode: fine-tune the model with peft LoRA adapters of this "
-                           "rank on the attention's q and v projections, through --lm-head scores, with PPO (0: the "
-                           "model stays frozen).", ge=0, flag="--lora")
+    lm_lora: int = setting(0, f"an integer in 0..{MAX_LORA_RANK}", "lm-policy mode: fine-tune the model with peft "
+                           "LoRA adapters of this rank on the attention's q and v projections, through --lm-head "
+                           "scores, with PPO (0: the model stays frozen; at most the model's hidden size).", ge=0,
+                           le=MAX_LORA_RANK, flag="--lora")
 
     @field_validator("lm_net_arch")
     @classmethod
@@ -114,6 +121,26 @@ def _settings(o: LmPolicyOptions, seed: int) -> LearnerSettings:
     return LearnerSettings(algorithm=o.lm_learner, n_steps=o.lm_n_steps, batch_size=o.lm_batch_size,
                            n_epochs=o.lm_epochs, learning_rate=o.lm_learning_rate, gamma=o.lm_gamma,
                            ent_coef=o.lm_ent_coef, net_arch=list(o.lm_net_arch), device=o.lm_device, seed=seed)
+
+
+def _width(o: LmPolicyOptions, n_states: int, lm: Any) -> int:
+    """The features' width: the states' for one-hot ones, else the model's hidden size (without a loaded model:
+    the random control's default width, or 1 where the model decides it)."""
+    from ..lm.features import DEFAULT_RANDOM_WIDTH
+
+    if o.lm_features == "onehot":
+        return n_states
+    if lm is not None:
+        return int(lm.hidden_size)
+    return DEFAULT_RANDOM_WIDTH if o.lm_features == "random" and not o.lm_model else 1
+
+
+def _needs(o: LmPolicyOptions, settings: LearnerSettings, n_states: int, n_actions: int, lm: Any) -> list[Need]:
+    """The features table and the learner's arrays (:mod:`llm_policy_gen.sizes`), over ``lm``'s width (None: the
+    model not loaded yet)."""
+    width = _width(o, n_states, lm)
+    return [(f"the features table ({n_states:,} states x {width:,} features, float32)", n_states * width * 4),
+            *settings.memory_needs(n_states, n_actions, width, actor_mlp=o.lm_head == "features")]
 
 
 class LmPolicyMode:
@@ -166,6 +193,8 @@ class LmPolicyMode:
         facts: dict[str, Any] = {"features": o.lm_features, "head": o.lm_head, "learner": self.settings.describe()}
         lm = self._model(setup) if o.lm_model and (o.lm_features in ("lm", "random") or
                                                      o.lm_head == "scores") else None
+        n_states = setup.observation.n_states
+        check_memory(_needs(o, self.settings, n_states, setup.actions.n_actions, lm))  # the model's width now known
         raw: np.ndarray | None = None
         if lm is not None:
             facts["lm_model"] = lm.describe()
@@ -178,8 +207,7 @@ class LmPolicyMode:
                 raw = encoder.encode(texts)
                 facts.update(pooling=o.lm_pooling, state_template=STATE_TEMPLATE, state_texts=len(set(texts)),
                              lm_forward_passes=encoder.forward_passes, lm_encodings_from_cache=encoder.disk_hits)
-        self.features = features_table(o.lm_features, setup.observation.n_states,
-                                       encodings=raw,
+        self.features = features_table(o.lm_features, n_states, encodings=raw,
                                        width=None if lm is None else lm.hidden_size, seed=setup.cfg.seed)
         facts["features_width"] = int(self.features.shape[1])
         if o.lm_head == "scores":
@@ -221,8 +249,13 @@ class LmPolicyMode:
             facts.update(zero_shot_table=np.argmax(scores, axis=1).tolist(), lm_score_batches=scorer.forward_passes,
                          lm_scores_from_cache=scorer.disk_hits)
             return facts
-        from ..lm.lora import TARGET_MODULES, lora_model, trainable_count
+        from ..lm.lora import TARGET_MODULES, adapter_sizes, lora_model, trainable_count
 
+        if o.lm_lora > lm.hidden_size:
+            raise UserError(f"bad --lora {o.lm_lora}: over the model's hidden size ({lm.hidden_size}); accepted "
+                            f"1..{lm.hidden_size}")
+        check_memory([(f"the LoRA adapters of rank {o.lm_lora} and their copy of the model",
+                       adapter_sizes(lm.model, o.lm_lora))])
         adapted = lora_model(lm.model, o.lm_lora, seed=setup.cfg.seed, device=o.lm_device)
         task = tokenize_task(lm.tokenizer, prompts, continuations(acts))
         self.head = lora_scores_head(adapted, task, words, o.lm_score_norm, o.lm_device)
@@ -241,6 +274,11 @@ class LmPolicyMode:
         assert o.lm_model is not None
         with contextlib.redirect_stderr(io.StringIO()):
             return load_language_model(o.lm_model, self._cache(setup))
+
+    def memory(self, cfg: TrainConfig, n_states: int, n_actions: int) -> list[Need]:
+        """What the learner's arrays take at least, before the model is loaded (its width then counts as 1)."""
+        o = cfg.options_for(LmPolicyOptions)
+        return _needs(o, _settings(o, cfg.seed), n_states, n_actions, None)
 
     def build_learner(self, run: RunServices) -> TableLearner:
         """The learner over the run's learner environment (:class:`~llm_policy_gen.modes.base.OwnLoop`)."""

@@ -2,8 +2,9 @@
 
 :func:`prepare` resolves a configuration (the environment's spec with its overrides and train defaults, the default
 backend) and refuses what no run could use (an unknown mode, answer format or backend, a broken price file), with
-one line each; the spec itself is :mod:`.environment`'s. :func:`~.start.check_backend` goes one step further for
-``compare``: it builds the backend as a run would, without starting anything.
+one line each, and settings whose arrays would not fit in memory (:mod:`llm_policy_gen.sizes`); the spec itself is
+:mod:`.environment`'s. :func:`~.start.check_backend` goes one step further for ``compare``: it builds the backend
+as a run would, without starting anything.
 """
 
 from __future__ import annotations
@@ -28,9 +29,10 @@ from ..errors import UserError
 from ..formats import FORMATS, refinable_format_names, table_format_names
 from ..formats.base import RefineOptions
 from ..modes import MODES
-from ..modes.base import Mode
+from ..modes.base import Mode, memory_needs
 from ..prompting.templates import check_prompts_dir
 from ..registry import plugin_sections
+from ..sizes import check_memory, table_need
 from .environment import probe_outputs, resolve_spec
 
 __all__ = ["Prepared", "prepare", "pair_learner", "unused_options"]
@@ -72,6 +74,8 @@ def prepare(cfg: TrainConfig, spec: EnvSpec | None = None) -> Prepared:
                             f"auto, {', '.join(table_format_names())}")
     mode: Mode = MODES.load(cfg.mode)()
     _check_refine(cfg, name, mode)
+    n_states, n_actions = spec.observation_discretizer().n_states, spec.action_discretizer().n_actions
+    check_memory([table_need(n_states, n_actions), *memory_needs(mode, cfg, n_states, n_actions)])
     notice = BACKENDS.entry(name).info.get("notice")
     if notice and MODES.entry(cfg.mode).info.get("backend") is not False:  # not for a mode that never asks it
         notes.append(f"backend: {name} -- {notice}")

@@ -17,6 +17,10 @@ run finished; the interrupt then takes effect as soon as the group is written.
 :class:`~llm_policy_gen.errors.Interrupted`, a ``KeyboardInterrupt``: the command line handles them as Ctrl-C (the
 summary written, the lock and its note released, the resume command printed; exit 143 and 129), and
 :class:`HeldInterrupts` holds them back the same way.
+
+:func:`sweep_worker` does the same in the worker processes of ``compare --workers N``, once per process: a stop sent
+to the process group and passed on by the sweep interrupts the worker's run once, and a stopped worker starts no other
+run (:func:`worker_run`); :func:`sweep_helper` keeps the sweep's limits manager alive until the sweep ends.
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ from ..run.files import HOLDER_FILE, LOCK_FILE
 from .safe_json import loads as safe_loads
 
 __all__ = ["FolderLock", "FolderBusy", "HeldInterrupts", "LOCK_FILE", "HOLDER_FILE", "LOCK_FILES", "die_with_parent",
-           "stops_as_interrupts", "STOP_SIGNALS"]
+           "stops_as_interrupts", "STOP_SIGNALS", "sweep_worker", "worker_run", "sweep_helper"]
 
 LOCK_FILES = (LOCK_FILE, HOLDER_FILE)
 """Files of the lock in a folder (not part of a run: copies and listings leave them out)."""
@@ -196,6 +200,8 @@ class HeldInterrupts:
         if not self.pending:
             self.signum = signum
         self.pending = True
+        if self._previous.get(signum) is _worker_stop and _WORKER.stopped is None:
+            _WORKER.stopped = signum  # a sweep worker's stop, held: the same stop sent again is not a second one
 
     @property
     def _installed(self) -> bool:
@@ -211,7 +217,7 @@ class HeldInterrupts:
             ours = {int(signal.SIGINT): signal.default_int_handler, **{int(s): _raise_stop for s in STOP_SIGNALS}}
             for sig, handler in ours.items():
                 previous = signal.getsignal(sig)
-                if previous is handler:  # Python's own Ctrl-C, or a stop made an interrupt; any other choice stays
+                if previous in (handler, _worker_stop):  # Python's Ctrl-C, a stop made an interrupt; others stay
                     self._previous[sig] = previous
             self._set(self._hold)
         return self
@@ -242,6 +248,56 @@ class HeldInterrupts:
             raise
         finally:
             self._set(self._hold)
+
+
+class _WorkerStops:
+    """A sweep worker's stop (:func:`sweep_worker`): the first stop signal it got, and whether a run is going."""
+
+    stopped: int | None = None
+    running: bool = False
+
+
+_WORKER = _WorkerStops()
+
+
+def _worker_stop(signum: int, frame: Any) -> None:
+    if _WORKER.stopped is not None:  # the same stop again: sent to the process group and passed on by the sweep
+        return
+    _WORKER.stopped = signum
+    if _WORKER.running:
+        raise _interrupt(signum)
+
+
+def sweep_worker(parent: int) -> None:
+    """The initializer of a sweep's worker processes (``compare --workers N``): the process ends with ``parent``
+    (:func:`die_with_parent`), and Ctrl-C, SIGTERM and SIGHUP (a signal ignored on purpose stays ignored) stop it as
+    they stop ``train``, once: the run in progress is interrupted as Ctrl-C interrupts it (its summary says
+    ``interrupted``, its lock is released), the same signal sent again (to the process group and passed on by the
+    sweep) is not a second interrupt, and a worker that was stopped starts no other run (:func:`worker_run`)."""
+    die_with_parent(parent)
+    for sig in (signal.SIGINT, *STOP_SIGNALS):
+        if signal.getsignal(sig) is not signal.SIG_IGN:
+            signal.signal(sig, _worker_stop)
+
+
+@contextmanager
+def worker_run() -> Iterator[bool]:
+    """A run of a sweep worker (:func:`sweep_worker`): yields whether it may start (False once a stop came); a stop
+    that comes inside the block interrupts it (a ``KeyboardInterrupt``)."""
+    _WORKER.running = True
+    try:
+        yield _WORKER.stopped is None
+    finally:
+        _WORKER.running = False
+
+
+def sweep_helper(parent: int) -> None:
+    """The initializer of a sweep's helper process (the limits' manager): it ends with ``parent``
+    (:func:`die_with_parent`) and outlives the stops sent to the process group (Python's manager already ignores
+    Ctrl-C), so that the workers' runs it serves end as interrupted, not failed."""
+    die_with_parent(parent)
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
 
 
 def die_with_parent(parent: int) -> None:

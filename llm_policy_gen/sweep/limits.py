@@ -209,10 +209,10 @@ _LimitsManager.register("SweepLimits", SweepLimits)
 @contextmanager
 def managed_limits(**kwargs: Any) -> Iterator[Limits]:
     """A :class:`SweepLimits` in a manager process (spawned; a Unix socket), as a proxy that pickles into workers."""
-    from ..storage.locks import die_with_parent
+    from ..storage.locks import sweep_helper
 
     manager = _LimitsManager(ctx=mp.get_context("spawn"))
-    manager.start(die_with_parent, (os.getpid(),))  # it ends with the sweep, even a killed one
+    manager.start(sweep_helper, (os.getpid(),))  # it ends with the sweep, even a killed one, not before it
     try:
         yield cast(Limits, manager.SweepLimits(**kwargs))  # type: ignore[attr-defined]
     finally:
