@@ -10,9 +10,11 @@ resolved path.
 
 **Weight cache.** Reading a GGUF file dequantises every tensor (16-27 s for SmolLM2-135M on a busy 2-core machine).
 The float32 weights are therefore written once as safetensors, with the model's config and tokenizer files, into
-``CACHE/<sha256>/`` (written under a temporary name and renamed, so a killed process leaves no half folder); later
-loads read that folder (about 2 s) and give the same weights, hence the same encodings. ``save_pretrained`` refuses a
-GGUF-loaded model, so the weights go through ``safetensors.torch.save_model`` (which also drops tied copies).
+``CACHE/<sha256>/weights/`` (written under a temporary name and renamed, so a killed process leaves no half folder),
+with a manifest of the GGUF file's sha256 and every file's own; later loads verify the folder against it and read it
+(about 2 s) and give the same weights, hence the same encodings. A copy that differs from its manifest or does not
+load is converted again (:mod:`.cache`: a damaged or unwritable cache never fails a run). ``save_pretrained`` refuses
+a GGUF-loaded model, so the weights go through ``safetensors.torch.save_model`` (which also drops tied copies).
 
 Every problem with the path is a :class:`~llm_policy_gen.errors.UserError` (one line, exit 2): a missing path, a
 file that is not GGUF, a folder without ``config.json``, no tokenizer, an architecture ``transformers`` cannot load.
@@ -21,22 +23,29 @@ file that is not GGUF, a folder without ``config.json``, no tokenizer, an archit
 from __future__ import annotations
 
 import hashlib
-import json
 import os
-import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..errors import UserError
 from ..storage.model_file import file_sha256, is_gguf
+from .cache import (
+    WEIGHTS_FILE,
+    Note,
+    damaged_note,
+    first_line,
+    model_folder_lock,
+    remove_entry,
+    unheard,
+    unwritable_note,
+    weights_problem,
+    write_weights,
+)
 
 __all__ = ["LanguageModel", "ModelIdentity", "model_identity", "load_language_model", "load_from_source",
            "default_lm_cache"]
-
-_COMPLETE = "identity.json"
-"""Written last into a cache folder: a folder without it is not used."""
-
 
 @dataclass(frozen=True)
 class ModelIdentity:
@@ -134,26 +143,6 @@ def load_from_source(identity: ModelIdentity) -> tuple[Any, Any]:
     return model, tokenizer
 
 
-def _write_cache(folder: Path, identity: ModelIdentity, model: Any, tokenizer: Any) -> None:
-    """The float32 weights, config and tokenizer into ``folder`` (via a temporary folder and a rename)."""
-    from safetensors.torch import save_model
-
-    tmp = folder.with_name(f"{folder.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    try:
-        save_model(model, str(tmp / "model.safetensors"))
-        model.config.save_pretrained(str(tmp))
-        tokenizer.save_pretrained(str(tmp))
-        (tmp / _COMPLETE).write_text(json.dumps(identity.to_dict(), indent=2), encoding="utf-8")
-        if (folder / _COMPLETE).is_file():  # another process got there first: its copy is the same
-            return
-        shutil.rmtree(folder, ignore_errors=True)
-        os.replace(tmp, folder)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
 def _read_cache(folder: Path) -> tuple[Any, Any]:
     import torch
     from transformers import AutoModel, AutoTokenizer
@@ -164,9 +153,47 @@ def _read_cache(folder: Path) -> tuple[Any, Any]:
     return model, tokenizer
 
 
-def load_language_model(path: str | Path, cache_dir: Path | None = None) -> LanguageModel:
+def _saver(model: Any, tokenizer: Any) -> Callable[[Path], None]:
+    """Writes the float32 weights, the config and the tokenizer into a folder."""
+    def save(folder: Path) -> None:
+        from safetensors.torch import save_model
+
+        save_model(model, str(folder / WEIGHTS_FILE))
+        model.config.save_pretrained(str(folder))
+        tokenizer.save_pretrained(str(folder))
+    return save
+
+
+def _from_gguf(identity: ModelIdentity, root: Path, note: Note) -> tuple[Any, Any, str]:
+    """(model, tokenizer, ``cache`` or ``gguf``): the verified safetensors copy under ``root``, else the GGUF file
+    (and the copy written, by the process that holds the model folder's lock; see :mod:`.cache`)."""
+    folder = root / identity.sha256 / "weights"
+    with model_folder_lock(folder.parent) as writer:
+        problem = weights_problem(folder, identity.sha256) if os.path.lexists(folder) else None
+        if os.path.lexists(folder) and problem is None:
+            try:
+                return (*_read_cache(folder), "cache")
+            except Exception as exc:  # a copy that does not load is converted again
+                problem = f"it does not load: {first_line(exc)}"
+        if problem is not None:
+            note(damaged_note("converted weights", folder, problem, f"converting {identity.path} again"))
+            if writer.held:
+                remove_entry(folder)
+        model, tokenizer = load_from_source(identity)
+        if writer.held:
+            try:
+                write_weights(folder, identity.to_dict(), _saver(model, tokenizer))
+            except Exception as exc:  # a full disk, a read-only cache, a short safetensors write
+                note(unwritable_note(folder, exc))
+        else:
+            writer.cannot(note, folder)
+    return model, tokenizer, "gguf"
+
+
+def load_language_model(path: str | Path, cache_dir: Path | None = None, note: Note = unheard) -> LanguageModel:
     """The model at ``path``: a GGUF file from its safetensors copy under ``cache_dir`` (default
-    :func:`default_lm_cache`) when there is one, else from the file (and the copy written); a folder as it is."""
+    :func:`default_lm_cache`) when there is a whole one, else from the file (and the copy written); a folder as it
+    is. ``note`` gets the cache's note lines (a damaged copy converted again, a copy that could not be written)."""
     import time
 
     from . import require_extra
@@ -181,17 +208,10 @@ def load_language_model(path: str | Path, cache_dir: Path | None = None) -> Lang
         model, tokenizer = load_from_source(identity)
         lm = LanguageModel(identity, model, tokenizer, "folder", time.perf_counter() - t0)
     else:
-        folder = (cache_dir or default_lm_cache()) / identity.sha256 / "weights"
-        if (folder / _COMPLETE).is_file():
-            model, tokenizer = _read_cache(folder)
-            lm = LanguageModel(identity, model, tokenizer, "cache", time.perf_counter() - t0)
-        else:
-            model, tokenizer = load_from_source(identity)
-            try:
-                _write_cache(folder, identity, model, tokenizer)
-            except OSError:
-                pass  # a read-only or full cache costs the next load time, not this run
-            return LanguageModel(identity, model, tokenizer, "gguf", time.perf_counter() - t0)
+        model, tokenizer, source = _from_gguf(identity, cache_dir or default_lm_cache(), note)
+        lm = LanguageModel(identity, model, tokenizer, source, time.perf_counter() - t0)
+        if source == "gguf":
+            return lm
     _LOADED.clear()  # one model kept: a process that moves on to another model frees the first
     _LOADED[identity] = lm
     return lm

@@ -3,9 +3,10 @@
 **One forward pass per distinct text, alone.** A text is tokenized and run through the base model by itself (batch
 1, no padding), so its encoding depends only on the model and the text, never on which texts were encoded beside it
 (padded batches change the last bits). An encoding is kept in memory and on disk under
-``CACHE/<model sha256>/encodings/<pooling>/<sha256 of the text>.npy`` (written atomically, read without pickle):
-a second run of the same task, or another task sharing texts, makes no forward pass. :attr:`Encoder.forward_passes`
-counts the passes made.
+``CACHE/<model sha256>/encodings/<pooling>/<sha256 of the text>.npy`` (written atomically, read without pickle and
+used only as a finite float32 vector of the model's width, else computed again: :mod:`.cache`): a second run of the
+same task, or another task sharing texts, makes no forward pass. :attr:`Encoder.forward_passes` counts the passes
+made.
 
 **Pooling.** ``mean`` (the default): the mean of the last hidden states over the text's tokens. ``last``: the last
 token's hidden state. A small causal model's last position is shaped to predict the next token (here whatever
@@ -16,16 +17,14 @@ features table's standardisation (:mod:`.features`) removes.
 
 from __future__ import annotations
 
-import hashlib
-import io
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
 import numpy as np
 
-from ..storage.runlog import write_bytes_atomic
 from .backbone import LanguageModel
+from .cache import ArrayCache, Note, unheard
 
 __all__ = ["Encoder", "Pooling", "POOLINGS"]
 
@@ -37,13 +36,15 @@ class Encoder:
     """Encodes texts with a frozen model, caching every encoding in memory and (with ``cache_dir``) on disk."""
 
     def __init__(self, lm: LanguageModel, pooling: Pooling = "mean", cache_dir: Path | None = None,
-                 device: str = "cpu") -> None:
+                 device: str = "cpu", note: Note = unheard) -> None:
         if pooling not in POOLINGS:
             raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}")
         self.lm = lm
         self.pooling: Pooling = pooling
         self.device = device
-        self.folder = None if cache_dir is None else cache_dir / lm.identity.sha256 / "encodings" / pooling
+        self.disk = ArrayCache(None if cache_dir is None else cache_dir / lm.identity.sha256 / "encodings" / pooling,
+                               "encoding", np.dtype(np.float32), note)
+        """The encodings kept on disk, each checked when read (:mod:`.cache`)."""
         self.memory: dict[str, np.ndarray] = {}
         self.forward_passes = 0
         """Forward passes made by this encoder (texts neither in memory nor on disk)."""
@@ -54,11 +55,6 @@ class Encoder:
     @property
     def width(self) -> int:
         return self.lm.hidden_size
-
-    def _path(self, text: str) -> Path | None:
-        if self.folder is None:
-            return None
-        return self.folder / f"{hashlib.sha256(text.encode('utf-8')).hexdigest()}.npy"
 
     def _forward(self, text: str) -> np.ndarray:
         import torch
@@ -77,24 +73,12 @@ class Encoder:
         got = self.memory.get(text)
         if got is not None:
             return got
-        path = self._path(text)
-        if path is not None and path.is_file():
-            try:
-                got = np.load(path, allow_pickle=False)
-            except (OSError, ValueError):
-                got = None  # a damaged file is computed again and replaced
-            if got is not None and got.shape == (self.width,):
-                self.disk_hits += 1
-                self.memory[text] = got
-                return got
-        got = self._forward(text)
-        if path is not None:
-            buf = io.BytesIO()
-            np.save(buf, got, allow_pickle=False)
-            try:
-                write_bytes_atomic(path, buf.getvalue())
-            except OSError:
-                pass  # an unwritable cache costs time later, not this run
+        got = self.disk.read(text, (self.width,))
+        if got is not None:
+            self.disk_hits += 1
+        else:
+            got = self._forward(text)
+            self.disk.write(text, got)
         self.memory[text] = got
         return got
 

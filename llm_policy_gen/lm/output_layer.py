@@ -7,8 +7,10 @@ separate output matrix is not: Qwen2.5-Coder-0.5B-Instruct's GGUF file, for one,
 loads it untied. Action scoring (``--lm-head scores``) needs that matrix: it is read here from the model's own files,
 the GGUF tensor ``output.weight`` (dequantised to float32 by ``gguf``, as ``transformers`` does for the other tensors)
 or a folder's ``lm_head.weight`` (safetensors), kept beside the dequantised weights as
-``CACHE/<model sha256>/output.safetensors`` and attached to the model as a non-persistent buffer, which moves with
-the model to its device and is never part of a saved state.
+``CACHE/<model sha256>/output.safetensors`` (with the GGUF file's sha256 in its metadata; a kept file made from
+another model, or not a finite float32 matrix of the embeddings' shape, is read again from the model: :mod:`.cache`)
+and attached to the model as a non-persistent buffer, which moves with the model to its device and is never part of
+a saved state.
 """
 
 from __future__ import annotations
@@ -18,11 +20,14 @@ from pathlib import Path
 from typing import Any
 
 from .backbone import LanguageModel, ModelIdentity
+from .cache import Note, damaged_note, first_line, model_folder_lock, remove_entry, unheard, unwritable_note
 
 __all__ = ["OUTPUT_BUFFER", "attach_output_layer"]
 
 OUTPUT_BUFFER = "lpg_output_weight"
 """The buffer's name on the base model."""
+_SOURCE = "source_sha256"
+"""The kept file's metadata: the sha256 of the GGUF file it was read from."""
 
 
 def _from_gguf(path: Path) -> Any:
@@ -49,34 +54,69 @@ def _from_folder(folder: Path) -> Any:
     return None
 
 
-def _load(identity: ModelIdentity, cache_dir: Path | None) -> Any:
-    from safetensors.torch import load_file, save_file
+def _kept(path: Path, source_sha256: str, shape: tuple[int, int]) -> tuple[Any, str | None]:
+    """(the kept output matrix, None), or (None, what is wrong with the file)."""
+    import torch
+    from safetensors import safe_open
 
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            source = (f.metadata() or {}).get(_SOURCE)
+            weight = f.get_tensor("weight") if "weight" in f.keys() else None  # noqa: SIM118 (not a mapping)
+    except Exception as exc:  # safetensors raises its own errors for a short or foreign file
+        return None, f"unreadable: {first_line(exc)}"
+    if source != source_sha256:
+        return None, "no source recorded (an older copy)" if source is None else "made from another model"
+    if weight is None:
+        return None, "no weight tensor"
+    if weight.dtype != torch.float32 or tuple(weight.shape) != shape:
+        return None, f"{weight.dtype} {tuple(weight.shape)}, not torch.float32 {shape}"
+    if not bool(torch.isfinite(weight).all()):
+        return None, "NaN or infinite values"
+    return weight, None
+
+
+def _keep(path: Path, identity: ModelIdentity, weight: Any, note: Note) -> None:
+    """``weight`` into ``path`` (by the process that holds the model folder's lock; a failed write is a note)."""
+    from safetensors.torch import save_file
+
+    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+    with model_folder_lock(path.parent) as writer:
+        if not writer.held:
+            writer.cannot(note, path.parent)
+            return
+        try:
+            save_file({"weight": weight}, str(tmp), metadata={_SOURCE: identity.sha256})
+            os.replace(tmp, path)
+        except Exception as exc:  # a full disk, a read-only cache, a short safetensors write
+            remove_entry(tmp)
+            note(unwritable_note(path.parent, exc))
+
+
+def _load(identity: ModelIdentity, cache_dir: Path | None, shape: tuple[int, int], note: Note) -> Any:
     if identity.kind == "folder":
         return _from_folder(Path(identity.path))
     kept = None if cache_dir is None else cache_dir / identity.sha256 / "output.safetensors"
-    if kept is not None and kept.is_file():
-        return load_file(str(kept))["weight"]
+    if kept is not None and os.path.lexists(kept):
+        weight, problem = _kept(kept, identity.sha256, shape)
+        if problem is None:
+            return weight
+        note(damaged_note("output layer", kept, problem, f"read again from {identity.path}"))
+        remove_entry(kept)
     weight = _from_gguf(Path(identity.path))
     if weight is not None and kept is not None:
-        tmp = kept.with_name(f"{kept.name}.tmp-{os.getpid()}")
-        try:
-            kept.parent.mkdir(parents=True, exist_ok=True)
-            save_file({"weight": weight}, str(tmp))
-            os.replace(tmp, kept)
-        except OSError:
-            tmp.unlink(missing_ok=True)  # a read-only or full cache costs the next load time, not this run
+        _keep(kept, identity, weight, note)
     return weight
 
 
-def attach_output_layer(lm: LanguageModel, cache_dir: Path | None) -> bool:
+def attach_output_layer(lm: LanguageModel, cache_dir: Path | None, note: Note = unheard) -> bool:
     """Give an untied model its output matrix (see the module doc); True when the model has an output layer now
     (tied, already attached, or found in its files), False when its files hold none."""
     model = lm.model
     if getattr(model.config, "tie_word_embeddings", False) or getattr(model, OUTPUT_BUFFER, None) is not None:
         return True
-    weight = _load(lm.identity, cache_dir)
     vocab, hidden = model.get_input_embeddings().weight.shape
+    weight = _load(lm.identity, cache_dir, (int(vocab), int(hidden)), note)
     if weight is None or tuple(weight.shape) != (vocab, hidden):
         return False
     model.register_buffer(OUTPUT_BUFFER, weight.to(model.get_input_embeddings().weight.device), persistent=False)

@@ -23,7 +23,8 @@ files hold none is refused for ``--lm-head scores`` (one line, exit 2).
 of SmolLM2's tokens) is run once; then each state's own tokens once, and each action's tokens over them
 (:func:`state_logprobs`). With a frozen model every (prompt, continuation) pair is scored once and kept, in memory and
 on disk under ``CACHE/<model sha256>/scores/<sha256 of the key>.npy`` (the raw sum and the token count, so every
-normalisation reads the same file, written atomically, read without pickle). States are scored in fixed blocks of
+normalisation reads the same file, written atomically, read without pickle, used only as finite float64 values of
+the expected shape, else computed again: :mod:`.cache`). States are scored in fixed blocks of
 16 consecutive states, one batch each (a batch's composition moves the last bits, so the key names the block and
 the cached value is exactly the one a new computation gives). :attr:`ActionScorer.forward_passes` counts the
 batches.
@@ -32,7 +33,6 @@ batches.
 from __future__ import annotations
 
 import hashlib
-import io
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,8 +44,8 @@ from ..discretize import ActionDiscretizer, ObservationDiscretizer
 from ..envs.spec import EnvSpec
 from ..errors import UserError
 from ..prompting.templates import fill
-from ..storage.runlog import write_bytes_atomic
 from .backbone import LanguageModel
+from .cache import ArrayCache, Note, unheard
 from .output_layer import OUTPUT_BUFFER, attach_output_layer
 from .state_text import state_text
 
@@ -214,12 +214,15 @@ class ActionScorer:
     """Scores every action after every state's prompt with a frozen model, cached in memory and on disk (see the
     module doc)."""
 
-    def __init__(self, lm: LanguageModel, cache_dir: Path | None = None, device: str = "cpu") -> None:
-        attach_output_layer(lm, cache_dir)
+    def __init__(self, lm: LanguageModel, cache_dir: Path | None = None, device: str = "cpu",
+                 note: Note = unheard) -> None:
+        attach_output_layer(lm, cache_dir, note)
         output_embeddings(lm.model)  # refuse a model without an output layer before any pass
         self.lm = lm
         self.device = device
-        self.folder = None if cache_dir is None else cache_dir / lm.identity.sha256 / "scores"
+        self.disk = ArrayCache(None if cache_dir is None else cache_dir / lm.identity.sha256 / "scores", "scores",
+                               np.dtype(np.float64), note)
+        """The scores kept on disk, each checked when read (:mod:`.cache`)."""
         self.memory: dict[str, np.ndarray] = {}
         self.block = 16
         """States scored in one batch."""
@@ -229,39 +232,19 @@ class ActionScorer:
         if device != "cpu":
             lm.model.to(device)
 
-    def _path(self, key: str) -> Path | None:
-        if self.folder is None:
-            return None
-        return self.folder / f"{hashlib.sha256(key.encode('utf-8')).hexdigest()}.npy"
-
     def _lookup(self, key: str, n_actions: int) -> np.ndarray | None:
         got = self.memory.get(key)
         if got is not None:
             return got
-        path = self._path(key)
-        if path is None or not path.is_file():
-            return None
-        try:
-            got = np.load(path, allow_pickle=False)
-        except (OSError, ValueError):
-            return None  # a damaged file is computed again and replaced
-        if got.shape != (2, n_actions):
-            return None
-        self.disk_hits += 1
-        self.memory[key] = got
+        got = self.disk.read(key, (2, n_actions))
+        if got is not None:
+            self.disk_hits += 1
+            self.memory[key] = got
         return got
 
     def _store(self, key: str, value: np.ndarray) -> None:
         self.memory[key] = value
-        path = self._path(key)
-        if path is None:
-            return
-        buf = io.BytesIO()
-        np.save(buf, value, allow_pickle=False)
-        try:
-            write_bytes_atomic(path, buf.getvalue())
-        except OSError:
-            pass  # an unwritable cache costs time later, not this run
+        self.disk.write(key, value)
 
     def raw(self, prompts: Sequence[str], conts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """(sums, token counts), each (len(prompts), len(conts)): every continuation after every prompt.

@@ -44,6 +44,8 @@ class Setup:
     spec: EnvSpec
     observation: ObservationDiscretizer
     actions: ActionDiscretizer
+    notice: Callable[[str], None] = field(default=lambda text: None)
+    """Where a one-line note goes (the run's console): something the mode worked around, such as a damaged cache."""
 
 
 class RunServices(Protocol):

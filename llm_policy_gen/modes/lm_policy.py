@@ -202,7 +202,7 @@ class LmPolicyMode:
                 from ..lm.encoder import Encoder
                 from ..lm.state_text import STATE_TEMPLATE, state_texts
 
-                encoder = Encoder(lm, o.lm_pooling, self._cache(setup), device=o.lm_device)
+                encoder = Encoder(lm, o.lm_pooling, self._cache(setup), device=o.lm_device, note=setup.notice)
                 texts = state_texts(setup.spec, setup.observation)
                 raw = encoder.encode(texts)
                 facts.update(pooling=o.lm_pooling, state_template=STATE_TEMPLATE, state_texts=len(set(texts)),
@@ -242,7 +242,7 @@ class LmPolicyMode:
         facts: dict[str, Any] = {"score_norm": o.lm_score_norm, "action_template": ACTION_TEMPLATE,
                                  "lora_rank": o.lm_lora}
         if o.lm_lora == 0:
-            scorer = ActionScorer(lm, self._cache(setup), device=o.lm_device)
+            scorer = ActionScorer(lm, self._cache(setup), device=o.lm_device, note=setup.notice)
             sums, tokens = scorer.raw(prompts, continuations(acts))
             scores = np.asarray(normalise(sums, tokens, words, o.lm_score_norm), dtype=np.float64)
             self.head = frozen_scores_head(scores)
@@ -273,7 +273,7 @@ class LmPolicyMode:
         o = self.options
         assert o.lm_model is not None
         with contextlib.redirect_stderr(io.StringIO()):
-            return load_language_model(o.lm_model, self._cache(setup))
+            return load_language_model(o.lm_model, self._cache(setup), note=setup.notice)
 
     def memory(self, cfg: TrainConfig, n_states: int, n_actions: int) -> list[Need]:
         """What the learner's arrays take at least, before the model is loaded (its width then counts as 1)."""

@@ -28,6 +28,7 @@ from ..schema.aliases import EVENT_FILE_KEYS, SUMMARY_FILE_KEYS, file_keys
 from ..storage.runlog import (
     TRANSCRIPT_FIELDS,
     check_fields,
+    current_umask,
     read_json,
     read_json_object,
     read_jsonl,
@@ -70,12 +71,46 @@ RUN_FILE_NAMES = (CONFIG, EVENTS, TRANSCRIPTS, SUMMARY, BEST_POLICY, CHECKPOINT,
 """The names of a run directory's own files and folders (a writer of ``--log`` keeps its folder, named after it;
 a ``compare`` run adds its console log and, when it failed, its error)."""
 
+_STAGED = ".starting"
+"""The suffix of a staged run's hidden folder (:meth:`RunDir.stage`)."""
+
 _LINKING_WRITERS = frozenset({"wandb"})
 """Folders of a run directory whose writer (a library) makes symbolic links of its own inside them."""
 
 _BACKEND_IN_RUN_ID = 80
 """At most this many characters of the backend's name go into a default run id: a ``replay:PATH`` names a whole path,
 and a name over the file system's 255 bytes (with the staging prefix and suffix) could not be created."""
+
+
+def _remove_abandoned(base: Path) -> list[Path]:
+    """Remove the staged runs in ``base`` whose process ended before publishing them (``kill -9`` included); returns
+    them. A staged folder is abandoned when its holder's note says its run locked it and nobody holds that lock now
+    (the kernel releases the lock of a process that ends in any way); it is removed while this process holds its
+    lock, so a live run's folder is never touched, nor one whose run has not locked it yet."""
+    from filelock import FileLock
+
+    try:
+        staged = sorted(p for p in base.iterdir() if p.name.startswith(".") and p.name.endswith(_STAGED))
+    except OSError:
+        return []
+    removed = []
+    for folder in staged:
+        lock_file = folder / LOCK_FILE
+        try:
+            if folder.is_symlink() or not (folder / HOLDER_FILE).is_file() or lock_file.is_symlink():
+                continue
+            lock = FileLock(str(lock_file), timeout=0)
+            lock.acquire(timeout=0)
+        except Exception:  # filelock's Timeout: its run is alive; OSError: not ours to open
+            continue
+        try:
+            shutil.rmtree(folder)
+            removed.append(folder)
+        except OSError:
+            pass
+        finally:
+            lock.release()
+    return removed
 
 
 class RunDir:
@@ -90,7 +125,8 @@ class RunDir:
     @classmethod
     def stage(cls, logs_dir: Path, env_id: str, backend: str, seed: int, run_id: str | None = None) -> RunDir:
         """A new run's folder, hidden beside where it will be (``logs/<env-id>/.<run-id>.<random>.starting``)
-        until :meth:`publish` renames it into place; a bad ``run_id`` is a :class:`UserError`."""
+        until :meth:`publish` renames it into place; a bad ``run_id`` is a :class:`UserError`. The folder gets the
+        mode a new folder gets under the umask (not ``mkdtemp``'s 0700)."""
         base = Path(logs_dir) / slug(env_id)
         if run_id is None:
             name = slug(backend)[:_BACKEND_IN_RUN_ID].strip("-")
@@ -101,7 +137,8 @@ class RunDir:
                             "or control characters, not made only of dots")
         try:
             base.mkdir(parents=True, exist_ok=True)
-            staged = cls(Path(tempfile.mkdtemp(prefix=f".{run_id}.", suffix=".starting", dir=base)))
+            staged = cls(Path(tempfile.mkdtemp(prefix=f".{run_id}.", suffix=_STAGED, dir=base)))
+            os.chmod(staged.path, 0o777 & ~current_umask())
             staged.policies.mkdir()
         except OSError as exc:
             raise UserError(f"cannot create the run directory {base / run_id}: {exc.strerror}; choose --logs-dir") \
@@ -121,6 +158,11 @@ class RunDir:
         os.rename(self.path, path)
         self.path, self._wanted = path, None
         return path
+
+    def remove_abandoned(self) -> list[Path]:
+        """Remove, beside this run, the staged folders of runs killed before they were published (what a started
+        run does: a refused one changes nothing); returns them (:func:`_remove_abandoned`)."""
+        return _remove_abandoned(self.path.parent)
 
     def discard(self) -> None:
         """Remove a staged run that never started (and ``logs/<env-id>/`` when it was its only folder)."""

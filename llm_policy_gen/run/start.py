@@ -69,6 +69,8 @@ def _train(cfg: TrainConfig, log: Callable[[str], None] | None, held: ExitStack,
         with HeldInterrupts():  # in place with its lock and transcript, or not at all
             lock.moved_to(run_dir.publish())
             run.published()
+        for folder in run_dir.remove_abandoned():
+            console.notice(f"note: removed {folder}, the unfinished start of a run that was killed")
         run.open_log()
         run.mode_start()
     except KeyboardInterrupt as exc:
