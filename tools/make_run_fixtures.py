@@ -20,6 +20,8 @@ import sys
 import time
 from pathlib import Path
 
+from llm_policy_gen.run.files import RunDir
+
 COMMON = ["--no-plots", "--no-progress", "--seed", "0", "--heldout-episodes", "20"]
 
 #: (run id, train arguments)
@@ -57,7 +59,7 @@ def make(out: Path) -> None:
     # Interrupted: SIGINT once the first iteration is on disk (a run of 30 iterations never ends first).
     proc = subprocess.Popen(_cli("train", "--env", "CartPole-v1", "--iterations", "30", *COMMON, "--logs-dir",
                                  str(logs), "--run-id", "interrupted"), env=_env())
-    events = logs / "CartPole-v1" / "interrupted" / "events.jsonl"
+    events = RunDir(logs / "CartPole-v1" / "interrupted").events
     while not (events.exists() and events.read_text().count("\n") >= 2):
         time.sleep(0.05)
     proc.send_signal(signal.SIGINT)

@@ -43,8 +43,9 @@ from typing import Any
 import numpy as np
 
 from llm_policy_gen.errors import UserError
+from llm_policy_gen.run.files import RunDir
 from llm_policy_gen.schema.aliases import settings_in
-from llm_policy_gen.storage.runlog import read_jsonl, write_bytes_atomic
+from llm_policy_gen.storage.runlog import write_bytes_atomic
 from llm_policy_gen.sweep.figures import plot_curves
 from llm_policy_gen.sweep.interaction import unequal_interaction
 from llm_policy_gen.sweep.results import ResultRow, SweepRecord, backend_stats, load_curves, read_results, split_entry
@@ -63,11 +64,8 @@ def latex_escape(text: Any) -> str:
 
 
 def has_real_calls(run_dir: Path) -> bool:
-    """True when ``run_dir/transcripts.jsonl`` holds a call that was not a cache hit and that used tokens."""
-    path = Path(run_dir) / "transcripts.jsonl"
-    if not path.is_file():
-        return False
-    for rec in read_jsonl(path):
+    """True when the run's transcripts hold a call that was not a cache hit and that used tokens."""
+    for rec in RunDir(Path(run_dir)).load_transcripts():
         tokens = int(rec.get("input_tokens") or 0) + int(rec.get("output_tokens") or 0)
         if not rec.get("cached", False) and tokens > 0 and rec.get("response_text"):
             return True
@@ -104,21 +102,26 @@ def _fmt(x: float | None, digits: int = 1) -> str:
     return "--" if x is None or not np.isfinite(x) else f"{x:,.{digits}f}".replace(",", "{,}")
 
 
+def _run_config(compare_dir: Path, row: ResultRow) -> dict[str, Any] | None:
+    """The configuration record of a finished row's run (through the run directory's reader), or None."""
+    if not (row.ok and row.run_dir):
+        return None
+    return RunDir(Path(compare_dir) / row.run_dir).load_config()
+
+
 def _first_config(compare_dir: Path, rows: Sequence[ResultRow]) -> dict[str, Any]:
     for r in rows:
-        if r.ok and r.run_dir:
-            p = Path(compare_dir) / r.run_dir / "config.json"
-            if p.is_file():
-                return dict(json.loads(p.read_text(encoding="utf-8")))
-    raise UserError(f"{compare_dir}: no finished run with a config.json; run `llm-policy-gen compare` first")
+        record = _run_config(compare_dir, r)
+        if record is not None:
+            return record
+    raise UserError(f"{compare_dir}: no finished run with its configuration; run `llm-policy-gen compare` first")
 
 
 def _backend_config(compare_dir: Path, rows: Sequence[ResultRow], backend: str) -> dict[str, Any]:
     for r in rows:
-        if r.backend == backend and r.ok and r.run_dir:
-            p = Path(compare_dir) / r.run_dir / "config.json"
-            if p.is_file():
-                return dict(json.loads(p.read_text(encoding="utf-8")).get("backend", {}))
+        record = _run_config(compare_dir, r) if r.backend == backend else None
+        if record is not None:
+            return dict(record.get("backend") or {})
     return {}
 
 
@@ -126,7 +129,7 @@ def numbers_tex(record: SweepRecord, cfg: dict[str, Any], rows: Sequence[ResultR
                 qcfg: dict[str, Any]) -> str:
     from llm_policy_gen.envs.spec import EnvSpec
 
-    c = settings_in(cfg["config"], "config.json")  # a run's settings under today's names, whichever it wrote
+    c = settings_in(cfg["config"], "the run's configuration")  # today's names, whichever it wrote
     spec = EnvSpec.from_dict(cfg["env_spec"])
     dims = spec.dims
     bins = r" $\times$ ".join(str(d.bins) for d in dims) if dims else str(spec.n_states)

@@ -23,6 +23,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from llm_policy_gen.run.files import RunDir
+
 #: (name, train arguments): the three environments issue 17 names, and every mode and answer format on one of them;
 #: ``{lake}`` is a settings file of the deterministic 4x4 lake (written out, so that a change of FrozenLake-v1's
 #: default kwargs is no difference here).
@@ -99,8 +101,9 @@ def run_case(name: str, args: list[str], root: Path) -> dict[str, object]:
     if out.returncode != 0:
         raise SystemExit(f"run_digest: {name} exited {out.returncode}: {out.stderr.strip()[-400:]}")
     run = next(root.glob(f"*/{name}"))
-    files = ["events.jsonl", "transcripts.jsonl", "summary.json", "best_policy.json",
-             *sorted(str(p.relative_to(run)) for p in (run / "policies").glob("iter_*.json"))]
+    rd = RunDir(run)  # the names of the commit under test (the reader's module has them since layout 1)
+    files = [rd.events.name, rd.transcripts.name, rd.summary.name, rd.best_policy.name,
+             *sorted(str(p.relative_to(run)) for p in rd.iteration_policies().values())]
     return {f: _digest(run / f) if (run / f).is_file() else "missing" for f in files}
 
 
