@@ -33,29 +33,40 @@ def load_env(path: str | os.PathLike[str] | None = None) -> list[str]:
     temporary folder may be anyone's), without overriding set variables; returns the names it set, sorted.
 
     ``LLM_POLICY_GEN_NO_DOTENV=1`` disables it (the test suite sets it so that a developer's keys are never used).
+
+    Raises:
+        UserError: the file sets a variable that decides which code a process runs when it starts (``PYTHONPATH``,
+            ``LD_PRELOAD``, ``PATH``, ...: :mod:`.envfile`), or cannot be read; nothing is set then.
     """
-    from dotenv import load_dotenv
+    from .envfile import check_names, read_env_file
 
     if os.environ.get("LLM_POLICY_GEN_NO_DOTENV") == "1":
         return []
     target = Path(path) if path is not None else Path.cwd() / ".env"
     if not target.is_file():
         return []
-    before = set(os.environ)
-    load_dotenv(target, override=False)
+    values = read_env_file(target)
     where = str(target.resolve())
-    added = sorted(set(os.environ) - before)
-    for name in added:
-        _DOTENV_SOURCES[name] = where
-    return added
+    check_names(values, where)
+    added = []
+    for name, value in values.items():  # as load_dotenv(override=False): a variable already set is kept
+        if value is not None and name not in os.environ:
+            os.environ[name] = value
+            _DOTENV_SOURCES[name] = where
+            added.append(name)
+    return sorted(added)
 
 
 def env_notice(names: list[str], path: str | os.PathLike[str] | None = None) -> str | None:
-    """The console line saying which variables (names, never values) :func:`load_env` set; None when none."""
+    """The console line saying which variables (names, never values; a name that is not plain shown escaped, see
+    :func:`.envfile.shown_name`) :func:`load_env` set; None when none."""
     if not names:
         return None
-    where = path if path is not None else Path(".env")
-    return f"note: {where} set {', '.join(names)} (variables already set are kept)"
+    from ..loggers.console import printable
+    from .envfile import shown_name
+
+    where = printable(os.fspath(path if path is not None else Path(".env")))
+    return f"note: {where} set {', '.join(shown_name(n) for n in names)} (variables already set are kept)"
 
 
 #: Variable -> the ``.env`` file :func:`load_env` took it from (variables not listed came from the shell).
