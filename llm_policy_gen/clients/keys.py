@@ -2,9 +2,10 @@
 
 Keys are read only from the process environment, which :func:`load_env` fills from the ``.env`` file of the working
 folder (python-dotenv; never a parent folder's, never overriding variables already set; the console names the
-variables it set). A key goes only to a base URL set in the same place (:func:`check_same_source`). A key is never a
+variables it set; a ``.env`` that sets a variable deciding which code a process runs at start is refused whole, see
+:mod:`.envfile`). A key goes only to a base URL set in the same place (:func:`check_same_source`). A key is never a
 command-line option, never written to config.json, transcripts or error messages: :func:`redact` removes every known
-key value from a text.
+key value from a text, and every URL's ``user:password@`` and secret-looking query or fragment parameters.
 """
 
 from __future__ import annotations
