@@ -200,8 +200,9 @@ def load_results(out: Path, column: str) -> tuple[Path, dict[tuple[str, str, int
     """``out`` made, its ``results.json`` and the records already there by (task, ``column``, seed)."""
     out.mkdir(parents=True, exist_ok=True)
     results = out / "results.json"
-    return results, {(r["task"], r[column], r["seed"]): r
-                     for r in (json.loads(results.read_text()) if results.is_file() else [])}
+    from bench_args import read_json
+
+    return results, {(r["task"], r[column], r["seed"]): r for r in read_json(results, [])}
 
 
 def save_results(results: Path, mine: dict[tuple[str, str, int], dict[str, Any]],
@@ -298,4 +299,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from bench_args import run_main
+
+    sys.exit(run_main("lm_features", main))

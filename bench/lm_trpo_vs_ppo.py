@@ -195,4 +195,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from bench_args import run_main
+
+    sys.exit(run_main("lm_trpo_vs_ppo", main))

@@ -79,10 +79,11 @@ def main() -> int:
     ap.add_argument("--run-seeds", default="", help="e.g. 0-9: also each run seed's held-out seeds (by_seed)")
     ap.add_argument("--out", default=None, help="write the figures as JSON here too")
     args = ap.parse_args()
+    from bench_args import out_file
     from bench_args import seeds as seeds_arg
 
     run_seeds = seeds_arg("lm_zero_shot", args.run_seeds, "--run-seeds") if args.run_seeds else []
-    if run_seeds is None:
+    if run_seeds is None or (args.out is not None and out_file("lm_zero_shot", args.out) is None):
         return 2
     import torch
 

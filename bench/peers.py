@@ -63,7 +63,7 @@ import suite
 import suite_curves
 import suite_goals
 import suite_peers
-from bench_args import out_dir, workers_ok
+from bench_args import out_dir, read_json, run_main, workers_ok
 from bench_pool import worker_pool
 
 ALGOS = ("ppo", "dqn", "sac", "trpo")
@@ -359,7 +359,7 @@ def main(argv: list[str] | None = None) -> int:
     peers_file = out / "peers.json"
     records: dict[tuple[str, str, int, str], dict[str, Any]] = {}
     if peers_file.is_file():
-        for r in json.loads(peers_file.read_text()):
+        for r in read_json(peers_file, []):
             records[(r["task"], r["algo"], r["seed"], r.get("kind", "episodes"))] = r
     suite_records = suite.read_results(out)
     opts = {"curve_points": args.curve_points, "curve_episodes": args.curve_episodes, "cpu_hours": args.cpu_hours,
@@ -417,4 +417,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_main("peers", main))

@@ -57,11 +57,11 @@ def main() -> int:
     ap.add_argument("--out", default="qlearning_tune.json")
     ap.add_argument("--budgets", default="", help="ENV=EPISODES,... instead of the default budgets")
     args = ap.parse_args()
+    from bench_args import out_file, workers_ok
     from bench_args import seeds as seeds_arg
-    from bench_args import workers_ok
 
     seeds = seeds_arg("qlearning_tune", args.seeds)
-    if seeds is None or not workers_ok("qlearning_tune", args.workers):
+    if seeds is None or not workers_ok("qlearning_tune", args.workers) or out_file("qlearning_tune", args.out) is None:
         return 2
     budgets = dict(TASKS)
     for item in filter(None, args.budgets.split(",")):

@@ -17,7 +17,6 @@ missing by ``restore``; after a ``restore`` the scripts read the records as fini
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import sys
 from collections.abc import Callable, Hashable
@@ -27,7 +26,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import results_file  # noqa: E402
-from bench_args import out_dir  # noqa: E402
+from bench_args import out_dir, read_json, run_main  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data"
 Key = Callable[[dict[str, Any]], Hashable]
@@ -60,7 +59,7 @@ REWRITE = {"suite": "python bench/suite.py --out {dest} --report NOTE",
 
 
 def _read(path: Path, empty: Any) -> Any:
-    return json.loads(path.read_text()) if path.is_file() else empty
+    return read_json(path, empty)
 
 
 def merge_list(src: Path, dest: Path, key: Key, src_wins: bool) -> tuple[int, int]:
@@ -161,6 +160,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"records: keep: neither {folders['suite']} nor {folders['tune']} exists; give --suite or --tune",
               file=sys.stderr)
         return 2
+    for kind, folder in folders.items():  # every record file read first: a corrupt one is refused before any merge
+        assert folder is not None
+        for name, empty in [(n, []) for n, _ in LISTS[kind]] + [(n, {}) for n in BY_TASK[kind]]:
+            _read(folder / name, empty)
+            _read(data / kind / name, empty)
     for kind, folder in folders.items():
         assert folder is not None
         if keep and not folder.is_dir():
@@ -174,4 +178,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_main("records", main))

@@ -11,7 +11,6 @@ library the run directory's lock uses) and replace only what this invocation wro
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,13 +20,15 @@ Record = dict[str, Any]
 
 
 @contextmanager
-def _locked(path: Path) -> Iterator[Any]:
-    """The file's JSON (None when there is none yet), read under its lock, which is held until the block ends."""
+def _locked(path: Path, shape: list[Any] | dict[str, Any]) -> Iterator[Any]:
+    """The file's JSON (None when there is none yet), read under its lock, which is held until the block ends; a
+    file that is not JSON of ``shape``'s type is :class:`bench_args.BadFile`."""
+    from bench_args import read_json
     from filelock import FileLock
 
     path.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(path) + ".lock", timeout=600):
-        yield json.loads(path.read_text()) if path.is_file() else None
+        yield read_json(path, shape) if path.is_file() else None
 
 
 def _write(path: Path, data: Any) -> None:
@@ -40,7 +41,7 @@ def merge_save(path: Path, mine: Iterable[Record], key: Callable[[Record], Hasha
                order: Callable[[Record], Any] | None = None) -> list[Record]:
     """Put ``mine`` into the JSON list at ``path``, replacing the records with the same ``key`` and keeping every
     other one; return the whole list as written (sorted by ``order`` when given, else in file order, new keys last)."""
-    with _locked(path) as old:
+    with _locked(path, []) as old:
         merged = {key(r): r for r in (old or [])}
         merged.update({key(r): r for r in mine})
         data = list(merged.values()) if order is None else sorted(merged.values(), key=order)
@@ -58,7 +59,7 @@ def rewrite_entries(path: Path, change: Callable[[dict[str, Any]], Mapping[str, 
     """Replace the entries ``change`` returns for the JSON object at ``path``, all under the file's lock: ``change``
     reads the object as it is now (and may first save what it takes out elsewhere), so no invocation writing between
     the read and the write is overwritten. Nothing is written when it returns no entry; return the whole object."""
-    with _locked(path) as old:
+    with _locked(path, {}) as old:
         data = dict(old or {})
         mine = change(data)
         if mine:

@@ -63,7 +63,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from bench_args import out_dir, workers_ok
+from bench_args import out_dir, read_json, run_main, workers_ok
 from bench_pool import worker_pool
 from suite_goals import BY_KEY, GOALS, Goal, fmt, list_tasks, meets, tasks_and_seeds
 from suite_peers import PeerCell, offline_budget, stale
@@ -214,7 +214,7 @@ def run_one(goal: Goal, backend: str, seed: int, out: Path, keep_policies: bool 
 def read_results(out: Path) -> list[dict[str, Any]]:
     """The suite's records in ``OUT/results.json`` (none yet: empty)."""
     f = out / "results.json"
-    return list(json.loads(f.read_text())) if f.is_file() else []
+    return list(read_json(f, []))
 
 
 def record_key(record: dict[str, Any]) -> tuple[str, str, int]:
@@ -246,14 +246,14 @@ def write_report(out: Path, note: str | None = None, peers: list[PeerCell] | Non
     import suite_scores
 
     kept_file = out / "report.json"
-    kept = json.loads(kept_file.read_text()) if kept_file.is_file() else {}
+    kept = read_json(kept_file, {})
     if note is None:
         note = str(kept.get("note", ""))
     if peers is None:
         peers = [PeerCell.from_dict(c) for c in kept.get("peers", [])]
     records = sorted(read_results(out), key=lambda r: (r["task"], r["seed"]))
     peer_file = out / "peers.json"
-    peer_records = json.loads(peer_file.read_text()) if peer_file.is_file() else []
+    peer_records = read_json(peer_file, [])
     if peer_records:  # the peer columns from peers.json, without the cells of a re-judged offline run
         import peers as peers_module
 
@@ -361,7 +361,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.report is not None:  # --merge with --report: the note given, not the last report's
             note = args.report
         else:
-            note = json.loads(report.read_text()).get("note", "") if report.is_file() else ""
+            note = read_json(report, {}).get("note", "")
             note = f"{note} Runs merged from {other}.".strip()
         print(f"merged {n} runs of {other}; wrote {write_report(out, note)}")
         return 0
@@ -419,4 +419,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_main("suite", main))

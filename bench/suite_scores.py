@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from bench_args import read_json
 
 HELDOUT_EPISODES = 100
 """As the suite's runs (``heldout_episodes``' default) and the peers' final evaluation."""
@@ -70,7 +71,7 @@ def _kept(out: Path, name: str, wanted: Iterable[tuple[str, str, int]],
     """``{task: {seed: value}}`` for ``wanted`` (task, env id, seed), from ``out/name`` and measured where missing
     (then written back)."""
     path = out / name
-    data: dict[str, Any] = json.loads(path.read_text()) if path.is_file() else {}
+    data: dict[str, Any] = read_json(path, {})
     tasks: dict[str, Any] = data.setdefault("tasks", {})
     missing: dict[tuple[str, str], list[int]] = {}
     for task, env_id, seed in wanted:

@@ -50,7 +50,6 @@ goal table is re-judged on seeds 0-9 with ``bench/suite.py``. Not a test: it pri
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from collections.abc import Mapping
@@ -63,7 +62,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import results_file  # noqa: E402
-from bench_args import out_dir, workers_ok  # noqa: E402
+from bench_args import out_dir, read_json, run_main, workers_ok  # noqa: E402
 from bench_pool import worker_pool  # noqa: E402
 from suite import run_one  # noqa: E402
 from suite_goals import BY_KEY, LONG, Goal, meets, tasks_and_seeds  # noqa: E402
@@ -302,7 +301,7 @@ def plan(tasks: list[str], given: list[int] | None, out: Path, suite_results: Pa
                                     tuple(tuple(_run_id(as_goal(goal, p, base), "offline", s) for s in seeds)
                                           for p in points),
                                     partial(_missed, goal), tuple(_label(p, base) for p in points)))
-    suite = json.loads(suite_results.read_text()) if suite_results.is_file() else []
+    suite = read_json(suite_results, [])
     page = tune_plan.markdown(grids, kept_runs(out), suite)
     out.mkdir(parents=True, exist_ok=True)
     (out / "tune_plan.md").write_text(page)
@@ -315,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tasks", default="cartpole,mountaincar,acrobot,pendulum")
     ap.add_argument("--seeds", default="", help="e.g. 100-104; default 100-109 (100-104 for the long tasks)")
     ap.add_argument("--workers", type=int, default=1)
-    ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    ap.add_argument("--out", default=str(DEFAULT_OUT))
     ap.add_argument("--report-only", action="store_true", help="rewrite tune_specs.md from OUT/tune.json")
     ap.add_argument("--full-grid", action="store_true",
                     help="run every change on every seed (by default a change that can no longer beat today's stops)")
@@ -345,7 +344,7 @@ def main(argv: list[str] | None = None) -> int:
         return plan(tasks, seeds if args.seeds else None, out, args.suite_results)
     if not args.report_only:
         lift(out)
-    results: dict[str, Any] = json.loads(store.read_text()) if store.is_file() else {}
+    results: dict[str, Any] = read_json(store, {})
     if not args.report_only:
         os.environ.setdefault("OMP_NUM_THREADS", "1")
         for key in tasks:
@@ -359,4 +358,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_main("tune_specs", main))

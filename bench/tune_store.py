@@ -4,7 +4,6 @@ runs' whole records in each entry: :func:`lift` moves them here, losing none."""
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -13,6 +12,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import results_file  # noqa: E402
+from bench_args import read_json  # noqa: E402
 from suite import run_id_of  # noqa: E402
 
 RUNS_FILE = "tune_runs.json"
@@ -32,10 +32,10 @@ def kept_runs(out: Path) -> dict[str, dict[str, Any]]:
     ``tune.json`` (a search finished before ``tune_runs.json`` existed)."""
     kept: dict[str, dict[str, Any]] = {}
     done = out / "tune.json"
-    for task in (json.loads(done.read_text()) if done.is_file() else {}).values():
+    for task in read_json(done, {}).values():
         kept.update({run_name(r): r for r in task.get("records", []) if "heldout" in r and r.get("run_dir")})
     runs = out / RUNS_FILE
-    kept.update({run_name(r): r for r in (json.loads(runs.read_text()) if runs.is_file() else []) if "heldout" in r})
+    kept.update({run_name(r): r for r in read_json(runs, []) if "heldout" in r})
     return kept
 
 
@@ -73,7 +73,7 @@ def _lifted(out: Path, entries: Mapping[str, Any]) -> dict[str, Any]:
         return {}
     lean_entries, lifted = lean(old)
     runs = out / RUNS_FILE
-    held = {run_name(r) for r in (json.loads(runs.read_text()) if runs.is_file() else [])}
+    held = {run_name(r) for r in read_json(runs, [])}
     new = [r for r in lifted if run_name(r) not in held]
     if new:
         results_file.merge_save(runs, new, key=run_name, order=run_name)

@@ -26,7 +26,12 @@ class _Parser(argparse.ArgumentParser):
     """argparse that reports a bad option in one line with exit code 2 (no usage dump)."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+        """One line; argparse's message quotes the arguments it refused, so a URL's password or key is redacted and
+        terminal escapes are shown as escapes."""
+        from .clients.keys import redact
+        from .loggers.console import printable
+
+        self.exit(2, f"{self.prog}: error: {printable(redact(message))} (see --help)\n")
 
     def parse_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:  # type: ignore[override]
         """As argparse's, but options no parser knows are reported by the command's own parser, so that the

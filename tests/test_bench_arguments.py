@@ -3,6 +3,8 @@ exit 2, no traceback and no output folder made. Run as a user runs them (a subpr
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -85,3 +87,77 @@ def test_lm_zero_shot_refuses_bad_run_seeds_before_loading_a_model(tmp_path: Pat
                 "--out", str(tmp_path / "z.json"), cwd=tmp_path)
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
     assert "bad --run-seeds 'x'" in done.stderr and list(tmp_path.iterdir()) == []
+
+
+FILE_OUT = {"qlearning_tune.py": ["--seeds", "100"],
+            "lm_zero_shot.py": ["--lm-model", "none.gguf"]}
+"""The scripts whose ``--out`` is a file, with the arguments they need to get as far as reading it."""
+REPORT_ONLY = {"lm_features.py": ["--report-only"], "lm_trpo_vs_ppo.py": ["--report-only"],
+               "tune_specs.py": ["--report-only"], "suite.py": ["--report", "a note"]}
+"""The scripts that rewrite their report from their ``--out`` folder and exit."""
+
+
+def _one_line(done: subprocess.CompletedProcess[str]) -> str:
+    assert done.returncode == 2, done.stderr
+    lines = [x for x in done.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize("script", FOLDER_OUT + sorted(FILE_OUT))
+def test_an_empty_out_is_refused_and_nothing_is_written_here(script: str, tmp_path: Path) -> None:
+    """``--out ""`` would be the current folder (``Path("")`` is ``.``)."""
+    assert "--out is empty" in _one_line(_run(script, *FILE_OUT.get(script, []), "--out", "", cwd=tmp_path))
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(("script", "extra"), [(s, []) for s in FOLDER_OUT] + list(REPORT_ONLY.items())
+                         + [(s, a) for s, a in FILE_OUT.items()])
+@pytest.mark.parametrize("out", ["/proc/self", "/proc/self/results"])
+def test_an_out_in_the_kernels_folder_is_one_line_not_a_traceback_or_a_hang(script: str, extra: list[str], out: str,
+                                                                            tmp_path: Path) -> None:
+    line = _one_line(_run(script, *extra, "--out", out, cwd=tmp_path))
+    assert "/proc" in line and list(tmp_path.iterdir()) == []
+
+
+def test_a_folder_that_cannot_be_written_is_refused(tmp_path: Path) -> None:
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    if os.access(locked, os.W_OK):  # root writes anywhere
+        pytest.skip("this user can write to a read-only folder")
+    assert "cannot be written to" in _one_line(_run("noise.py", "--out", str(locked / "o"), cwd=tmp_path))
+
+
+def _corrupt_suite_folder(tmp_path: Path, name: str, text: str) -> Path:
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "results.json").write_text("[]")
+    (out / name).write_text(text)
+    return out
+
+
+@pytest.mark.parametrize("text", ['[{"task": "cartpole", "algo"', "{}", "[1, 2]", "\xff"])
+def test_a_corrupt_peers_json_is_one_line_and_left_as_it_was(text: str, tmp_path: Path) -> None:
+    out = _corrupt_suite_folder(tmp_path, "peers.json", text)
+    line = _one_line(_run("suite.py", "--report", "a note", "--out", str(out), cwd=tmp_path))
+    assert f"{out / 'peers.json'}" in line and ("cannot be read as JSON" in line or "does not hold" in line)
+    assert (out / "peers.json").read_text() == text
+    data = tmp_path / "data"
+    line = _one_line(_run("records.py", "keep", "--suite", str(out), "--tune", str(tmp_path / "tune"), "--data",
+                          str(data), cwd=tmp_path))
+    assert "peers.json" in line and not data.exists()
+
+
+@pytest.mark.skipif(importlib.util.find_spec("rl_zoo3") is None, reason="the peers extra is not installed")
+def test_peers_refuses_a_corrupt_peers_json(tmp_path: Path) -> None:
+    out = _corrupt_suite_folder(tmp_path, "peers.json", "{not json")
+    line = _one_line(_run("peers.py", "--tasks", "cartpole", "--seeds", "0", "--out", str(out), cwd=tmp_path))
+    assert "peers.json cannot be read as JSON" in line and (out / "peers.json").read_text() == "{not json"
+
+
+def test_tune_specs_refuses_a_corrupt_tune_json(tmp_path: Path) -> None:
+    out = tmp_path / "tune"
+    out.mkdir()
+    (out / "tune.json").write_text("[")
+    line = _one_line(_run("tune_specs.py", "--report-only", "--out", str(out), cwd=tmp_path))
+    assert "tune.json cannot be read as JSON" in line

@@ -19,6 +19,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from pydantic import field_validator
+
 from ..registry import PluginOptions, setting
 from .retry import RetryPolicy
 
@@ -202,7 +204,8 @@ class ClientSettings(PluginOptions):
     how they are retried and sampled, and the answers' bounds. A client with more declares a subclass
     (``llamacpp``: its context and threads) and its :meth:`client_options` passes them on."""
 
-    base_url: str | None = setting(None, "a URL", "Provider base URL (else the SDK's own variable).")
+    base_url: str | None = setting(None, "an http:// or https:// URL with a host", "Provider base URL (else the SDK's "
+                                   "own variable).")
     timeout_s: float | None = setting(None, "a number of seconds > 0", "Bound on one whole request attempt, however "
                                       "the answer trickles in (None: 120 s, or 600 s for a local server: Ollama, "
                                       "llamacpp, or an OpenAI-compatible --base-url on a loopback address).", gt=0.0,
@@ -234,6 +237,18 @@ class ClientSettings(PluginOptions):
                                     "~/.cache/llm-policy-gen/responses).", operational=True)
     prices_file: str | None = setting(None, "a TOML file", "TOML price table (default: the shipped "
                                       "llm_policy_gen/data/prices.toml).", flag="--prices")
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, v: str | None) -> str | None:
+        """A base URL calls can go to (``localhost:8080/v1``, ``ftp://``, ``file://`` are refused before any run
+        directory is made, instead of failing each call); a blank one means none."""
+        from .keys import http_url_problem
+
+        problem = None if v is None or not v.strip() else http_url_problem(v)
+        if problem:
+            raise ValueError(problem)
+        return v
 
     def client_options(self) -> ClientOptions:
         """What a client is built with."""

@@ -2,9 +2,10 @@
 
 Keys are read only from the process environment, which :func:`load_env` fills from the ``.env`` file of the working
 folder (python-dotenv; never a parent folder's, never overriding variables already set; the console names the
-variables it set). A key goes only to a base URL set in the same place (:func:`check_same_source`). A key is never a
+variables it set; a ``.env`` that sets a variable deciding which code a process runs at start is refused whole, see
+:mod:`.envfile`). A key goes only to a base URL set in the same place (:func:`check_same_source`). A key is never a
 command-line option, never written to config.json, transcripts or error messages: :func:`redact` removes every known
-key value from a text.
+key value from a text, and every URL's ``user:password@`` and secret-looking query or fragment parameters.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 
 __all__ = ["load_env", "load_env_noted", "env_notice", "check_same_source", "first_value", "register_key_variables",
            "redact", "known_keys", "redact_all", "remember_url", "url_secrets", "variable_source", "without_userinfo",
-           "is_loopback_url"]
+           "is_loopback_url", "http_url_problem", "secret_parameter"]
 
 #: Every provider's key variables (each client class adds its own when it is defined, see
 #: :meth:`~.sdk.SDKClient.__init_subclass__`): their values are redacted, whatever the variable's name.
@@ -33,29 +34,40 @@ def load_env(path: str | os.PathLike[str] | None = None) -> list[str]:
     temporary folder may be anyone's), without overriding set variables; returns the names it set, sorted.
 
     ``LLM_POLICY_GEN_NO_DOTENV=1`` disables it (the test suite sets it so that a developer's keys are never used).
+
+    Raises:
+        UserError: the file sets a variable that decides which code a process runs when it starts (``PYTHONPATH``,
+            ``LD_PRELOAD``, ``PATH``, ...: :mod:`.envfile`), or cannot be read; nothing is set then.
     """
-    from dotenv import load_dotenv
+    from .envfile import check_names, read_env_file
 
     if os.environ.get("LLM_POLICY_GEN_NO_DOTENV") == "1":
         return []
     target = Path(path) if path is not None else Path.cwd() / ".env"
     if not target.is_file():
         return []
-    before = set(os.environ)
-    load_dotenv(target, override=False)
+    values = read_env_file(target)
     where = str(target.resolve())
-    added = sorted(set(os.environ) - before)
-    for name in added:
-        _DOTENV_SOURCES[name] = where
-    return added
+    check_names(values, where)
+    added = []
+    for name, value in values.items():  # as load_dotenv(override=False): a variable already set is kept
+        if value is not None and name not in os.environ:
+            os.environ[name] = value
+            _DOTENV_SOURCES[name] = where
+            added.append(name)
+    return sorted(added)
 
 
 def env_notice(names: list[str], path: str | os.PathLike[str] | None = None) -> str | None:
-    """The console line saying which variables (names, never values) :func:`load_env` set; None when none."""
+    """The console line saying which variables (names, never values; a name that is not plain shown escaped, see
+    :func:`.envfile.shown_name`) :func:`load_env` set; None when none."""
     if not names:
         return None
-    where = path if path is not None else Path(".env")
-    return f"note: {where} set {', '.join(names)} (variables already set are kept)"
+    from ..loggers.console import printable
+    from .envfile import shown_name
+
+    where = printable(os.fspath(path if path is not None else Path(".env")))
+    return f"note: {where} set {', '.join(shown_name(n) for n in names)} (variables already set are kept)"
 
 
 #: Variable -> the ``.env`` file :func:`load_env` took it from (variables not listed came from the shell).
@@ -156,16 +168,18 @@ _MIN_SECRET = 4
 
 def url_secrets(url: str) -> list[str]:
     """The secret forms of ``url``'s ``user:password@``: the password as written and percent-decoded, ``user:password``
-    and its base64 (what ``Authorization: Basic`` carries). Empty when the URL holds no password."""
+    and its base64 (what ``Authorization: Basic`` carries); and the values of its query and fragment parameters named
+    like a secret (:func:`secret_parameter`), as written and decoded. Empty when the URL holds none."""
     import base64
     from urllib.parse import unquote, urlsplit
 
+    params = _parameter_secrets(url)
     try:
         parts = urlsplit(url.strip())
     except ValueError:
-        return []
+        return params
     if "@" not in parts.netloc:
-        return []
+        return params
     userinfo = parts.netloc.rsplit("@", 1)[0]
     user, sep, password = userinfo.partition(":")
     forms: set[str] = set()
@@ -177,13 +191,59 @@ def url_secrets(url: str) -> list[str]:
         forms.add(base64.b64encode(pair.encode("utf-8")).decode("ascii"))
         if len(p) >= _MIN_SECRET:
             forms.add(pair)
+    return sorted(forms | set(params))
+
+
+#: Query or fragment parameter names that carry a credential (``key``, ``api_key``, ``access_token``,
+#: ``client_secret``, ``password``, ``sig``, ``X-Amz-Signature``, ``X-Amz-Credential``, ``auth``), matched as parts of
+#: the name with case, ``-``, ``_`` and ``.`` ignored.
+_SECRET_NAME = re.compile(r"key|token|secret|passw|pwd|sig|auth|credential|session|cookie|jwt")
+#: A parameter of a query or fragment: its separator, name and value.
+_PARAMETER = re.compile(r"([?#&;])([^=&#;?]*)=([^&#;]*)")
+#: A URL in a text (up to a space, a quote or an angle bracket).
+_URL = re.compile(r"(?i)\b[a-z][a-z0-9+.-]*://[^\s'\"<>]+")
+_REDACTED = "[REDACTED]"
+
+
+def secret_parameter(name: str) -> bool:
+    """Whether a URL's query or fragment parameter ``name`` looks like one that carries a credential."""
+    from urllib.parse import unquote
+
+    return bool(_SECRET_NAME.search(re.sub(r"[-_.\s]", "", unquote(name).lower())))
+
+
+def _parameter_secrets(url: str) -> list[str]:
+    """The values of ``url``'s secret-looking query and fragment parameters, as written and percent-decoded."""
+    from urllib.parse import unquote_plus
+
+    at = min((i for i in (url.find("?"), url.find("#")) if i >= 0), default=-1)
+    forms: set[str] = set()
+    for _, name, value in _PARAMETER.findall(url[at:] if at >= 0 else ""):
+        if secret_parameter(name) and value != _REDACTED:
+            forms.update(v for v in (value, unquote_plus(value)) if len(v) >= _MIN_SECRET)
     return sorted(forms)
 
 
+def _parameters_redacted(url: str) -> str:
+    """``url`` with the value of each secret-looking query and fragment parameter replaced by ``[REDACTED]``."""
+    at = min((i for i in (url.find("?"), url.find("#")) if i >= 0), default=-1)
+    if at < 0:
+        return url
+
+    def hide(m: re.Match[str]) -> str:
+        sep, name, value = m.groups()
+        return f"{sep}{name}={_REDACTED}" if value and secret_parameter(name) else m.group(0)
+
+    return url[:at] + _PARAMETER.sub(hide, url[at:])
+
+
 def without_userinfo(url: str) -> str:
-    """``url`` without its ``user:password@`` part (what config.json, the console and the pages show)."""
+    """``url`` without its credentials (what config.json, the console and the pages show): its ``user:password@``
+    part dropped, and the values of its query and fragment parameters named like a secret (``?key=...``,
+    ``&access_token=...``, ``#sig=...``: :func:`secret_parameter`) replaced by ``[REDACTED]``."""
     from urllib.parse import urlsplit, urlunsplit
 
+    url = _parameters_redacted(url)
     try:
         parts = urlsplit(url)
     except ValueError:
@@ -191,6 +251,23 @@ def without_userinfo(url: str) -> str:
     if "@" not in parts.netloc:
         return url
     return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
+
+
+def http_url_problem(url: str) -> str | None:
+    """Why ``url`` cannot be a base URL calls are sent to (not ``http://`` or ``https://``, no host, a bad port);
+    None when it can."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url.strip())
+        host, _ = parts.hostname, parts.port
+    except ValueError as exc:
+        return f"not a URL ({exc})"
+    if parts.scheme.lower() not in ("http", "https"):
+        return "it does not start with http:// or https://"
+    if not host:
+        return "it names no host"
+    return None
 
 
 def is_loopback_url(url: str) -> bool:
@@ -243,6 +320,8 @@ def _redact_with(text: str, secrets: list[str]) -> str:
         if value:
             text = text.replace(value, "[REDACTED]")
     text = _URL_USERINFO.sub(r"\1[REDACTED]@", text)
+    if "://" in text:  # any URL's secret-looking query and fragment parameters, known or not
+        text = _URL.sub(lambda m: _parameters_redacted(m.group(0)), text)
     return _AUTH_HEADER.sub(_credential, text)
 
 
@@ -251,8 +330,8 @@ def _secrets(extra: list[str] | None) -> list[str]:
 
 
 def redact(text: str, extra: list[str] | None = None) -> str:
-    """Replace every known secret in ``text`` with ``[REDACTED]`` (see :func:`known_keys`), and any URL password and
-    ``Basic``/``Bearer`` credential, known or not."""
+    """Replace every known secret in ``text`` with ``[REDACTED]`` (see :func:`known_keys`), and any URL password, any
+    URL's secret-looking query or fragment parameter and any ``Basic``/``Bearer`` credential, known or not."""
     return _redact_with(text, _secrets(extra))
 
 

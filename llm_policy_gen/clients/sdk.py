@@ -148,9 +148,16 @@ class SDKClient(ABC):
 
     @classmethod
     def configured_url(cls, explicit: str | None) -> str | None:
-        """``explicit`` (``--base-url``), else :attr:`base_url_variable`'s value, else None."""
+        """``explicit`` (``--base-url``, checked with the settings), else :attr:`base_url_variable`'s value (a
+        :class:`BackendConfigError` when it is no http(s) URL with a host), else None."""
         variable = cls.base_url_variable
-        url = (explicit or "").strip() or (os.environ.get(variable, "").strip() if variable else "")
+        url = (explicit or "").strip()
+        if not url and variable:
+            url = os.environ.get(variable, "").strip()
+            problem = keys.http_url_problem(url) if url else None
+            if problem:
+                raise BackendConfigError(f"{variable}={public_url(url)} (from {keys.variable_source(variable)}) "
+                                         f"cannot be a base URL: {problem}")
         return url or None
 
     @classmethod

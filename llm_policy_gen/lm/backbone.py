@@ -108,6 +108,8 @@ def model_identity(path: str | Path) -> ModelIdentity:
         for f in sorted(x for x in p.rglob("*") if x.is_file()):
             h.update(f"{f.relative_to(p).as_posix()}\0{file_sha256(f)}\n".encode())
         return ModelIdentity(str(p), "folder", h.hexdigest())
+    if not p.is_file():  # a FIFO would block the read below for ever, a device would be read as a model
+        raise UserError(f"--lm-model {path} is not a regular file (a FIFO, a device or a socket); {accepted}")
     try:
         gguf = is_gguf(p)
     except OSError as exc:

@@ -85,6 +85,8 @@ def prepare(cfg: TrainConfig, spec: EnvSpec | None = None) -> Prepared:
     load_prices(client_settings(cfg, name).prices_file)  # a missing or broken price file: refused before any start
     check_prompts_dir()  # LLM_POLICY_GEN_PROMPTS naming no folder of templates: refused before anything starts
     provider = provider_class(name)
+    if provider is not None:  # a base-URL variable that is no http(s) URL: refused here, before any start
+        provider.configured_url(client_settings(cfg, name).base_url)
     if provider is not None and provider.key_variables:  # the key and its URL from one place, refused here if not
         given_url = client_settings(cfg, name).base_url
         check_same_source(provider.key_found_in(), provider.base_url_variable, bool((given_url or "").strip()))

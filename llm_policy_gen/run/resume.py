@@ -17,7 +17,7 @@ from typing import Any
 from .. import __version__
 from ..clients.transcript import RecordedCalls
 from ..clients.usage import Budget, CallLimiter
-from ..loggers.console import Console
+from ..loggers.console import Console, plural
 from ..loggers.writers import check_writers
 from ..storage.locks import FolderLock, HeldInterrupts
 from ..storage.runlog import rewrite_jsonl
@@ -68,6 +68,13 @@ def _remove(paths: list[Path]) -> str:
             f"process left unfinished: {', '.join(p.name for p in paths[:3])}{', ...' if n > 3 else ''}")
 
 
+def _span(iterations: list[int]) -> str:
+    """``4..6`` for consecutive iterations, else the list (``4, 6``)."""
+    if iterations == list(range(iterations[0], iterations[-1] + 1)) and len(iterations) > 1:
+        return f"iterations {iterations[0]}..{iterations[-1]}"
+    return f"iteration{'s' if len(iterations) > 1 else ''} {', '.join(map(str, iterations))}"
+
+
 def _resume(run_dir: Path, overrides: dict[str, Any] | None, log: Callable[[str], None] | None, held: ExitStack, *,
             limiter: CallLimiter | None, budget: Budget | None) -> RunResult:
     rd = RunDir(Path(run_dir))
@@ -80,7 +87,9 @@ def _resume(run_dir: Path, overrides: dict[str, Any] | None, log: Callable[[str]
     state, done_iter = read_checkpoint(rd)
     torn: list[str] = []  # a last line cut by a kill: dropped, and said
     recorded, kept_lines = RecordedCalls.from_transcript(rd.transcripts, done_iter, on_torn=torn.append)
-    events = [e for e in rd.load_events(on_torn=torn.append, check=False) if int(e.get("iteration", 0)) <= done_iter]
+    logged = rd.load_events(on_torn=torn.append, check=False)
+    events = [e for e in logged if int(e.get("iteration", 0)) <= done_iter]
+    dropped = sorted({int(e.get("iteration", 0)) for e in logged} - {int(e.get("iteration", 0)) for e in events})
     check_writers(cfg.log)
     # The run is built and its state loaded before any file of it changes: a refused resume (a model file gone, a
     # checkpoint this version cannot load) leaves the run directory as it was, its summary included.
@@ -98,6 +107,9 @@ def _resume(run_dir: Path, overrides: dict[str, Any] | None, log: Callable[[str]
     run.open_log()
     console.notice(f"resuming {rd.path} after iteration {done_iter}"
                    + (f" ({len(recorded)} recorded calls of the unfinished iteration reused)" if len(recorded) else ""))
+    if dropped:  # a checkpoint that waited (run/pace.py) and a process killed outright: those iterations are redone
+        console.notice(f"note: dropped {plural(len(dropped), 'recorded iteration')} ({_span(dropped)}) finished after "
+                       f"the last checkpoint written; the run goes on from iteration {done_iter + 1}, redoing them")
     for text in torn:
         console.notice(f"note: {text}")
     if leftovers:

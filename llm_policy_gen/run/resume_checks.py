@@ -119,6 +119,9 @@ def _check_resume_endpoint(rd: RunDir, record: dict[str, Any], given: str | None
             raise UserError(f"--base-url {redact(without_userinfo(given))} differs from the run's endpoint: {rd.path} "
                             f"{was}; resume it with the same --base-url, or start a new run")
         return
+    if recorded is not None and "[REDACTED]" in recorded:  # a ?key=... that config.json does not keep
+        raise UserError(f"{rd.path} sends its calls to {redact(recorded)}, whose credential its config.json does not "
+                        "keep; resume it with --base-url and the whole URL, its key included")
     if recorded is not None and not is_loopback_url(recorded):
         raise UserError(f"{rd.path} sends its calls to {redact(recorded)} (recorded in its config.json), not this "
                         f"machine; resuming would send your key there: if you trust it, add --base-url "
