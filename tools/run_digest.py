@@ -22,7 +22,7 @@ from pathlib import Path
 #: (name, train arguments): the three environments issue 17 names, and every mode and answer format on one of them.
 CASES: list[tuple[str, list[str]]] = [
     ("cartpole", ["--env", "CartPole-v1", "--iterations", "8", "--candidates", "2"]),
-    ("frozenlake", ["--env", "FrozenLake-v1", "--iterations", "8", "--candidates", "2"]),
+    ("frozenlake", ["--env", "FrozenLake-v1.deterministic", "--iterations", "8", "--candidates", "2"]),
     ("mountaincar", ["--env", "MountainCar-v0", "--iterations", "6", "--candidates", "2"]),
     ("cartpole-rules", ["--env", "CartPole-v1", "--iterations", "4", "--output-format", "rules"]),
     ("cartpole-reward", ["--env", "CartPole-v1", "--iterations", "3", "--mode", "reward"]),

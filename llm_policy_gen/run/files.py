@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
@@ -43,8 +44,8 @@ if TYPE_CHECKING:
     from ..policy import TablePolicy
 
 __all__ = ["RunDir", "RUN_FILE_NAMES", "SCHEMA_VERSION", "SCHEMA_KEY", "UPGRADES", "config_of", "is_run_dir",
-           "run_dir_of", "load_run_policy", "load_settings", "CONFIG", "EVENTS", "TRANSCRIPTS", "SUMMARY",
-           "BEST_POLICY", "CHECKPOINT", "POLICIES", "PROGRESS_CSV", "LOCK_FILE", "HOLDER_FILE"]
+           "run_dir_of", "load_run_policy", "load_settings", "experiment_settings", "CONFIG", "EVENTS", "TRANSCRIPTS",
+           "SUMMARY", "BEST_POLICY", "CHECKPOINT", "POLICIES", "PROGRESS_CSV", "LOCK_FILE", "HOLDER_FILE"]
 
 CONFIG = "config.json"
 EVENTS = "events.jsonl"
@@ -254,6 +255,26 @@ def load_settings(path: Path | str) -> dict[str, Any]:
     from ..storage.config_files import load_config_file
 
     return load_config_file(path, upgrade=config_of)
+
+
+def experiment_settings(path: Path | str) -> dict[str, Any]:
+    """:func:`load_settings` for ``train --config``: a run's ``config.json`` whose environment spec has changed since
+    the run gets the env id that makes the recorded environment today
+    (:func:`~llm_policy_gen.envs.catalog.recorded_spec_id`), said on stderr, as an old backend name gets today's."""
+    settings = load_settings(path)
+    record = read_json(Path(path)) if Path(path).suffix.lower() == ".json" else None
+    spec = record.get("env_spec") if isinstance(record, dict) else None
+    env_id = settings.get("env_id")
+    if isinstance(spec, dict) and isinstance(spec.get("kwargs"), dict) and isinstance(env_id, str):
+        from ..envs.catalog import recorded_spec_id
+
+        kwargs = settings.get("env_kwargs") if isinstance(settings.get("env_kwargs"), dict) else None
+        today = recorded_spec_id(env_id, spec["kwargs"], kwargs)
+        if today != env_id:
+            print(f"note: {path} ran {env_id} with {spec['kwargs']}; that environment is {today} today, which this "
+                  "run uses", file=sys.stderr)
+            settings["env_id"] = today
+    return settings
 
 
 def is_run_dir(path: Path | str) -> bool:
