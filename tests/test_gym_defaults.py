@@ -107,7 +107,7 @@ def test_envs_shows_kwargs_limits_and_threshold_sources(capsys: pytest.CaptureFi
         return lines[i] + "\n" + lines[i + 1]
 
     assert "is_slippery=False (gymnasium: True)" in under("FrozenLake-v1.deterministic")
-    assert "gymnasium FrozenLake-v1 (registered for other kwargs)" in under("FrozenLake-v1.deterministic")
+    assert "gymnasium FrozenLake-v1 (for its own kwargs)" in under("FrozenLake-v1.deterministic")
     assert "step limit 500 (gymnasium: none)" in under("CliffWalking-v1")
     assert "gymnasium FrozenLake8x8-v1" in under("FrozenLake-v1.8x8")
     assert "step limit 200 (gymnasium: 100)" in under("FrozenLake-v1.8x8")

@@ -52,15 +52,16 @@ def _cmd_envs(args: argparse.Namespace) -> int:
         print(json.dumps(rows, indent=2))
         return 0
     w = max(len("environment"), *(len(r["env_id"]) for r in rows))
-    print(f"{'environment':<{w}} {'states':>7} {'bins':<24} {'actions':>7} {'solved at':>9}  {'format':<18} "
-          "threshold from")
+    src = max(len("threshold from"), *(len(r["gymnasium"]["threshold_source"]) for r in rows if "error" not in r))
+    print(f"{'environment':<{w}} {'states':>7} {'bins':<24} {'actions':>7} {'solved at':>9}  "
+          f"{'threshold from':<{src}}  format")
     for r in rows:
         if "error" in r:
             print(f"{r['env_id']:<{w}} unavailable: {r['error']}")
             continue
         thr = "-" if r["threshold"] is None else f"{r['threshold']:g}"
-        print(f"{r['env_id']:<{w}} {r['states']:>7} {r['bins']:<24} {r['actions']:>7} {thr:>9}  {r['format']:<18} "
-              f"{r['gymnasium']['threshold_source'] or '-'}")
+        print(f"{r['env_id']:<{w}} {r['states']:>7} {r['bins']:<24} {r['actions']:>7} {thr:>9}  "
+              f"{r['gymnasium']['threshold_source'] or '-':<{src}}  {r['format']}")
         if r["differences"]:
             print(f"{'':<{w}}   not gymnasium's: {'; '.join(r['differences'])}")
     print("Any other registered gymnasium id works too (generic spec from its spaces).")

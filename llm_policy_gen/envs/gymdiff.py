@@ -8,7 +8,7 @@ kwargs over the constructor's defaults), the step limit, the reward wrappers, an
 * ``gymnasium ID``: the reward_threshold gymnasium registers for this very configuration (same entry point,
   keyword arguments and step limit), under the spec's own id or another one (FrozenLake-v1.8x8 is gymnasium's
   FrozenLake8x8-v1);
-* ``gymnasium ID (registered for other kwargs)``: gymnasium's threshold of the id, taken for a spec that changes its
+* ``gymnasium ID (for its own kwargs)``: gymnasium's threshold of the id, taken for a spec that changes its
   kwargs or limit (FrozenLake-v1.deterministic takes FrozenLake-v1's 0.7, which gymnasium sets for the slippery lake);
 * ``ours``: the spec's own, where gymnasium registers none for this configuration;
 * ``ours (gymnasium ID: X)``: a spec that contradicts gymnasium; no shipped spec does (``tests/test_gym_defaults.py``).
@@ -121,5 +121,5 @@ def _threshold_source(spec: EnvSpec, declared: float | None, own: str, registere
     if twin is not None and known is not None:
         return f"gymnasium {twin}" if float(known) == spec.reward_threshold else f"ours (gymnasium {twin}: {known:g})"
     if declared is None and registered is not None:
-        return f"gymnasium {own} (registered for other kwargs)"
+        return f"gymnasium {own} (for its own kwargs)"
     return "ours"
