@@ -143,3 +143,23 @@ def test_an_old_run_of_the_unslippery_lake_evaluates_resumes_and_reruns_on_it(
     again = json.loads((tmp_path / "logs" / "FrozenLake-v1" / "again" / "config.json").read_text(encoding="utf-8"))
     assert again["config"]["env_id"] == "FrozenLake-v1.deterministic"
     assert again["env_spec"]["kwargs"] == recorded["env_spec"]["kwargs"]
+
+
+def test_an_old_comparison_of_the_unslippery_lake_is_not_continued_on_the_slippery_one(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A comparison folder made when FrozenLake-v1 was not slippery: continuing it with `--env FrozenLake-v1` would add
+    runs on another lake beside its own, so it is refused, naming the id that continues it; nothing is written."""
+    out = tmp_path / "cmp"
+    argv = ["compare", "--backends", "offline", "--iterations", "1", "--heldout-episodes", "3", "--out", str(out),
+            "--no-progress"]
+    assert main([*argv, "--env", "FrozenLake-v1.deterministic", "--seeds", "0"]) == 0
+    for path in [out / "compare.json", *out.rglob("config.json")]:  # as that day's code wrote them
+        path.write_text(path.read_text(encoding="utf-8").replace('"FrozenLake-v1.deterministic"', '"FrozenLake-v1"')
+                        .replace('"variant": "deterministic"', '"variant": ""'), encoding="utf-8")
+    before = sorted(p.relative_to(out) for p in out.rglob("*"))
+    capsys.readouterr()
+    assert main([*argv, "--env", "FrozenLake-v1", "--seeds", "0-1"]) == 2
+    err = capsys.readouterr().err
+    assert 'env kwargs {"is_slippery": false, "map_name": "4x4"}' in err
+    assert "--env FrozenLake-v1.deterministic gives the run's" in err and len(err.strip().splitlines()) == 1
+    assert sorted(p.relative_to(out) for p in out.rglob("*")) == before

@@ -88,6 +88,8 @@ class Found:
     """``new`` (nothing), ``finished``, ``started`` (resumable) or ``stale`` (a directory without config.json)."""
     summary: dict[str, Any] | None = None
     config: dict[str, Any] | None = None
+    env_kwargs: dict[str, Any] | None = None
+    """The environment's keyword arguments the run recorded (its ``env_spec``)."""
 
 
 def _found(task: RunTask) -> Found:
@@ -100,7 +102,9 @@ def _found(task: RunTask) -> Found:
         return Found("stale")
     summary = rd.load_summary(lenient=True)
     done = summary is not None and finished(summary)
-    return Found("finished" if done else "started", summary, record["config"])
+    spec = record.get("env_spec")
+    kwargs = spec.get("kwargs") if isinstance(spec, dict) and isinstance(spec.get("kwargs"), dict) else None
+    return Found("finished" if done else "started", summary, record["config"], kwargs)
 
 
 def survey(tasks: Sequence[RunTask]) -> dict[str, Found]:
@@ -179,9 +183,24 @@ def check_same_sweep(out: Path, sweep: Mapping[str, Any], tasks: Sequence[RunTas
     for task in tasks:
         f = found[task.run_id]
         if f.config is not None:
-            diffs = differences(experiment(f.config), experiment(resolved(task.config())))
+            spec, cfg = resolve(task.config())
+            diffs = differences(experiment(f.config), experiment(cfg.to_dict())) + _other_kwargs(f, spec, cfg)
             if diffs:
                 raise _refuse_other_settings(out, f"the run {task.run_dir.relative_to(out)}", diffs)
+
+
+def _other_kwargs(found: Found, spec: EnvSpec, cfg: TrainConfig) -> list[str]:
+    """The environment's keyword arguments, when the run recorded others than this command's spec gives (a spec
+    changed since the run: FrozenLake-v1 was the lake without slip before round 5 of the hardening), with the id that
+    gives the recorded ones today."""
+    from ..envs.catalog import recorded_spec_id
+
+    if found.env_kwargs is None or to_jsonable(found.env_kwargs) == to_jsonable(spec.kwargs):
+        return []
+    today = recorded_spec_id(cfg.env_id, found.env_kwargs, cfg.env_kwargs)
+    hint = f"; --env {today} gives the run's" if today != cfg.env_id else ""
+    return [f"env kwargs {json.dumps(found.env_kwargs, sort_keys=True)} (this command: "
+            f"{json.dumps(spec.kwargs, sort_keys=True)}{hint})"]
 
 
 def preflight(tasks: Sequence[RunTask]) -> None:
