@@ -106,10 +106,11 @@ def test_the_pages_mark_runnable_blocks_and_only_bash_ones() -> None:
 
 
 def test_shell_blocks_call_the_venv_as_every_page_does() -> None:
-    """A command line in a ``bash`` block starts ``.venv/bin/...`` (nothing needs an activated venv), not a bare
-    ``llm-policy-gen`` or a ``python`` that may lack the package."""
-    bare = re.compile(r"^(llm-policy-gen |python bench/)")
-    wrong = [f"{b.name}: {line}" for page in PAGES for b, _ in blocks(page) if b.info == "bash"
+    """A command line in a ``bash`` block (or one without a language) starts ``.venv/bin/...`` (nothing needs an
+    activated venv), not a bare ``llm-policy-gen COMMAND`` or a ``python`` that may lack the package; a line of output
+    (``llm-policy-gen train: error: ...``) is not a command."""
+    bare = re.compile(r"^(llm-policy-gen [a-z]+(\s|$)|python (bench|agents)/)")
+    wrong = [f"{b.name}: {line}" for page in PAGES for b, _ in blocks(page) if b.info in ("bash", "")
              for line in b.text.splitlines() if bare.match(line)]
     assert not wrong, wrong
 
@@ -136,3 +137,23 @@ def test_a_runnable_block_runs_as_written(block: Block, tmp_path: Path) -> None:
     done = subprocess.run(["bash", "-euo", "pipefail", "-c", shrink(block.text)], cwd=work, env=env,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, f"{block.name} exit {done.returncode}:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+
+
+def test_the_reports_page_asks_for_what_report_needs_only() -> None:
+    """The install line before the first `report` command asks for the `report` extra alone (Jinja2), not for extras
+    other commands need."""
+    lines = (ROOT / "docs" / "reports.md").read_text(encoding="utf-8").splitlines()
+    first = next(i for i, line in enumerate(lines) if "llm-policy-gen report " in line)
+    install = [line for line in lines[:first] if "pip install" in line][-1]
+    assert re.search(r"install -e '\.\[report\]'", install), install
+    pyproject = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    assert 'report = ["jinja2>=3.1"]' in pyproject
+
+
+def test_make_paper_installs_the_package_alone() -> None:
+    """tools/paper.py needs the package only: `make paper` takes the run install, not the dev one (every dev extra,
+    peers, lm-policy and a llama-cpp-python build), and `make help` says what it installs."""
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    rule = re.search(r"^paper: (.*)$", makefile, re.M)
+    assert rule is not None and rule.group(1).split() == ["$(STAMP_RUN)"], rule
+    assert re.search(r'echo "make paper - install the package \(no extras\)', makefile)
