@@ -16,7 +16,8 @@ help:
 	@echo "make test-fast - the tests without the slow marker"
 	@echo "make check  - lint, typecheck and test"
 	@echo "make peers - the peers extra (SB3, sb3-contrib, rl-zoo3, rliable; torch 2.13.0 CPU from /opt/wheels) for bench/peers.py"
-	@echo "make lint / typecheck / bench / paper / clean"
+	@echo "make paper - install the package (no extras) into $(VENV), then the paper's tables and figures from COMPARE_DIR and its PDF (pdflatex)"
+	@echo "make lint / typecheck / bench / clean"
 	@echo "make system-deps - install the Debian packages some tests use when missing (chromium, EGL for MuJoCo, pdflatex)"
 
 $(BIN)/python:
@@ -125,8 +126,10 @@ bench: $(STAMP_DEV)
 	$(BIN)/python bench/bench_eval.py
 	$(BIN)/python bench/bench_continuous.py
 
+# `make paper`: tools/paper.py needs only the package itself (matplotlib, rliable), so the run install, no dev extra;
+# the PDF needs pdflatex (`make system-deps`), without which it stops after the tables and figures and says so.
 COMPARE_DIR ?= logs/compare/CartPole-v1
-paper: $(STAMP_DEV)
+paper: $(STAMP_RUN)
 	$(BIN)/python tools/paper.py --compare-dir $(COMPARE_DIR) --out paper
 
 clean:

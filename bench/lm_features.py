@@ -23,8 +23,8 @@ Features (``--features``):
   (Qwen's width; loads the model for its width).
 * ``offline``: not features but the product's default backend (not an LLM), the optimiser that writes the table,
   with the suite's budget and settings for the task (``bench/suite_goals.py``'s ``GOALS``; 300 episodes on
-  FrozenLake-v1, which is not in the goal table): a run of the suite's, read from ``--offline-out`` (default
-  ``OUT``) when it is there, so that its curve sits on the same axes.
+  FrozenLake-v1.deterministic, which is not in the goal table): a run of the suite's, read from ``--offline-out``
+  (default ``OUT``) when it is there, so that its curve sits on the same axes.
 
 Beside each task's table, what needs no training run here, on the same held-out seeds: the spec's table before any
 episode (its prior rule, or the default action everywhere: ``bench/suite_scores.py``, kept in ``OUT/priors.json``),
@@ -73,7 +73,7 @@ class Task:
     """Learner updates per run (each a rollout of ``--lm-n-steps``, 256 by default)."""
 
 
-TASKS = [Task("frozenlake", "FrozenLake-v1", 40), Task("frozenlake8x8", "FrozenLake-v1.8x8", 120),
+TASKS = [Task("frozenlake", "FrozenLake-v1.deterministic", 40), Task("frozenlake8x8", "FrozenLake-v1.8x8", 120),
          Task("cartpole", "CartPole-v1", 80), Task("taxi", "Taxi-v4", 200), Task("mountaincar", "MountainCar-v0", 120)]
 BY_KEY = {t.key: t for t in TASKS}
 

@@ -1,6 +1,7 @@
 """LoRA through the scores head on one task, with only the lm/ modules (no run directory): how far it gets.
 
-    python bench/lm_lora.py [--lm-model SMOLLM2.gguf] [--env FrozenLake-v1] [--rank 8] [--device cuda]
+    python bench/lm_lora.py [--lm-model SMOLLM2.gguf] [--env FrozenLake-v1.deterministic] [--rank 8]
+                            [--device cuda]
                             [--n-steps 128] [--batch-size 64] [--epochs 4] [--learning-rate 3e-4]
                             [--minutes 5] [--episodes 100] [--seed 0]
 
@@ -38,7 +39,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--lm-model", default=str(DEFAULT_MODEL))
     ap.add_argument("--lm-cache", default=None)
-    ap.add_argument("--env", default="FrozenLake-v1")
+    ap.add_argument("--env", default="FrozenLake-v1.deterministic")
     ap.add_argument("--rank", type=int, default=8)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--n-steps", type=int, default=128)

@@ -1,7 +1,7 @@
 """What a small model knows of a task, cheaply: its zero-shot action-scoring table on the held-out seeds.
 
-    python bench/lm_zero_shot.py [--lm-model SMOLLM2.gguf] [--envs FrozenLake-v1,CartPole-v1] [--episodes 100]
-                                 [--seed 50000] [--run-seeds 0-9] [--out FILE.json]
+    python bench/lm_zero_shot.py [--lm-model SMOLLM2.gguf] [--envs FrozenLake-v1.deterministic,CartPole-v1]
+                                 [--episodes 100] [--seed 50000] [--run-seeds 0-9] [--out FILE.json]
 
 For every state of each task the model scores each action's words after the state's text (``--lm-head scores``,
 :mod:`llm_policy_gen.lm.scores`); the zero-shot table is each state's best-scored action (what ``--mode lm-policy
@@ -35,7 +35,7 @@ from llm_policy_gen.lm.backbone import default_lm_cache, load_language_model
 from llm_policy_gen.lm.scores import SCORE_NORMS, ActionScorer, continuations, normalise, scoring_prompts, word_counts
 from llm_policy_gen.sweep.random_baseline import heldout_seeds
 
-ENVS = "FrozenLake-v1,FrozenLake-v1.8x8,MountainCar-v0,CartPole-v1,Taxi-v4"
+ENVS = "FrozenLake-v1.deterministic,FrozenLake-v1.8x8,MountainCar-v0,CartPole-v1,Taxi-v4"
 DEFAULT_MODEL = Path.home() / ".cache" / "llm-policy-gen" / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 

@@ -3,15 +3,16 @@
     python bench/real_llm.py [--out ~/llm-policy-gen-bench/real_llm] [--cells qwen0.5b,qwen1.5b]
                              [--transports inprocess,server] [--seeds 0-2] [--list]
 
-Cells (issue 18): Qwen2.5-Coder-0.5B-Instruct on FrozenLake-v1 (full-table answers) and on CartPole-v1 (``rules``
-answers), seeds 0-2; Qwen2.5-Coder-1.5B-Instruct on FrozenLake-v1, seed 0. Every run: K = 2 candidates, 5
-iterations, ``--max-prompt-tokens 2000``, ``--repair-attempts 2``. Each cell runs through both transports: the
-in-process backend (``llamacpp:PATH``) and the ``openai`` backend against the real ``llama_cpp.server`` on a loopback
-port (one request at a time, ``--max-concurrent-calls 1``; its prompts are capped at 5,000 characters, about 2,000
-tokens, since only the in-process backend knows the tokenizer). The baselines ``offline`` (not an LLM) and ``random``
-run at the same settings with ``--max-episodes`` set to the LLM run's episode count, once per transport (the two
-transports' runs of a seed can end at different episode counts, so each gets its own baselines).
-The answer cache is off (``--no-cache``): every figure comes from calls made by the run that reports it.
+Cells (issue 18): Qwen2.5-Coder-0.5B-Instruct on FrozenLake-v1.deterministic (the lake without slip; full-table
+answers) and on CartPole-v1 (``rules`` answers), seeds 0-2; Qwen2.5-Coder-1.5B-Instruct on
+FrozenLake-v1.deterministic, seed 0. Every run: K = 2 candidates, 5 iterations, ``--max-prompt-tokens 2000``,
+``--repair-attempts 2``. Each cell runs through both transports: the in-process backend (``llamacpp:PATH``) and the
+``openai`` backend against the real ``llama_cpp.server`` on a loopback port (one request at a time,
+``--max-concurrent-calls 1``; its prompts are capped at 5,000 characters, about 2,000 tokens, since only the
+in-process backend knows the tokenizer). The baselines ``offline`` (not an LLM) and ``random`` run at the same
+settings with ``--max-episodes`` set to the LLM run's episode count, once per transport (the two transports' runs of
+a seed can end at different episode counts, so each gets its own baselines). The answer cache is off
+(``--no-cache``): every figure comes from calls made by the run that reports it.
 
 Reported per (model, task, transport), over the seeds: the valid-answer rate at the first attempt and after repairs
 (per candidate the model answered; ``--refine``'s refinements call no model and are counted apart, with the
@@ -60,12 +61,12 @@ _ITEM4 = {"summary": ("--evidence", "summary"), "both": ("--evidence", "both"), 
           "refine2": ("--refine", "2"), "summary-refine2": ("--evidence", "summary", "--refine", "2")}
 
 CELLS = [
-    Cell("qwen0.5b-frozenlake", "qwen2.5-coder-0.5b", "Qwen2.5-Coder-0.5B-Instruct Q4_K_M", "FrozenLake-v1", "auto",
-         (0, 1, 2)),
+    Cell("qwen0.5b-frozenlake", "qwen2.5-coder-0.5b", "Qwen2.5-Coder-0.5B-Instruct Q4_K_M",
+         "FrozenLake-v1.deterministic", "auto", (0, 1, 2)),
     Cell("qwen0.5b-cartpole-rules", "qwen2.5-coder-0.5b", "Qwen2.5-Coder-0.5B-Instruct Q4_K_M", "CartPole-v1",
          "rules", (0, 1, 2)),
-    Cell("qwen1.5b-frozenlake", "qwen2.5-coder-1.5b", "Qwen2.5-Coder-1.5B-Instruct Q4_K_M", "FrozenLake-v1", "auto",
-         (0,)),
+    Cell("qwen1.5b-frozenlake", "qwen2.5-coder-1.5b", "Qwen2.5-Coder-1.5B-Instruct Q4_K_M",
+         "FrozenLake-v1.deterministic", "auto", (0,)),
     *(Cell(f"qwen0.5b-cartpole-rules-{name}", "qwen2.5-coder-0.5b", "Qwen2.5-Coder-0.5B-Instruct Q4_K_M",
            "CartPole-v1", "rules", (0, 1, 2), extra) for name, extra in _ITEM4.items()),
 ]
@@ -139,7 +140,7 @@ def _cli(args: list[str], env: dict[str, str]) -> tuple[int, str]:
 
 def run(out: Path, run_id: str, env_id: str, argv: list[str], env: dict[str, str]) -> tuple[Path, str]:
     """One run, reused when finished, resumed when interrupted; returns its directory and an error ('' if none)."""
-    run_dir = out / "runs" / env_id / run_id
+    run_dir = out / "runs" / env_id.partition(".")[0] / run_id  # a spec variant's runs: the gymnasium id's folder
     if (run_dir / "summary.json").is_file():
         summary = json.loads((run_dir / "summary.json").read_text())
         if summary.get("stop_reason") != "interrupted":

@@ -19,6 +19,7 @@ from gymnasium.envs.toy_text.frozen_lake import MAPS
 
 from llm_policy_gen.config import TrainConfig
 from llm_policy_gen.envs import get_spec
+from llm_policy_gen.envs.catalog import gym_id
 from llm_policy_gen.envs.tailor import apply_env_kwargs
 from llm_policy_gen.formats.base import FormatContext, Target
 from llm_policy_gen.formats.table import TableFormat
@@ -35,9 +36,9 @@ def quiet(_msg: str) -> None:
 
 
 def cfg(tmp_path: Path, **kw: Any) -> TrainConfig:
-    """A short FrozenLake 4x4 run (the learner modes need nothing bigger to show their behaviour)."""
-    base: dict[str, Any] = dict(env_id="FrozenLake-v1", backend="offline", iterations=3, logs_dir=str(tmp_path),
-                                progress=False, plots=False, heldout_episodes=10, cache=False)
+    """A short run on the 4x4 lake without slip (the learner modes need nothing bigger to show their behaviour)."""
+    base: dict[str, Any] = dict(env_id="FrozenLake-v1.deterministic", backend="offline", iterations=3,
+                                logs_dir=str(tmp_path), progress=False, plots=False, heldout_episodes=10, cache=False)
     base.update(kw)
     return TrainConfig(**base)
 
@@ -45,7 +46,7 @@ def cfg(tmp_path: Path, **kw: Any) -> TrainConfig:
 def answer(values: Sequence[float] | np.ndarray, kind: str, env_kwargs: dict[str, Any] | None = None,
            rationale: str = "test answer") -> str:
     """A full-table answer for FrozenLake (``kind`` "value" or "action"), written by the package's renderer."""
-    spec = apply_env_kwargs(get_spec("FrozenLake-v1"), env_kwargs or {})
+    spec = apply_env_kwargs(get_spec("FrozenLake-v1.deterministic"), env_kwargs or {})
     obs, acts = spec.observation_discretizer(), spec.action_discretizer()
     target = Target("action", n_actions=acts.n_actions) if kind == "action" else Target("value")
     ctx = FormatContext(obs, acts, target.array(np.zeros(obs.n_states)), target, spec)
@@ -149,15 +150,16 @@ def kill_and_resume(tmp_path: Path, args: Sequence[str], env_id: str, iterations
     _, err = ref.communicate(timeout=300)
     assert ref.returncode == 0, err.decode()
     cut = _cli(*argv, "--run-id", "cut")
-    events = tmp_path / env_id / "cut" / "events.jsonl"
+    folder = tmp_path / gym_id(env_id)  # a spec variant's runs are in its gymnasium id's folder
+    events = folder / "cut" / "events.jsonl"
     deadline = time.time() + 300
     while time.time() < deadline and (not events.exists() or len(events.read_text().splitlines()) < after):
         time.sleep(0.005)
     cut.send_signal(sig)
     cut.wait(timeout=60)
     assert len(read_jsonl(events)) < iterations, "the run ended before it could be killed"
-    again = _cli("train", "--resume", str(tmp_path / env_id / "cut"), "--quiet")
+    again = _cli("train", "--resume", str(folder / "cut"), "--quiet")
     _, err = again.communicate(timeout=300)
     assert again.returncode == 0, err.decode()
     assert [e["iteration"] for e in read_jsonl(events)] == list(range(1, iterations + 1))
-    return comparable(tmp_path / env_id / "cut"), comparable(tmp_path / env_id / "ref")
+    return comparable(folder / "cut"), comparable(folder / "ref")

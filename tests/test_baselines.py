@@ -195,6 +195,6 @@ def test_whole_runs_count_episodes_like_any_backend(tmp_path, name: str) -> None
 
 @pytest.mark.slow
 def test_q_learning_solves_the_deterministic_lake(tmp_path) -> None:
-    cfg = TrainConfig(env_id="FrozenLake-v1", backend="kept-table-q", iterations=30, logs_dir=str(tmp_path),
-                      progress=False, plots=False, heldout_episodes=10)
+    cfg = TrainConfig(env_id="FrozenLake-v1.deterministic", backend="kept-table-q", iterations=30,
+                      logs_dir=str(tmp_path), progress=False, plots=False, heldout_episodes=10)
     assert train(cfg, log=lambda _m: None).summary["best_eval_mean"] == 1.0

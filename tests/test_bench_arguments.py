@@ -71,7 +71,7 @@ def test_noise_passes_on_the_trains_own_line_when_a_run_is_refused(tmp_path: Pat
     done = _run("noise.py", "--seeds", "0", "--iterations", "1", "--extra=--bogus", "--out", str(tmp_path / "o"),
                 cwd=tmp_path)
     assert done.returncode == 2 and "Traceback" not in done.stderr and done.stderr.count("\n") == 1
-    assert "noise: FrozenLake-v1 seed 0:" in done.stderr and "--bogus" in done.stderr
+    assert "noise: FrozenLake-v1.deterministic seed 0:" in done.stderr and "--bogus" in done.stderr
 
 
 def test_qlearning_tune_reads_a_run_that_ended_before_its_first_iteration(tmp_path: Path) -> None:

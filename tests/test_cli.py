@@ -104,7 +104,8 @@ def test_agent_scripts_run_as_subprocesses(tmp_path, script):
         [sys.executable, str(ROOT / "agents" / script), "--backend", "offline", "--iterations", "2", "--logs-dir",
          str(tmp_path), "--no-plots"],
         capture_output=True, text=True, timeout=120,
-        env={"PATH": "/usr/bin:/bin", "LLM_POLICY_GEN_NO_DOTENV": "1", "HOME": str(tmp_path)},
+        env={"PATH": "/usr/bin:/bin", "LLM_POLICY_GEN_NO_DOTENV": "1", "HOME": str(tmp_path),
+             "PYTHONPATH": str(ROOT)},  # this checkout's package, whichever checkout the venv installed
     )
     assert proc.returncode == 0, proc.stderr
     assert "run directory:" in proc.stdout

@@ -42,7 +42,7 @@ def test_exploration_is_seeded():
 
 
 def test_frozen_lake_discrete_states():
-    spec = get_spec("FrozenLake-v1")
+    spec = get_spec("FrozenLake-v1.deterministic")
     table = np.full(16, 2)  # always right: 0 -> 1 -> 2 -> 3 then stuck at the wall until the time limit
     with Collector(spec) as c:
         (ep,) = c.collect(table, [0])

@@ -163,7 +163,7 @@ def test_prompt_stays_under_12000_characters(tmp_path):
 
 
 def test_frozen_lake_offline_reaches_success_rate_one_within_10_iterations(tmp_path):
-    res = train(cfg(tmp_path, env_id="FrozenLake-v1", iterations=10, heldout_episodes=100), log=quiet)
+    res = train(cfg(tmp_path, env_id="FrozenLake-v1.deterministic", iterations=10, heldout_episodes=100), log=quiet)
     assert res.summary["best_eval_mean"] == 1.0 and res.summary["iteration_solved"] <= 10
 
 
@@ -176,7 +176,7 @@ def test_cartpole_offline_solves(tmp_path, seed):
 
 
 def test_patience_stops_early(tmp_path):
-    res = train(cfg(tmp_path, env_id="FrozenLake-v1", iterations=30, patience=2), log=quiet)
+    res = train(cfg(tmp_path, env_id="FrozenLake-v1.deterministic", iterations=30, patience=2), log=quiet)
     assert res.summary["iterations"] < 30 and "no new best" in res.summary["stop_reason"]
 
 

@@ -38,7 +38,7 @@ def close_figures() -> object:
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     logs = tmp_path_factory.mktemp("logs")
     out = {}
-    for env, seed in (("CartPole-v1", 0), ("CartPole-v1", 1), ("FrozenLake-v1", 0)):
+    for env, seed in (("CartPole-v1", 0), ("CartPole-v1", 1), ("FrozenLake-v1.deterministic", 0)):
         cfg = TrainConfig(env_id=env, backend="offline", iterations=3, seed=seed, logs_dir=str(logs),
                           progress=False, plots=False, heldout_episodes=5)
         out[f"{env}/{seed}"] = train(cfg, log=lambda _m: None).run_dir
@@ -76,7 +76,7 @@ def test_not_a_run_directory_exits_2(tmp_path: Path, capsys: pytest.CaptureFixtu
 
 
 def test_policy_of_cartpole_and_frozenlake(runs: dict[str, Path], tmp_path: Path) -> None:
-    for key in ("CartPole-v1/0", "FrozenLake-v1/0"):
+    for key in ("CartPole-v1/0", "FrozenLake-v1.deterministic/0"):
         out = tmp_path / f"{key.replace('/', '_')}.png"
         assert main(["plot", str(runs[key]), "--policy", "--out", str(out)]) == 0
         assert is_png(out)
@@ -87,9 +87,9 @@ def test_policy_of_cartpole_and_frozenlake(runs: dict[str, Path], tmp_path: Path
 
 
 def test_policy_loader_gives_the_run_spec(runs: dict[str, Path]) -> None:
-    run = runs["FrozenLake-v1/0"]
+    run = runs["FrozenLake-v1.deterministic/0"]
     policy, spec = load_run_policy(run)
-    assert spec == get_spec("FrozenLake-v1") and spec.kwargs["is_slippery"] is False
+    assert spec == get_spec("FrozenLake-v1.deterministic") and spec.kwargs["is_slippery"] is False
     # the kept table: the one of the last iteration the keeper accepted (its own policy file)
     summary = json.loads((run / "summary.json").read_text())
     kept = TablePolicy.load(run / "policies" / f"iter_{summary['best_iteration']:04d}.json")
@@ -119,11 +119,11 @@ def test_generic_layouts(tmp_path: Path, kind: str) -> None:
 def test_evaluate_gif(runs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     imageio = pytest.importorskip("imageio.v3")
     out = tmp_path / "lake.gif"
-    assert main(["evaluate", str(runs["FrozenLake-v1/0"]), "--episodes", "2", "--gif", str(out)]) == 0
+    assert main(["evaluate", str(runs["FrozenLake-v1.deterministic/0"]), "--episodes", "2", "--gif", str(out)]) == 0
     assert f"wrote {out}" in capsys.readouterr().err  # issue 9, item 21
     frames = imageio.imread(out, index=None)
     assert frames.ndim == 4 and frames.shape[0] >= 2 and frames.shape[-1] in (3, 4)
-    assert main(["evaluate", str(runs["FrozenLake-v1/0"]), "--gif", str(tmp_path / "lake.mp4")]) == 2
+    assert main(["evaluate", str(runs["FrozenLake-v1.deterministic/0"]), "--gif", str(tmp_path / "lake.mp4")]) == 2
     assert "must end with .gif" in capsys.readouterr().err
 
 

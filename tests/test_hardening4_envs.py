@@ -179,7 +179,7 @@ def test_a_never_ending_environment_is_cut_at_its_step_limit(tmp_path: Path, pro
 
 # ------------------------------------------------------------------------------------------- item 7
 def _task_text(**env_kwargs: Any) -> str:
-    spec = resolve_spec(TrainConfig(env_id="FrozenLake-v1", env_kwargs=env_kwargs))
+    spec = resolve_spec(TrainConfig(env_id="FrozenLake-v1.deterministic", env_kwargs=env_kwargs))
     fields = PromptBuilder().task_fields(spec, spec.action_discretizer())
     return "\n".join(str(fields[k]) for k in ("title", "description", "reward", "hints"))
 
@@ -201,13 +201,14 @@ def test_the_8x8_map_and_a_custom_map_are_described_from_the_environment() -> No
     assert "goal is state 5 (row 1, col 2)" in text and "Holes at states 5, 7" not in text
 
 
-def test_the_docs_slippery_config_file_gives_a_slippery_prompt(tmp_path: Path) -> None:
-    (tmp_path / "exp.toml").write_text('env_id = "FrozenLake-v1"\nenv_kwargs = { is_slippery = true }\n')
+def test_the_docs_8x8_config_file_gives_an_8x8_slippery_prompt(tmp_path: Path) -> None:
+    (tmp_path / "exp.toml").write_text('env_id = "FrozenLake-v1"\nenv_kwargs = { map_name = "8x8" }\n')
     assert main(["train", "--config", str(tmp_path / "exp.toml"), "--backend", "offline", "--iterations", "1",
                  "--heldout-episodes", "2", "--logs-dir", str(tmp_path / "logs"), "--run-id", "r", "--no-plots",
                  "--no-progress"]) == 0
     spec = json.loads((tmp_path / "logs" / "FrozenLake-v1" / "r" / "config.json").read_text())["env_spec"]
     assert "The ice is slippery" in spec["hints_text"] and "not slippery" not in spec["description"]
+    assert "8x8" in spec["description"] and "goal is state 63" in spec["hints_text"]
     again = EnvSpec.from_dict(spec)  # as --resume reads it back
     assert PromptBuilder().hints(again) == spec["hints_text"].strip()
 

@@ -88,7 +88,8 @@ def test_a_shipped_hints_file_still_reaches_the_prompt_on_resume(tmp_path: Path)
     assert resume(run) == 0
     lines = read_jsonl(run / "transcripts.jsonl")
     hints = ROOT / "llm_policy_gen" / "prompting" / "prompts" / "hints"
-    shipped = (hints / "FrozenLake-v1.md").read_text(encoding="utf-8").strip()
+    named = json.loads((run / "config.json").read_text(encoding="utf-8"))["env_spec"]["hints"]
+    shipped = (hints / named).read_text(encoding="utf-8").strip()
     assert lines[-1]["iteration"] == 2 and shipped.splitlines()[0] in lines[-1]["messages"][-1]["content"]
 
 

@@ -29,9 +29,9 @@ def bench(script: str, *args: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.slow
 def test_lm_features_measures_the_controls_reports_iqm_and_skips_finished_runs(tmp_path: Path) -> None:
-    """Two updates per run on FrozenLake-v1 and its 8x8 variant; a second invocation reads the finished runs and
-    resumes an interrupted one. The variant's runs live in the gymnasium id's folder (``runs/FrozenLake-v1``) under a
-    name that starts with the variant (they were once looked for elsewhere and failed)."""
+    """Two updates per run on FrozenLake-v1.deterministic and the 8x8 variant; a second invocation reads the finished
+    runs and resumes an interrupted one. The variants' runs live in the gymnasium id's folder (``runs/FrozenLake-v1``)
+    under a name that starts with the variant (they were once looked for elsewhere and failed)."""
     out = tmp_path / "out"
     args = ("--tasks", "frozenlake,frozenlake8x8", "--features", "onehot,random,qwen", "--seeds", "0",
             "--iterations", "2", "--heldout-episodes", "5", "--out", str(out))
@@ -52,7 +52,8 @@ def test_lm_features_measures_the_controls_reports_iqm_and_skips_finished_runs(t
     missing = [r for r in records if r["features"] == "qwen"]
     assert len(missing) == 2 and all("not fetched" in r["not_run"] for r in missing)
     md = (out / "lm_features.md").read_text()
-    assert "### FrozenLake-v1" in md and "### FrozenLake-v1.8x8" in md and "IQM of final held-out [95% CI]" in md
+    assert "### FrozenLake-v1.deterministic" in md and "### FrozenLake-v1.8x8" in md
+    assert "IQM of final held-out [95% CI]" in md
     assert "| one-hot | 1 |" in md and "| random (576) | 1 |" in md and "qwen seed 0: model" in md
     assert (out / "frozenlake.png").stat().st_size > 0
     before = {r["run_dir"]: r for r in ran}
@@ -119,7 +120,7 @@ def test_lm_features_puts_offline_the_prior_and_the_models_own_tables_beside_the
     out = tmp_path / "out"
     zero = tmp_path / "zero.json"
     zero.write_text(json.dumps({"model": {"path": "/m/SmolLM2-135M-Instruct.Q4_1.gguf"}, "results": [
-        {"env": "FrozenLake-v1", "tables": {"zero-shot (word)": {"by_seed": {"0": 0.0, "1": 1.0}}}}]}))
+        {"env": "FrozenLake-v1.deterministic", "tables": {"zero-shot (word)": {"by_seed": {"0": 0.0, "1": 1.0}}}}]}))
     args = ("--tasks", "frozenlake", "--features", "offline", "--seeds", "0-1", "--out", str(out),
             "--zero-shot", str(zero))
     done = bench("lm_features.py", *args)

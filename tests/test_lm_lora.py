@@ -82,7 +82,7 @@ def test_a_lora_learners_state_is_arrays_that_restore_it(smollm2: Any, tmp_path:
     )
     from llm_policy_gen.run.learner_env import LearnerEnv
 
-    spec = get_spec("FrozenLake-v1")
+    spec = get_spec("FrozenLake-v1.deterministic")
     obs, acts = spec.observation_discretizer(), spec.action_discretizer()
     prompts, conts, words = scoring_prompts(spec, obs, acts), continuations(acts), word_counts(acts)
     task = tokenize_task(smollm2.tokenizer, prompts, conts)

@@ -52,8 +52,8 @@ def run_files(logs: Path) -> list[Path]:
 
 
 def lake(logs: Path, *extra: str) -> list[str]:
-    return ["train", "--env", "FrozenLake-v1", "--mode", "lm-policy", "--logs-dir", str(logs), "--run-id", "r",
-            "--no-plots", "--no-progress", "--heldout-episodes", "20", *extra]
+    return ["train", "--env", "FrozenLake-v1.deterministic", "--mode", "lm-policy", "--logs-dir", str(logs), "--run-id",
+            "r", "--no-plots", "--no-progress", "--heldout-episodes", "20", *extra]
 
 
 # ---------------------------------------------------------------------------------------------- refusals (fast)
@@ -168,7 +168,7 @@ def test_an_encoding_is_computed_once_per_distinct_text(smollm2: Any, tmp_path: 
     from llm_policy_gen.lm.encoder import Encoder
     from llm_policy_gen.lm.state_text import state_texts
 
-    spec = get_spec("FrozenLake-v1")
+    spec = get_spec("FrozenLake-v1.deterministic")
     texts = state_texts(spec, spec.observation_discretizer())
     assert len(set(texts)) == 16 and "row 3, col 3" in texts[15] and "FrozenLake" in texts[0]
     texts = texts[::5]  # 4 of the 16 states (a forward pass each)

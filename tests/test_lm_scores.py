@@ -46,8 +46,8 @@ def test_scores_and_lora_options_are_checked_before_any_run_directory(tmp_path: 
 @pytest.mark.slow
 def test_the_zero_shot_scores_are_cached_reproducible_and_equal_the_padded_batch(smollm2: Any,
                                                                                 tmp_path: Path) -> None:
-    """One batch scores two FrozenLake-v1 states (each action's words after the shared prefix); a new scorer reads
-    them from disk, one without a disk cache computes the same bits, and a value equals the sum of token
+    """One batch scores two FrozenLake-v1.deterministic states (each action's words after the shared prefix); a new
+    scorer reads them from disk, one without a disk cache computes the same bits, and a value equals the sum of token
     log-probabilities of the whole prompt and action run as one plain sequence (to float32 rounding)."""
     import numpy as np
     import torch
@@ -55,7 +55,7 @@ def test_the_zero_shot_scores_are_cached_reproducible_and_equal_the_padded_batch
     from llm_policy_gen.envs import get_spec
     from llm_policy_gen.lm.scores import ActionScorer, continuations, output_embeddings, scoring_prompts
 
-    spec = get_spec("FrozenLake-v1")
+    spec = get_spec("FrozenLake-v1.deterministic")
     acts = spec.action_discretizer()
     prompts, conts = scoring_prompts(spec, spec.observation_discretizer(), acts), continuations(acts)
     assert "Possible actions: move left, move down" in prompts[0] and conts[0] == " move left"
@@ -84,7 +84,8 @@ def test_the_zero_shot_scores_are_cached_reproducible_and_equal_the_padded_batch
 def test_a_scores_head_run_reads_out_the_zero_shot_table_then_trains_its_bias(smollm2: Any, gguf: Path,
                                                                              tmp_path: Path) -> None:
     """The run's zero-shot table is the argmax of the cached, word-normalised log-probabilities; the run trains
-    end to end on FrozenLake-v1 (2 PPO updates of 64 steps), counts its episodes and changes the per-action bias."""
+    end to end on FrozenLake-v1.deterministic (2 PPO updates of 64 steps), counts its episodes and changes the
+    per-action bias."""
     import numpy as np
 
     from llm_policy_gen.envs import get_spec
@@ -98,7 +99,7 @@ def test_a_scores_head_run_reads_out_the_zero_shot_table_then_trains_its_bias(sm
     config = json.loads((run / "config.json").read_text())
     assert config["head"] == "scores" and config["score_norm"] == "word" and config["lora_rank"] == 0
     assert config["lm_score_batches"] + config["lm_scores_from_cache"] in (1, 16)
-    spec = get_spec("FrozenLake-v1")
+    spec = get_spec("FrozenLake-v1.deterministic")
     acts = spec.action_discretizer()
     sums, tokens = ActionScorer(smollm2, LM_CACHE).raw(scoring_prompts(spec, spec.observation_discretizer(), acts),
                                                        continuations(acts))
@@ -174,9 +175,10 @@ def test_the_zero_shot_bench_scores_each_run_seeds_heldout_seeds(smollm2: Any) -
     assert spec is not None and spec.loader is not None
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
-    got = bench.task_figures(ActionScorer(smollm2, LM_CACHE), "FrozenLake-v1", [50_000, 50_001, 50_002], [0, 1], 3)
+    got = bench.task_figures(ActionScorer(smollm2, LM_CACHE), "FrozenLake-v1.deterministic", [50_000, 50_001, 50_002],
+                             [0, 1], 3)
     assert set(got["tables"]) == {"zero-shot (word)", "zero-shot (token)", "zero-shot (sum)", "constant"}
-    env = get_spec("FrozenLake-v1")
+    env = get_spec("FrozenLake-v1.deterministic")
     with Collector(env, workers=1) as c:
         for figures in got["tables"].values():
             table = np.asarray(figures["table"], dtype=np.int64)

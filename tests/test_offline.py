@@ -230,7 +230,7 @@ def chain_episode(states, actions, rewards, terminated=True):
 
 
 def test_model_search_exploits_what_it_learned_and_explores_what_it_did_not():
-    spec = get_spec("FrozenLake-v1")  # not slippery: right along row 0, then down column 3 is not safe; any path
+    spec = get_spec("FrozenLake-v1.deterministic")  # right along row 0, then down column 3 is not safe; any path
     path = chain_episode([0, 1, 2, 6, 10, 14], [2, 2, 1, 1, 1, 2], [0, 0, 0, 0, 0, 1.0])
     b = OfflineProposer()
     ctx = ctx_for(spec, k=2)

@@ -71,7 +71,7 @@ def test_overrides_through_the_config_and_the_command_line(tmp_path, capsys):
 
 
 def test_env_kwargs_that_change_the_spaces_update_the_spec():
-    lake = apply_env_kwargs(get_spec("FrozenLake-v1"), {"map_name": "8x8"}).validate()
+    lake = apply_env_kwargs(get_spec("FrozenLake-v1.deterministic"), {"map_name": "8x8"}).validate()
     assert (lake.n_states, lake.grid) == (64, (8, 8)) and lake.kwargs["is_slippery"] is False
     with Collector(lake, workers=1) as c:  # observations up to 63 now fit the table
         (ep,) = c.collect(lake.default_table(), [0])

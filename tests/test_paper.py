@@ -171,3 +171,21 @@ def test_rows_naming_a_folder_outside_the_comparison_are_left_out(comparison: Pa
     kept = paper.inside_rows(cmp, paper.read_results(cmp / "results.csv"))
     assert {r.seed for r in kept if r.backend == "offline"} == {0, 1}
     paper.generate(cmp, paper_dir(tmp_path))  # the planted config.json is never read
+
+
+def test_out_elsewhere_gets_the_paper_text_and_builds(comparison: Path, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--out OTHER_DIR` (no main.tex there) copies the shipped paper/main.tex in and builds the PDF there (a stand-in
+    pdflatex, so that the test needs no TeX); a main.tex already in OUT is the user's and is never overwritten."""
+    fake = tmp_path / "bin" / "pdflatex"
+    fake.parent.mkdir()
+    fake.write_text('#!/bin/sh\ntest -f main.tex && mkdir -p build && printf "%%PDF-fake" > build/main.pdf\n')
+    fake.chmod(0o755)
+    monkeypatch.setattr(paper.shutil, "which", lambda _name: str(fake))
+    out = tmp_path / "elsewhere" / "my-paper"
+    assert paper.main(["--compare-dir", str(comparison), "--out", str(out)]) == 0
+    assert (out / "main.tex").read_bytes() == (ROOT / "paper" / "main.tex").read_bytes()
+    assert (out / "main.pdf").read_bytes() == b"%PDF-fake" and (out / "generated" / "numbers.tex").is_file()
+    (out / "main.tex").write_text("my own text")
+    assert paper.main(["--compare-dir", str(comparison), "--out", str(out), "--no-pdf"]) == 0
+    assert (out / "main.tex").read_text() == "my own text"

@@ -72,7 +72,7 @@ def test_table_values_are_checked():
 
 
 def test_env_kwargs_fingerprint_and_source_are_kept(tmp_path):
-    lake = get_spec("FrozenLake-v1")
+    lake = get_spec("FrozenLake-v1.deterministic")
     obs, acts = lake.observation_discretizer(), lake.action_discretizer()
     table = np.arange(16) % 4
     pol = TablePolicy("FrozenLake-v1", obs, acts, table, {"iteration": 3}, dict(lake.kwargs),

@@ -25,8 +25,10 @@ Writes into ``OUT/generated/``:
 the cache and that used tokens; other LLM runs are left out and listed in ``llm_status.tex``. Backends that are not
 language models (offline optimiser, q-learning, random) are always reported, and marked as such.
 
-Then, if ``pdflatex`` is on the PATH, ``OUT/main.tex`` is compiled twice in ``OUT/build/`` and the PDF copied to
-``OUT/main.pdf``; otherwise the command stops after the generated files with a message saying so (exit 0).
+An ``OUT`` without a ``main.tex`` (any folder but ``paper/``) gets a copy of the shipped ``paper/main.tex`` first; an
+``OUT/main.tex`` already there (your own text) is never overwritten. Then, if ``pdflatex`` is on the PATH,
+``OUT/main.tex`` is compiled twice in ``OUT/build/`` and the PDF copied to ``OUT/main.pdf``; otherwise the command
+stops after the generated files with a message saying so (exit 0).
 """
 
 from __future__ import annotations
@@ -303,6 +305,20 @@ def _policy_figure(compare_dir: Path, kept: Sequence[ResultRow], target: Path, p
     return plot_policy(policy, target, spec, title=f"{policy.env_id}: {best.backend} seed {best.seed}")
 
 
+PAPER_SOURCE = Path(__file__).resolve().parent.parent / "paper" / "main.tex"
+"""The paper's text, which reads everything it quotes from ``generated/``."""
+
+
+def ensure_source(out: Path) -> Path | None:
+    """Copy :data:`PAPER_SOURCE` into ``out`` when ``out`` has no ``main.tex``; the copy, or None when none was
+    needed (``out`` is ``paper/`` itself, or holds its own text)."""
+    target = Path(out) / "main.tex"
+    if target.exists():
+        return None
+    write_bytes_atomic(target, PAPER_SOURCE.read_bytes())
+    return target
+
+
 def build_pdf(out: Path, log: Any = print) -> Path | None:
     """Compile ``out/main.tex`` twice with pdflatex in ``out/build``; None when pdflatex is not installed."""
     exe = shutil.which("pdflatex")
@@ -336,6 +352,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         written = generate(Path(args.compare_dir), Path(args.out))
+        copied = ensure_source(Path(args.out))
+        written += [copied] if copied is not None else []
         for w in written:
             print(f"wrote {w}")
         if args.no_pdf:

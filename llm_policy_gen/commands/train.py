@@ -71,7 +71,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from ..config import TrainConfig, train_options
     from ..loggers.console import printable
     from ..run import resume, train
-    from ..run.files import load_settings
+    from ..run.files import experiment_settings
 
     load_env_noted()
     cli: dict[str, Any] = {n: getattr(args, n) for n in train_options() if getattr(args, n, None) is not None}
@@ -82,7 +82,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
             raise UserError("--resume takes the run's own env spec; do not give --spec with it")
         result = resume(Path(args.resume), cli)
     else:
-        file_settings = load_settings(args.config) if args.config else {}
+        file_settings = experiment_settings(args.config) if args.config else {}
         if "env_id" not in cli and isinstance(file_settings.get("env_id"), str):
             from ..envs.catalog import check_env_named
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
+from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ from ..storage.config_files import read_toml
 from .spec import EnvSpec
 
 __all__ = ["SPEC_DIR", "shipped_env_ids", "spec_variants", "variant_id", "gym_id", "get_spec", "load_spec_file",
-           "complete_spec", "import_env_module", "check_env_named"]
+           "shipped_spec_file", "recorded_spec_id", "complete_spec", "import_env_module", "check_env_named"]
 
 SPEC_DIR = Path(__file__).with_name("specs")
 
@@ -53,6 +54,29 @@ def shipped_env_ids() -> list[str]:
 def spec_variants(env_id: str | None = None) -> list[str]:
     """Ids ``ENV_ID.VARIANT`` of the shipped spec variants (of ``env_id`` only, when given)."""
     return [k for k in _spec_files()[1] if env_id is None or k.startswith(env_id + ".")]
+
+
+def shipped_spec_file(name: str) -> Path | None:
+    """The TOML file of the shipped spec or variant ``name`` (None for any other id)."""
+    defaults, variants = _spec_files()
+    return defaults.get(name) or variants.get(name)
+
+
+def recorded_spec_id(env_id: str, recorded_kwargs: Mapping[str, Any], env_kwargs: Mapping[str, Any] | None) -> str:
+    """The spec id that makes a recorded run's environment today: ``env_id`` while its spec still gives the run's
+    keyword arguments (``recorded_kwargs``, with the run's own ``env_kwargs`` over the spec's), else the shipped spec
+    of the same gymnasium id that gives them (a run of FrozenLake-v1 from before it became gymnasium's slippery lake:
+    ``FrozenLake-v1.deterministic``), else ``env_id`` (an id without a shipped spec is never looked into)."""
+    if shipped_spec_file(env_id) is None:
+        return env_id
+    extra = dict(env_kwargs or {})
+
+    def gives(name: str) -> bool:
+        path = shipped_spec_file(name)
+        return path is not None and {**load_spec_file(path).kwargs, **extra} == dict(recorded_kwargs)
+
+    base = gym_id(env_id)
+    return env_id if gives(env_id) else next((n for n in [base, *spec_variants(base)] if gives(n)), env_id)
 
 
 def gym_id(env_id: str) -> str:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
@@ -24,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import PolicyFileError, UserError
-from ..schema.aliases import EVENT_FILE_KEYS, SUMMARY_FILE_KEYS, file_keys
+from ..schema.aliases import file_keys
 from ..storage.runlog import (
     TRANSCRIPT_FIELDS,
     check_fields,
@@ -37,17 +38,17 @@ from ..storage.runlog import (
     unfinished_writes,
     write_json_atomic,
 )
-from .schema import EVENT_FIELDS, SCHEMA_KEY, SCHEMA_VERSION, UPGRADES, Summary, config_of
+from .schema import EVENT_FIELDS, SCHEMA_KEY, SCHEMA_VERSION, UPGRADES, Summary, config_of, event_line, summary_record
 from .view import RunState, RunView, state_from, view_of
 
 if TYPE_CHECKING:
     from ..envs.spec import EnvSpec
     from ..policy import TablePolicy
 
-__all__ = ["RunDir", "RunState", "RunView", "event_line", "summary_record",
-           "RUN_FILE_NAMES", "SCHEMA_VERSION", "SCHEMA_KEY", "UPGRADES", "config_of", "is_run_dir",
-           "run_dir_of", "load_run_policy", "load_settings", "CONFIG", "EVENTS", "TRANSCRIPTS", "SUMMARY",
-           "BEST_POLICY", "CHECKPOINT", "POLICIES", "PROGRESS_CSV", "LOCK_FILE", "HOLDER_FILE"]
+__all__ = ["RunDir", "RunState", "RunView", "event_line", "summary_record", "RUN_FILE_NAMES", "SCHEMA_VERSION",
+           "SCHEMA_KEY", "UPGRADES", "config_of", "is_run_dir", "run_dir_of", "load_run_policy", "load_settings",
+           "experiment_settings", "CONFIG", "EVENTS", "TRANSCRIPTS", "SUMMARY", "BEST_POLICY", "CHECKPOINT",
+           "POLICIES", "PROGRESS_CSV", "LOCK_FILE", "HOLDER_FILE"]
 
 CONFIG = "config.json"
 EVENTS = "events.jsonl"
@@ -308,36 +309,31 @@ class RunDir:
                 if not p.is_file()]
 
 
-def _with_old_keys(record: Mapping[str, Any], old_keys: Mapping[str, str]) -> dict[str, Any]:
-    """``record`` stamped with :data:`SCHEMA_VERSION`, in the code's names, and for one version the deprecated key
-    of each renamed figure beside its new name (the same value; ``docs/run-directory.md`` lists them)."""
-    out: dict[str, Any] = {SCHEMA_KEY: SCHEMA_VERSION}
-    for key, value in record.items():
-        if key == SCHEMA_KEY:
-            continue
-        out[key] = value
-        if key in old_keys:
-            out[old_keys[key]] = value
-    return out
-
-
-def event_line(record: Mapping[str, Any]) -> dict[str, Any]:
-    """An iteration record as an ``events.jsonl`` line of this layout: ``schema_version``, the code's names
-    (``test_mean``, ``best_heldout_mean``, ...) and the deprecated ones beside them (``eval_mean``, ...)."""
-    return _with_old_keys(record, EVENT_FILE_KEYS)
-
-
-def summary_record(summary: Mapping[str, Any]) -> dict[str, Any]:
-    """A summary as ``summary.json`` of this layout holds it (see :func:`event_line`: ``best_heldout_mean`` and the
-    deprecated ``best_eval_mean`` beside it)."""
-    return _with_old_keys(summary, SUMMARY_FILE_KEYS)
-
-
 def load_settings(path: Path | str) -> dict[str, Any]:
     """Settings from a ``--config`` file (TOML, or a run's ``config.json`` read through :func:`config_of`)."""
     from ..storage.config_files import load_config_file
 
     return load_config_file(path, upgrade=config_of)
+
+
+def experiment_settings(path: Path | str) -> dict[str, Any]:
+    """:func:`load_settings` for ``train --config``: a run's ``config.json`` whose environment spec has changed since
+    the run gets the env id that makes the recorded environment today
+    (:func:`~llm_policy_gen.envs.catalog.recorded_spec_id`), said on stderr, as an old backend name gets today's."""
+    settings = load_settings(path)
+    record = read_json(Path(path)) if Path(path).suffix.lower() == ".json" else None
+    spec = record.get("env_spec") if isinstance(record, dict) else None
+    env_id = settings.get("env_id")
+    if isinstance(spec, dict) and isinstance(spec.get("kwargs"), dict) and isinstance(env_id, str):
+        from ..envs.catalog import recorded_spec_id
+
+        kwargs = settings.get("env_kwargs") if isinstance(settings.get("env_kwargs"), dict) else None
+        today = recorded_spec_id(env_id, spec["kwargs"], kwargs)
+        if today != env_id:
+            print(f"note: {path} ran {env_id} with {spec['kwargs']}; that environment is {today} today, which this "
+                  "run uses", file=sys.stderr)
+            settings["env_id"] = today
+    return settings
 
 
 def is_run_dir(path: Path | str) -> bool:

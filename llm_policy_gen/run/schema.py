@@ -17,9 +17,11 @@ from pathlib import Path
 from typing import Any, TypedDict, get_args, get_origin, get_type_hints
 
 from ..errors import UserError
+from ..schema.aliases import EVENT_FILE_KEYS, SUMMARY_FILE_KEYS
 from ..storage.runlog import CHECKS, Check
 
-__all__ = ["Event", "Summary", "EVENT_FIELDS", "fields_of", "SCHEMA_KEY", "SCHEMA_VERSION", "UPGRADES", "config_of"]
+__all__ = ["Event", "Summary", "EVENT_FIELDS", "fields_of", "SCHEMA_KEY", "SCHEMA_VERSION", "UPGRADES", "config_of",
+           "event_line", "summary_record"]
 
 
 class Event(TypedDict, total=False):
@@ -185,3 +187,28 @@ def config_of(record: Mapping[str, Any], where: Path | str) -> dict[str, Any]:
     for v in range(version, SCHEMA_VERSION):
         out = UPGRADES[v](out)
     return out
+
+
+def _with_old_keys(record: Mapping[str, Any], old_keys: Mapping[str, str]) -> dict[str, Any]:
+    """``record`` stamped with :data:`SCHEMA_VERSION`, in the code's names, and for one version the deprecated key
+    of each renamed figure beside its new name (the same value; ``docs/run-directory.md`` lists them)."""
+    out: dict[str, Any] = {SCHEMA_KEY: SCHEMA_VERSION}
+    for key, value in record.items():
+        if key == SCHEMA_KEY:
+            continue
+        out[key] = value
+        if key in old_keys:
+            out[old_keys[key]] = value
+    return out
+
+
+def event_line(record: Mapping[str, Any]) -> dict[str, Any]:
+    """An iteration record as an ``events.jsonl`` line of this layout: ``schema_version``, the code's names
+    (``test_mean``, ``best_heldout_mean``, ...) and the deprecated ones beside them (``eval_mean``, ...)."""
+    return _with_old_keys(record, EVENT_FILE_KEYS)
+
+
+def summary_record(summary: Mapping[str, Any]) -> dict[str, Any]:
+    """A summary as ``summary.json`` of this layout holds it (see :func:`event_line`: ``best_heldout_mean`` and the
+    deprecated ``best_eval_mean`` beside it)."""
+    return _with_old_keys(summary, SUMMARY_FILE_KEYS)

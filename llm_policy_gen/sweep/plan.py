@@ -88,6 +88,8 @@ class Found:
     """``new`` (nothing), ``finished``, ``started`` (resumable) or ``stale`` (a directory without config.json)."""
     summary: dict[str, Any] | None = None
     config: dict[str, Any] | None = None
+    env_kwargs: dict[str, Any] | None = None
+    """The environment's keyword arguments the run recorded (its ``env_spec``)."""
 
 
 _FOUND = {RunState.NEW: "new", RunState.STALE: "stale", RunState.FINISHED: "finished"}
@@ -101,7 +103,9 @@ def _found(task: RunTask) -> Found:
     if found in ("new", "stale"):
         return Found(found)
     record = rd.load_config(lenient=True) or {}
-    return Found(found, rd.load_summary(lenient=True), record["config"])
+    spec = record.get("env_spec")
+    kwargs = spec.get("kwargs") if isinstance(spec, dict) and isinstance(spec.get("kwargs"), dict) else None
+    return Found(found, rd.load_summary(lenient=True), record["config"], kwargs)
 
 
 def survey(tasks: Sequence[RunTask]) -> dict[str, Found]:
@@ -166,6 +170,7 @@ def check_same_sweep(out: Path, sweep: Mapping[str, Any], tasks: Sequence[RunTas
                      found: Mapping[str, Found]) -> None:
     """Refuse (UserError) when ``out`` holds a sweep or runs made with settings that decide results differently."""
     before = read_json_object(out / "compare.json", lenient=True)
+    seen = [f.env_kwargs for f in found.values() if f.env_kwargs is not None]
     if before is not None:
         record = SweepRecord.from_json(before)
         recorded = record.experiment
@@ -174,15 +179,46 @@ def check_same_sweep(out: Path, sweep: Mapping[str, Any], tasks: Sequence[RunTas
             now = {k: sweep.get(k) for k in recorded}
         else:
             recorded, now = experiment(recorded), dict(sweep)
-        diffs = differences(recorded, now)
+        diffs = differences(_env_today(recorded, now.get("env_id"), seen), now)
         if diffs:
             raise _refuse_other_settings(out, "a comparison", diffs)
     for task in tasks:
         f = found[task.run_id]
         if f.config is not None:
-            diffs = differences(experiment(f.config), experiment(resolved(task.config())))
+            spec, cfg = resolve(task.config())
+            ran = _env_today(experiment(f.config), cfg.env_id, [f.env_kwargs] if f.env_kwargs is not None else [])
+            diffs = differences(ran, experiment(cfg.to_dict())) + _other_kwargs(f, spec, cfg)
             if diffs:
                 raise _refuse_other_settings(out, f"the run {task.run_dir.relative_to(out)}", diffs)
+
+
+def _env_today(recorded: Mapping[str, Any], env_id: object, kwargs_seen: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """``recorded`` settings with their ``env_id`` replaced by this command's ``env_id`` when that is the spec which
+    gives the recorded runs' environment today (``FrozenLake-v1`` run before round 5 of the hardening continues as
+    ``FrozenLake-v1.deterministic``); else as they are."""
+    from ..envs.catalog import recorded_spec_id
+
+    ran = recorded.get("env_id")
+    if ran == env_id or not isinstance(ran, str) or not isinstance(env_id, str) or not kwargs_seen:
+        return dict(recorded)
+    extra = recorded.get("env_kwargs") if isinstance(recorded.get("env_kwargs"), dict) else None
+    if all(recorded_spec_id(ran, k, extra) == env_id for k in kwargs_seen):
+        return {**recorded, "env_id": env_id}
+    return dict(recorded)
+
+
+def _other_kwargs(found: Found, spec: EnvSpec, cfg: TrainConfig) -> list[str]:
+    """The environment's keyword arguments, when the run recorded others than this command's spec gives (a spec
+    changed since the run: FrozenLake-v1 was the lake without slip before round 5 of the hardening), with the id that
+    gives the recorded ones today."""
+    from ..envs.catalog import recorded_spec_id
+
+    if found.env_kwargs is None or to_jsonable(found.env_kwargs) == to_jsonable(spec.kwargs):
+        return []
+    today = recorded_spec_id(cfg.env_id, found.env_kwargs, cfg.env_kwargs)
+    hint = f"; --env {today} gives the run's" if today != cfg.env_id else ""
+    return [f"env kwargs {json.dumps(found.env_kwargs, sort_keys=True)} (this command: "
+            f"{json.dumps(spec.kwargs, sort_keys=True)}{hint})"]
 
 
 def preflight(tasks: Sequence[RunTask]) -> None:
