@@ -24,12 +24,13 @@ import hashlib
 import json
 import os
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..errors import UserError
-from ..storage.model_file import file_sha256, is_gguf
+from ..storage.model_file import file_sha256, is_gguf, loading
 
 __all__ = ["LanguageModel", "ModelIdentity", "model_identity", "load_language_model", "load_from_source",
            "default_lm_cache"]
@@ -164,9 +165,12 @@ def _read_cache(folder: Path) -> tuple[Any, Any]:
     return model, tokenizer
 
 
-def load_language_model(path: str | Path, cache_dir: Path | None = None) -> LanguageModel:
+def load_language_model(path: str | Path, cache_dir: Path | None = None,
+                        say: Callable[[str], None] | None = None) -> LanguageModel:
     """The model at ``path``: a GGUF file from its safetensors copy under ``cache_dir`` (default
-    :func:`default_lm_cache`) when there is one, else from the file (and the copy written); a folder as it is."""
+    :func:`default_lm_cache`) when there is one, else from the file (and the copy written); a folder as it is.
+    ``say`` hears a line before a load (model, size, where from) and one after it with its seconds; a model this
+    process holds already is not loaded again, and says nothing."""
     import time
 
     from . import require_extra
@@ -178,19 +182,23 @@ def load_language_model(path: str | Path, cache_dir: Path | None = None) -> Lang
         return kept
     t0 = time.perf_counter()
     if identity.kind == "folder":
-        model, tokenizer = load_from_source(identity)
+        with loading(say, "lm-policy", Path(identity.path)):
+            model, tokenizer = load_from_source(identity)
         lm = LanguageModel(identity, model, tokenizer, "folder", time.perf_counter() - t0)
     else:
         folder = (cache_dir or default_lm_cache()) / identity.sha256 / "weights"
         if (folder / _COMPLETE).is_file():
-            model, tokenizer = _read_cache(folder)
+            with loading(say, "lm-policy", Path(identity.path), f"its safetensors copy in {folder}"):
+                model, tokenizer = _read_cache(folder)
             lm = LanguageModel(identity, model, tokenizer, "cache", time.perf_counter() - t0)
         else:
-            model, tokenizer = load_from_source(identity)
-            try:
-                _write_cache(folder, identity, model, tokenizer)
-            except OSError:
-                pass  # a read-only or full cache costs the next load time, not this run
+            with loading(say, "lm-policy", Path(identity.path), "the GGUF file (dequantised once, then kept as "
+                         "safetensors)"):
+                model, tokenizer = load_from_source(identity)
+                try:
+                    _write_cache(folder, identity, model, tokenizer)
+                except OSError:
+                    pass  # a read-only or full cache costs the next load time, not this run
             return LanguageModel(identity, model, tokenizer, "gguf", time.perf_counter() - t0)
     _LOADED.clear()  # one model kept: a process that moves on to another model frees the first
     _LOADED[identity] = lm

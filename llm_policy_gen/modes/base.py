@@ -43,6 +43,8 @@ class Setup:
     spec: EnvSpec
     observation: ObservationDiscretizer
     actions: ActionDiscretizer
+    say: Callable[[str], None] | None = None
+    """Where a slow step of the preparation (a model's load) says what it is doing: the run's console."""
 
 
 class RunServices(Protocol):

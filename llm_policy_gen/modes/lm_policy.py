@@ -240,7 +240,7 @@ class LmPolicyMode:
         o = self.options
         assert o.lm_model is not None
         with contextlib.redirect_stderr(io.StringIO()):
-            return load_language_model(o.lm_model, self._cache(setup))
+            return load_language_model(o.lm_model, self._cache(setup), setup.say)
 
     def build_learner(self, run: RunServices) -> TableLearner:
         """The learner over the run's learner environment (:class:`~llm_policy_gen.modes.base.OwnLoop`)."""

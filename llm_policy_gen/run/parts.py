@@ -65,7 +65,7 @@ class RunParts:
         """The held-out measurement of the table the last adoption replaced (logged with that adoption)."""
         self.wall_before = 0.0
         """Wall seconds spent by earlier processes of this run (resume)."""
-        self.mode_facts = mode.prepare(Setup(cfg, spec, self.observation, self.actions), resumed)
+        self.mode_facts = mode.prepare(Setup(cfg, spec, self.observation, self.actions, console.notice), resumed)
         self.transcript = Transcript(self.dir.transcripts, {
             "env_id": spec.env_id, "n_states": self.observation.n_states, "n_actions": self.actions.n_actions,
             "mode": mode.name, "format": self.mode_facts.get("output_format", ""),
