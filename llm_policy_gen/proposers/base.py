@@ -9,8 +9,8 @@ engine. They are not LLM clients and do not pretend to be: :class:`TableSearch` 
 the run's answer format, parses it back through that format (the same validator a model's answer meets) and writes
 the same transcript line, so any run replays with ``replay:``, but without the prompt: ``messages`` is empty (its
 size stays in ``prompt_chars``). No model was sent it, nothing reads it back (a replay answers by the call's key, a
-resume restores the search from the checkpoint), and each line would carry the whole prompt (2.4 MB of a 30-iteration
-CartPole run's 2.6 MB).
+resume restores the search from the checkpoint), and each line would carry the whole prompt (1.4 MB of a 30-iteration
+CartPole run's 2.6 MB). The prompts a model would have got are those of a replay of the run, which records them.
 """
 
 from __future__ import annotations
