@@ -132,3 +132,20 @@ def test_the_lm_policy_backbone_says_where_it_loads_from(gguf: Path, tmp_path: P
     assert lines[0].startswith(f"lm-policy: loading {gguf.name} (") and "from the GGUF file" in lines[0]
     assert lines[2].startswith(f"lm-policy: loading {gguf.name} (") and "from its safetensors copy in " in lines[2]
     assert all(x.startswith(f"lm-policy: loaded {gguf.name} in ") for x in (lines[1], lines[3])), lines
+
+
+def test_the_state_texts_encoding_says_its_seconds_and_where_its_encodings_came_from() -> None:
+    from types import SimpleNamespace
+
+    from llm_policy_gen.modes.lm_policy import encoding
+
+    encoder = SimpleNamespace(forward_passes=0, disk_hits=0)
+    said: list[str] = []
+    with encoding(said.append, encoder, 324):
+        said.append("(encoding)")
+        encoder.forward_passes, encoder.disk_hits = 300, 24
+    assert said[:2] == ["lm-policy: encoding 324 state texts ...", "(encoding)"]
+    assert said[2].startswith("lm-policy: encoded 324 state texts in ") and said[2].endswith(
+        " s (300 by the model, 24 from the cache)"), said
+    with encoding(None, encoder, 324):  # nowhere to say it
+        pass
