@@ -149,3 +149,18 @@ def test_the_state_texts_encoding_says_its_seconds_and_where_its_encodings_came_
         " s (300 by the model, 24 from the cache)"), said
     with encoding(None, encoder, 324):  # nowhere to say it
         pass
+
+
+@pytest.mark.slow
+def test_an_lm_policy_run_says_its_load_and_encoding_before_its_start(gguf: Path, tmp_path: Path) -> None:
+    pytest.importorskip("transformers", reason="the lm-policy extra is not installed (make test installs it)")
+    r = subprocess.run(
+        [sys.executable, "-m", "llm_policy_gen", "train", "--env", "FrozenLake-v1", "--mode", "lm-policy",
+         "--lm-model", str(gguf), "--lm-cache", str(tmp_path / "lm"), "--iterations", "1", "--heldout-episodes", "5",
+         "--logs-dir", str(tmp_path / "logs"), "--run-id", "r", "--no-plots", "--no-progress"],
+        capture_output=True, text=True, cwd=ROOT, timeout=600,
+        env={**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache"), "LLM_POLICY_GEN_WORKERS": "1"})
+    assert r.returncode == 0, r.stderr
+    said = [x for x in r.stderr.splitlines() if x.startswith(("lm-policy: ", "start: "))]
+    assert [x.split(" ", 2)[1] for x in said] == ["loading", "loaded", "encoding", "encoded", "the"], said
+    assert "(16 by the model, 0 from the cache)" in said[3], said
