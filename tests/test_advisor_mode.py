@@ -83,7 +83,10 @@ def test_the_advice_probability_decays_every_iteration(tmp_path: Path) -> None:
     assert config["mode"] == res.summary["mode"] == "advisor" and config["target"] == "action"
     calls = read_jsonl(res.run_dir / "transcripts.jsonl")
     assert calls and all("not an LLM" in c["model"] and c["mode"] == "advisor" for c in calls)
-    assert "probability 0.8 per step" in calls[0]["messages"][1]["content"]
+    # offline's lines carry no prompt (none was sent): its replay asks the prompt a model would get
+    again = train(cfg(tmp_path / "again", mode="advisor", iterations=1, candidates=1, advice_prob=0.8,
+                      advice_decay=0.5, backend=f"replay:{res.run_dir}"), log=quiet)
+    assert "probability 0.8 per step" in read_jsonl(again.run_dir / "transcripts.jsonl")[0]["messages"][1]["content"]
 
 
 def test_good_advice_makes_the_learner_solve_the_big_lake_and_only_the_learner_is_judged(tmp_path: Path) -> None:

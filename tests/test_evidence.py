@@ -149,12 +149,16 @@ def test_a_bad_choice_is_refused() -> None:
 
 def test_the_option_reaches_the_prompts_of_a_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     def prompts(evidence: str) -> list[str]:
-        assert main(["train", "--env", "CartPole-v1", "--backend", "offline", "--iterations", "2", "--candidates",
-                     "2", "--evidence", evidence, "--logs-dir", str(tmp_path), "--run-id", evidence, "--no-plots",
-                     "--no-progress", "--quiet", "--heldout-episodes", "5"]) == 0, capsys.readouterr().err
-        run = tmp_path / "CartPole-v1" / evidence
+        def run_with(backend: str, run_id: str) -> Path:
+            assert main(["train", "--env", "CartPole-v1", "--backend", backend, "--iterations", "2", "--candidates",
+                         "2", "--evidence", evidence, "--logs-dir", str(tmp_path), "--run-id", run_id, "--no-plots",
+                         "--no-progress", "--quiet", "--heldout-episodes", "5"]) == 0, capsys.readouterr().err
+            return tmp_path / "CartPole-v1" / run_id
+
+        run = run_with("offline", evidence)
         assert json.loads((run / "config.json").read_text())["config"]["evidence"] == evidence
-        return [r["messages"][1]["content"] for r in read_jsonl(run / "transcripts.jsonl")]
+        again = run_with(f"replay:{run}", f"{evidence}-replayed")  # offline's lines carry no prompt; its replay's do
+        return [r["messages"][1]["content"] for r in read_jsonl(again / "transcripts.jsonl")]
 
     summary, extremes = prompts("summary"), prompts("extremes")
     assert all("Summary of the last" in p and "best 1" not in p for p in summary)

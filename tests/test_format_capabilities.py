@@ -76,7 +76,10 @@ def test_a_decision_list_run_with_offline(tmp_path: Path) -> None:
     assert len(lines) == 6 and all(t["valid"] for t in lines)
     answers = [json.loads(t["response_text"]) for t in lines]
     assert all(set(a) == {"rationale", "decisions", "default"} for a in answers)
-    # The prompt shows the current list, never the table (the format's shows_table and current_text).
+    # The prompt shows the current list, never the table (the format's shows_table and current_text): offline's
+    # lines carry no prompt (none was sent), its replay asks the prompts a model would get.
+    lines = read_jsonl(_train(tmp_path / "again", "--backend", f"replay:{run}", "--iterations", "3", "--candidates",
+                              "2") / "transcripts.jsonl")
     first, later = lines[0]["messages"][-1]["content"], lines[-1]["messages"][-1]["content"]
     assert "The current table, written as a decision list (it was not compiled from one):" in first
     assert "The current decision list (the table is compiled from it):" in later

@@ -74,8 +74,8 @@ def test_without_a_tty_each_iteration_is_one_plain_line(piped: tuple[subprocess.
     for line, e in zip(lines, events, strict=True):
         cands = "/".join(f"{m:.1f}" for m in e["candidate_means"])
         assert line.startswith(f"iter {e['iteration']}/3: best test {e['best_test_mean']:.1f}, held-out "
-                               f"{e['best_eval_mean']:.1f}, candidates {cands}"), line
-        assert re.search(r"; 2 proposals; \d+\.\d s$", line), line
+                               f"{e['best_eval_mean']:.1f}, candidates 1-2 test means {cands}"), line
+        assert re.search(r"; 2 proposals; elapsed \d+\.\d s$", line), line
     assert "\r" not in proc.stderr and "it/s" not in proc.stderr  # no progress bar in a log file
 
 

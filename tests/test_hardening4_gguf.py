@@ -126,7 +126,11 @@ def train(tmp_path: Path, model: Path, *extra: str, timeout: float = 600) -> sub
 
 
 def one_line(err: str) -> str:
-    lines = [x for x in err.splitlines() if x.strip()]
+    """The refusal's one line; the model's load lines before it are progress (issue 59, item 12: a model's load is
+    said; its template is read once it has loaded), and are there."""
+    assert [x.split(" ", 2)[1] for x in err.splitlines() if x.startswith("llamacpp: load")] in (["loading"], [
+        "loading", "loaded"]), err
+    lines = [x for x in err.splitlines() if x.strip() and not x.startswith("llamacpp: load")]
     assert len(lines) == 1, err
     assert "Traceback" not in err
     return lines[0]

@@ -83,7 +83,11 @@ def test_a_hints_file_outside_the_prompts_is_refused_on_resume(tmp_path: Path, c
 
 
 def test_a_shipped_hints_file_still_reaches_the_prompt_on_resume(tmp_path: Path) -> None:
-    run = lake_run(tmp_path)
+    answers = lake_run(tmp_path / "answers", iterations=2)  # offline's lines carry no prompt: a replay of them does
+    assert main(["train", "--env", "FrozenLake-v1", "--backend", f"replay:{answers}", "--iterations", "1",
+                 "--candidates", "1", "--heldout-episodes", "5", "--logs-dir", str(tmp_path / "logs"), "--run-id",
+                 "r", "--no-plots", "--no-progress", "--quiet"]) == 0
+    run = tmp_path / "logs" / "FrozenLake-v1" / "r"
     (run / "summary.json").unlink()
     assert resume(run) == 0
     lines = read_jsonl(run / "transcripts.jsonl")

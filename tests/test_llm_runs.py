@@ -353,7 +353,9 @@ def test_refused_key_stops_the_run_with_exit_2(keyed: Fake, tmp_path: Path, caps
     run = train(tmp_path, capsys, "--backend", keyed.provider.spec, "--max-retries", "3")
     assert run.code == 2
     assert len(keyed.bodies) == 1  # at once: no retry, no further iteration
-    said, *lines = run.err.strip().splitlines()  # where the calls go (said before the first call), then the error
+    # where the calls go (said before the first call), where the kept table starts, then the error
+    said, start, *lines = run.err.strip().splitlines()
+    assert start.startswith("start: the kept table is "), run.err
     assert "calls go to" in said and f"key {keyed.provider.key_variable} from" in said
     assert len(lines) == 1 and lines[0].startswith("llm-policy-gen train: error:"), run.err
     assert f"set {keyed.provider.key_variable} " in lines[0] and "Traceback" not in run.err

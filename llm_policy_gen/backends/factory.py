@@ -12,6 +12,7 @@ from an LLM client or ``replay:`` only; :func:`~llm_policy_gen.run.prepare.prepa
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -98,7 +99,7 @@ def make_backend(cfg: TrainConfig, needs_session: bool, mode_name: str, transcri
                             f"replay:PATH), not {name!r}, which writes whole tables; use --mode table with it")
         return Backend(name, model, factory(seed=cfg.seed, transcript=transcript), None, None)
     settings = client_settings(cfg, name)
-    options = client_options(cfg, name)
+    options = dataclasses.replace(client_options(cfg, name), progress=log)  # a model's load is said, not silent
     client: LLMClient
     if name == "replay":
         client = factory(model)

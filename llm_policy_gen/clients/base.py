@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -197,6 +198,9 @@ class ClientOptions:
     local_concurrency: int = 1
     """Calls a local server is sent at once (``llama_cpp.server`` serves one at a time; Ollama as many as its
     ``OLLAMA_NUM_PARALLEL``); the others wait their turn in the client, not in the server's queue."""
+    progress: Callable[[str], None] | None = field(default=None, compare=False, repr=False)
+    """Where a client says what a slow step of its own is doing (an in-process model's load, a long generation);
+    None: nothing is said."""
 
 
 class ClientSettings(PluginOptions):

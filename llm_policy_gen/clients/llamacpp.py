@@ -28,6 +28,9 @@ call's key, :func:`~.base.call_seed`).
 * **Timeout**: ``--timeout`` bounds one attempt from the moment it has the model: rendering the chat template and
   generating (checked at every token; prompt evaluation itself cannot be interrupted). A call that passes it fails
   with a timeout (0 tokens, no text) and is not retried: the same prompt on the same machine would take as long again.
+* **Progress**: the console hears a line before the model loads (file and size) and one after it (seconds); a
+  generation says every 30 s how many tokens it has written (:class:`~.progress.Ticker`), and the session says a
+  call that took 10 s or more when it ends.
 * **Identity**: :meth:`describe` records the file's sha256, size, quantisation, context, chat template and the
   llama-cpp-python version in ``config.json``; the answer cache keys on the sha256, not the path
   (:attr:`cache_identity`), so a moved or renamed file keeps its cached answers and another file with the same name
@@ -47,6 +50,7 @@ from .base import ClientOptions, ClientSettings, Completion, Message, Request, c
 from .chat_template import TemplateProblem, TemplateTimeout
 from .local_model import LocalModel, chat_refusal, check_gguf, default_threads, load_model, model_identity
 from .profiles import ClientProfile
+from .progress import Ticker
 from .retry import FaultKind
 from .sdk import SDKClient
 
@@ -143,7 +147,7 @@ class LlamaCppClient(SDKClient):
         path = check_gguf(model)
         super().__init__(self.provider_name, str(path), options, PROFILE, base_url="in-process", key=None,
                          key_source="none (local model)", key_variable="")
-        self._model = load_model(path, options.n_ctx, options.threads or default_threads())
+        self._model = load_model(path, options.n_ctx, options.threads or default_threads(), options.progress)
         self._identity = model_identity(self._model)
         self.model = path.name
 
@@ -225,8 +229,10 @@ class LlamaCppClient(SDKClient):
                 raise ValueError(f"the prompt ({len(prompt)} tokens) does not fit the model's context of "
                                  f"{self._model.n_ctx} tokens; raise --n-ctx (or lower --max-prompt-tokens)")
             passed: list[bool] = []
+            ticker = Ticker(self.options.progress, self.provider, request.key)  # a long generation says how far
 
             def stop_here(tokens: Any, logits: Any) -> bool:
+                ticker.tokens(len(tokens) - len(prompt))
                 if time.monotonic() > deadline:
                     passed.append(True)
                     return True

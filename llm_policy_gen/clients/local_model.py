@@ -11,12 +11,13 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..errors import BackendConfigError
-from ..storage.model_file import file_sha256, is_gguf
+from ..storage.model_file import file_sha256, is_gguf, loading
 from .chat_template import ChatTemplate, TemplateProblem, compile_template, syntax_error_text
 
 __all__ = ["LocalModel", "load_model", "model_identity", "check_gguf", "chat_refusal", "default_threads",
@@ -115,8 +116,10 @@ def chat_refusal(name: str, problem: str) -> str:
             "instruction-tuned GGUF with a working chat template (`python tools/fetch_model.py smollm2` fetches one)")
 
 
-def load_model(path: Path, n_ctx: int | None, n_threads: int) -> LocalModel:
-    """The model at ``path``, loaded once per process for a given context size and thread count."""
+def load_model(path: Path, n_ctx: int | None, n_threads: int, say: Callable[[str], None] | None = None
+               ) -> LocalModel:
+    """The model at ``path``, loaded once per process for a given context size and thread count; ``say`` hears a
+    line before the load and one after it with its seconds (the file's sha256, which names the model, included)."""
     try:
         import llama_cpp
     except ImportError:
@@ -128,16 +131,18 @@ def load_model(path: Path, n_ctx: int | None, n_threads: int) -> LocalModel:
     with _models_lock:
         model = _models.get(key)
         if model is None:
-            try:
-                llm = llama_cpp.Llama(model_path=str(path), n_ctx=int(n_ctx or 0), n_threads=n_threads,
-                                      n_threads_batch=n_threads, verbose=False)
-            except TemplateSyntaxError as exc:  # llama-cpp-python compiles the file's chat templates as it loads
-                raise BackendConfigError(chat_refusal(
-                    path.name, f"has a chat template that does not compile ({syntax_error_text(exc)})")) from None
-            except (ValueError, RuntimeError, OSError) as exc:
-                raise BackendConfigError(f"llama.cpp could not load {path}: {exc}") from None
-            _quiet_llama_cpp()
-            model = _models[key] = LocalModel(path, llm, n_threads)
+            with loading(say, "llamacpp", path):
+                try:
+                    llm = llama_cpp.Llama(model_path=str(path), n_ctx=int(n_ctx or 0), n_threads=n_threads,
+                                          n_threads_batch=n_threads, verbose=False)
+                except TemplateSyntaxError as exc:  # llama-cpp-python compiles the file's chat templates on load
+                    raise BackendConfigError(chat_refusal(
+                        path.name, f"has a chat template that does not compile ({syntax_error_text(exc)})")) from None
+                except (ValueError, RuntimeError, OSError) as exc:
+                    raise BackendConfigError(f"llama.cpp could not load {path}: {exc}") from None
+                _quiet_llama_cpp()
+                model = _models[key] = LocalModel(path, llm, n_threads)
+                file_sha256(path)  # what model_identity names it by: computed once per process, counted here
     return model
 
 

@@ -38,6 +38,7 @@ from .base import CallKey, Completion, LLMClient, Message, OutputSpec, Request, 
 from .cache import ResponseCache
 from .keys import redact, redact_all
 from .pricing import cost_usd
+from .progress import slow_call_text
 from .sdk import SDKClient
 from .transcript import RecordedCalls, Transcript
 from .usage import MAX_TOKENS, Budget, CallLimiter, LocalLimiter, Usage, clamp_usage
@@ -336,6 +337,9 @@ class LLMSession:
             self._count(usage, ok=False)
             return None, usage, "client", exc
         comp = clamp_usage(_bounded(comp, self.max_answer_chars))
+        slow = slow_call_text(self.provider, request.key, comp)  # a long call is said when it ends, a fast one not
+        if slow:
+            self.log(slow)
         if comp.usage_clamped:
             self._notice(f"{self.provider}: the server reported token usage out of range "
                          f"({', '.join(sorted(comp.usage_clamped))}); counted as 0..{MAX_TOKENS:,} tokens, "

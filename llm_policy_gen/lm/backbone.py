@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UserError
-from ..storage.model_file import file_sha256, is_gguf
+from ..storage.model_file import file_sha256, is_gguf, loading
 from .cache import (
     WEIGHTS_FILE,
     Note,
@@ -174,14 +174,17 @@ def _from_gguf(identity: ModelIdentity, root: Path, note: Note) -> tuple[Any, An
         problem = weights_problem(folder, identity.sha256) if os.path.lexists(folder) else None
         if os.path.lexists(folder) and problem is None:
             try:
-                return (*_read_cache(folder), "cache")
+                with loading(note, "lm-policy", Path(identity.path), f"its safetensors copy in {folder}"):
+                    return (*_read_cache(folder), "cache")
             except Exception as exc:  # a copy that does not load is converted again
                 problem = f"it does not load: {first_line(exc)}"
         if problem is not None:
             note(damaged_note("converted weights", folder, problem, f"converting {identity.path} again"))
             if writer.held:
                 remove_entry(folder)
-        model, tokenizer = load_from_source(identity)
+        with loading(note, "lm-policy", Path(identity.path),
+                     "the GGUF file (dequantised once, then kept as safetensors)"):
+            model, tokenizer = load_from_source(identity)
         if writer.held:
             try:
                 write_weights(folder, identity.to_dict(), _saver(model, tokenizer))
@@ -195,7 +198,9 @@ def _from_gguf(identity: ModelIdentity, root: Path, note: Note) -> tuple[Any, An
 def load_language_model(path: str | Path, cache_dir: Path | None = None, note: Note = unheard) -> LanguageModel:
     """The model at ``path``: a GGUF file from its safetensors copy under ``cache_dir`` (default
     :func:`default_lm_cache`) when there is a whole one, else from the file (and the copy written); a folder as it
-    is. ``note`` gets the cache's note lines (a damaged copy converted again, a copy that could not be written)."""
+    is. ``note`` gets the cache's note lines (a damaged copy converted again, a copy that could not be written) and
+    a line before a load (model, size, where from) and one after it with its seconds; a model this process holds
+    already is not loaded again, and says nothing."""
     import time
 
     from . import require_extra
@@ -207,7 +212,8 @@ def load_language_model(path: str | Path, cache_dir: Path | None = None, note: N
         return kept
     t0 = time.perf_counter()
     if identity.kind == "folder":
-        model, tokenizer = load_from_source(identity)
+        with loading(note, "lm-policy", Path(identity.path)):
+            model, tokenizer = load_from_source(identity)
         lm = LanguageModel(identity, model, tokenizer, "folder", time.perf_counter() - t0)
     else:
         model, tokenizer, source = _from_gguf(identity, cache_dir or default_lm_cache(), note)

@@ -2,9 +2,14 @@
 
 On a terminal, a progress bar whose postfix names its numbers ("best test": the kept table's mean on this
 iteration's test episodes; "held-out": its mean on the held-out episodes). Without a terminal (nohup, Slurm, CI),
-one plain line per iteration instead: iteration, best test mean, held-out mean, the candidates' test means, calls
-(with the failed ones and the first error: :func:`calls_text`), tokens, cost (``unpriced`` for a model the price
-table lacks) and elapsed time. ``--quiet`` prints neither (the final summary line still comes).
+one plain line per iteration instead, each number with its label: iteration, best test mean, held-out mean, the
+candidates' test means (named by candidate), calls (with the failed ones and the first error: :func:`calls_text`),
+tokens in and out, cost (``unpriced`` for a model the price table lacks) and the seconds elapsed since the start::
+
+    iter 2/3: best test 500.0, held-out 500.0, candidates 1-2 test means 179.0/448.5 KEPT; 2 calls, tokens 1830 in
+    + 412 out, cost $0.0031; elapsed 4.5 s
+
+``--quiet`` prints neither (the final summary line still comes).
 
 A console whose reader went away (``train ... 2>&1 | head -1``) stops printing; the run goes on and writes its files.
 """
@@ -46,13 +51,16 @@ def _heldout(record: dict[str, Any]) -> str:
 
 
 def _candidates_text(means: list[Any]) -> str:
-    """The candidates' test means, ``invalid`` for an answer that was refused; ``none of K valid`` when all were
-    (never ``-/-``)."""
+    """The candidates' test means, labelled with the candidates they belong to (``candidates 1-3 test means
+    179.0/invalid/448.5``, ``candidate 1 test mean 179.0``), ``invalid`` for an answer that was refused;
+    ``candidates none of K valid`` when all were (never ``-/-``)."""
     if not means:
-        return "-"
+        return "candidates -"
     if all(m is None for m in means):
-        return f"none of {len(means)} valid" if len(means) > 1 else "invalid"
-    return "/".join("invalid" if m is None else _num(m) for m in means)
+        return f"candidates none of {len(means)} valid" if len(means) > 1 else "candidate 1 invalid"
+    if len(means) == 1:
+        return f"candidate 1 test mean {_num(means[0])}"
+    return f"candidates 1-{len(means)} test means " + "/".join("invalid" if m is None else _num(m) for m in means)
 
 
 def _num(x: Any, digits: int = 1) -> str:
@@ -158,13 +166,12 @@ class Console:
         cost = cost_text(float(record.get("cost_usd_total") or 0), bool(record.get("cost_complete", True)))
         made = calls_text(record.get("llm_calls") or 0, record.get("failed_calls") or 0,
                           record.get("first_call_error"))
-        calls = (f"{made}, {record.get('input_tokens', 0)}+"
-                 f"{record.get('output_tokens', 0)} tokens, {cost}"
-                 if self.is_llm else f"{record.get('llm_calls', 0)} proposals")
+        calls = (f"{made}, tokens {record.get('input_tokens', 0)} in + {record.get('output_tokens', 0)} out, "
+                 f"cost {cost}" if self.is_llm else f"{record.get('llm_calls', 0)} proposals")
         self._safely(lambda: print(
             f"iter {record.get('iteration')}/{self.total}: best test {_num(record.get('best_test_mean'))}, "
-            f"held-out {_heldout(record)}, candidates {cands}{kept}; "
-            f"{calls}; {time.perf_counter() - self.t0:.1f} s",
+            f"held-out {_heldout(record)}, {cands}{kept}; "
+            f"{calls}; elapsed {time.perf_counter() - self.t0:.1f} s",
             file=self.stream, flush=True,
         ))
 

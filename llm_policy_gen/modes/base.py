@@ -45,7 +45,8 @@ class Setup:
     observation: ObservationDiscretizer
     actions: ActionDiscretizer
     notice: Callable[[str], None] = field(default=lambda text: None)
-    """Where a one-line note goes (the run's console): something the mode worked around, such as a damaged cache."""
+    """Where a one-line note goes (the run's console): something the mode worked around, such as a damaged cache,
+    and what a slow step of the preparation is doing (a model's load, the encoding of the state texts)."""
 
 
 class RunServices(Protocol):

@@ -39,6 +39,8 @@ from __future__ import annotations
 
 import contextlib
 import io
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -113,6 +115,19 @@ class LmPolicyOptions(PluginOptions):
         if not v or any(n < 1 for n in v):
             raise ValueError("hidden layer sizes must be >= 1")
         return v
+
+
+@contextlib.contextmanager
+def encoding(say: Callable[[str], None] | None, encoder: Any, n: int) -> Iterator[None]:
+    """Say that ``n`` state texts are being encoded and, once they are, the seconds it took and how many the model
+    encoded (the others came from the cache): thousands of states take minutes on a small machine."""
+    if say is not None:
+        say(f"lm-policy: encoding {n} state texts ...")
+    t0 = time.perf_counter()
+    yield
+    if say is not None:
+        say(f"lm-policy: encoded {n} state texts in {time.perf_counter() - t0:.1f} s ({encoder.forward_passes} by "
+            f"the model, {encoder.disk_hits} from the cache)")
 
 
 def _settings(o: LmPolicyOptions, seed: int) -> LearnerSettings:
@@ -204,7 +219,8 @@ class LmPolicyMode:
 
                 encoder = Encoder(lm, o.lm_pooling, self._cache(setup), device=o.lm_device, note=setup.notice)
                 texts = state_texts(setup.spec, setup.observation)
-                raw = encoder.encode(texts)
+                with encoding(setup.notice, encoder, len(set(texts))):
+                    raw = encoder.encode(texts)
                 facts.update(pooling=o.lm_pooling, state_template=STATE_TEMPLATE, state_texts=len(set(texts)),
                              lm_forward_passes=encoder.forward_passes, lm_encodings_from_cache=encoder.disk_hits)
         self.features = features_table(o.lm_features, n_states, encodings=raw,

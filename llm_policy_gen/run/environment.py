@@ -7,11 +7,18 @@ episode of an environment without a shipped spec before anything is written. :fu
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+import numpy as np
+
 from ..config import TrainConfig
 from ..envs import get_spec
 from ..envs.spec import EnvSpec
 
-__all__ = ["resolve_spec", "probe_outputs"]
+if TYPE_CHECKING:
+    from ..discretize import ActionDiscretizer
+
+__all__ = ["resolve_spec", "probe_outputs", "initial_table", "start_text"]
 
 
 def resolve_spec(cfg: TrainConfig) -> EnvSpec:
@@ -26,6 +33,34 @@ def resolve_spec(cfg: TrainConfig) -> EnvSpec:
     if cfg.prior == "neutral":  # no prior rule: the table starts at the default action, searches from nothing
         spec = spec.with_overrides(prior=None)
     return spec.validate()
+
+
+def _starts_at_prior(cfg: TrainConfig, spec: EnvSpec) -> bool:
+    return cfg.prior == "start" and spec.prior is not None and bool(spec.dims)  # as spec.prior_table() is not None
+
+
+def initial_table(cfg: TrainConfig, spec: EnvSpec) -> np.ndarray:
+    """The kept table a new run starts from: the spec's prior rule's table with ``--prior start``, else the spec's
+    default action in every state (:func:`start_text` says which)."""
+    start = spec.prior_table() if cfg.prior == "start" else None
+    return spec.default_table() if start is None else start
+
+
+def start_text(cfg: TrainConfig, spec: EnvSpec, actions: ActionDiscretizer, heldout_mean: float,
+               episodes: int) -> str:
+    """The console's first line about the table: where the kept table started and its held-out mean, so that what
+    the iteration lines show next reads as a change from there."""
+    if _starts_at_prior(cfg, spec):
+        what = "the spec's prior rule (--prior start)"
+    else:
+        if cfg.prior == "neutral":
+            why = "--prior neutral: no prior rule"
+        elif spec.prior is None:
+            why = "the spec has no prior rule"
+        else:
+            why = "--prior start would start at the spec's prior rule"
+        what = f"'{actions.describe(spec.default_action)}' in every state (the spec's default action; {why})"
+    return f"start: the kept table is {what}; held-out {heldout_mean:.1f} over {episodes} episodes"
 
 
 def probe_outputs(spec: EnvSpec, seed: int) -> None:

@@ -28,6 +28,7 @@ from ..prompting.context import HistoryEntry
 from ..prompting.memory import ExperienceMemory, episodes_from_state, episodes_state
 from ..storage.runlog import Logger
 from .counters import Counters, rollouts_from_state
+from .environment import initial_table
 from .files import RunDir
 from .pace import CheckpointPace
 
@@ -48,8 +49,7 @@ class RunParts:
         self.collector = Collector(spec)
         self.memory = ExperienceMemory(self.observation.n_states, self.actions.n_actions, cfg.memory_capacity,
                                        cfg.gamma, cfg.best_k)
-        start = spec.prior_table() if cfg.prior == "start" else None
-        self.keeper = Keeper(self.collector, spec.default_table() if start is None else start, cfg.seed,
+        self.keeper = Keeper(self.collector, initial_table(cfg, spec), cfg.seed,
                              cfg.test_start, cfg.test_max, cfg.test_rise_every, cfg.confirm_episodes, cfg.confirm_z,
                              cfg.confirm_batches, fresh_test_seeds=cfg.test_seeds == "fresh")
         self.builder = PromptBuilder(max_chars=cfg.max_prompt_chars, evidence=cfg.evidence)

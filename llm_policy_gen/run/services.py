@@ -23,6 +23,7 @@ from ..policy import Policy, TablePolicy
 from ..prompting.context import PromptContext
 from ..schema.aliases import event_out
 from ..storage.runlog import JsonlWriter, Logger, cut_back
+from .environment import start_text
 from .files import event_line
 from .learner_env import LearnerEnv
 from .parts import RunParts
@@ -60,6 +61,9 @@ class Run(RunParts):
         self._count(first)
         self.measure_best(0)
         self.save_best()
+        assert self.best_heldout is not None
+        self.log(start_text(self.cfg, self.spec, self.actions, self.best_heldout.mean,
+                            int(self.best_heldout.returns.size)))
         return first
 
     def score_best(self, iteration: int) -> float | None:
