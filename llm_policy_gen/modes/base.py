@@ -43,6 +43,9 @@ class Setup:
     spec: EnvSpec
     observation: ObservationDiscretizer
     actions: ActionDiscretizer
+    record: dict[str, Any] | None = None
+    """``train --resume``: the run's ``config.json`` as recorded (its settings and the mode's facts), which a mode
+    may check the resume against (the lm-policy mode: its model's sha256); None for a new run."""
 
 
 class RunServices(Protocol):
