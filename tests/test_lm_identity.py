@@ -235,9 +235,10 @@ def test_a_resume_after_the_models_weights_changed_is_refused_and_changes_nothin
 
 @needs_extra
 @pytest.mark.slow
-def test_a_run_whose_model_moved_resumes_with_lm_model_to_the_uninterrupted_runs_files(tmp_path: Path) -> None:
-    """A run moved to another machine: its model is elsewhere; ``--lm-model NEW_PATH`` of the same bytes goes on,
-    to the files of a run that went through; the path of another model is refused."""
+def test_a_run_whose_model_moved_resumes_with_lm_model_to_the_uninterrupted_runs_files(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A run moved to another machine: its model is elsewhere (the refusal says to name it); ``--lm-model NEW_PATH``
+    of the same bytes goes on, to the files of a run that went through; the path of another model is refused."""
     model = tiny_model(tmp_path / "model")
     args = ("--lm-model", str(model), *FAST)
     assert main(lake(tmp_path / "whole", *args, "--iterations", "3")) == 0
@@ -245,6 +246,9 @@ def test_a_run_whose_model_moved_resumes_with_lm_model_to_the_uninterrupted_runs
     moved = model.rename(tmp_path / "moved")
     rd = tmp_path / "part" / "FrozenLake-v1" / "r"
     resume = ["train", "--resume", str(rd), "--iterations", "3"]
+    capsys.readouterr()
+    assert main(resume) == 2
+    assert "does not exist" in (line := one_line(capsys.readouterr().err)) and "give --lm-model PATH" in line, line
     assert main([*resume, "--lm-model", str(tiny_model(tmp_path / "another", seed=2))]) == 2
     assert main([*resume, "--lm-model", str(moved)]) == 0
     assert run_records(rd) == run_records(tmp_path / "whole" / "FrozenLake-v1" / "r")

@@ -151,7 +151,11 @@ def _check_same_model(record: dict[str, Any], path: str) -> None:
     was = _recorded_sha256(record)
     if was is None:
         return
-    now = model_identity(path).sha256  # hashed once per process: the load that follows reuses it
+    try:
+        now = model_identity(path).sha256  # hashed once per process: the load that follows reuses it
+    except UserError as exc:  # the model is gone from its path (a run moved to another machine)
+        raise UserError(f"{exc}; to resume, give --lm-model PATH of the model this run was made with (sha256 "
+                        f"{was[:16]}...)") from None
     if now != was:
         facts = record.get("lm_model")
         named = facts.get("path") if isinstance(facts, dict) else None
