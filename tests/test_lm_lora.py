@@ -129,7 +129,7 @@ def test_a_stopped_lora_run_resumes_to_the_uninterrupted_runs_files(gguf: Path, 
         return logs / "FrozenLake-v1" / "r"
 
     whole, part = run(tmp_path / "whole", 2), run(tmp_path / "part", 1)
-    assert main(["train", "--resume", str(part), "--iterations", "2"]) == 0
+    assert main(["train", "--resume", str(part), "--iterations", "2", "--lm-cache", str(LM_CACHE)]) == 0
     resumed, reference = run_records(part), run_records(whole)
     assert resumed == reference
     adapters = {k for k in reference["learner"]["state"]["policy"] if "lora_" in k}

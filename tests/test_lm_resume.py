@@ -122,7 +122,7 @@ def test_a_smollm2_run_stopped_and_resumed_equals_an_uninterrupted_one(gguf: Pat
     cli(*lake(tmp_path / "whole", *model, "--iterations", "4"))
     cli(*lake(tmp_path / "part", *model, "--iterations", "2"))
     rd = tmp_path / "part" / "FrozenLake-v1" / "r"
-    cli("train", "--resume", str(rd), "--iterations", "4")
+    cli("train", "--resume", str(rd), "--iterations", "4", "--lm-cache", str(LM_CACHE))  # the cache, named again
     whole = tmp_path / "whole" / "FrozenLake-v1" / "r"
     assert run_records(rd) == run_records(whole)
     from llm_policy_gen.lm.backbone import model_identity

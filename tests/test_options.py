@@ -196,7 +196,7 @@ def test_the_lists_read_from_the_fields_are_todays() -> None:
         "lm_lora": "--lora", "gamma": "--evidence-gamma"}
     assert set(config.resume_options()) == {"iterations", "max_episodes", "max_steps", "progress", "quiet", "plots",
                                           "patience", "budget_usd", "timeout_s", "max_retries", "max_concurrent_calls",
-                                          "cache", "llm_threads", "local_concurrency"}
+                                          "cache", "llm_threads", "local_concurrency", "lm_model"}
     assert set(plan.operational_settings()) == {
         "logs_dir", "run_id", "explicit", "progress", "quiet", "plots", "log", "timeout_s", "max_retries",
         "max_concurrent_calls", "unreachable_after", "cache", "cache_dir", "llm_threads", "local_concurrency",

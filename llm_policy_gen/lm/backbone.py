@@ -17,14 +17,18 @@ load is converted again (:mod:`.cache`: a damaged or unwritable cache never fail
 a GGUF-loaded model, so the weights go through ``safetensors.torch.save_model`` (which also drops tied copies).
 
 Every problem with the path is a :class:`~llm_policy_gen.errors.UserError` (one line, exit 2): a missing path, a
-file that is not GGUF, a folder without ``config.json``, no tokenizer, an architecture ``transformers`` cannot load.
+file that is not GGUF, a folder without ``config.json``, no tokenizer, an architecture ``transformers`` cannot load,
+a folder that names code of its own (``auto_map``: every ``from_pretrained`` passes ``trust_remote_code=False``,
+:mod:`.custom_code`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
-from collections.abc import Callable
+import tempfile
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,6 +47,7 @@ from .cache import (
     weights_problem,
     write_weights,
 )
+from .custom_code import refuse_custom_code
 
 __all__ = ["LanguageModel", "ModelIdentity", "model_identity", "load_language_model", "load_from_source",
            "default_lm_cache"]
@@ -124,20 +129,38 @@ def _first_line(exc: BaseException) -> str:
     return (text[0] if text else type(exc).__name__)[:240]
 
 
+@contextlib.contextmanager
+def _source(identity: ModelIdentity) -> Iterator[tuple[str, str | None]]:
+    """(folder, GGUF file name or None) to hand ``from_pretrained``. A GGUF file is read from a temporary folder that
+    holds only a link to it: ``transformers`` also reads the folder a GGUF file lies in (a ``tokenizer_config.json``
+    there names the tokenizer's class, or classes of its own in ``auto_map``), files its sha256 does not cover."""
+    p = Path(identity.path)
+    if identity.kind != "gguf":
+        refuse_custom_code(p, f"--lm-model {identity.path}")
+        yield str(p), None
+        return
+    with tempfile.TemporaryDirectory(prefix="llm-policy-gen-gguf-") as alone:
+        (Path(alone) / p.name).symlink_to(p)
+        yield alone, p.name
+
+
 def load_from_source(identity: ModelIdentity) -> tuple[Any, Any]:
-    """(base model in float32, tokenizer) read from the GGUF file or the folder itself."""
+    """(base model in float32, tokenizer) read from the GGUF file alone or the folder itself."""
+    with _source(identity) as (source, gguf_file):
+        return _load(identity, source, gguf_file)
+
+
+def _load(identity: ModelIdentity, source: str, gguf_file: str | None) -> tuple[Any, Any]:
     import torch
     from transformers import AutoModel, AutoTokenizer
 
-    p = Path(identity.path)
-    source, gguf_file = (str(p.parent), p.name) if identity.kind == "gguf" else (str(p), None)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(source, gguf_file=gguf_file)
+        tokenizer = AutoTokenizer.from_pretrained(source, gguf_file=gguf_file, trust_remote_code=False)
     except Exception as exc:  # transformers raises OSError, ValueError, KeyError, ... for a missing tokenizer
         raise UserError(f"--lm-model {identity.path} has no tokenizer transformers can load "
                         f"({_first_line(exc)})") from None
     try:
-        model = AutoModel.from_pretrained(source, gguf_file=gguf_file, dtype=torch.float32)
+        model = AutoModel.from_pretrained(source, gguf_file=gguf_file, dtype=torch.float32, trust_remote_code=False)
     except Exception as exc:  # an architecture or tensor layout transformers does not know
         raise UserError(f"--lm-model {identity.path}: transformers cannot load this model "
                         f"({_first_line(exc)})") from None
@@ -149,8 +172,9 @@ def _read_cache(folder: Path) -> tuple[Any, Any]:
     import torch
     from transformers import AutoModel, AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(str(folder))
-    model = AutoModel.from_pretrained(str(folder), dtype=torch.float32)
+    refuse_custom_code(folder, f"the model cache {folder}")
+    tokenizer = AutoTokenizer.from_pretrained(str(folder), trust_remote_code=False)
+    model = AutoModel.from_pretrained(str(folder), dtype=torch.float32, trust_remote_code=False)
     model.eval()
     return model, tokenizer
 

@@ -47,6 +47,9 @@ class Setup:
     notice: Callable[[str], None] = field(default=lambda text: None)
     """Where a one-line note goes (the run's console): something the mode worked around, such as a damaged cache,
     and what a slow step of the preparation is doing (a model's load, the encoding of the state texts)."""
+    record: dict[str, Any] | None = None
+    """``train --resume``: the run's ``config.json`` as recorded (its settings and the mode's facts), which a mode
+    may check the resume against (the lm-policy mode: its model's sha256); None for a new run."""
 
 
 class RunServices(Protocol):

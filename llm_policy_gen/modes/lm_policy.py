@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -72,7 +73,8 @@ class LmPolicyOptions(PluginOptions):
 
     lm_model: str | None = setting(None, "a .gguf file or a Hugging Face model folder", "lm-policy mode: the language "
                                    "model that encodes each state's text (not --backend, whose llamacpp: means "
-                                   "llama.cpp).")
+                                   "llama.cpp); with --resume, the same model at another path (its sha256 is "
+                                   "checked).", resume=True)
     lm_features: Literal["lm", "onehot", "random"] = setting(
         "lm", "lm, onehot or random", "lm-policy mode: the head's state features: the model's encodings (lm), or "
         "the controls: one-hot states (onehot), random features of the model's width (random).")
@@ -108,6 +110,13 @@ class LmPolicyOptions(PluginOptions):
                            "LoRA adapters of this rank on the attention's q and v projections, through --lm-head "
                            "scores, with PPO (0: the model stays frozen; at most the model's hidden size).", ge=0,
                            le=MAX_LORA_RANK, flag="--lora")
+
+    @field_validator("lm_model", "lm_cache")
+    @classmethod
+    def _absolute(cls, v: str | None) -> str | None:
+        """A path is kept absolute (``~`` expanded), so that config.json names the files the run read wherever a
+        resume starts from (a relative path in an older config.json is read from the folder the resume runs in)."""
+        return os.path.abspath(os.path.expanduser(v)) if v else v
 
     @field_validator("lm_net_arch")
     @classmethod
@@ -158,6 +167,45 @@ def _needs(o: LmPolicyOptions, settings: LearnerSettings, n_states: int, n_actio
             *settings.memory_needs(n_states, n_actions, width, actor_mlp=o.lm_head == "features")]
 
 
+def _recorded_sha256(record: dict[str, Any]) -> str | None:
+    """The sha256 of the model a run loaded, as its config.json records it (None: it loaded none)."""
+    facts = record.get("lm_model")
+    sha = facts.get("sha256") if isinstance(facts, dict) else None
+    return sha if isinstance(sha, str) and sha else None
+
+
+def _check_resumed_path(record: dict[str, Any], given: str | None) -> None:
+    """A resume may name the run's model at another path only where config.json records the model's sha256 to check
+    it against (a run that loaded no model records none)."""
+    settings = record.get("config")
+    was = settings.get("lm_model") if isinstance(settings, dict) else None
+    was = os.path.abspath(os.path.expanduser(was)) if isinstance(was, str) and was else None
+    if given != was and _recorded_sha256(record) is None:
+        raise UserError(f"--lm-model cannot change on resume: the run was made with {was or 'no --lm-model'} and "
+                        "its config.json records no model's sha256 to check another path against; start a new run")
+
+
+def _check_same_model(record: dict[str, Any], path: str) -> None:
+    """The model at ``path`` is the one the resumed run loaded (the sha256 its config.json records), or the resume
+    is refused before the model is read: other weights would go on from a state they never made."""
+    from ..lm.backbone import model_identity
+
+    was = _recorded_sha256(record)
+    if was is None:
+        return
+    try:
+        now = model_identity(path).sha256  # hashed once per process: the load that follows reuses it
+    except UserError as exc:  # the model is gone from its path (a run moved to another machine)
+        raise UserError(f"{exc}; to resume, give --lm-model PATH of the model this run was made with (sha256 "
+                        f"{was[:16]}...)") from None
+    if now != was:
+        facts = record.get("lm_model")
+        named = facts.get("path") if isinstance(facts, dict) else None
+        raise UserError(f"--lm-model {path} is not the model this run was made with (sha256 {now[:16]}..., the run's "
+                        f"config.json records {was[:16]}... for {named or 'its model'}); resume with --lm-model PATH "
+                        "of that model, or start a new run")
+
+
 class LmPolicyMode:
     """A frozen language model's encodings of the state texts, a head trained by PPO or TRPO, read out as a table."""
 
@@ -186,6 +234,8 @@ class LmPolicyMode:
 
         o = self.options = setup.cfg.options_for(LmPolicyOptions)
         require_extra()
+        if setup.record is not None:
+            _check_resumed_path(setup.record, o.lm_model)
         if o.lm_features == "lm" and not o.lm_model:
             raise UserError("--mode lm-policy needs --lm-model PATH (a .gguf file or a Hugging Face model folder) "
                             "for --lm-features lm; or give --lm-features onehot or random")
@@ -288,6 +338,8 @@ class LmPolicyMode:
         torch.set_num_threads(1)  # two threads on a shared 2-core machine were many times slower, not faster
         o = self.options
         assert o.lm_model is not None
+        if setup.record is not None:
+            _check_same_model(setup.record, o.lm_model)
         with contextlib.redirect_stderr(io.StringIO()):
             return load_language_model(o.lm_model, self._cache(setup), note=setup.notice)
 

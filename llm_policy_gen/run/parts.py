@@ -40,7 +40,7 @@ class RunParts:
 
     def __init__(self, cfg: TrainConfig, spec: EnvSpec, mode: Mode, run_dir: RunDir, console: Console,
                  recorded: RecordedCalls | None = None, resumed: bool = False, limiter: CallLimiter | None = None,
-                 budget: Budget | None = None) -> None:
+                 budget: Budget | None = None, record: dict[str, Any] | None = None) -> None:
         self.cfg, self.spec, self.mode, self.dir, self.console = cfg, spec, mode, run_dir, console
         self.t_start = time.perf_counter()
         self.observation = spec.observation_discretizer()
@@ -65,7 +65,7 @@ class RunParts:
         """The held-out measurement of the table the last adoption replaced (logged with that adoption)."""
         self.wall_before = 0.0
         """Wall seconds spent by earlier processes of this run (resume)."""
-        self.mode_facts = mode.prepare(Setup(cfg, spec, self.observation, self.actions, self.log), resumed)
+        self.mode_facts = mode.prepare(Setup(cfg, spec, self.observation, self.actions, self.log, record), resumed)
         self.transcript = Transcript(self.dir.transcripts, {
             "env_id": spec.env_id, "n_states": self.observation.n_states, "n_actions": self.actions.n_actions,
             "mode": mode.name, "format": self.mode_facts.get("output_format", ""),

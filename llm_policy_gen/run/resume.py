@@ -95,7 +95,8 @@ def _resume(run_dir: Path, overrides: dict[str, Any] | None, log: Callable[[str]
     # checkpoint this version cannot load) leaves the run directory as it was, its summary included.
     console = make_console(cfg, spec.env_id, prepared.backend, mode.name, log)
     run = _built(held, console, lambda: Run(cfg, spec, mode, rd, console, recorded=recorded,
-                                           resumed=state is not None, limiter=limiter, budget=budget))
+                                           resumed=state is not None, limiter=limiter, budget=budget,
+                                           record=record))
     if state is not None:
         load_state(rd, run, state)
     with HeldInterrupts():  # the cuts go together: an interrupt waits for all of them

@@ -131,7 +131,9 @@ def _check_resume_endpoint(rd: RunDir, record: dict[str, Any], given: str | None
 def _check_resume_paths(rd: RunDir, settings: dict[str, Any], overrides: dict[str, Any]) -> None:
     """A run directory may come from someone else: a price file it names is read, and an answer cache folder it names
     is written to, only when the command line names the same one (``--prices FILE``; the cache folder by a sweep
-    that resumes its own runs), or, for the cache, not at all (``--no-cache``). Pops the path overrides it accepts."""
+    that resumes its own runs), or, for the cache, not at all (``--no-cache``); the lm-policy mode's model cache
+    (``--lm-cache``) only when the command line names a folder (that one or another: what it holds is the same).
+    Pops the path overrides it accepts."""
     prices, given_prices = settings.get("prices_file"), overrides.pop("prices_file", None)
     if given_prices is not None and given_prices != prices:
         raise UserError(f"--prices {given_prices} differs from the run's price file ({prices or 'the shipped one'}); "
@@ -146,6 +148,13 @@ def _check_resume_paths(rd: RunDir, settings: dict[str, Any], overrides: dict[st
     if cache_dir is not None and given_cache is None and caching:
         raise UserError(f"{rd.config} names the answer cache folder {cache_dir}: a folder a run directory names is "
                         "not written to on resume; add --no-cache (the run's recorded calls are still reused)")
+    lm_cache, given_lm_cache = settings.get("lm_cache"), overrides.pop("lm_cache", None)
+    if given_lm_cache is not None:  # any folder: the model's copy, encodings and scores are the same in each
+        settings["lm_cache"] = given_lm_cache
+    elif lm_cache is not None:
+        raise UserError(f"{rd.config} names the model cache folder {lm_cache}: a folder a run directory names is not "
+                        f"written to on resume; add --lm-cache {lm_cache} if you trust it, or --lm-cache DIR for "
+                        "another folder")
 
 
 def _check_records_within(rd: RunDir, done: int, has_checkpoint: bool) -> None:

@@ -25,7 +25,7 @@ GGUF_MAGIC = b"GGUF"
 """The first four bytes of every GGUF file."""
 
 _hash_lock = threading.Lock()
-_hashes: dict[tuple[str, int, int], str] = {}
+_hashes: dict[tuple[str, int, int, int, int, int], str] = {}
 
 
 def is_gguf(path: Path) -> bool:
@@ -35,9 +35,11 @@ def is_gguf(path: Path) -> bool:
 
 
 def file_sha256(path: Path) -> str:
-    """The file's sha256 (computed once per process for a given path, size and modification time)."""
+    """The file's sha256, computed once per process for a given path and file: its device, inode, size,
+    modification time and change time (``ctime``, which no one can set back: a file rewritten or replaced in place
+    with its size and ``mtime`` kept is hashed again, never taken for the one hashed before)."""
     st = path.stat()
-    key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
+    key = (str(path.resolve()), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
     with _hash_lock:
         if key in _hashes:
             return _hashes[key]

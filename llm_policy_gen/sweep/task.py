@@ -161,7 +161,8 @@ def run_one(task: RunTask, limits: Limits | None = None, holder: str = "") -> Ta
             # remote base URL is called on resume only when named (config.json has no password either).
             url = task.settings.get("base_url")
             overrides = {"env_id": task.env_id, **({"base_url": url} if url else {}),
-                         **{k: task.settings[k] for k in ("prices_file", "cache_dir") if task.settings.get(k)}}
+                         **{k: task.settings[k] for k in ("prices_file", "cache_dir", "lm_cache")
+                            if task.settings.get(k)}}
             result = resume(task.run_dir, overrides, log=logs.append, **shared)
         else:
             result = train(task.config(), log=logs.append, **shared)
