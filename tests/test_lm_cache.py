@@ -1,4 +1,4 @@
-"""The ``--lm-cache`` folder is never trusted and never fails a run (``llm_policy_gen/lm/cache.py``).
+"""The ``--lm-cache`` folder is never trusted and never fails a run (``llm_policy_gen/lm/model_cache.py``).
 
 Damaged entries (NaN or infinite values, a string array, a truncated file, the wrong shape, a swapped or truncated
 weights file, an older copy) are computed again with one note line, and the run's results equal those of an intact
@@ -23,7 +23,7 @@ import pytest
 from test_lm_policy import LM_CACHE, lake, needs_extra
 
 from llm_policy_gen.cli import main
-from llm_policy_gen.lm.cache import ArrayCache, model_folder_lock, weights_problem, write_weights
+from llm_policy_gen.lm.model_cache import ArrayCache, model_folder_lock, weights_problem, write_weights
 
 # the language-model tests share one xdist worker (why: test_lm_policy.py)
 pytestmark = pytest.mark.xdist_group("smollm2-torch")
@@ -95,7 +95,7 @@ def test_a_pickled_array_is_never_unpickled(tmp_path: Path) -> None:
 
 def test_a_failed_write_is_one_note_and_the_cache_stops_writing(tmp_path: Path,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    import llm_policy_gen.lm.cache as cache_module
+    import llm_policy_gen.lm.model_cache as cache_module
 
     calls: list[Path] = []
 
@@ -170,7 +170,7 @@ def test_a_weights_write_that_fails_leaves_no_temporary_folder_and_the_old_copy(
 _HOLD = """
 import sys
 from pathlib import Path
-from llm_policy_gen.lm.cache import model_folder_lock
+from llm_policy_gen.lm.model_cache import model_folder_lock
 with model_folder_lock(Path(sys.argv[1])) as writer:
     print(writer.held, flush=True)
     sys.stdin.read()
@@ -311,6 +311,7 @@ def test_a_swapped_weights_file_is_converted_again_and_gives_the_same_encodings(
     monkeypatch.setattr(backbone, "_LOADED", {})  # a new process: nothing loaded yet
     notes: list[str] = []
     lm = backbone.load_language_model(gguf, tmp_path / "cache", notes.append)
+    notes = [n for n in notes if not n.startswith("lm-policy: load")]  # the load's progress lines
     assert lm.loaded_from == "gguf" and len(notes) == 1, notes
     assert notes[0].startswith(f"{NOTE} converted weights ") and "model.safetensors is not the file converted" \
         in notes[0] and "converting" in notes[0]
@@ -319,6 +320,7 @@ def test_a_swapped_weights_file_is_converted_again_and_gives_the_same_encodings(
     text = ["Task: FrozenLake. State: row 0, col 1"]
     assert np.array_equal(Encoder(lm, "mean").encode(text), Encoder(smollm2, "mean").encode(text))
     again = backbone.load_language_model(gguf, tmp_path / "cache", notes.append)
+    notes = [n for n in notes if not n.startswith("lm-policy: load")]  # the loads' progress lines
     assert again.loaded_from == "cache" and len(notes) == 1
 
 
@@ -332,7 +334,7 @@ def test_a_full_cache_disk_at_the_first_gguf_load_is_one_note_and_the_run_goes_o
     import safetensors.torch
 
     import llm_policy_gen.lm.backbone as backbone
-    import llm_policy_gen.lm.cache as cache_module
+    import llm_policy_gen.lm.model_cache as cache_module
 
     def no_room(*args: Any, **kwargs: Any) -> None:
         raise safetensors.SafetensorError("Error while serializing: IoError(Os { code: 28, kind: StorageFull })")
@@ -369,6 +371,7 @@ def test_a_killed_writers_temporary_weights_are_removed_by_the_next_load(smollm2
     monkeypatch.setattr(backbone, "_LOADED", {})
     notes: list[str] = []
     lm = backbone.load_language_model(gguf, tmp_path / "cache", notes.append)
+    notes = [n for n in notes if not n.startswith("lm-policy: load")]  # the load's progress lines
     assert lm.loaded_from == "cache" and notes == [] and not left.exists()
 
 

@@ -123,7 +123,7 @@ def test_the_lm_policy_backbone_says_where_it_loads_from(gguf: Path, tmp_path: P
     pytest.importorskip("transformers", reason="the lm-policy extra is not installed (make test installs it)")
     code = ("import sys\nfrom pathlib import Path\nfrom llm_policy_gen.lm.backbone import load_language_model\n"
             "for _ in range(2):\n"
-            "    load_language_model(sys.argv[1], Path(sys.argv[2]), say=print)\n")
+            "    load_language_model(sys.argv[1], Path(sys.argv[2]), note=print)\n")
     r = subprocess.run([sys.executable, "-c", code, str(gguf), str(tmp_path / "lm")], capture_output=True,
                        text=True, cwd=ROOT, timeout=600)
     assert r.returncode == 0, r.stderr

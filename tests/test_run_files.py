@@ -21,6 +21,7 @@ PKG = Path(__file__).resolve().parents[1] / "llm_policy_gen"
 OWNER = PKG / "run" / "files.py"
 #: (module, name): a string that is the same name as a run's file but names something else.
 NOT_A_RUN_FILE = {("lm/backbone.py", "config.json"): "a Hugging Face model folder's configuration",
+                  ("lm/custom_code.py", "config.json"): "a Hugging Face model folder's configuration",
                   ("bench/results_file.py", ".lock"): "the suffix of a results file's own lock"}
 
 

@@ -3,7 +3,7 @@
 * :mod:`.model` -- a model loaded from a GGUF file or a Hugging Face folder, its identity (path, sha256) and the
   dequantised weights cached as safetensors;
 * :mod:`.text` -- a discretized state written as text from ``prompting/prompts/lm_state.md``;
-* :mod:`.cache` -- the ``--lm-cache`` folder: every entry checked when read, failed writes and leftovers handled;
+* :mod:`.model_cache` -- the ``--lm-cache`` folder: every entry checked when read, failed writes and leftovers handled;
 * :mod:`.encoder` -- frozen features: one forward pass per distinct text, cached in memory and on disk;
 * :mod:`.features` -- the state-features table (the model's encodings, or the one-hot and random controls);
 * :mod:`.learner` -- SB3 PPO or sb3-contrib TRPO over the features table, and the read-out table.

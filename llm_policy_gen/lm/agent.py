@@ -31,7 +31,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ..sizes import Need
+from ..storage.sizes import Need
 
 __all__ = ["Algorithm", "ALGORITHMS", "LearnerSettings", "TableLearner", "READOUT_BATCH_BYTES", "ROLLOUT_STEP_BYTES",
            "PARAMETER_BYTES"]

@@ -13,8 +13,9 @@ The float32 weights are therefore written once as safetensors, with the model's 
 ``CACHE/<sha256>/weights/`` (written under a temporary name and renamed, so a killed process leaves no half folder),
 with a manifest of the GGUF file's sha256 and every file's own; later loads verify the folder against it and read it
 (about 2 s) and give the same weights, hence the same encodings. A copy that differs from its manifest or does not
-load is converted again (:mod:`.cache`: a damaged or unwritable cache never fails a run). ``save_pretrained`` refuses
-a GGUF-loaded model, so the weights go through ``safetensors.torch.save_model`` (which also drops tied copies).
+load is converted again (:mod:`.model_cache`: a damaged or unwritable cache never fails a run).
+``save_pretrained`` refuses a GGUF-loaded model, so the weights go through ``safetensors.torch.save_model`` (which
+also drops tied copies).
 
 Every problem with the path is a :class:`~llm_policy_gen.errors.UserError` (one line, exit 2): a missing path, a
 file that is not GGUF, a folder without ``config.json``, no tokenizer, an architecture ``transformers`` cannot load,
@@ -35,7 +36,8 @@ from typing import Any
 
 from ..errors import UserError
 from ..storage.model_file import file_sha256, is_gguf, loading
-from .cache import (
+from .custom_code import refuse_custom_code
+from .model_cache import (
     WEIGHTS_FILE,
     Note,
     damaged_note,
@@ -47,7 +49,6 @@ from .cache import (
     weights_problem,
     write_weights,
 )
-from .custom_code import refuse_custom_code
 
 __all__ = ["LanguageModel", "ModelIdentity", "model_identity", "load_language_model", "load_from_source",
            "default_lm_cache"]
@@ -192,7 +193,7 @@ def _saver(model: Any, tokenizer: Any) -> Callable[[Path], None]:
 
 def _from_gguf(identity: ModelIdentity, root: Path, note: Note) -> tuple[Any, Any, str]:
     """(model, tokenizer, ``cache`` or ``gguf``): the verified safetensors copy under ``root``, else the GGUF file
-    (and the copy written, by the process that holds the model folder's lock; see :mod:`.cache`)."""
+    (and the copy written, by the process that holds the model folder's lock; see :mod:`.model_cache`)."""
     folder = root / identity.sha256 / "weights"
     with model_folder_lock(folder.parent) as writer:
         problem = weights_problem(folder, identity.sha256) if os.path.lexists(folder) else None
@@ -236,6 +237,7 @@ def load_language_model(path: str | Path, cache_dir: Path | None = None, note: N
         return kept
     t0 = time.perf_counter()
     if identity.kind == "folder":
+        refuse_custom_code(Path(identity.path), f"--lm-model {identity.path}")  # before a load is said
         with loading(note, "lm-policy", Path(identity.path)):
             model, tokenizer = load_from_source(identity)
         lm = LanguageModel(identity, model, tokenizer, "folder", time.perf_counter() - t0)

@@ -4,8 +4,8 @@
 1, no padding), so its encoding depends only on the model and the text, never on which texts were encoded beside it
 (padded batches change the last bits). An encoding is kept in memory and on disk under
 ``CACHE/<model sha256>/encodings/<pooling>/<sha256 of the text>.npy`` (written atomically, read without pickle and
-used only as a finite float32 vector of the model's width, else computed again: :mod:`.cache`): a second run of the
-same task, or another task sharing texts, makes no forward pass. :attr:`Encoder.forward_passes` counts the passes
+used only as a finite float32 vector of the model's width, else computed again: :mod:`.model_cache`): a second run
+of the same task, or another task sharing texts, makes no forward pass. :attr:`Encoder.forward_passes` counts the passes
 made.
 
 **Pooling.** ``mean`` (the default): the mean of the last hidden states over the text's tokens. ``last``: the last
@@ -24,7 +24,7 @@ from typing import Literal
 import numpy as np
 
 from .backbone import LanguageModel
-from .cache import ArrayCache, Note, unheard
+from .model_cache import ArrayCache, Note, unheard
 
 __all__ = ["Encoder", "Pooling", "POOLINGS"]
 
@@ -44,7 +44,7 @@ class Encoder:
         self.device = device
         self.disk = ArrayCache(None if cache_dir is None else cache_dir / lm.identity.sha256 / "encodings" / pooling,
                                "encoding", np.dtype(np.float32), note)
-        """The encodings kept on disk, each checked when read (:mod:`.cache`)."""
+        """The encodings kept on disk, each checked when read (:mod:`.model_cache`)."""
         self.memory: dict[str, np.ndarray] = {}
         self.forward_passes = 0
         """Forward passes made by this encoder (texts neither in memory nor on disk)."""

@@ -8,8 +8,9 @@ loads it untied. Action scoring (``--lm-head scores``) needs that matrix: it is 
 the GGUF tensor ``output.weight`` (dequantised to float32 by ``gguf``, as ``transformers`` does for the other tensors)
 or a folder's ``lm_head.weight`` (safetensors), kept beside the dequantised weights as
 ``CACHE/<model sha256>/output.safetensors`` (with the GGUF file's sha256 in its metadata; a kept file made from
-another model, or not a finite float32 matrix of the embeddings' shape, is read again from the model: :mod:`.cache`)
-and attached to the model as a non-persistent buffer, which moves with the model to its device and is never part of
+another model, or not a finite float32 matrix of the embeddings' shape, is read again from the model:
+:mod:`.model_cache`) and attached to the model as a non-persistent buffer, which moves with the model to its
+device and is never part of
 a saved state.
 """
 
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from .backbone import LanguageModel, ModelIdentity
-from .cache import Note, damaged_note, first_line, model_folder_lock, remove_entry, unheard, unwritable_note
+from .model_cache import Note, damaged_note, first_line, model_folder_lock, remove_entry, unheard, unwritable_note
 
 __all__ = ["OUTPUT_BUFFER", "attach_output_layer"]
 

@@ -24,7 +24,7 @@ of SmolLM2's tokens) is run once; then each state's own tokens once, and each ac
 (:func:`state_logprobs`). With a frozen model every (prompt, continuation) pair is scored once and kept, in memory and
 on disk under ``CACHE/<model sha256>/scores/<sha256 of the key>.npy`` (the raw sum and the token count, so every
 normalisation reads the same file, written atomically, read without pickle, used only as finite float64 values of
-the expected shape, else computed again: :mod:`.cache`). States are scored in fixed blocks of
+the expected shape, else computed again: :mod:`.model_cache`). States are scored in fixed blocks of
 16 consecutive states, one batch each (a batch's composition moves the last bits, so the key names the block and
 the cached value is exactly the one a new computation gives). :attr:`ActionScorer.forward_passes` counts the
 batches.
@@ -45,7 +45,7 @@ from ..envs.spec import EnvSpec
 from ..errors import UserError
 from ..prompting.templates import fill
 from .backbone import LanguageModel
-from .cache import ArrayCache, Note, unheard
+from .model_cache import ArrayCache, Note, unheard
 from .output_layer import OUTPUT_BUFFER, attach_output_layer
 from .state_text import state_text
 
@@ -222,7 +222,7 @@ class ActionScorer:
         self.device = device
         self.disk = ArrayCache(None if cache_dir is None else cache_dir / lm.identity.sha256 / "scores", "scores",
                                np.dtype(np.float64), note)
-        """The scores kept on disk, each checked when read (:mod:`.cache`)."""
+        """The scores kept on disk, each checked when read (:mod:`.model_cache`)."""
         self.memory: dict[str, np.ndarray] = {}
         self.block = 16
         """States scored in one batch."""

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from ..keeper import Verdict
     from ..policy import Policy
     from ..prompting.builder import PromptBuilder, PromptContext
-    from ..sizes import Need
+    from ..storage.sizes import Need
 
 __all__ = ["Setup", "RunServices", "Step", "Mode", "Learner", "OwnLoop", "stopped_before_any_answer", "first_stop",
            "uses_chat", "proposes", "first_messages", "memory_needs"]

@@ -50,7 +50,7 @@ from pydantic import field_validator
 
 from ..errors import UserError
 from ..registry import PluginOptions, setting
-from ..sizes import Need, check_memory
+from ..storage.sizes import Need, check_memory
 from .base import Setup, Step
 
 if TYPE_CHECKING:

@@ -7,10 +7,7 @@ table or the reason it has none. :class:`~llm_policy_gen.proposers.llm.LLMPropos
 compute their tables from the context alone and never step an environment, so every episode a run uses is counted by the
 engine. They are not LLM clients and do not pretend to be: :class:`TableSearch` renders each table as answer text in
 the run's answer format, parses it back through that format (the same validator a model's answer meets) and writes
-the same transcript line, so any run replays with ``replay:``, but without the prompt: ``messages`` is empty (its
-size stays in ``prompt_chars``). No model was sent it, nothing reads it back (a replay answers by the call's key, a
-resume restores the search from the checkpoint), and each line would carry the whole prompt (1.4 MB of a 30-iteration
-CartPole run's 2.6 MB). The prompts a model would have got are those of a replay of the run, which records them.
+the same transcript line, so any run replays with ``replay:``.
 """
 
 from __future__ import annotations
@@ -87,7 +84,7 @@ class TableSearch:
                 answer.errors = exc.errors
             self.transcript.write({
                 **CallKey(ctx.iteration, c, 1).to_dict(), "phase": self.phase, "backend": self.name,
-                "model": self.label, "messages": [],
+                "model": self.label, "messages": [m.to_dict() for m in messages],
                 "prompt_chars": sum(len(m.content) for m in messages), "response_text": text,
                 "response_model": self.label, "valid": answer.ok, "errors": answer.errors,
                 "notes": answer.parsed.notes if answer.parsed else [], "failed": False, "input_tokens": 0,

@@ -19,9 +19,9 @@ from typing import Any
 import numpy as np
 
 from ..errors import JSONBounds, UserError
-from ..sizes import gib, memory_limit
 from ..storage.runlog import MAX_JSON_BYTES, write_bytes_atomic
 from ..storage.safe_json import loads
+from ..storage.sizes import gib, memory_limit
 
 __all__ = ["save_checkpoint", "load_checkpoint", "CHECKPOINT_VERSION"]
 
@@ -79,7 +79,7 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     read first, without the data, and must agree with the size the zip declares for the member; and the arrays
     declared must fit in the file (:func:`save_checkpoint` stores them uncompressed, so a member that would inflate
     past the file, as a 20 GiB array deflated to 21 MB would, is refused before anything is allocated) and in memory
-    (:func:`llm_policy_gen.sizes.memory_limit`)."""
+    (:func:`llm_policy_gen.storage.sizes.memory_limit`)."""
     try:
         with zipfile.ZipFile(Path(path)) as zf:
             members = {i.filename: i for i in zf.infolist()}

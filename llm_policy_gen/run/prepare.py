@@ -32,7 +32,7 @@ from ..modes import MODES
 from ..modes.base import Mode, memory_needs
 from ..prompting.templates import check_prompts_dir
 from ..registry import plugin_sections
-from ..sizes import check_memory, table_need
+from ..storage.sizes import check_memory, table_need
 from .environment import probe_outputs, resolve_spec
 
 __all__ = ["Prepared", "prepare", "pair_learner", "unused_options"]

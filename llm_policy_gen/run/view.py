@@ -123,7 +123,7 @@ class RunView:
 
     @property
     def before_candidates(self) -> bool:
-        """Written before K candidates (``best_eval_mean`` was then the kept table's test mean)."""
+        """Written before K candidates (the held-out key of the files then held the kept table's test mean)."""
         return self.layout == LAYOUT_BEFORE_CANDIDATES
 
     def curve(self, y: str = "heldout_mean", x: Axis = "episodes") -> tuple[list[float], list[float | None]]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 
-from .errors import UserError
+from ..errors import UserError
 
 __all__ = ["MEMORY_CAP", "TABLE_CELL_BYTES", "Need", "memory_limit", "check_memory", "table_need", "gib"]
 
