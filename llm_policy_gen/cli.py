@@ -76,7 +76,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    try:
+        parser = build_parser()
+    except UserError as exc:  # a plug-in whose options cannot be known (its module does not import)
+        print_dropped(_error_line("", "error", exc).replace("llm-policy-gen : ", "llm-policy-gen: "), sys.stderr)
+        return 2
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, --version, or a bad option (already reported in one line)

@@ -222,8 +222,9 @@ def _declarer(model: type[PluginOptions], name: str) -> type[PluginOptions]:
 
 def plugin_sections() -> list[Section]:
     """Every registered plug-in's options, one :class:`Section` per declaring class, in registry order. A plug-in that
-    cannot be imported here (a missing optional module) declares nothing until it can; a key declared by two
-    unrelated classes is a programming error (``ValueError``)."""
+    cannot be imported is refused loudly (:class:`UserError` naming its module and the error: its options silently
+    missing made every check of them wrong); a key declared by two unrelated classes is a programming error
+    (``ValueError``)."""
     if Registry._generation in _gathered:
         return _gathered[Registry._generation]
     users: dict[type[PluginOptions], list[tuple[str, str]]] = {}
@@ -233,8 +234,11 @@ def plugin_sections() -> list[Section]:
         for name in registry:
             try:
                 model = registry.options_model(name)
-            except (ImportError, AttributeError):
-                continue
+            except (ImportError, AttributeError) as exc:  # its options would vanish from --help and every check
+                where = registry.entry(name).entry_point
+                raise UserError(f"the {registry.kind} plug-in {name!r} cannot be loaded from {where}: "
+                                f"{type(exc).__name__}: {exc}; its options are unknown until it can (reinstall "
+                                "llm-policy-gen, or fix or unregister the plug-in)") from None
             for declarer in {_declarer(model, k) for k in model.model_fields} if model else ():
                 users.setdefault(declarer, []).append((registry.kind, name))
     sections: list[Section] = []

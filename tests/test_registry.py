@@ -255,3 +255,18 @@ def test_a_registered_mode_runs_a_real_training_and_resumes(tmp_path: Path, sing
     more = resume(rd, {"iterations": 3}, log=quiet)
     assert more.summary["asked"] == 3 and more.summary["iterations"] == 3
     assert [e["asked_so_far"] for e in read_jsonl(rd / "events.jsonl")] == [1, 2, 3]
+
+
+def test_a_plugin_whose_module_does_not_import_is_refused_loudly(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """Its options used to vanish silently from --help and from every check (71 of 82 settings listed on a machine
+    without gymnasium); now the command names the plug-in, its module and the error, exit 2, nothing made."""
+    MODES.register("broken", "no_such_module_of_llm_policy_gen:BrokenMode", description="cannot import")
+    try:
+        code = main(["train", "--env", "CartPole-v1", "--logs-dir", str(tmp_path / "logs"), "--iterations", "1"])
+    finally:
+        MODES.unregister("broken")
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert "'broken'" in err and "no_such_module_of_llm_policy_gen:BrokenMode" in err and "ModuleNotFoundError" in err
+    assert not (tmp_path / "logs").exists()
