@@ -212,6 +212,17 @@ def test_train_says_when_a_setting_does_not_apply(tmp_path: Path, capsys: pytest
         capsys.readouterr().err
 
 
+def test_a_sweep_setting_no_method_takes_is_said(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cfg = tmp_path / "small.toml"
+    cfg.write_text("[train]\nheldout-episodes = 5\ntrain-episodes = 2\nlm-epochs = 2\npotential-bound = 3.0\n")
+    assert main(["compare", "--env", "FrozenLake-v1.deterministic", "--methods", "offline,offline@reward", "--seeds",
+                 "0", "--iterations", "1", "--config", str(cfg), "--out", str(tmp_path / "cmp"), "--no-progress"]) == 0
+    err = capsys.readouterr().err
+    assert "note: the setting lm_epochs has no effect on any method of this sweep (on offline: mode table (it is " \
+        "an option of mode lm-policy))" in err
+    assert "potential_bound" not in err  # offline@reward takes it
+
+
 def test_a_compare_whose_calls_came_from_the_cache_says_so(fake_openai: Any, tmp_path: Path,
                                                            capsys: pytest.CaptureFixture[str]) -> None:
     fake_openai.responder = TableResponder()

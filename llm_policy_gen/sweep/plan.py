@@ -217,15 +217,25 @@ def preflight(tasks: Sequence[RunTask]) -> None:
     """Everything a run would refuse before its first iteration, for every task, before any run starts: the
     settings of every (entry, seed), and each entry's environment, mode and backend (its key included) by building
     its run in a scratch folder without starting it. Says, once per entry, where its calls will go and where that
-    base URL and the key came from."""
+    base URL and the key came from, and once per setting of the sweep that no method of it takes, that it changes
+    nothing."""
     from ..run import check_backend, prepare
+    from ..run.prepare import unused_settings
 
     built: set[str] = set()
+    unused: dict[str, str] | None = None
     for task in tasks:
         cfg = task.config()  # every (entry, seed): a bad seed is refused here
         if task.backend in built:
             continue
         built.add(task.backend)
-        endpoint = check_backend(prepare(cfg))
+        prepared = prepare(cfg)
+        endpoint = check_backend(prepared)
         if endpoint is not None:
             print(printable(endpoint), file=sys.stderr)
+        mine = {k: f"{task.label}: {why}" for k, why in
+                unused_settings(prepared.cfg, set(task.settings), prepared.backend).items()}
+        unused = mine if unused is None else {k: v for k, v in unused.items() if k in mine}
+    for key, why in (unused or {}).items():  # a sweep's setting that no method of it takes: said, not refused
+        print(printable(f"note: the setting {key} has no effect on any method of this sweep (on {why})"),
+              file=sys.stderr)
