@@ -65,11 +65,12 @@ def test_entries_split_on_top_level_commas_only() -> None:
     ("nope", "unknown backend 'nope'"),
     ("a=offline,a=random", "its runs would go where those of 'a=offline' go"),
     ("offline,offline=random", "its runs would go where those of 'offline' go"),
+    ("openai:m[base_url=https://user:hunter2@h.example/v1]", "it holds a secret"),
 ])
 def test_bad_entries_are_one_line_user_errors(text: str, message: str) -> None:
     with pytest.raises(UserError, match=None) as err:
         parse_methods(text)
-    assert message in str(err.value) and "\n" not in str(err.value)
+    assert message in str(err.value) and "\n" not in str(err.value) and "hunter2" not in str(err.value)
 
 
 # ---------------------------------------------------------------------------------------------------- run ids

@@ -153,10 +153,15 @@ def _bad(flag: str, entry: str, why: str) -> UserError:
 
 def parse_method(entry: str, flag: str = "--methods") -> Method:
     """One entry, checked (backend, mode, option keys and values); a bad one is a one-line :class:`UserError` naming
-    it and what is accepted."""
+    it and what is accepted. An entry holding a secret (a URL's password, a key) is refused without showing it: the
+    entry is written as it is into compare.json, results.csv and the console."""
     from ..backends import parse_backend_spec
+    from ..clients.keys import redact
     from ..modes import MODES
 
+    if redact(entry) != entry:
+        raise UserError(f"bad {flag} entry {redact(entry.strip())!r}: it holds a secret (a URL's password or a key), "
+                        "which the comparison's files would show; give it in --config or the provider's variable")
     text = entry.strip()
     label: str | None = None
     head, eq, rest = text.partition("=")
