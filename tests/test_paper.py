@@ -97,7 +97,8 @@ def test_llm_rows_need_real_non_cached_calls(comparison: Path, tmp_path: Path) -
         (d / "transcripts.jsonl").write_text(json.dumps(
             {"iteration": 1, "response_text": "{}", "cached": cached, "input_tokens": tokens,
              "output_tokens": 10}) + "\n")
-        rows.append({**rows[0], "backend": f"openai:{name}", "is_llm": "true", "run_dir": str(d.relative_to(cmp))})
+        rows.append({**rows[0], "backend": f"openai:{name}", "method": f"openai:{name}", "is_llm": "true",
+                     "run_dir": str(d.relative_to(cmp))})
     with open(cmp / "results.csv", "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=list(CSV_COLUMNS))
         w.writeheader()

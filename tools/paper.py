@@ -50,7 +50,8 @@ from llm_policy_gen.schema.aliases import settings_in
 from llm_policy_gen.storage.runlog import write_bytes_atomic
 from llm_policy_gen.sweep.figures import plot_curves
 from llm_policy_gen.sweep.interaction import unequal_interaction
-from llm_policy_gen.sweep.results import ResultRow, SweepRecord, backend_stats, load_curves, read_results, split_entry
+from llm_policy_gen.sweep.methods import parse_method
+from llm_policy_gen.sweep.results import ResultRow, SweepRecord, backend_stats, load_curves, read_results
 from llm_policy_gen.sweep.stats import DEFAULT_CONFIDENCE, DEFAULT_RESAMPLES, DEFAULT_SEED
 
 __all__ = ["has_real_calls", "select_rows", "latex_escape", "generate", "build_pdf", "main"]
@@ -90,7 +91,7 @@ def select_rows(compare_dir: Path, rows: Sequence[ResultRow]) -> tuple[list[Resu
     for r in rows:
         if r.ok and r.is_llm:
             if not r.run_dir or not has_real_calls(Path(compare_dir) / r.run_dir):
-                dropped.append(f"{r.backend} seed {r.seed}")
+                dropped.append(f"{r.name} seed {r.seed}")
                 continue
         kept.append(r)
     return kept, dropped
@@ -181,8 +182,11 @@ def numbers_tex(record: SweepRecord, cfg: dict[str, Any], rows: Sequence[ResultR
 
 
 def row_mode(rows: Sequence[ResultRow], backend: str) -> str:
-    """The mode of a backend entry's runs (``BACKEND@MODE`` names it; else the rows' ``mode`` column, else table)."""
-    named = split_entry(backend)[1]
+    """The mode of a method entry's runs (``BACKEND@MODE`` names it; else the rows' ``mode`` column, else table)."""
+    try:
+        named = parse_method(backend).mode
+    except UserError:  # an entry this version does not read: its rows say
+        named = None
     if named:
         return named
     return next((str(r.mode) for r in rows if r.backend == backend and r.mode), "table")
@@ -195,7 +199,7 @@ def results_table_tex(kept: Sequence[ResultRow], backends: Sequence[str]) -> str
         r"\setlength{\tabcolsep}{4pt}",
         r"\begin{tabular}{llccrrrrrrr}",
         r"\toprule",
-        r"backend & mode & LLM & runs & episodes/run & steps/run & IQM held-out return [95\% CI] & "
+        r"method & mode & LLM & runs & episodes/run & steps/run & IQM held-out return [95\% CI] & "
         r"median ep.\ to solve & solve rate & calls/run & wall s/run \\",
         r"\midrule",
     ]
@@ -205,7 +209,8 @@ def results_table_tex(kept: Sequence[ResultRow], backends: Sequence[str]) -> str
         med = "not reached" if s.median_episodes_to_solve is None else _fmt(s.median_episodes_to_solve, 0)
         rate = "--" if not np.isfinite(s.solve_rate) else f"{100 * s.solve_rate:.0f}\\%"
         lines.append(
-            f"{latex_escape(split_entry(s.backend)[0])} & {latex_escape(row_mode(kept, s.backend))} & "
+            f"{latex_escape(s.name.removesuffix('@' + row_mode(kept, s.backend)))} & "
+            f"{latex_escape(row_mode(kept, s.backend))} & "
             f"{'yes' if s.is_llm else 'no'} & {s.ok}/{s.runs} & {_fmt(s.episodes, 0)} & {_fmt(s.steps, 0)} & "
             f"{score} & {med} & "
             f"{rate} & {_fmt(s.calls)} & {_fmt(s.wall_s)} \\\\"
@@ -223,26 +228,26 @@ def ranking_tex(kept: Sequence[ResultRow], backends: Sequence[str], settings: di
     unequal = unequal_interaction(kept, backends, settings or {})
     warning = f"\\textbf{{Warning}}: {latex_escape(unequal)}. " if unequal else ""
     stats.sort(key=lambda s: -s.returns.estimate)
-    parts = [f"{latex_escape(s.backend)} ({_fmt(s.returns.estimate)})" for s in stats]
+    parts = [f"{latex_escape(s.name)} ({_fmt(s.returns.estimate)})" for s in stats]
     text = warning + "Ordered by the interquartile mean of the final held-out return: " + ", ".join(parts) + "."
     pairs = []
     for a, b in zip(stats, stats[1:], strict=False):
         overlap = a.returns.low <= b.returns.high
-        pairs.append(f"the intervals of {latex_escape(a.backend)} and {latex_escape(b.backend)} "
+        pairs.append(f"the intervals of {latex_escape(a.name)} and {latex_escape(b.name)} "
                      f"{'overlap' if overlap else 'do not overlap'}")
     if pairs:
         text += " Between neighbours in this order, " + "; ".join(pairs) + "."
     solved = [s for s in stats if s.solve_rate > 0]
     if solved:
         text += " Runs reached the threshold for " + ", ".join(
-            f"{latex_escape(s.backend)} ({100 * s.solve_rate:.0f}\\% of seeds)" for s in solved) + "."
+            f"{latex_escape(s.name)} ({100 * s.solve_rate:.0f}\\% of seeds)" for s in solved) + "."
     else:
         text += " No run of any backend reached the reward threshold within its budget."
     return text + "\n"
 
 
 def llm_status_tex(kept: Sequence[ResultRow], dropped: Sequence[str]) -> str:
-    llm = sorted({r.backend for r in kept if r.is_llm})
+    llm = sorted({r.name for r in kept if r.is_llm})
     if llm:
         text = ("Rows for language-model backends (" + ", ".join(latex_escape(b) for b in llm) + ") come from runs "
                 "whose transcripts hold real, non-cached calls.")
@@ -283,12 +288,12 @@ def generate(compare_dir: Path, out: Path) -> list[Path]:
     put("llm_status.tex", llm_status_tex(kept, dropped))
     failed = [r for r in rows if not r.ok]
     put("failed.tex", ("Failed runs (not in the table): " + "; ".join(
-        f"{latex_escape(r.backend)} seed {r.seed}: {latex_escape(r.error)}" for r in failed) + ".\n")
+        f"{latex_escape(r.name)} seed {r.seed}: {latex_escape(r.error)}" for r in failed) + ".\n")
         if failed else "No run failed.\n")
     keys = {(r.backend, r.seed) for r in kept if r.ok}
     curves = [c for c in load_curves(compare_dir) if (c.backend, c.seed) in keys]
     written.append(plot_curves(curves, gen / "curves.png", f"{record.env_id}: kept table over seeds", backends,
-                               record.reward_threshold))
+                               record.reward_threshold, names={r.backend: r.name for r in kept}))
     written.append(_policy_figure(compare_dir, kept, gen / "policy.png", put))
     return written
 

@@ -2,13 +2,18 @@
 
 ::
 
-    llm-policy-gen compare --env CartPole-v1 --backends offline,q-learning,random --seeds 0-4 \\
+    llm-policy-gen compare --env CartPole-v1 --methods offline,@q-learning,random --seeds 0-4 \\
         [--iterations N] [--max-steps N] [--max-episodes N] [--workers N] [--executor local|ray] \\
         [--config FILE.toml] [--out DIR] [--max-concurrent-calls N] [--rpm N] [--budget-usd X]
 
-Each pair is one run of :mod:`llm_policy_gen.run` in its own run directory ``OUT/runs/<env>/<entry>_s<seed>``
-(the usual files of a run; ``<entry>`` is the ``--backends`` entry made a file name: ``offline_s0``,
-``offline-reward_s0``). The comparison directory gets (:mod:`.results`):
+``--methods`` (``--backends`` is its old spelling) takes method entries in the grammar of
+:mod:`llm_policy_gen.sweep.methods`: ``[LABEL=]BACKEND[@MODE][[KEY=VALUE;...]]`` or ``[LABEL=]@MODE[...]``; a label
+names the method, options are settings of that method only (one that no plug-in of its runs takes is refused before
+anything runs). Each pair is one run of :mod:`llm_policy_gen.run` in its own run directory
+``OUT/runs/<env>/<run id>`` (the usual files of a run; an entry without label and options keeps the id it always had,
+the entry made a file name: ``offline_s0``, ``offline-reward_s0``; a label gives ``<label>_s0``). Tables, reports,
+figures and the console name a method by its display name (its label, else a path shown as its stem:
+``llamacpp:SmolLM2-135M-Instruct.Q4_1``). The comparison directory gets (:mod:`.results`):
 
 * ``results.csv`` -- one row per run: its summary numbers with ``status=ok``, or ``status=failed`` (or
   ``interrupted``) with the error and no numbers (a failed run never stops the sweep);
@@ -64,6 +69,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import shlex
 import shutil
 import sys
 import time
@@ -158,9 +164,9 @@ class _Display:
             what = f"best {best}, {'solved' if row.solved else 'not solved'}"
         else:
             what = f"{row.status.upper()}: {row.error}"
-        msg = printable(f"[{self.count}/{self.total}] {task.backend} seed {task.seed}: {what}{note}")
+        msg = printable(f"[{self.count}/{self.total}] {task.label} seed {task.seed}: {what}{note}")
         if self.bar is not None:
-            self.bar.set_postfix_str(f"{task.backend} s{task.seed}")
+            self.bar.set_postfix_str(f"{task.label} s{task.seed}")
             self.bar.update(1)
             self.bar.write(msg, file=sys.stderr)
         elif self.enabled:
@@ -276,9 +282,13 @@ def add_parser(subparsers: Any) -> None:
         "the same command skips finished runs and resumes interrupted ones; other settings under the same --out "
         "are refused. Exit 1 when some run failed.")
     p.add_argument("--env", dest="env_id", required=True, help="gymnasium id (see `envs`)")
-    p.add_argument("--backends", required=True,
-                   help="comma-separated BACKEND or BACKEND@MODE entries, e.g. offline,q-learning,random,"
-                   "openai:gpt-4.1-mini")
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--methods", help="comma-separated method entries [LABEL=]BACKEND[@MODE][[KEY=VALUE;...]] or "
+                       "[LABEL=]@MODE[[...]]: a label names the method in tables and its run directories, the "
+                       "options are settings of that method only, e.g. offline,@q-learning,"
+                       "smol=llamacpp:/m/SmolLM2.gguf,onehot=@lm-policy[lm_features=onehot]")
+    which.add_argument("--backends", help="the old spelling of --methods (BACKEND or BACKEND@MODE entries, e.g. "
+                       "offline,q-learning,random,openai:gpt-4.1-mini); takes the same entries")
     p.add_argument("--seeds", default="0-4", help="seed range A-B or list 0,1,2 (default 0-4)")
     p.add_argument("--iterations", type=int, help="proposal rounds per run (default 30)")
     p.add_argument("--heldout-episodes", type=int,
@@ -304,7 +314,9 @@ def _command(args: argparse.Namespace, backends: list[str]) -> str:
     """The command line as the files quote it (a password in a value redacted)."""
     from ..clients.keys import redact
 
-    command = f"llm-policy-gen compare --env {args.env_id} --backends {','.join(backends)} --seeds {args.seeds}"
+    flag = "--methods" if args.methods is not None else "--backends"
+    command = (f"llm-policy-gen compare --env {args.env_id} {flag} {shlex.quote(','.join(backends))} "
+               f"--seeds {args.seeds}")
     for flag, value in (("--iterations", args.iterations), ("--heldout-episodes", args.heldout_episodes),
                         ("--max-steps", args.max_steps), ("--max-episodes", args.max_episodes),
                         ("--workers", args.workers),
@@ -328,7 +340,8 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
     load_env_noted()
     seeds = parse_seeds(args.seeds)
-    backends = parse_backends(args.backends)
+    backends = parse_backends(*((args.methods, "--methods") if args.methods is not None else
+                                (args.backends, "--backends")))
     settings: dict[str, Any] = load_settings(args.config) if args.config else {}
     for fixed in ("env_id", "backend", "seed", "logs_dir", "run_id"):
         settings.pop(fixed, None)

@@ -135,6 +135,7 @@ def seed_curves(data: CompareData, threshold: float | None) -> str | None:
     order = [b for b in data.backends if any(c.backend == b and c.x for c in data.curves)]
     if not order:
         return None
+    names = {r.backend: r.name for r in data.rows}
     cols = min(3, len(order))
     rows = math.ceil(len(order) / cols)
     fig = _figure(3.7 * cols, 2.6 * rows)
@@ -145,7 +146,7 @@ def seed_curves(data: CompareData, threshold: float | None) -> str | None:
             ax.step(c.x, c.y, where="post", linewidth=1.3, label=f"seed {c.seed}")
         if threshold is not None:
             ax.axhline(threshold, color="gray", linewidth=1, linestyle=":")
-        ax.set_title(figure_label(b), fontsize=9)
+        ax.set_title(figure_label(names.get(b) or b), fontsize=9)
         ax.grid(alpha=0.3)
         ax.tick_params(labelsize=7)
         if len(ax.get_lines()) <= 8:

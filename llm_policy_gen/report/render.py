@@ -206,7 +206,8 @@ def render_compare(data: CompareData, out: Path, run_reports: dict[str, Path] | 
 
         with tempfile.TemporaryDirectory() as tmp:
             curves = file_uri(plot_curves(data.curves, Path(tmp) / "curves.png", f"{data.env_id}: kept table over "
-                                          "seeds", data.backends, threshold))
+                                          "seeds", data.backends, threshold,
+                                          names={r.backend: r.name for r in data.rows}))
     runs = []
     for row in data.rows:
         d = data.run_dir(row)

@@ -35,7 +35,7 @@ from ..registry import plugin_sections
 from ..storage.sizes import check_memory, table_need
 from .environment import probe_outputs, resolve_spec
 
-__all__ = ["Prepared", "prepare", "pair_learner", "unused_options"]
+__all__ = ["Prepared", "prepare", "pair_learner", "unused_options", "unused_settings"]
 
 
 @dataclass
@@ -145,9 +145,17 @@ def unused_options(cfg: TrainConfig, backend: str) -> list[str]:
     """A note for each plug-in option the user gave (on the command line or in a file) that no plug-in of this run
     takes (``--potential-bound`` with ``--mode table``): it is recorded in config.json but changes nothing. A note,
     not a refusal: a shared config file or a sweep's settings may hold options for the other runs' plug-ins."""
+    return [f"note: {option_name(key)} has no effect on this run's {why}"
+            for key, why in unused_settings(cfg, set(cfg.explicit), backend).items()]
+
+
+def unused_settings(cfg: TrainConfig, keys: set[str], backend: str | None = None) -> dict[str, str]:
+    """Of the settings ``keys``, the plug-in options that no plug-in of this run takes, each with why (``"mode table
+    (it is an option of mode reward)"``); ``backend``: the backend's registry name (default: ``cfg``'s)."""
+    backend = backend or parse_backend_spec(cfg.backend or "offline")[0]
     in_use = {("mode", cfg.mode), ("backend", backend), ("answer format", cfg.output_format),
               *(("logger", n.strip().lower()) for n in cfg.log)}
-    notes: list[str] = []
+    out: dict[str, str] = {}
     for section in plugin_sections():
         if in_use & set(section.plugins):
             continue
@@ -155,7 +163,6 @@ def unused_options(cfg: TrainConfig, backend: str) -> list[str]:
         used = "; ".join(f"{kind} {', '.join(n for k, n in sorted(in_use) if k == kind) or '(none)'}"
                          for kind in sorted(kinds))
         for key in section.options:
-            if key in cfg.explicit:
-                notes.append(f"note: {option_name(key)} has no effect on this run's {used} (it is an option of "
-                             f"{section.title})")
-    return notes
+            if key in keys:
+                out[key] = f"{used} (it is an option of {section.title})"
+    return out

@@ -49,5 +49,5 @@ def close_sweep(out: Path, record: SweepRecord, tasks: Sequence[RunTask],
         write_curves(out, record.env_id, curves)
         write_bytes_atomic(out / "results.md", results_markdown(record, rows, random).encode("utf-8"))
         plot_curves(curves, out / "curves.png", f"{record.env_id}: kept table over seeds", record.backends,
-                    record.reward_threshold)
+                    record.reward_threshold, names={t.backend: t.label for t in tasks})
     return rows, stopped

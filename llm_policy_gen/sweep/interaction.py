@@ -48,7 +48,7 @@ def unequal_interaction(rows: Sequence[ResultRow], backends: Sequence[str] | Non
     with a result differ by more than :data:`TOLERANCE`; None when they do not, or fewer than two backends have
     results."""
     what = measure(settings)
-    means = {s.backend: (s.steps if what == "steps" else s.episodes) for s in backend_stats(rows, backends) if s.ok}
+    means = {s.name: (s.steps if what == "steps" else s.episodes) for s in backend_stats(rows, backends) if s.ok}
     if len(means) < 2:
         return None
     low, high = min(means.values()), max(means.values())
@@ -75,9 +75,9 @@ def _before_budget(rows: Sequence[ResultRow]) -> str:
     why: dict[str, set[str]] = {}
     for r in (r for r in rows if r.ok):
         early = r.stop is None or r.stop.kind not in budgets
-        counts.setdefault(r.backend, [0, 0])[1] += 1
+        counts.setdefault(r.name, [0, 0])[1] += 1
         if early:
-            counts[r.backend][0] += 1
-            why.setdefault(r.backend, set()).add(r.stop.kind.value if r.stop is not None else "no stop reason")
+            counts[r.name][0] += 1
+            why.setdefault(r.name, set()).add(r.stop.kind.value if r.stop is not None else "no stop reason")
     return ", ".join(f"{b} {n} of {plural(total, 'run')} ({', '.join(sorted(why[b]))})"
                      for b, (n, total) in counts.items() if n)

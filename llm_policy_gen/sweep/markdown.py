@@ -17,10 +17,10 @@ from ..loggers.console import plural
 from ..run.stop import StopKind
 from ..schema.aliases import file_key
 from .interaction import TOLERANCE, budget_text, unequal_interaction
-from .results import ResultRow, SweepRecord, backend_stats
+from .results import BackendStats, ResultRow, SweepRecord, backend_stats
 from .stats import DEFAULT_RESAMPLES, DEFAULT_SEED
 
-__all__ = ["results_markdown"]
+__all__ = ["results_markdown", "calls_cell", "wall_cell"]
 
 
 def _f(x: float | None, digits: int = 1) -> str:
@@ -46,10 +46,10 @@ def results_markdown(record: SweepRecord, rows: Sequence[ResultRow], random: Map
         med = "not reached" if s.median_episodes_to_solve is None else f"{s.median_episodes_to_solve:,.0f}"
         rate = "n/a" if not np.isfinite(s.solve_rate) else f"{100 * s.solve_rate:.0f}%"
         lines.append(
-            f"| {s.backend} | {'yes' if s.is_llm else 'no'} | {s.ok}/{s.runs} | {_f(s.episodes, 0)} | "
+            f"| {s.name} | {'yes' if s.is_llm else 'no'} | {s.ok}/{s.runs} | {_f(s.episodes, 0)} | "
             f"{_f(s.steps, 0)} | {s.returns.format(1)} | "
             f"{s.score.format(2) if s.score is not None else 'n/a'} | {med} | "
-            f"{rate} | {_f(s.calls, 1)} | {_f(s.tokens, 0)} | {s.cost_usd:.4f} | {_f(s.wall_s, 1)} |"
+            f"{rate} | {calls_cell(s)} | {_f(s.tokens, 0)} | {s.cost_usd:.4f} | {wall_cell(s)} |"
         )
     warning = unequal_interaction(rows, record.backends, record.settings)
     if warning:
@@ -69,9 +69,11 @@ def results_markdown(record: SweepRecord, rows: Sequence[ResultRow], random: Map
         "- Median episodes to solve: environment episodes (training + test + confirmation, held-out excluded) "
         "until the kept table's held-out mean first reached the reward threshold; runs that never solved count as "
         "never solving, so the median is \"not reached\" when half the runs or more did not solve.",
-        "- Calls: calls to the backend. Backends with LLM = no (offline optimiser, q-learning, kept-table-q, random) "
-        "are not "
-        "language models; their calls cost nothing.",
+        "- Calls: calls to the backend, those the answer cache answered counted too and said in brackets "
+        "(\"from the cache\"). Backends with LLM = no (offline optimiser, q-learning, kept-table-q, random) are "
+        "not language models; their calls cost nothing.",
+        "- Wall s / run: mean wall time of the runs with a result, leaving out runs whose every call was answered "
+        "from the answer cache (their time says nothing of the method's); the brackets say how many were left out.",
         "- Curves: `curves.png` (median and interquartile band over seeds of the kept table's held-out mean "
         "against environment episodes; a backend's curve ends where its shortest run ended).",
     ]
@@ -80,8 +82,20 @@ def results_markdown(record: SweepRecord, rows: Sequence[ResultRow], random: Map
         lines += ["", "## Failed runs", "",
                   "Runs without a result: their numbers are in no line above. Running the same command again resumes "
                   "them from their checkpoints.", ""]
-        lines += [f"- {r.backend} seed {r.seed} ({r.status}): {r.error}" for r in failed]
+        lines += [f"- {r.name} seed {r.seed} ({r.status}): {r.error}" for r in failed]
     return "\n".join(lines) + "\n"
+
+
+def calls_cell(s: BackendStats) -> str:
+    """Calls per run, with those the answer cache answered: ``4.0 (4.0 from the cache)``."""
+    return _f(s.calls, 1) + (f" ({_f(s.cached_calls, 1)} from the cache)" if s.cached_calls else "")
+
+
+def wall_cell(s: BackendStats) -> str:
+    """Wall s per run of the runs that made real calls: ``n/a (2 runs all from the cache)`` when none did."""
+    if not s.cached_runs:
+        return _f(s.wall_s, 1)
+    return f"{_f(s.wall_s, 1)} ({plural(s.cached_runs, 'run')} all from the cache left out)"
 
 
 def _score_note(goal: float | None, random: Mapping[int, float] | None) -> str:
@@ -119,7 +133,7 @@ def _settings_lines(record: SweepRecord, rows: Sequence[ResultRow]) -> list[str]
         text = (f"Budget: USD {limits['budget_usd']:.4f} for the whole sweep (`--budget-usd`); its runs cost USD "
                 f"{cost:.4f} in all (USD {limits.get('spent_usd', cost):.4f} counted by the budget).")
         if stopped:
-            names = ", ".join(f"{r.backend} seed {r.seed} after {r.iterations}" for r in stopped)
+            names = ", ".join(f"{r.name} seed {r.seed} after {r.iterations}" for r in stopped)
             text += (f" {plural(len(stopped), 'run')} ended when the next call could have passed it (stop reason "
                      f"\"{stopped[0].stop_reason}\"): {names} iterations; their numbers come from fewer "
                      "iterations than asked for.")

@@ -23,7 +23,8 @@ from ..loggers.console import printable
 from ..run.files import CONFIG, RunDir, RunState
 from ..schema.aliases import settings_in
 from ..storage.runlog import read_json_object, to_jsonable
-from .results import SweepRecord, split_entry
+from .methods import check_options, display_names, parse_method, parse_methods
+from .results import SweepRecord
 from .task import RunTask
 
 if TYPE_CHECKING:
@@ -51,33 +52,24 @@ def parse_seeds(text: str) -> list[int]:
     return seeds
 
 
-def parse_backends(text: str) -> list[str]:
-    """Comma-separated ``BACKEND`` or ``BACKEND@MODE`` entries, each checked by the backend and mode registries."""
-    from ..backends import parse_backend_spec
-    from ..modes import MODES
-
-    out: list[str] = []
-    for part in str(text).split(","):
-        entry = part.strip()
-        if not entry:
-            continue
-        spec, mode = split_entry(entry)
-        parse_backend_spec(spec)
-        if mode is not None and mode not in MODES:
-            raise MODES.unknown(mode)
-        if entry not in out:
-            out.append(entry)
-    if not out:
-        raise UserError(f"bad --backends {text!r}: give comma-separated backend specs, e.g. offline,q-learning,random")
-    return out
+def parse_backends(text: str, flag: str = "--backends") -> list[str]:
+    """Comma-separated method entries (:mod:`.methods`), each checked by the grammar and the backend and mode
+    registries; returned as written, repeated ones once."""
+    return [m.written for m in parse_methods(text, flag)]
 
 
 # ---------------------------------------------------------------------------------------------------- the grid
 def plan(env_id: str, backends: Sequence[str], seeds: Sequence[int], out: Path,
          settings: Mapping[str, Any]) -> list[RunTask]:
-    """Every (backend, seed) task of the sweep, backend-major."""
+    """Every (method, seed) task of the sweep, method-major: each with the sweep's settings under its entry's options
+    (an option that does not apply to the entry's runs is refused here) and its display name."""
     out = Path(out).resolve()
-    return [RunTask(env_id, b, s, str(out), dict(settings)) for b in backends for s in seeds]
+    methods = [parse_method(b) for b in backends]
+    for m in methods:
+        check_options(m, settings)
+    names = display_names(methods, settings)
+    return [RunTask(env_id, m.written, s, str(out), {**settings, **m.options}, names[m.written])
+            for m in methods for s in seeds]
 
 
 @dataclass
@@ -225,15 +217,25 @@ def preflight(tasks: Sequence[RunTask]) -> None:
     """Everything a run would refuse before its first iteration, for every task, before any run starts: the
     settings of every (entry, seed), and each entry's environment, mode and backend (its key included) by building
     its run in a scratch folder without starting it. Says, once per entry, where its calls will go and where that
-    base URL and the key came from."""
+    base URL and the key came from, and once per setting of the sweep that no method of it takes, that it changes
+    nothing."""
     from ..run import check_backend, prepare
+    from ..run.prepare import unused_settings
 
     built: set[str] = set()
+    unused: dict[str, str] | None = None
     for task in tasks:
         cfg = task.config()  # every (entry, seed): a bad seed is refused here
         if task.backend in built:
             continue
         built.add(task.backend)
-        endpoint = check_backend(prepare(cfg))
+        prepared = prepare(cfg)
+        endpoint = check_backend(prepared)
         if endpoint is not None:
             print(printable(endpoint), file=sys.stderr)
+        mine = {k: f"{task.label}: {why}" for k, why in
+                unused_settings(prepared.cfg, set(task.settings), prepared.backend).items()}
+        unused = mine if unused is None else {k: v for k, v in unused.items() if k in mine}
+    for key, why in (unused or {}).items():  # a sweep's setting that no method of it takes: said, not refused
+        print(printable(f"note: the setting {key} has no effect on any method of this sweep (on {why})"),
+              file=sys.stderr)

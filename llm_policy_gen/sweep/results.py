@@ -28,14 +28,14 @@ from ..schema.aliases import file_key, summary_in
 from ..storage.runlog import read_json_object, write_bytes_atomic, write_json_atomic
 from .stats import Interval, iqm_interval, median_censored, normalized
 
-__all__ = ["CSV_COLUMNS", "TIME_COLUMNS", "split_entry", "finished", "ResultRow", "Curve", "SweepRecord",
+__all__ = ["CSV_COLUMNS", "TIME_COLUMNS", "finished", "all_cached", "ResultRow", "Curve", "SweepRecord",
            "write_results", "read_results", "write_curves", "load_curves", "BackendStats", "backend_stats"]
 
 #: The fields of a :class:`ResultRow`, in the order of ``results.csv``'s columns (the code's names).
 ROW_FIELDS = (
     "backend", "mode", "seed", "status", "error", "is_llm", "model", "best_heldout_mean", "best_heldout_std",
     "solved", "episodes_to_solve", "iterations", "episodes_total", "env_steps_total", "llm_calls", "cached_calls",
-    "input_tokens", "output_tokens", "cost_usd", "stop_reason", "wall_s", "run_dir",
+    "input_tokens", "output_tokens", "cost_usd", "stop_reason", "wall_s", "run_dir", "method",
 )
 #: Columns of ``results.csv``, in order: the fields under the names ``summary.json`` gives them.
 CSV_COLUMNS = tuple(file_key(c) for c in ROW_FIELDS)
@@ -47,11 +47,9 @@ _FLOATS = ("best_heldout_mean", "best_heldout_std", "cost_usd", "wall_s")
 _BOOLS = ("is_llm", "solved")
 
 
-def split_entry(entry: str) -> tuple[str, str | None]:
-    """A ``--backends`` entry: ``"offline@reward"`` -> ``("offline", "reward")``, ``"gemini"`` -> ``("gemini", None)``.
-    """
-    spec, sep, mode = entry.rpartition("@")
-    return (spec, mode) if sep and spec else (entry, None)
+def all_cached(calls: int | None, cached: int | None) -> bool:
+    """A run made calls and the answer cache answered every one."""
+    return bool(calls) and int(cached or 0) >= int(calls or 0)
 
 
 def finished(summary: Mapping[str, Any]) -> bool:
@@ -67,7 +65,7 @@ class ResultRow:
     ``failed`` / ``interrupted`` with the error and no numbers. Numbers keep the type the run's summary gave them."""
 
     backend: str
-    """The ``--backends`` entry (``BACKEND`` or ``BACKEND@MODE``)."""
+    """The method entry as written (``BACKEND``, ``BACKEND@MODE``, ``@MODE``, with a label and options)."""
     mode: str | None = None
     seed: int
     status: str
@@ -92,6 +90,8 @@ class ResultRow:
     wall_s: float | None = None
     run_dir: str | None = None
     """The run directory relative to the comparison directory ("" when it was never made)."""
+    method: str | None = None
+    """The method's display name (:mod:`.methods`; none in files of earlier versions)."""
 
     @property
     def ok(self) -> bool:
@@ -100,6 +100,18 @@ class ResultRow:
     @property
     def stop(self) -> StopReason | None:
         return StopReason.parse(self.stop_reason)
+
+    @property
+    def name(self) -> str:
+        """The method's display name (the ``method`` column, else the entry's own)."""
+        from .methods import display_name
+
+        return self.method or display_name(self.backend)
+
+    @property
+    def cached(self) -> bool:
+        """Every call of the run was answered from the answer cache (its wall time says nothing of the method's)."""
+        return all_cached(self.llm_calls, self.cached_calls)
 
     @classmethod
     def from_summary(cls, summary: Mapping[str, Any], **given: Any) -> ResultRow:
@@ -266,6 +278,14 @@ class BackendStats:
     tokens: float
     cost_usd: float
     wall_s: float
+    """Mean wall time of the runs with a result, those whose every call came from the answer cache left out (NaN
+    when every run's did)."""
+    name: str = ""
+    """The method's display name."""
+    cached_calls: float = 0.0
+    """Mean over the runs with a result of the calls the answer cache answered (they count in ``calls`` too)."""
+    cached_runs: int = 0
+    """Runs with a result whose every call came from the answer cache: not in ``wall_s``."""
 
 
 def _mean(values: Sequence[float]) -> float:
@@ -282,6 +302,12 @@ def _score(runs: Sequence[ResultRow], random: Mapping[int, float] | None, goal: 
     return None if scores is None else iqm_interval(scores)
 
 
+def _name(entry: str) -> str:
+    from .methods import display_name
+
+    return display_name(entry)
+
+
 def backend_stats(rows: Sequence[ResultRow], backends: Sequence[str] | None = None,
                   random: Mapping[int, float] | None = None, goal: float | None = None) -> list[BackendStats]:
     """Per-backend aggregates of result rows (in ``backends`` order, else first appearance); ``random``: the uniform
@@ -292,6 +318,7 @@ def backend_stats(rows: Sequence[ResultRow], backends: Sequence[str] | None = No
     for b in order:
         mine = [r for r in rows if r.backend == b]
         ok = [r for r in mine if r.ok]
+        timed = [r for r in ok if not r.cached]
         out.append(BackendStats(
             backend=b,
             is_llm=any(bool(r.is_llm) for r in ok),
@@ -306,6 +333,9 @@ def backend_stats(rows: Sequence[ResultRow], backends: Sequence[str] | None = No
             calls=_mean([float(r.llm_calls or 0) for r in ok]),
             tokens=_mean([float((r.input_tokens or 0) + (r.output_tokens or 0)) for r in ok]),
             cost_usd=float(sum(float(r.cost_usd or 0) for r in ok)),
-            wall_s=_mean([float(r.wall_s or 0) for r in ok]),
+            wall_s=_mean([float(r.wall_s or 0) for r in timed]),
+            name=mine[0].name if mine else _name(b),
+            cached_calls=_mean([float(r.cached_calls or 0) for r in ok]) if ok else 0.0,
+            cached_runs=len(ok) - len(timed),
         ))
     return out

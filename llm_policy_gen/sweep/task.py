@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,7 +20,8 @@ from ..run.files import COMPARE_ERROR, RunDir
 from ..run.stop import StopKind, StopReason
 from ..storage.runlog import slug, write_bytes_atomic, write_json_atomic
 from .limits import Limits, SharedBudget, SharedLimiter, provider_key
-from .results import Curve, ResultRow, finished, split_entry
+from .methods import Method, parse_method
+from .results import Curve, ResultRow, finished
 
 if TYPE_CHECKING:
     from ..config import TrainConfig
@@ -33,34 +35,43 @@ ERROR_MARKER = COMPARE_ERROR
 
 @dataclass(frozen=True)
 class RunTask:
-    """One (backend, seed) run of a sweep; picklable, so it can go to a process pool or a Ray task."""
+    """One (method, seed) run of a sweep; picklable, so it can go to a process pool or a Ray task."""
 
     env_id: str
     backend: str
-    """The ``--backends`` entry: ``BACKEND`` or ``BACKEND@MODE``."""
+    """The method entry as written (:mod:`.methods`: ``BACKEND``, ``BACKEND@MODE``, ``@MODE``, with a label and
+    options)."""
     seed: int
     out: str
     """The comparison directory (absolute)."""
     settings: dict[str, Any] = field(default_factory=dict)
-    """Other TrainConfig settings (from --config, --iterations and --budget-usd)."""
+    """Other TrainConfig settings (from --config, --iterations and --budget-usd), and the entry's options."""
+    name: str = ""
+    """The method's display name (default: the entry's own, :meth:`.methods.Method.display`)."""
+
+    @cached_property
+    def method(self) -> Method:
+        return parse_method(self.backend)
+
+    @property
+    def label(self) -> str:
+        """The name tables, reports and the console show."""
+        return self.name or self.method.display(self.settings)
 
     @property
     def run_id(self) -> str:
-        return f"{slug(self.backend)}_s{self.seed}"
+        return self.method.run_id(self.seed)
 
     @property
     def backend_spec(self) -> str:
-        """The backend spec without its ``@MODE``."""
-        return split_entry(self.backend)[0]
+        """The backend its runs get (the entry's, without ``@MODE``)."""
+        return self.method.backend_spec
 
     @property
     def mode(self) -> str:
         """The entry's mode (``BACKEND@MODE``), else the sweep's, else the backend's own where it is a learner
         (``q-learning``), else table."""
-        from ..backends import learner_mode, parse_backend_spec
-
-        given = split_entry(self.backend)[1] or self.settings.get("mode")
-        return str(given or learner_mode(parse_backend_spec(self.backend_spec)[0]) or "table")
+        return self.method.run_mode(self.settings)
 
     @property
     def run_dir(self) -> Path:
@@ -103,7 +114,7 @@ def _relative_dir(task: RunTask) -> str:
 def failed_result(task: RunTask, error: str, status: str = "failed", stop_reason: str | None = None) -> TaskResult:
     """A row without numbers: the run has no result (yet)."""
     row = ResultRow(backend=task.backend, mode=task.mode, seed=task.seed, status=status, error=error,
-                    stop_reason=stop_reason, run_dir=_relative_dir(task))
+                    stop_reason=stop_reason, run_dir=_relative_dir(task), method=task.label)
     return TaskResult(row, Curve(task.backend, task.seed))
 
 
@@ -128,7 +139,7 @@ def result_from_summary(task: RunTask, summary: Mapping[str, Any]) -> TaskResult
         return failed_result(task, f"{stop} after iteration {summary.get('iterations', 0)}; run the same command "
                              "again to resume it", status, stop.text)
     row = ResultRow.from_summary(summary, backend=task.backend, mode=task.mode, seed=task.seed, status="ok",
-                                 error="", run_dir=_relative_dir(task))
+                                 error="", run_dir=_relative_dir(task), method=task.label)
     return TaskResult(row, _curve_from_events(task, RunDir(task.run_dir).read(check=False).events))
 
 
