@@ -77,12 +77,14 @@ def test_zoo_tuned_ppo_runs_through_compare_and_evaluate_reproduces_its_summary(
 
 @needs_peers
 @pytest.mark.slow
-def test_a_killed_peer_run_resumes_to_the_uninterrupted_result(tmp_path: Path) -> None:
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "MountainCar-v0"])  # MountainCar: the zoo's VecNormalize
+def test_a_killed_peer_run_resumes_to_the_uninterrupted_result(tmp_path: Path, env_id: str) -> None:
     cut, ref = kill_and_resume(tmp_path, ["--mode", "peer", "--peer-algo", "ppo", "--max-steps", "1024",
-                                          "--heldout-episodes", "20"], "CartPole-v1", iterations=4, after=1,
+                                          "--heldout-episodes", "20"], env_id, iterations=4, after=1,
                                records=peer_records)
     assert cut == ref
     assert [e["peer_steps"] for e in ref["events"]] == [256, 512, 768, 1024]
+    assert (ref["facts"]["normalize"] is not None) == (env_id == "MountainCar-v0")
 
 
 def _train(tmp_path: Path, *args: str) -> list[str]:
@@ -114,3 +116,22 @@ def test_evaluate_on_a_peer_run_without_the_extra_refuses_in_one_line(
     assert main(["evaluate", str(rd.path)]) == 2
     line = one_line(capsys.readouterr().err)
     assert "peers extra" in line and "stable_baselines3" in line and "pip install" in line
+
+
+def _files(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@needs_peers
+@pytest.mark.slow
+def test_a_dqn_peer_run_is_refused_on_resume_and_left_as_it_is(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(_train(tmp_path, "--peer-algo", "dqn", "--max-steps", "256", "--heldout-episodes", "5",
+                       "--run-id", "d")) == 0
+    run = tmp_path / "logs" / "CartPole-v1" / "d"
+    before = _files(run)
+    capsys.readouterr()
+    assert main(["train", "--resume", str(run), "--iterations", "2"]) == 2
+    assert "replay buffer is not in the checkpoint" in one_line(capsys.readouterr().err)
+    assert _files(run) == before

@@ -9,9 +9,9 @@ finished episode is counted by the run (``episodes_total``, ``env_steps_total``)
 
 **Budget and iterations.** The budget is ``--max-steps`` learner steps, else the zoo's ``n_timesteps`` (an untuned
 task needs ``--max-steps``); schedules (``lin_X``) run over it. An iteration is the budget over ``--iterations``,
-rounded up to whole rollouts (``n_steps`` x ``n_envs``) for PPO and TRPO, to whole steps of every environment for
-DQN; after it the network is measured on the run's held-out seeds (the curve's point, deterministic actions) and
-written as the run's policy (``peer_policy.safetensors`` and ``peer_policy.json``), which ``evaluate`` runs. The run
+rounded up to whole rollouts (``n_steps`` x ``n_envs``) for PPO and TRPO, to whole collections (``train_freq`` x
+``n_envs``) for DQN; after it the network is measured on the run's held-out seeds (the curve's point, deterministic
+actions) and written as the run's policy (``peer_policy.safetensors`` and ``peer_policy.json``), which ``evaluate`` runs. The run
 reports its final network (no selection). It ends once the learner has taken the budget's steps.
 
 **Resume.** The learner's state (:mod:`llm_policy_gen.peers.learner`) is in ``checkpoint.npz`` with the run's, as
@@ -39,6 +39,15 @@ __all__ = ["PeerMode", "PeerOptions"]
 ON_POLICY = ("ppo", "trpo")
 DEFAULT_N_STEPS = 2048
 """SB3's ``n_steps`` for PPO and TRPO where the zoo names none."""
+DEFAULT_TRAIN_FREQ = 4
+"""SB3's ``train_freq`` for DQN where the zoo names none."""
+
+
+def _train_every(freq: Any) -> int:
+    """DQN's steps per environment between updates (a ``(n, "step")`` pair or a number; by episodes: 1)."""
+    if isinstance(freq, (tuple, list)):
+        return int(freq[0]) if len(freq) == 2 and freq[1] == "step" else 1
+    return int(freq)
 
 
 class PeerOptions(PluginOptions):
@@ -50,9 +59,10 @@ class PeerOptions(PluginOptions):
 
 
 def _chunk(algo: str, hyper: Hyper, budget: int, iterations: int) -> int:
-    """Learner steps per iteration: the budget over the iterations, in whole rollouts (on-policy) or whole steps of
-    every environment (DQN)."""
-    unit = hyper.n_envs * (int(hyper.kwargs.get("n_steps", DEFAULT_N_STEPS)) if algo in ON_POLICY else 1)
+    """Learner steps per iteration: the budget over the iterations, in whole rollouts (on-policy) or whole
+    collections of every environment (DQN)."""
+    unit = hyper.n_envs * (int(hyper.kwargs.get("n_steps", DEFAULT_N_STEPS)) if algo in ON_POLICY
+                           else _train_every(hyper.kwargs.get("train_freq", DEFAULT_TRAIN_FREQ)))
     return unit * max(1, math.ceil(budget / max(1, iterations) / unit))
 
 

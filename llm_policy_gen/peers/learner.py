@@ -81,7 +81,7 @@ def _maker(env: Any) -> Any:
     return lambda: RawObservations(env)
 
 
-_NORM_ARRAYS = ("obs_rms.mean", "obs_rms.var", "ret_rms.mean", "ret_rms.var", "returns", "old_obs", "old_reward")
+_NORM_ARRAYS = ("obs_rms.mean", "obs_rms.var", "ret_rms.mean", "ret_rms.var", "returns", "old_reward")
 
 
 class PeerLearner:
@@ -153,9 +153,11 @@ class PeerLearner:
         norm = m.get_vec_normalize_env()
         if norm is not None:
             values = (norm.obs_rms.mean, norm.obs_rms.var, norm.ret_rms.mean, norm.ret_rms.var, norm.returns,
-                      norm.old_obs, norm.old_reward)
+                      norm.old_reward)
+            old = getattr(norm, "old_obs", None)  # set by the first reset
             state["normalize"] = {"arrays": {k: np.asarray(v) for k, v in zip(_NORM_ARRAYS, values, strict=True)},
-                                  "obs_count": float(norm.obs_rms.count), "ret_count": float(norm.ret_rms.count)}
+                                  "obs_count": float(norm.obs_rms.count), "ret_count": float(norm.ret_rms.count),
+                                  "old_obs": None if old is None else np.asarray(old)}
             if getattr(m, "_last_original_obs", None) is not None:
                 state["last_original_obs"] = np.asarray(m._last_original_obs)
         return state
@@ -186,8 +188,9 @@ class PeerLearner:
             norm.obs_rms.mean, norm.obs_rms.var = np.array(a["obs_rms.mean"]), np.array(a["obs_rms.var"])
             norm.ret_rms.mean, norm.ret_rms.var = np.array(a["ret_rms.mean"]), np.array(a["ret_rms.var"])
             norm.obs_rms.count, norm.ret_rms.count = state["normalize"]["obs_count"], state["normalize"]["ret_count"]
-            norm.returns, norm.old_obs, norm.old_reward = (np.array(a["returns"]), np.array(a["old_obs"]),
-                                                           np.array(a["old_reward"]))
+            norm.returns, norm.old_reward = np.array(a["returns"]), np.array(a["old_reward"])
+            if state["normalize"]["old_obs"] is not None:
+                norm.old_obs = np.array(state["normalize"]["old_obs"])
             if "last_original_obs" in state:
                 m._last_original_obs = np.asarray(state["last_original_obs"])
         load_rng_state(state["rng"])
