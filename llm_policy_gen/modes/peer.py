@@ -11,8 +11,8 @@ finished episode is counted by the run (``episodes_total``, ``env_steps_total``)
 task needs ``--max-steps``); schedules (``lin_X``) run over it. An iteration is the budget over ``--iterations``,
 rounded up to whole rollouts (``n_steps`` x ``n_envs``) for PPO and TRPO, to whole collections (``train_freq`` x
 ``n_envs``) for DQN; after it the network is measured on the run's held-out seeds (the curve's point, deterministic
-actions) and written as the run's policy (``peer_policy.safetensors`` and ``peer_policy.json``), which ``evaluate`` runs. The run
-reports its final network (no selection). It ends once the learner has taken the budget's steps.
+actions) and written as the run's policy (``peer_policy.safetensors`` and ``peer_policy.json``), which ``evaluate``
+runs. The run reports its final network (no selection). It ends once the learner has taken the budget's steps.
 
 **Resume.** The learner's state (:mod:`llm_policy_gen.peers.learner`) is in ``checkpoint.npz`` with the run's, as
 arrays: a killed PPO or TRPO run resumes to the uninterrupted one's result. DQN's replay buffer is not saved, so a
