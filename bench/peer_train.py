@@ -4,7 +4,8 @@ to a budget, a held-out curve point after each segment, checkpointed and resumab
 A run trains in segments of ``eval_every`` environment steps (``learn(..., reset_num_timesteps=False)``), and after
 each one scores the agent deterministically on the first ``curve_episodes`` of the suite's held-out seeds (frozen
 normalisation statistics, new environments: not counted as interaction). Schedules (``lin_X``, DQN's epsilon) run
-over the run's ``horizon`` in steps whatever the segments, through :class:`_Horizon`, and stay at their final value
+over the run's ``horizon`` in steps whatever the segments, through :class:`~llm_policy_gen.peers.learner.Horizon`, and
+stay at their final value
 past it. The budget stops training at the exact step or episode (a callback), mid-rollout if need be.
 
 **Checkpoint**: after a segment, at most every ``checkpoint_cpu_s`` CPU seconds, the folder ``RUN/checkpoint``
@@ -34,6 +35,8 @@ from typing import Any
 
 import numpy as np
 import zoo
+
+from llm_policy_gen.peers.learner import Horizon, algo_class  # noqa: F401  (the package's: one copy)
 
 
 @dataclass
@@ -81,33 +84,6 @@ def stops_where(finished: dict[str, Any], budget: Budget, eval_every: int, curve
         return False
     at = {"steps": (before[0], finished["steps"]), "episodes": (before[1], finished["episodes"])}.get(budget.kind)
     return at is not None and at[0] < budget.target <= at[1]
-
-
-def algo_class(algo: str) -> Any:
-    """The library class for ``algo``, with :class:`_Horizon` mixed in."""
-    import stable_baselines3 as sb3
-
-    base = {"ppo": sb3.PPO, "dqn": sb3.DQN, "sac": sb3.SAC}.get(algo)
-    if base is None:
-        import sb3_contrib
-
-        base = {"trpo": sb3_contrib.TRPO}[algo]
-    return _HORIZON_CLASSES.setdefault(algo, type(f"Horizon{base.__name__}", (_Horizon, base), {}))
-
-
-_HORIZON_CLASSES: dict[str, Any] = {}
-
-
-class _Horizon:
-    """Progress for schedules measured against ``horizon`` steps (clamped at 0), not against one ``learn`` call."""
-
-    horizon: int = 0
-    num_timesteps: int
-    _current_progress_remaining: float
-
-    def _update_current_progress_remaining(self, num_timesteps: int, total_timesteps: int) -> None:
-        self._current_progress_remaining = max(0.0, 1.0 - float(num_timesteps) / float(self.horizon or
-                                                                                       total_timesteps))
 
 
 def make_venv(make_one: Any, hyper: zoo.Hyper, n_envs: int, train: bool) -> tuple[Any, Any]:

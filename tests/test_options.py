@@ -46,6 +46,7 @@ FLAGS = {
     "--lm-epochs": "lm_epochs", "--lm-learning-rate": "lm_learning_rate", "--lm-gamma": "lm_gamma",
     "--lm-ent-coef": "lm_ent_coef", "--lm-net-arch": "lm_net_arch", "--lm-cache": "lm_cache",
     "--lm-head": "lm_head", "--lm-score-norm": "lm_score_norm", "--lora": "lm_lora",
+    "--peer-algo": "peer_algo",
     # the twelve settings that were given only in a file until issue 30 item 4
     "--explore-epsilon": "explore_epsilon", "--best-k": "best_k", "--worst-k": "worst_k",
     "--memory-capacity": "memory_capacity", "--evidence-gamma": "gamma", "--max-prompt-chars": "max_prompt_chars",
@@ -84,7 +85,7 @@ def values(tmp_path: Path) -> dict[str, Any]:
         "lm_model": str(tmp_path / "model.gguf"), "lm_features": "random", "lm_pooling": "last", "lm_learner": "trpo",
         "lm_device": "cuda", "lm_n_steps": 128, "lm_batch_size": 32, "lm_epochs": 3, "lm_learning_rate": 0.001,
         "lm_gamma": 0.9, "lm_ent_coef": 0.01, "lm_net_arch": [32], "lm_cache": str(tmp_path / "lm"),
-        "lm_head": "scores", "lm_score_norm": "token", "lm_lora": 2,
+        "lm_head": "scores", "lm_score_norm": "token", "lm_lora": 2, "peer_algo": "trpo",
         "q_alpha": 0.4, "q_gamma": 0.9, "q_epsilon_start": 0.3, "q_epsilon_end": 0.01, "q_epsilon_episodes": 50,
         "q_init": 1.0,
     }

@@ -1,4 +1,5 @@
-"""``llm-policy-gen evaluate``: run a saved table on seeded episodes (a run's held-out seeds by default)."""
+"""``llm-policy-gen evaluate``: run a saved table on seeded episodes (a run's held-out seeds by default); a peer run
+(``--mode peer``) runs its network."""
 
 from __future__ import annotations
 
@@ -48,6 +49,44 @@ def _load_policy_and_spec(target: str, env_kwargs: dict[str, Any] | None = None,
     return policy, spec
 
 
+def _network_policy(target: str, env_kwargs: dict[str, Any] | None, env_id: str | None) -> tuple[Any, Any] | None:
+    """A peer run's network (``--mode peer``: ``peer_policy.json`` and its safetensors) and the run's spec; None when
+    ``target`` is not a run directory holding one. Without the peers extra, one line."""
+    import hashlib
+
+    from ..envs.catalog import check_env_named
+    from ..envs.spec import EnvSpec
+    from ..errors import PolicyFileError
+    from ..run.files import run_dir_of
+
+    rd = run_dir_of(target)
+    if rd is None or not Path(target).is_dir() or not rd.network_policy[0].is_file():
+        return None
+    facts_path, weights_path = rd.network_policy
+    from ..peers import require_peers
+
+    require_peers(f"evaluate {target}: the run's policy is a peer's network, which")
+    record = rd.load_config() or {}
+    facts = loads(facts_path.read_text(encoding="utf-8"))
+    if not isinstance(facts, dict):
+        raise PolicyFileError(f"{facts_path} holds no JSON object")
+    check_env_named(str(facts.get("env_id")), env_id, f"the run {target}")  # before anything is imported
+    try:
+        spec = EnvSpec.from_dict(record["env_spec"])
+        data = weights_path.read_bytes()
+    except (KeyError, ValueError, TypeError, OSError) as exc:
+        raise PolicyFileError(f"{target}: the peer run's configuration or weights cannot be read ({exc})") from None
+    if facts.get("weights_sha256") != hashlib.sha256(data).hexdigest():
+        raise PolicyFileError(f"{facts_path} does not describe {weights_path.name} (another sha256): the run was cut "
+                              f"between the two writes; resume it (train --resume {target}) to write them again")
+    if env_kwargs and env_kwargs != facts.get("env_kwargs"):
+        raise PolicyFileError(f"--env-kwargs {env_kwargs} differ from the peer's environment "
+                              f"({facts.get('env_kwargs')}); a network runs only in the environment it learned")
+    from ..peers.policy import NetworkPolicy
+
+    return NetworkPolicy.from_bytes(facts, data, str(weights_path)), spec
+
+
 def _run_heldout(target: str) -> tuple[int, int] | None:
     """(first held-out seed, episodes) of the run ``target`` belongs to, when it is a run directory."""
     from ..keeper import SeedPlan
@@ -81,13 +120,17 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         from ..plotting.gif import check_gif_path
 
         check_gif_path(Path(args.gif))  # before any episode runs
-    policy, spec = _load_policy_and_spec(args.target, args.env_kwargs, args.env_id)
+    network = _network_policy(args.target, args.env_kwargs, args.env_id)
+    if network is not None and args.gif:
+        raise UserError(f"--gif draws a table policy; {args.target} is a peer run, whose network is not drawn: "
+                        "leave --gif out")
+    policy, spec = network or _load_policy_and_spec(args.target, args.env_kwargs, args.env_id)
     held = _run_heldout(args.target)
     first = args.seed if args.seed is not None else (held[0] if held else 0)
     n = args.episodes if args.episodes is not None else (held[1] if held else 100)
     seeds = [first + j for j in range(n)]
     with Collector(spec) as collector:
-        r = collector.evaluate(policy.table, seeds)
+        r = collector.evaluate(policy if network is not None else policy.table, seeds)
     out = {"mean": float(r.mean), "std": float(np.std(r.returns)), "episodes": int(r.returns.size),
            "steps": int(r.steps), "returns": [float(x) for x in r.returns], "min": float(r.returns.min()),
            "max": float(r.returns.max()), "env_id": spec.env_id, "seeds": [first, first + n - 1],

@@ -126,7 +126,7 @@ def summary_line(s: dict[str, Any]) -> str:
     calls = (f"{made}, {s['input_tokens']}+{s['output_tokens']} tokens{cost}"
              if is_client(s["backend"]) else f"{plural(s['llm_calls'], 'proposal')} (no model called)")
     never = " (no candidate was ever accepted: this is the initial table)" if s.get("never_accepted") \
-        and s["mode"] != "direct" else ""
+        and s["mode"] not in ("direct", "peer") else ""  # a peer's policy is its network, judged by no keeper
     when = " (measured once, at the end)" if s["mode"] == "direct" and s["best_heldout_episodes"] else ""
     return (f"{s['env_id']} [{s['backend']}{model}{mode}] held-out mean {best} over "
             f"{plural(s['best_heldout_episodes'], 'episode')}{when}{never}, {solved}; "

@@ -161,7 +161,7 @@ class Console:
             return
         cands = _candidates_text(record.get("candidate_means") or [])
         kept = " KEPT" if record.get("accepted") else ""
-        if not record.get("accepted_total"):  # the run's adoptions so far, this one included
+        if not record.get("accepted_total") and record.get("candidates") != 0:  # adoptions so far (a peer judges none)
             kept = " (none accepted yet: the best is the initial table)"
         cost = cost_text(float(record.get("cost_usd_total") or 0), bool(record.get("cost_complete", True)))
         made = calls_text(record.get("llm_calls") or 0, record.get("failed_calls") or 0,

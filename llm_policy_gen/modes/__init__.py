@@ -7,6 +7,7 @@
 * ``q-learning`` -- no model: the standard epsilon-greedy tabular Q-learner, a baseline (:mod:`.qlearning`; the mode
   of ``--backend q-learning``, its registry line says ``backend``).
 * ``lm-policy`` -- a language model encodes each state's text, PPO or TRPO trains a head over it (:mod:`.lm_policy`).
+* ``peer`` -- no model: a zoo-tuned SB3 / sb3-contrib learner on the raw observations, a baseline (:mod:`.peer`).
 
 A new mode is one file implementing :class:`~llm_policy_gen.modes.base.Mode` plus one
 ``MODES.register(name, entry_point="module:Class")`` line.
@@ -39,3 +40,6 @@ MODES.register("lm-policy", "llm_policy_gen.modes.lm_policy:LmPolicyMode",
                description="a language model (--lm-model) encodes each state's text; SB3 PPO or TRPO trains a head "
                "over the frozen encodings; the read-out table is judged", calls_per_iteration="0 (no backend)",
                backend=False)
+MODES.register("peer", "llm_policy_gen.modes.peer:PeerMode",
+               description="no model: a zoo-tuned SB3 / sb3-contrib learner (--peer-algo) on the raw observations, "
+               "a baseline; its network is the run's policy", calls_per_iteration="0 (no backend)", backend=False)

@@ -150,6 +150,11 @@ class RunServices(Protocol):
         """Write a policy file into the run directory: the iteration's, or with None the best policy's."""
         ...
 
+    def save_network_policy(self, facts: dict[str, Any], weights: bytes) -> None:
+        """Write a policy that is a network (a peer's: its facts as JSON, its tensors as safetensors bytes) into the
+        run directory, where ``evaluate`` reads it."""
+        ...
+
     def measure_heldout(self, policy: Policy | np.ndarray, iteration: int) -> Rollouts:
         """``policy`` on the held-out seeds, kept as the run's best measurement (reported, never used to decide), for
         a mode whose policy is not the keeper's table."""

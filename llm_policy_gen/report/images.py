@@ -117,7 +117,10 @@ def policy_image(run_dir: Path) -> tuple[str | None, str]:
     from ..plotting.table_figure import plot_policy
     from ..run.files import RunDir, load_run_policy
 
-    best = RunDir(Path(run_dir)).best_policy
+    rd = RunDir(Path(run_dir))
+    best = rd.best_policy
+    if rd.network_policy[0].is_file():
+        return None, f"the policy is a peer's network ({rd.network_policy[1].name}), not a table: no table figure"
     if not best.is_file():
         return None, f"no {best.name} in this run directory"
     try:

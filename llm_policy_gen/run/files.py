@@ -64,11 +64,12 @@ LOCK_FILE = ".lock"
 HOLDER_FILE = ".lock.holder.json"
 COMPARE_LOG = "compare.log"
 COMPARE_ERROR = "compare_error.json"
+PEER_POLICY, PEER_WEIGHTS = "peer_policy.json", "peer_policy.safetensors"  # a peer's network (--mode peer)
 _POLICY_PREFIX = "iter_"
 _TENSORBOARD_PREFIX = "events"  # tensorboardX adds ``.out.tfevents.<time>.<host><suffix>``
 
 RUN_FILE_NAMES = (CONFIG, EVENTS, TRANSCRIPTS, SUMMARY, BEST_POLICY, CHECKPOINT, POLICIES, TRAINING_PNG, TESTING_PNG,
-                  PROGRESS_CSV, LOCK_FILE, HOLDER_FILE, COMPARE_LOG, COMPARE_ERROR)
+                  PROGRESS_CSV, LOCK_FILE, HOLDER_FILE, COMPARE_LOG, COMPARE_ERROR, PEER_POLICY, PEER_WEIGHTS)
 """The names of a run directory's own files and folders (a writer of ``--log`` keeps its folder, named after it;
 a ``compare`` run adds its console log and, when it failed, its error)."""
 
@@ -197,6 +198,7 @@ class RunDir:
     lock_files = property(lambda self: (self.path / LOCK_FILE, self.path / HOLDER_FILE))
     compare_log = property(lambda self: self.path / COMPARE_LOG)
     compare_error = property(lambda self: self.path / COMPARE_ERROR)
+    network_policy = property(lambda self: (self.path / PEER_POLICY, self.path / PEER_WEIGHTS))
 
     def writer_folder(self, name: str) -> Path:
         """The folder a ``--log`` writer keeps for itself, named after it (``wandb``)."""
@@ -305,8 +307,8 @@ class RunDir:
 
     def missing(self) -> list[str]:
         """The names of the contract's files this directory lacks (the report says what it leaves out)."""
-        return [p.name for p in (self.config, self.events, self.summary, self.transcripts, self.best_policy)
-                if not p.is_file()]
+        best = () if self.network_policy[0].is_file() else (self.best_policy,)  # a peer's policy is its network
+        return [p.name for p in (self.config, self.events, self.summary, self.transcripts, *best) if not p.is_file()]
 
 
 def load_settings(path: Path | str) -> dict[str, Any]:

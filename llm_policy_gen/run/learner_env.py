@@ -12,6 +12,10 @@ tables are (:meth:`~llm_policy_gen.discretize.ActionDiscretizer.to_env`).
 holds that episode (its seed and the actions, states and rewards so far); :meth:`load_state_dict` plays it again
 from its seed, so a resumed run's environment is where the interrupted one's was (a gymnasium environment is
 deterministic given its reset seed and the actions; a replay that reaches other states is refused).
+
+**Raw observations.** A learner on the environment's own observations (``--mode peer``) reads
+:attr:`LearnerEnv.raw_obs`, the last observation as the environment gave it, and steps several such environments
+(:meth:`LearnerEnv.sibling`: the same seed plan and counting, its own episode in progress).
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ class LearnerEnv(gym.Wrapper[Any, Any, Any, Any]):
     def __init__(self, spec: EnvSpec, next_seed: Callable[[], int], on_episode: Callable[[Episode], Episode],
                  env: gym.Env[Any, Any] | None = None) -> None:
         super().__init__(env if env is not None else make_env(spec))
+        self.env_spec = spec
         self.observation_disc = spec.observation_discretizer()
         self.action_disc = spec.action_discretizer()
         self.next_seed = next_seed
@@ -50,6 +55,13 @@ class LearnerEnv(gym.Wrapper[Any, Any, Any, Any]):
         self._actions: list[int] = []
         self._rewards: list[float] = []
         self._state = 0
+        self.raw_obs: Any = None
+        """The last observation as the environment gave it (before discretization)."""
+
+    def sibling(self) -> LearnerEnv:
+        """Another environment of the same run: its resets take the same seed plan's next seeds and its episodes are
+        counted as this one's (a learner stepping several; each holds its own episode in progress)."""
+        return LearnerEnv(self.env_spec, self.next_seed, self.on_episode)
 
     def _index(self, obs: Any) -> int:
         return int(self.observation_disc.encode(np.asarray(obs)[None, ...])[0])
@@ -58,7 +70,7 @@ class LearnerEnv(gym.Wrapper[Any, Any, Any, Any]):
         self._seed = int(self.next_seed())
         obs, info = self.env.reset(seed=self._seed)
         self._states, self._actions, self._rewards = [], [], []
-        self._state = self._index(obs)
+        self._state, self.raw_obs = self._index(obs), obs
         return self._state, info
 
     def _step(self, a: int) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
@@ -67,7 +79,7 @@ class LearnerEnv(gym.Wrapper[Any, Any, Any, Any]):
         self._states.append(self._state)
         self._actions.append(a)
         self._rewards.append(float(reward))
-        self._state = self._index(obs)
+        self._state, self.raw_obs = self._index(obs), obs
         return obs, reward, terminated, truncated, info
 
     def step(self, action: Any) -> tuple[int, SupportsFloat, bool, bool, dict[str, Any]]:
@@ -110,7 +122,7 @@ class LearnerEnv(gym.Wrapper[Any, Any, Any, Any]):
         self._seed = int(seed)
         obs, _ = self.env.reset(seed=self._seed)
         self._states, self._actions, self._rewards = [], [], []
-        self._state = self._index(obs)
+        self._state, self.raw_obs = self._index(obs), obs
         for a in actions:
             _, _, terminated, truncated, _ = self._step(a)
             if terminated or truncated:

@@ -170,6 +170,18 @@ class Run(RunParts):
         path = self.dir.best_policy if iteration is None else self.dir.policy_file(iteration)
         self.policy_of(table, event_out(meta), source).save(path)
 
+    def save_network_policy(self, facts: dict[str, Any], weights: bytes) -> None:
+        """A policy that is a network (``--mode peer``): its facts as JSON and its tensors as safetensors bytes, the
+        files ``evaluate`` reads (weights first: the facts name a network whose weights are there)."""
+        import hashlib
+
+        from ..storage.runlog import write_bytes_atomic, write_json_atomic
+
+        facts_path, weights_path = self.dir.network_policy
+        write_bytes_atomic(weights_path, weights)
+        write_json_atomic(facts_path, {"env_id": self.spec.env_id, "env_kwargs": dict(self.spec.kwargs), **facts,
+                                       "weights_sha256": hashlib.sha256(weights).hexdigest()})
+
     def save_best(self, meta: dict[str, Any] | None = None) -> None:
         adopted = [h.test_mean for h in self.history if h.iteration == self.keeper.best_iteration and h.accepted]
         self.save_policy(None, self.keeper.best_table,

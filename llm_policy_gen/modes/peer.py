@@ -1,0 +1,192 @@
+"""``--mode peer``: a Stable-Baselines3 (or sb3-contrib) learner with the RL Baselines3 Zoo's tuning, as a run.
+
+The peer is the baseline a language-model method is compared with (STYLE 28): SB3's PPO or DQN, or sb3-contrib's
+TRPO (``--peer-algo``), with the hyperparameters of the installed ``rl-zoo3`` package's YAML for the task
+(:mod:`llm_policy_gen.peers.zoo`, ``config.json`` names the source); a task without an entry runs at SB3's defaults,
+labelled untuned. It acts on the environment's own observations (not the table's states) with the spec's action
+indices, in ``n_envs`` of the run's learner environments: every reset takes the run's next training seed and every
+finished episode is counted by the run (``episodes_total``, ``env_steps_total``), as any mode's.
+
+**Budget and iterations.** The budget is ``--max-steps`` learner steps, else the zoo's ``n_timesteps`` (an untuned
+task needs ``--max-steps``); schedules (``lin_X``) run over it. An iteration is the budget over ``--iterations``,
+rounded up to whole rollouts (``n_steps`` x ``n_envs``) for PPO and TRPO, to whole collections (``train_freq`` x
+``n_envs``) for DQN; after it the network is measured on the run's held-out seeds (the curve's point, deterministic
+actions) and written as the run's policy (``peer_policy.safetensors`` and ``peer_policy.json``), which ``evaluate``
+runs. The run reports its final network (no selection). It ends once the learner has taken the budget's steps.
+
+**Resume.** The learner's state (:mod:`llm_policy_gen.peers.learner`) is in ``checkpoint.npz`` with the run's, as
+arrays: a killed PPO or TRPO run resumes to the uninterrupted one's result. DQN's replay buffer is not saved, so a
+DQN run is refused on ``--resume`` (one line). SAC needs continuous actions, which the peer, acting with the spec's
+action indices, does not have: refused.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any, Literal
+
+from ..errors import UserError
+from ..registry import PluginOptions, setting
+from .base import Setup, Step
+
+if TYPE_CHECKING:
+    from ..peers.learner import PeerLearner
+    from ..peers.zoo import Hyper
+    from .base import RunServices
+
+__all__ = ["PeerMode", "PeerOptions"]
+
+ON_POLICY = ("ppo", "trpo")
+DEFAULT_N_STEPS = 2048
+"""SB3's ``n_steps`` for PPO and TRPO where the zoo names none."""
+DEFAULT_TRAIN_FREQ = 4
+"""SB3's ``train_freq`` for DQN where the zoo names none."""
+
+
+def _train_every(freq: Any) -> int:
+    """DQN's steps per environment between updates (a ``(n, "step")`` pair or a number; by episodes: 1)."""
+    if isinstance(freq, (tuple, list)):
+        return int(freq[0]) if len(freq) == 2 and freq[1] == "step" else 1
+    return int(freq)
+
+
+class PeerOptions(PluginOptions):
+    """The peer mode's options."""
+
+    peer_algo: Literal["ppo", "trpo", "dqn", "sac"] = setting(
+        "ppo", "ppo, trpo, dqn or sac", "peer mode: the library learner (SB3 PPO or DQN, sb3-contrib TRPO) with the "
+        "RL Baselines3 Zoo's settings for the task (SB3's defaults, labelled untuned, where the zoo has none).")
+
+
+def _chunk(algo: str, hyper: Hyper, budget: int, iterations: int) -> int:
+    """Learner steps per iteration: the budget over the iterations, in whole rollouts (on-policy) or whole
+    collections of every environment (DQN)."""
+    unit = hyper.n_envs * (int(hyper.kwargs.get("n_steps", DEFAULT_N_STEPS)) if algo in ON_POLICY
+                           else _train_every(hyper.kwargs.get("train_freq", DEFAULT_TRAIN_FREQ)))
+    return unit * max(1, math.ceil(budget / max(1, iterations) / unit))
+
+
+def _recorded(record: dict[str, Any] | None) -> dict[str, Any]:
+    """The peer's facts as a resumed run's config.json records them ({} for a new run)."""
+    facts = record.get("peer") if isinstance(record, dict) else None
+    return facts if isinstance(facts, dict) else {}
+
+
+class PeerMode:
+    """A zoo-tuned library learner on the raw observations; its network is the run's policy."""
+
+    name = "peer"
+    needs_session = False
+    proposes = False
+    judges_candidates = False
+    Options = PeerOptions
+
+    def __init__(self) -> None:
+        self.options = PeerOptions()
+        self.hyper: Hyper | None = None
+        self.learner: PeerLearner | None = None
+        self.facts: dict[str, Any] = {}
+
+    # ------------------------------------------------------------------ Mode
+    def prepare(self, setup: Setup, resumed: bool) -> dict[str, Any]:
+        """The zoo's settings for the task, the budget and the iteration's steps; every problem is one line."""
+        from ..envs.catalog import gym_id
+        from ..peers import require_peers
+        from ..peers.learner import RESUMES
+        from ..peers.zoo import ALGO_FILES, hyperparameters
+
+        o = self.options = setup.cfg.options_for(PeerOptions)
+        require_peers("--mode peer")
+        algo = o.peer_algo
+        if algo == "sac":
+            raise UserError("--peer-algo sac: the peer acts with the spec's action indices (discrete), and SAC needs "
+                            "continuous actions; accepted here: ppo, trpo, dqn")
+        if resumed and algo not in RESUMES:
+            raise UserError(f"a --peer-algo {algo} run cannot resume: its replay buffer is not in the checkpoint "
+                            f"(only {', '.join(RESUMES)} runs resume); start a new run")
+        if algo not in ALGO_FILES:
+            raise UserError(f"bad --peer-algo {algo}; accepted: ppo, trpo, dqn")
+        env_id = gym_id(setup.spec.env_id)
+        hyper = self.hyper = hyperparameters(algo, env_id)
+        if hyper.frame_stack:
+            raise UserError(f"the zoo's {algo} entry for {env_id} stacks frames, which --mode peer does not build")
+        was = _recorded(setup.record)
+        budget = setup.cfg.max_steps or hyper.n_timesteps
+        if budget is None:
+            raise UserError(f"--mode peer on {env_id} with {algo}: the zoo has no entry (untuned), so no budget; give "
+                            "--max-steps N")
+        horizon = int(was.get("horizon", budget))
+        chunk = int(was.get("iteration_steps", _chunk(algo, hyper, budget, setup.cfg.iterations)))
+        self.facts = {"algo": algo, "hyperparameters_source": hyper.source, "tuned": hyper.tuned,
+                      "zoo_entry": _plain(hyper.raw), "n_envs": hyper.n_envs, "horizon": horizon,
+                      "iteration_steps": chunk, "library": _library(algo), "observations": "raw",
+                      "actions": "the spec's action indices", "policy_reported": "final (no selection)"}
+        return {"peer": self.facts}
+
+    def build_learner(self, run: RunServices) -> PeerLearner:
+        """The learner over the run's learner environment and ``n_envs - 1`` siblings of it."""
+        from ..peers.learner import PeerLearner
+
+        assert self.hyper is not None
+        first: Any = run.learner_env
+        envs = [first, *(first.sibling() for _ in range(self.hyper.n_envs - 1))]
+        self.learner = PeerLearner(envs, self.hyper, self.facts["algo"], run.cfg.seed, self.facts["horizon"],
+                                   self.facts["iteration_steps"])
+        return self.learner
+
+    def start(self, run: RunServices) -> None:
+        """The untrained network measured and written (iteration 0)."""
+        self._measure(run, 0)
+
+    def iterate(self, run: RunServices, iteration: int) -> Step:
+        learner = self.learner
+        assert learner is not None
+        learner.update()
+        episodes = sorted((e for env in learner.envs for e in env.take()), key=lambda e: e.uid)
+        self._measure(run, iteration)
+        budget = run.cfg.max_steps or int(self.facts["horizon"])
+        stop = f"budget reached: {learner.steps} learner steps >= {budget}" if learner.steps >= budget else None
+        return Step(episodes, None, [], None, False, stop=stop,
+                    fields={"peer_steps": learner.steps, "peer_updates": learner.updates, "peer_episodes":
+                            len(episodes), "candidates": 0})
+
+    def _measure(self, run: RunServices, iteration: int) -> None:
+        """The network on the held-out seeds, measured with the policy rebuilt from the arrays that are written."""
+        from ..peers.policy import NetworkPolicy
+
+        assert self.learner is not None
+        facts, arrays = self.learner.policy_arrays()
+        policy = NetworkPolicy(facts, arrays)
+        run.measure_heldout(policy, iteration)
+        run.save_network_policy({**facts, "iteration": iteration, "learner_steps": self.learner.steps},
+                                policy.to_bytes())
+
+    def finish(self, run: RunServices) -> dict[str, Any]:
+        out: dict[str, Any] = {"peer_algo": self.facts.get("algo"),
+                               "hyperparameters_source": self.facts.get("hyperparameters_source")}
+        if self.learner is not None:
+            out.update(peer_steps=self.learner.steps, peer_updates=self.learner.updates)
+        return out
+
+    def state_dict(self) -> dict[str, Any]:
+        """Nothing of its own: the learner's state is the run's to save (:class:`~.base.OwnLoop`)."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass
+
+
+def _plain(x: Any) -> Any:
+    """A zoo entry as JSON values (numbers, strings, lists, dicts)."""
+    if isinstance(x, dict):
+        return {str(k): _plain(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_plain(v) for v in x]
+    return x if isinstance(x, (int, float, str, bool, type(None))) else str(x)
+
+
+def _library(algo: str) -> str:
+    import importlib.metadata as md
+
+    lib = "sb3-contrib" if algo == "trpo" else "stable-baselines3"
+    return f"{lib} {md.version(lib)}, rl-zoo3 {md.version('rl-zoo3')}"
