@@ -48,7 +48,7 @@ import numpy as np
 
 from ..collect import Episode
 from ..registry import PluginOptions, setting
-from .base import Setup, Step
+from .base import ModeBase, Setup, Step
 from .qtable import LearnerPolicy, QLearner
 
 if TYPE_CHECKING:
@@ -91,13 +91,12 @@ class OnlineQPolicy(LearnerPolicy):
         self.learner.update(states, actions, rewards, next_states, terminated)
 
 
-class QLearningMode:
+class QLearningMode(ModeBase):
     """The standard epsilon-greedy tabular Q-learner (see the module docstring)."""
 
     name = "q-learning"
-    needs_session = False
-    proposes = False
-    judges_candidates = True
+    needs_backend = False
+    candidates_per_iteration = 1
     Options = QLearningOptions
 
     def __init__(self) -> None:

@@ -119,7 +119,8 @@ def _iterations(run: Run, first: int) -> tuple[StopReason, bool]:
             stop = StopReason.parse(step.stop) or StopReason.of(StopKind.STOPPED)
             run.log(f"run ends: {stop}")
             break
-        if c.unreachable_streak >= (after := client_settings(cfg, run.backend_name).unreachable_after):
+        if session is not None and c.unreachable_streak >= (after := client_settings(cfg, run.backend_name)
+                                                              .unreachable_after):
             stop = StopReason.of(StopKind.UNREACHABLE)
             run.log(f"run ends: {after} iterations in a row without one answered call")
             break

@@ -29,7 +29,7 @@ from ..errors import UserError
 from ..formats import FORMATS, refinable_format_names, table_format_names
 from ..formats.base import RefineOptions
 from ..modes import MODES
-from ..modes.base import Mode, memory_needs
+from ..modes.base import Mode, memory_needs, method_of, needs_backend
 from ..prompting.templates import check_prompts_dir
 from ..registry import plugin_sections
 from ..storage.sizes import check_memory, table_need
@@ -46,9 +46,18 @@ class Prepared:
     cfg: TrainConfig
     spec: EnvSpec
     mode: Mode
-    backend: str
-    """The backend's registry name (``openai`` of ``openai:gpt-4o``)."""
+    backend: str | None
+    """The backend's registry name (``openai`` of ``openai:gpt-4o``); None for a mode that proposes nothing, which
+    the run builds no backend for (:attr:`~llm_policy_gen.modes.base.ModeBase.needs_backend`)."""
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        """What the console and the run directory's default name call the run: the backend as given, or the
+        method with its model (``lm-policy(SmolLM2-135M-Instruct.Q4_1)``, ``q-learning``) for a mode without one."""
+        if self.backend is None:
+            return method_of(self.mode, self.cfg).name
+        return self.cfg.backend or self.backend
 
 
 def prepare(cfg: TrainConfig, spec: EnvSpec | None = None) -> Prepared:
@@ -61,23 +70,25 @@ def prepare(cfg: TrainConfig, spec: EnvSpec | None = None) -> Prepared:
         if spec.train_defaults:
             cfg = cfg.with_env_defaults(spec.train_defaults)
     cfg = pair_learner(cfg, notes)
-    if cfg.backend is None:
-        name, why = default_backend_spec()
-        cfg = cfg.updated({"backend": name}, "default backend")
-        notes.append(f"backend: {name} ({why})")
-    name, _ = parse_backend_spec(cfg.backend or "offline")
+    mode: Mode = MODES.load(cfg.mode)()
+    if cfg.backend is None and needs_backend(mode):
+        spec_given, why = default_backend_spec()
+        cfg = cfg.updated({"backend": spec_given}, "default backend")
+        notes.append(f"backend: {spec_given} ({why})")
+    name = parse_backend_spec(cfg.backend or "offline")[0] if needs_backend(mode) else None
     if cfg.output_format != "auto":
         if cfg.output_format not in FORMATS:
             raise FORMATS.unknown(cfg.output_format, accepted=["auto", *table_format_names()])
         if FORMATS.entry(cfg.output_format).info.get("table") is False:
             raise UserError(f"bad --output-format {cfg.output_format!r}: it answers one action, not a table; accepted: "
                             f"auto, {', '.join(table_format_names())}")
-    mode: Mode = MODES.load(cfg.mode)()
     _check_refine(cfg, name, mode)
     n_states, n_actions = spec.observation_discretizer().n_states, spec.action_discretizer().n_actions
     check_memory([table_need(n_states, n_actions), *memory_needs(mode, cfg, n_states, n_actions)])
+    if name is None:  # a mode that proposes nothing: no backend, no client, no key to check
+        return Prepared(cfg, spec, mode, None, notes + unused_options(cfg, None))
     notice = BACKENDS.entry(name).info.get("notice")
-    if notice and MODES.entry(cfg.mode).info.get("backend") is not False:  # not for a mode that never asks it
+    if notice:
         notes.append(f"backend: {name} -- {notice}")
     if client_settings(cfg, name).temperature is not None and is_client(name) and not is_llm(name):
         notes.append(f"note: --temperature has no effect on {name} (no language model is sampled)")
@@ -124,14 +135,15 @@ def pair_learner(cfg: TrainConfig, notes: list[str] | None = None) -> TrainConfi
     return cfg.updated({"mode": learns}, f"--backend {name}")
 
 
-def _check_refine(cfg: TrainConfig, name: str, mode: Mode) -> None:
+def _check_refine(cfg: TrainConfig, name: str | None, mode: Mode) -> None:
     """``--refine`` tunes the numbers of rules a model wrote: it needs rules answers from an LLM (or replay)."""
     refine = cfg.options_for(RefineOptions).refine
     if not refine:
         return
-    if not is_client(name):
+    if name is None or not is_client(name):
         raise UserError(f"--refine {refine} needs an LLM backend (or replay:PATH) to write the rules it refines, "
-                        f"not {name!r}; give --backend PROVIDER[:MODEL] or drop --refine")
+                        f"not {name or cfg.backend or mode.name!r}; give --backend PROVIDER[:MODEL] or drop "
+                        "--refine")
     if mode.needs_session:
         raise UserError(f"--refine {refine} does not apply to --mode {mode.name}, which asks the model for each "
                         "action; use it with --mode table")
@@ -141,11 +153,11 @@ def _check_refine(cfg: TrainConfig, name: str, mode: Mode) -> None:
                         f"of rules), not {cfg.output_format!r}")
 
 
-def unused_options(cfg: TrainConfig, backend: str) -> list[str]:
+def unused_options(cfg: TrainConfig, backend: str | None) -> list[str]:
     """A note for each plug-in option the user gave (on the command line or in a file) that no plug-in of this run
     takes (``--potential-bound`` with ``--mode table``): it is recorded in config.json but changes nothing. A note,
     not a refusal: a shared config file or a sweep's settings may hold options for the other runs' plug-ins."""
-    in_use = {("mode", cfg.mode), ("backend", backend), ("answer format", cfg.output_format),
+    in_use = {("mode", cfg.mode), ("answer format", cfg.output_format), *((("backend", backend),) if backend else ()),
               *(("logger", n.strip().lower()) for n in cfg.log)}
     notes: list[str] = []
     for section in plugin_sections():
