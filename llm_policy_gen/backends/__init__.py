@@ -2,8 +2,9 @@
 
 A backend is either an **LLM client** (``gemini``, ``openai``, ``anthropic``, ``ollama``, and ``replay:PATH``), which
 the engine wraps in a session and an :class:`~llm_policy_gen.proposers.llm.LLMProposer`, or a **proposer** that is not
-a language model (``offline``, ``kept-table-q``, ``random``), or a **learner** (``q-learning``), the backend of a
-mode that steps the environment itself (its registry line names the mode, ``mode="q-learning"``). Each is one
+a language model (``offline``, ``kept-table-q``, ``random``), or a **learner** (``q-learning``): not a backend but
+the old spelling of a mode that proposes nothing (its registry line names the mode, ``mode="q-learning"``, and points
+at the mode's class; the run builds no backend for it). Each is one
 registry line with its entry point, loaded lazily, so a missing SDK matters only when it is used, and a misspelt name
 gets the close matches.
 
@@ -59,7 +60,7 @@ BACKENDS.register("anthropic", "llm_policy_gen.clients.anthropic:AnthropicClient
 BACKENDS.register("ollama", "llm_policy_gen.clients.ollama:OllamaClient", kind="client")
 BACKENDS.register("llamacpp", "llm_policy_gen.clients.llamacpp:LlamaCppClient", kind="client",
                   spec="llamacpp:PATH.gguf")
-BACKENDS.register("q-learning", "llm_policy_gen.proposers.learns:QLearningBackend", kind="learner",
+BACKENDS.register("q-learning", "llm_policy_gen.modes.qlearning:QLearningMode", kind="learner",
                   default_model="", is_llm=False, writes_values=False, mode="q-learning",
                   description="standard epsilon-greedy tabular Q-learning in its own episodes (baseline, not an "
                               "LLM; runs --mode q-learning)",

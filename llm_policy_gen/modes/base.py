@@ -262,6 +262,14 @@ class ModeBase:
         """This run's name where a backend would be named (a mode without a backend: :attr:`needs_backend`)."""
         return Method(self.name)
 
+    def first_messages(self, run: RunServices) -> list[Message] | None:
+        """The messages of the mode's first call with nothing learned yet (:func:`first_messages`); None: no call."""
+        return None
+
+    def memory(self, cfg: TrainConfig, n_states: int, n_actions: int) -> Sequence[Need]:
+        """What the mode's own arrays take at least (:func:`memory_needs`); none by default."""
+        return ()
+
 
 def needs_backend(mode: Mode) -> bool:
     """Whether the run builds a backend for ``mode`` (:attr:`ModeBase.needs_backend`; a plug-in mode without the
@@ -319,8 +327,8 @@ class OwnLoop(Protocol):
 def proposes(mode: Mode) -> bool:
     """Whether ``mode`` ever asks its backend for candidates (:meth:`RunServices.propose`), whose prompt context
     carries the episodes counted since the previous call (``fresh``). An optional attribute ``proposes`` of the mode
-    says otherwise: a mode whose learner is the policy (``q-learning``, ``lm-policy``) never does, so the run keeps
-    no such episodes for it (they grew with every episode of the run, in memory and in every checkpoint)."""
+    says otherwise, as does a mode without a backend (``q-learning``, ``lm-policy``): the run keeps no such episodes
+    for it (they grew with every episode of the run, in memory and in every checkpoint)."""
     if isinstance(mode, ModeBase):
         return mode.proposes and mode.needs_backend
     return bool(getattr(mode, "proposes", True))
@@ -328,8 +336,8 @@ def proposes(mode: Mode) -> bool:
 
 def uses_chat(mode: Mode) -> bool:
     """Whether ``mode`` sends chat messages to a model (every mode here does). An optional attribute ``uses_chat``
-    of the mode says otherwise: a mode that reads a model's token probabilities as its policy (``--mode lm-policy``)
-    needs no chat template, so the backend factory does not ask the model for one."""
+    of the mode says otherwise: a mode that reads a model's token probabilities needs no chat template, so the
+    backend factory does not ask the model for one."""
     return mode.uses_chat if isinstance(mode, ModeBase) else bool(getattr(mode, "uses_chat", True))
 
 
@@ -337,7 +345,9 @@ def first_messages(mode: Mode, run: RunServices) -> list[Message] | None:
     """The messages of ``mode``'s first call with nothing learned yet (the part of every prompt that no cap can cut),
     from the mode's optional method ``first_messages(run)``; None for a mode without one. The run checks with them
     that a model's context can hold a prompt and an answer before the run starts."""
-    hook = getattr(mode, "first_messages", None)
+    if isinstance(mode, ModeBase):
+        return mode.first_messages(run)
+    hook = getattr(mode, "first_messages", None)  # a plug-in mode without the base class
     return hook(run) if callable(hook) else None
 
 
@@ -345,5 +355,7 @@ def memory_needs(mode: Mode, cfg: TrainConfig, n_states: int, n_actions: int) ->
     """What ``mode``'s own arrays take at least for a table of ``n_states`` x ``n_actions``
     (:mod:`llm_policy_gen.sizes`), from the mode's optional method ``memory(cfg, n_states, n_actions)`` (a language
     model's learner: its rollout buffer and head); none for a mode without one (its tables are counted by the run)."""
-    hook = getattr(mode, "memory", None)
+    if isinstance(mode, ModeBase):
+        return list(mode.memory(cfg, n_states, n_actions))
+    hook = getattr(mode, "memory", None)  # a plug-in mode without the base class
     return list(hook(cfg, n_states, n_actions)) if callable(hook) else []
