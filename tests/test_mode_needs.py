@@ -96,3 +96,10 @@ def test_an_lm_policy_run_has_no_offline_stand_in(tmp_path: Path, capsys: pytest
 def test_a_plain_table_run_still_has_its_backend(tmp_path: Path) -> None:
     prepared = prepare(cfg(tmp_path))
     assert (prepared.backend, prepared.label) == ("offline", "offline")
+
+
+def test_q_learning_runs_its_own_loop_like_lm_policy() -> None:
+    from llm_policy_gen.modes.base import OwnLoop
+    from llm_policy_gen.modes.qlearning import QLearningMode
+
+    assert isinstance(QLearningMode(), OwnLoop) and isinstance(LmPolicyMode(), OwnLoop)

@@ -312,8 +312,8 @@ class Learner(Protocol):
 
 @runtime_checkable
 class OwnLoop(Protocol):
-    """What a mode whose learner runs its own environment steps declares (``--mode lm-policy``). The run builds the
-    learner once, over :attr:`RunServices.learner_env`: before :meth:`Mode.start` in a new run, before the
+    """What a mode whose learner runs its own environment steps declares (``lm-policy``, ``q-learning``). The run
+    builds the learner once, over :attr:`RunServices.learner_env`: before :meth:`Mode.start` in a new run, before the
     checkpoint's state is loaded in a resumed one. The run then owns it: :meth:`RunServices.update_learner` runs one
     update and judges its read-out table, and the learner's state (with the episode in progress) is written into
     ``checkpoint.npz`` with the run's, atomically, after every iteration (a state over 32 MiB at a pace:

@@ -206,7 +206,8 @@ class Run(RunParts):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
         self._build_learner()
-        if self.learner is not None:  # the episode in progress first: the learner's state names its last state
+        if self.learner is not None and "learner" in state:  # the episode in progress first: the learner's state
+            # names its last state (a q-learning checkpoint from before its own loop has none: its Q is the mode's)
             self.learner_env.load_state_dict(state["learner"]["env"])
             self.learner.load_state_dict(state["learner"]["state"])
         self.mode.load_state_dict(state["mode"])
