@@ -257,6 +257,9 @@ class ModeBase:
     """True for modes whose keeper judges candidate tables (the run notes when none was ever accepted)."""
     candidates_per_iteration: ClassVar[int | None] = None
     """The tables the keeper judges per iteration; None: ``--candidates``."""
+    backend_spelling: ClassVar[str | None] = None
+    """A mode without a backend: the ``--backend`` it still accepts, and records in config.json as before, because
+    older commands and run directories name it (``q-learning``: ``q-learning``; ``lm-policy``: ``offline``)."""
 
     def method(self, cfg: TrainConfig) -> Method:
         """This run's name where a backend would be named (a mode without a backend: :attr:`needs_backend`)."""

@@ -24,8 +24,7 @@ head's tensors, Adam's moments, the random streams, SB3's counters and last obse
 :mod:`llm_policy_gen.lm.agent`), as arrays and JSON, never a pickle; ``train --resume`` rebuilds the learner from
 the settings in ``config.json`` and loads that state, so a resumed run equals an uninterrupted one.
 
-**No model calls, no backend.** The mode proposes nothing (``needs_backend = False``): the run builds no backend and
-names the run ``lm-policy(MODEL)`` (:meth:`LmPolicyMode.method`); its language model is ``--lm-model``.
+**No backend.** It proposes nothing: the run builds no backend and is named ``lm-policy(MODEL)`` (:meth:`method`).
 
 **Heads.** ``--lm-head features`` (the default): SB3's MLP over the features table. ``--lm-head scores``: the
 model's length-normalised log-probabilities of each action's words after the state's text plus a learned bias per
@@ -211,6 +210,7 @@ class LmPolicyMode(ModeBase):
 
     name = "lm-policy"
     needs_backend = False
+    backend_spelling = "offline"
     candidates_per_iteration = 1
     Options = LmPolicyOptions
 

@@ -141,6 +141,7 @@ class QLearningMode(ModeBase):
 
     name = "q-learning"
     needs_backend = False
+    backend_spelling = "q-learning"
     candidates_per_iteration = 1
     Options = QLearningOptions
 

@@ -29,7 +29,7 @@ from ..errors import UserError
 from ..formats import FORMATS, refinable_format_names, table_format_names
 from ..formats.base import RefineOptions
 from ..modes import MODES
-from ..modes.base import Mode, memory_needs, method_of, needs_backend
+from ..modes.base import Mode, ModeBase, memory_needs, method_of, needs_backend
 from ..prompting.templates import check_prompts_dir
 from ..registry import plugin_sections
 from ..storage.sizes import check_memory, table_need
@@ -105,33 +105,31 @@ def prepare(cfg: TrainConfig, spec: EnvSpec | None = None) -> Prepared:
 
 
 def pair_learner(cfg: TrainConfig, notes: list[str] | None = None) -> TrainConfig:
-    """A learner backend runs its own mode, and that mode only that backend: ``--backend q-learning`` with the
-    default ``--mode table`` becomes ``--mode q-learning`` (said in ``notes``), ``--mode q-learning`` without a
-    backend takes ``q-learning``; any other pairing is refused. ``compare`` resolves its runs' settings with it too."""
+    """The old spellings of a mode without a backend, resolved: ``--backend q-learning`` with the default mode
+    becomes ``--mode q-learning`` (said in ``notes``, from the backend registry line's ``mode``); a mode without a
+    backend takes its old spelling (:attr:`~llm_policy_gen.modes.base.ModeBase.backend_spelling`, recorded as
+    before) and refuses any other ``--backend``; a learner spelling under another mode is refused. ``compare``
+    resolves its runs' settings with it too."""
     if cfg.mode not in MODES:
         raise MODES.unknown(cfg.mode)
-    own = MODES.entry(cfg.mode).info.get("backend")  # a mode that learns by itself has its own backend
-    if own is False:  # a mode that asks no model for answers (lm-policy) runs on offline, which it never asks
-        if cfg.backend not in (None, "offline"):
-            raise UserError(f"--mode {cfg.mode} asks no backend for answers; drop --backend {cfg.backend}")
-        return cfg if cfg.backend else cfg.updated({"backend": "offline"}, "mode without backend")
-    if cfg.backend is None and own:
-        cfg = cfg.updated({"backend": own}, f"--mode {cfg.mode}")
+    declared = MODES.load(cfg.mode)
+    if isinstance(declared, type) and issubclass(declared, ModeBase) and not declared.needs_backend:
+        own = declared.backend_spelling
+        if cfg.backend is not None and cfg.backend != own:
+            raise UserError(f"--mode {cfg.mode} proposes nothing and asks no backend; drop --backend {cfg.backend}")
+        return cfg if cfg.backend or own is None else cfg.updated({"backend": own}, f"--mode {cfg.mode}")
     if cfg.backend is None:
         return cfg
     name, _ = parse_backend_spec(cfg.backend)
     learns = learner_mode(name)
-    if own and name != own:
-        raise UserError(f"--mode {cfg.mode} learns by itself and asks no backend; drop --backend {cfg.backend} "
-                        f"(or give --backend {own})")
-    if learns is None or cfg.mode == learns:
+    if learns is None:
         return cfg
-    if cfg.mode != "table":
+    if cfg.mode != TrainConfig.model_fields["mode"].default:
         hint = BACKENDS.entry(name).info.get("elsewhere")
         raise UserError(f"--backend {name} is the learner of --mode {learns} and does not answer --mode {cfg.mode}"
                         + (f"; {hint}" if hint else ""))
     if notes is not None:
-        notes.append(f"mode: {learns} (--backend {name} is a learner that steps the environment itself)")
+        notes.append(f"mode: {learns} (--backend {name} is the old spelling of --mode {learns})")
     return cfg.updated({"mode": learns}, f"--backend {name}")
 
 
