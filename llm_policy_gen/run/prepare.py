@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..backends import (
-    BACKENDS,
     default_backend_spec,
+    facts,
     is_client,
     is_llm,
     learner_mode,
@@ -87,7 +87,7 @@ def prepare(cfg: TrainConfig, spec: EnvSpec | None = None) -> Prepared:
     check_memory([table_need(n_states, n_actions), *memory_needs(mode, cfg, n_states, n_actions)])
     if name is None:  # a mode that proposes nothing: no backend, no client, no key to check
         return Prepared(cfg, spec, mode, None, notes + unused_options(cfg, None))
-    notice = BACKENDS.entry(name).info.get("notice")
+    notice = facts(name).notice
     if notice:
         notes.append(f"backend: {name} -- {notice}")
     if client_settings(cfg, name).temperature is not None and is_client(name) and not is_llm(name):
@@ -125,7 +125,7 @@ def pair_learner(cfg: TrainConfig, notes: list[str] | None = None) -> TrainConfi
     if learns is None:
         return cfg
     if cfg.mode != TrainConfig.model_fields["mode"].default:
-        hint = BACKENDS.entry(name).info.get("elsewhere")
+        hint = facts(name).elsewhere
         raise UserError(f"--backend {name} is the learner of --mode {learns} and does not answer --mode {cfg.mode}"
                         + (f"; {hint}" if hint else ""))
     if notes is not None:
