@@ -124,7 +124,7 @@ def test_a_killed_run_resumes_to_the_uninterrupted_result(tmp_path: Path) -> Non
 @pytest.mark.parametrize("args, words", [
     (["--backend", "q-learning", "--mode", "advisor"], "use --backend kept-table-q"),
     (["--backend", "q-learning", "--mode", "reward"], "does not answer --mode reward"),
-    (["--mode", "q-learning", "--backend", "offline"], "--mode q-learning learns by itself and asks no backend"),
+    (["--mode", "q-learning", "--backend", "offline"], "--mode q-learning proposes nothing and asks no backend"),
 ])
 def test_the_learner_and_its_mode_go_together_or_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                              args: list[str], words: str) -> None:

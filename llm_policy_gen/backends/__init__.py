@@ -2,8 +2,9 @@
 
 A backend is either an **LLM client** (``gemini``, ``openai``, ``anthropic``, ``ollama``, and ``replay:PATH``), which
 the engine wraps in a session and an :class:`~llm_policy_gen.proposers.llm.LLMProposer`, or a **proposer** that is not
-a language model (``offline``, ``kept-table-q``, ``random``), or a **learner** (``q-learning``), the backend of a
-mode that steps the environment itself (its registry line names the mode, ``mode="q-learning"``). Each is one
+a language model (``offline``, ``kept-table-q``, ``random``), or a **learner** (``q-learning``): not a backend but
+the old spelling of a mode that proposes nothing (its registry line names the mode, ``mode="q-learning"``, and points
+at the mode's class; the run builds no backend for it). Each is one
 registry line with its entry point, loaded lazily, so a missing SDK matters only when it is used, and a misspelt name
 gets the close matches.
 
@@ -18,7 +19,8 @@ factory) carry their facts on the registry line (``default_model``, ``is_llm``, 
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
 
 from ..errors import BackendConfigError
 from ..registry import PluginOptions, Registry
@@ -29,7 +31,37 @@ if TYPE_CHECKING:
 
 __all__ = ["BACKENDS", "parse_backend_spec", "is_configured", "default_backend_spec", "list_backends", "is_client",
            "is_llm", "default_model", "provider_class", "provider_classes", "auto_order", "provider_variables",
-           "base_url_variable", "all_profiles", "get_profile", "backend_specs", "learner_mode", "recorded_backend"]
+           "base_url_variable", "all_profiles", "get_profile", "backend_specs", "learner_mode", "recorded_backend",
+           "BackendFacts", "facts"]
+
+@dataclass(frozen=True)
+class BackendFacts:
+    """A backend registry line's keywords, typed (a misspelt keyword is a ``TypeError`` where the line is read)."""
+
+    kind: Literal["client", "proposer", "learner"]
+    default_model: str | None = None
+    """The model of ``--backend NAME`` without ``:MODEL``; None: the provider class says."""
+    is_llm: bool | None = None
+    """None: the provider class says (a client line that holds it holds its facts itself, as ``replay``)."""
+    description: str = ""
+    notice: str = ""
+    """What a run of this backend says before it starts (``offline``: not an LLM)."""
+    spec: str = ""
+    """How ``--backend`` names it, where not ``NAME`` or ``NAME[:MODEL]`` (``replay:PATH``)."""
+    writes_values: bool = True
+    """False for a proposer that cannot write a reward mode's values (a table search)."""
+    mode: str = ""
+    """A learner line: the mode it is the old spelling of (``q-learning``)."""
+    former_name: str = ""
+    """The name this backend had before (``kept-table-q`` was ``q-learning``), for recorded runs."""
+    elsewhere: str = ""
+    """A learner line: the hint given when it is paired with another mode."""
+
+
+def facts(name: str) -> BackendFacts:
+    """The typed facts of backend ``name``'s registry line (an unknown name: the registry's one-line error)."""
+    return BackendFacts(**BACKENDS.entry(name).info)
+
 
 class _Backends(Registry[Any]):
     """The backend registry: a client that declares no options of its own (a factory function) takes every client's
@@ -37,7 +69,7 @@ class _Backends(Registry[Any]):
 
     def options_model(self, name: str) -> type[PluginOptions] | None:
         found = super().options_model(name)
-        if found is None and self.entry(name).info.get("kind") == "client":
+        if found is None and facts(name).kind == "client":
             from ..clients.base import ClientSettings
 
             return ClientSettings
@@ -59,7 +91,7 @@ BACKENDS.register("anthropic", "llm_policy_gen.clients.anthropic:AnthropicClient
 BACKENDS.register("ollama", "llm_policy_gen.clients.ollama:OllamaClient", kind="client")
 BACKENDS.register("llamacpp", "llm_policy_gen.clients.llamacpp:LlamaCppClient", kind="client",
                   spec="llamacpp:PATH.gguf")
-BACKENDS.register("q-learning", "llm_policy_gen.proposers.learns:QLearningBackend", kind="learner",
+BACKENDS.register("q-learning", "llm_policy_gen.modes.qlearning:QLearningMode", kind="learner",
                   default_model="", is_llm=False, writes_values=False, mode="q-learning",
                   description="standard epsilon-greedy tabular Q-learning in its own episodes (baseline, not an "
                               "LLM; runs --mode q-learning)",
@@ -76,13 +108,12 @@ BACKENDS.register("random", "llm_policy_gen.proposers.random:RandomProposer", ki
 def backend_specs() -> list[str]:
     """How each backend is named in ``--backend``, from its registry line: ``offline`` (a proposer or learner takes
     no model), ``gemini[:MODEL]`` (a client), or the line's own ``spec`` (``replay:PATH``)."""
-    return [str(BACKENDS.entry(n).info.get("spec") or (f"{n}[:MODEL]" if is_client(n) else n)) for n in BACKENDS]
+    return [facts(n).spec or (f"{n}[:MODEL]" if is_client(n) else n) for n in BACKENDS]
 
 
 def learner_mode(name: str) -> str | None:
     """The mode whose own learner backend ``name`` is (``q-learning`` -> ``q-learning``), None for the others."""
-    mode = BACKENDS.entry(name).info.get("mode")
-    return str(mode) if mode else None
+    return facts(name).mode or None
 
 
 def recorded_backend(backend: str | None, mode: str | None) -> str | None:
@@ -98,15 +129,15 @@ def recorded_backend(backend: str | None, mode: str | None) -> str | None:
     own = learner_mode(name) if name in BACKENDS else None
     if own is None or mode == own:
         return backend
-    renamed = next((n for n in BACKENDS if BACKENDS.entry(n).info.get("former_name") == name), None)
+    renamed = next((n for n in BACKENDS if facts(n).former_name == name), None)
     return backend if renamed is None else renamed + sep + model
 
 
 def provider_class(name: str) -> type[SDKClient] | None:
     """The provider class registered as ``name`` (imported on first use; no SDK is imported), or None for a backend
     that is not one (``replay``, a proposer, a factory function)."""
-    entry = BACKENDS.entry(name)
-    if entry.info.get("kind") != "client" or "is_llm" in entry.info:  # the line itself holds the facts
+    line = facts(name)
+    if line.kind != "client" or line.is_llm is not None:  # the line itself holds the facts
         return None
     from ..clients.sdk import SDKClient
 
@@ -123,7 +154,10 @@ def provider_classes() -> dict[str, type[SDKClient]]:
 def _fact(name: str, attribute: str, default: Any) -> Any:
     """``attribute`` of backend ``name``: its provider class's, else its registry line's."""
     cls = provider_class(name)
-    return getattr(cls, attribute) if cls is not None else BACKENDS.entry(name).info.get(attribute, default)
+    if cls is not None:
+        return getattr(cls, attribute)
+    value = getattr(facts(name), attribute)
+    return default if value is None else value
 
 
 def is_llm(name: str) -> bool:
@@ -190,7 +224,7 @@ def parse_backend_spec(spec: str) -> tuple[str, str]:
 
 def is_client(name: str) -> bool:
     """True for backends that are LLM clients (and replay), False for the non-LLM proposers."""
-    return BACKENDS.entry(name).info["kind"] == "client"
+    return facts(name).kind == "client"
 
 
 def is_configured(name: str, check_server: bool = False) -> bool | None:

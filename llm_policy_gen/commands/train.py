@@ -108,8 +108,10 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 
 def summary_line(s: dict[str, Any]) -> str:
-    """The one line ``train`` prints about a finished run (from its summary.json)."""
-    from ..backends import is_client
+    """The one line ``train`` prints about a finished run (from its summary.json). A run without a backend is named
+    by its method and model alone (its summary's ``backend``: ``lm-policy(SmolLM2-135M-Instruct.Q4_1)``)."""
+    from ..backends import BACKENDS, is_client
+    from ..config import TrainConfig
     from ..loggers.console import calls_text, cost_text, plural
     from ..schema.aliases import summary_in
 
@@ -118,18 +120,32 @@ def summary_line(s: dict[str, Any]) -> str:
         solved = f"solved after {plural(s['episodes_to_solve'], 'episode')}"
     else:
         solved = "not solved" if s.get("reward_threshold") is not None else "no threshold"
-    cost = f", {cost_text(s['cost_usd'], s.get('cost_complete', True))}" if s["is_llm"] else ""
+    mode_class = _mode_class(s["mode"])
+    backend = s["backend"] in BACKENDS and getattr(mode_class, "needs_backend", True)  # else a method without one
+    client = backend and is_client(s["backend"])
+    cost = f", {cost_text(s['cost_usd'], s.get('cost_complete', True))}" if client and s["is_llm"] else ""
     best = "n/a" if s["best_heldout_mean"] is None else f"{s['best_heldout_mean']:.2f}"
-    model = f":{s['model']}" if s["model"] and s["is_llm"] else ""
-    mode = "" if s["mode"] == "table" else f", {s['mode']} mode"
+    model = f":{s['model']}" if backend and s["model"] and s["is_llm"] else ""
+    default = TrainConfig.model_fields["mode"].default  # the default mode goes unsaid
+    mode = "" if s["mode"] == default or not backend else f", {s['mode']} mode"
     made = calls_text(s["llm_calls"], s.get("failed_calls") or 0, s.get("first_call_error"))
-    calls = (f"{made}, {s['input_tokens']}+{s['output_tokens']} tokens{cost}"
-             if is_client(s["backend"]) else f"{plural(s['llm_calls'], 'proposal')} (no model called)")
+    calls = (f"{made}, {s['input_tokens']}+{s['output_tokens']} tokens{cost}" if client
+             else "no model calls" if not backend else f"{plural(s['llm_calls'], 'proposal')} (no model called)")
+    judges = bool(getattr(mode_class, "judges_candidates", True))
     never = " (no candidate was ever accepted: this is the initial table)" if s.get("never_accepted") \
-        and s["mode"] not in ("direct", "peer") else ""  # a peer's policy is its network, judged by no keeper
-    when = " (measured once, at the end)" if s["mode"] == "direct" and s["best_heldout_episodes"] else ""
+        and judges else ""
+    when = " (measured once, at the end)" if not judges and not getattr(mode_class, "heldout_each_iteration", False) \
+        and s["best_heldout_episodes"] else ""
     return (f"{s['env_id']} [{s['backend']}{model}{mode}] held-out mean {best} over "
             f"{plural(s['best_heldout_episodes'], 'episode')}{when}{never}, {solved}; "
             f"{plural(s['iterations'], 'iteration')}, {plural(s['episodes_total'], 'episode')} "
             f"({plural(s.get('env_steps_total') or 0, 'step')}), {calls}, "
             f"{s['wall_s']:.1f} s; stop: {s['stop_reason']}")
+
+
+def _mode_class(mode: str) -> type | None:
+    """The class of ``mode``, whose attributes say what it needs and does (None for one no longer registered: it
+    reads as a table mode)."""
+    from ..modes import MODES
+
+    return MODES.load(mode) if mode in MODES else None

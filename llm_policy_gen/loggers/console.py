@@ -98,10 +98,13 @@ class Console:
     """A :class:`~llm_policy_gen.storage.runlog.KVWriter` for the terminal, and the run's notice printer."""
 
     def __init__(self, total: int, desc: str, enabled: bool = True, quiet: bool = False,
-                 stream: TextIO | None = None, sink: Callable[[str], None] | None = None, is_llm: bool = True) -> None:
+                 stream: TextIO | None = None, sink: Callable[[str], None] | None = None, is_llm: bool = True,
+                 proposes: bool = True) -> None:
         self.stream = stream or sys.stderr
         self.is_llm = is_llm
         """False for the non-LLM proposers: their answers are counted as proposals, with no tokens or cost."""
+        self.proposes = proposes
+        """False for a run without a backend: nothing is proposed, no model is called."""
         self.sink = sink
         """Where notices go instead of the stream (a caller that collects them, as ``compare`` does)."""
         self.total = total
@@ -167,7 +170,8 @@ class Console:
         made = calls_text(record.get("llm_calls") or 0, record.get("failed_calls") or 0,
                           record.get("first_call_error"))
         calls = (f"{made}, tokens {record.get('input_tokens', 0)} in + {record.get('output_tokens', 0)} out, "
-                 f"cost {cost}" if self.is_llm else f"{record.get('llm_calls', 0)} proposals")
+                 f"cost {cost}" if self.is_llm else f"{record.get('llm_calls', 0)} proposals" if self.proposes
+                 else "no model calls")
         self._safely(lambda: print(
             f"iter {record.get('iteration')}/{self.total}: best test {_num(record.get('best_test_mean'))}, "
             f"held-out {_heldout(record)}, {cands}{kept}; "

@@ -5,7 +5,7 @@
 * ``reward`` -- the model writes a shaping potential for a Q-learner (:mod:`.reward`);
 * ``advisor`` -- the model advises a Q-learner which action to take (:mod:`.advisor`);
 * ``q-learning`` -- no model: the standard epsilon-greedy tabular Q-learner, a baseline (:mod:`.qlearning`; the mode
-  of ``--backend q-learning``, its registry line says ``backend``).
+  of ``--backend q-learning``, the old spelling its class names: ``backend_spelling``).
 * ``lm-policy`` -- a language model encodes each state's text, PPO or TRPO trains a head over it (:mod:`.lm_policy`).
 * ``peer`` -- no model: a zoo-tuned SB3 / sb3-contrib learner on the raw observations, a baseline (:mod:`.peer`).
 
@@ -33,13 +33,12 @@ MODES.register("reward", "llm_policy_gen.modes.reward:RewardMode",
 MODES.register("advisor", "llm_policy_gen.modes.advisor:AdvisorMode",
                description="the model advises a Q-learner, which follows the advice with a decaying probability",
                calls_per_iteration="K (candidates) + repairs")
-MODES.register("q-learning", "llm_policy_gen.modes.qlearning:QLearningMode", backend="q-learning",
+MODES.register("q-learning", "llm_policy_gen.modes.qlearning:QLearningMode",
                description="no model: the standard epsilon-greedy tabular Q-learner in its own episodes (baseline)",
                calls_per_iteration="none")
 MODES.register("lm-policy", "llm_policy_gen.modes.lm_policy:LmPolicyMode",
                description="a language model (--lm-model) encodes each state's text; SB3 PPO or TRPO trains a head "
-               "over the frozen encodings; the read-out table is judged", calls_per_iteration="0 (no backend)",
-               backend=False)
+               "over the frozen encodings; the read-out table is judged", calls_per_iteration="0 (no backend)")
 MODES.register("peer", "llm_policy_gen.modes.peer:PeerMode",
                description="no model: a zoo-tuned SB3 / sb3-contrib learner (--peer-algo) on the raw observations, "
-               "a baseline; its network is the run's policy", calls_per_iteration="0 (no backend)", backend=False)
+               "a baseline; its network is the run's policy", calls_per_iteration="0 (no backend)")

@@ -11,7 +11,7 @@ then owns that learner's environment, counts its episodes, judges its read-out t
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -32,8 +32,9 @@ if TYPE_CHECKING:
     from ..prompting.builder import PromptBuilder, PromptContext
     from ..storage.sizes import Need
 
-__all__ = ["Setup", "RunServices", "Step", "Mode", "Learner", "OwnLoop", "stopped_before_any_answer", "first_stop",
-           "uses_chat", "proposes", "first_messages", "memory_needs"]
+__all__ = ["Setup", "RunServices", "Step", "Mode", "ModeBase", "Method", "Learner", "OwnLoop",
+           "stopped_before_any_answer", "first_stop", "uses_chat", "proposes", "needs_backend", "method_of",
+           "tables_per_iteration", "first_messages", "memory_needs"]
 
 
 @dataclass(frozen=True)
@@ -229,6 +230,72 @@ class Mode(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class Method:
+    """What a run without a backend is called where a backend would be named (the console line, the run directory's
+    default name, the summary's ``backend``/``model``/``is_llm`` and the report's header)."""
+
+    name: str
+    """The method and its model: ``lm-policy(SmolLM2-135M-Instruct.Q4_1)``, ``lm-policy(onehot)``, ``q-learning``."""
+    model: str = ""
+    """The model the method runs (its path as given), empty for none."""
+    is_llm: bool = False
+    """Whether a language model is part of the method (it is called by no backend, so its calls cost nothing)."""
+
+
+class ModeBase:
+    """The small base class of the package's modes: what a mode needs of a run, as typed class attributes, so that
+    the run builds only those parts (a mode that proposes nothing gets no backend). A plug-in mode may implement
+    :class:`Mode` without it; it then needs everything (a backend, a prompt) as the table modes do."""
+
+    name: ClassVar[str]
+    needs_backend: ClassVar[bool] = True
+    """False for a mode that proposes nothing (``q-learning``, ``lm-policy``): the run builds no backend (no
+    session, no proposer) and names the run by :meth:`method` instead."""
+    needs_session: ClassVar[bool] = False
+    """True for modes that ask the model directly (direct mode); the non-LLM proposers cannot serve them."""
+    proposes: ClassVar[bool] = True
+    """Whether the mode asks its backend for candidates (:func:`proposes`; never without a backend)."""
+    uses_chat: ClassVar[bool] = True
+    """Whether the mode sends chat messages to a model (:func:`uses_chat`)."""
+    judges_candidates: ClassVar[bool] = True
+    """True for modes whose keeper judges candidate tables (the run notes when none was ever accepted)."""
+    candidates_per_iteration: ClassVar[int | None] = None
+    """The tables the keeper judges per iteration; None: ``--candidates``."""
+    backend_spelling: ClassVar[str | None] = None
+    """A mode without a backend: the ``--backend`` it still accepts, and records in config.json as before, because
+    older commands and run directories name it (``q-learning``: ``q-learning``; ``lm-policy``: ``offline``)."""
+
+    def method(self, cfg: TrainConfig) -> Method:
+        """This run's name where a backend would be named (a mode without a backend: :attr:`needs_backend`)."""
+        return Method(self.name)
+
+    def first_messages(self, run: RunServices) -> list[Message] | None:
+        """The messages of the mode's first call with nothing learned yet (:func:`first_messages`); None: no call."""
+        return None
+
+    def memory(self, cfg: TrainConfig, n_states: int, n_actions: int) -> Sequence[Need]:
+        """What the mode's own arrays take at least (:func:`memory_needs`); none by default."""
+        return ()
+
+
+def needs_backend(mode: Mode) -> bool:
+    """Whether the run builds a backend for ``mode`` (:attr:`ModeBase.needs_backend`; a plug-in mode without the
+    base class needs one)."""
+    return not isinstance(mode, ModeBase) or mode.needs_backend
+
+
+def method_of(mode: Mode, cfg: TrainConfig) -> Method:
+    """``mode``'s name where a backend would be named (:meth:`ModeBase.method`)."""
+    return mode.method(cfg) if isinstance(mode, ModeBase) else Method(mode.name)
+
+
+def tables_per_iteration(mode: Mode, cfg: TrainConfig) -> int:
+    """How many tables the keeper judges per iteration of ``mode`` (``--candidates`` unless the mode says)."""
+    fixed = mode.candidates_per_iteration if isinstance(mode, ModeBase) else None
+    return cfg.candidates if fixed is None else fixed
+
+
 class Learner(Protocol):
     """A learner that runs its own loop (an SB3 algorithm; ``tests/test_own_loop.py``'s tiny one): it steps
     :attr:`RunServices.learner_env` itself and keeps its own state."""
@@ -253,8 +320,8 @@ class Learner(Protocol):
 
 @runtime_checkable
 class OwnLoop(Protocol):
-    """What a mode whose learner runs its own environment steps declares (``--mode lm-policy``). The run builds the
-    learner once, over :attr:`RunServices.learner_env`: before :meth:`Mode.start` in a new run, before the
+    """What a mode whose learner runs its own environment steps declares (``lm-policy``, ``q-learning``). The run
+    builds the learner once, over :attr:`RunServices.learner_env`: before :meth:`Mode.start` in a new run, before the
     checkpoint's state is loaded in a resumed one. The run then owns it: :meth:`RunServices.update_learner` runs one
     update and judges its read-out table, and the learner's state (with the episode in progress) is written into
     ``checkpoint.npz`` with the run's, atomically, after every iteration (a state over 32 MiB at a pace:
@@ -268,23 +335,27 @@ class OwnLoop(Protocol):
 def proposes(mode: Mode) -> bool:
     """Whether ``mode`` ever asks its backend for candidates (:meth:`RunServices.propose`), whose prompt context
     carries the episodes counted since the previous call (``fresh``). An optional attribute ``proposes`` of the mode
-    says otherwise: a mode whose learner is the policy (``q-learning``, ``lm-policy``) never does, so the run keeps
-    no such episodes for it (they grew with every episode of the run, in memory and in every checkpoint)."""
+    says otherwise, as does a mode without a backend (``q-learning``, ``lm-policy``): the run keeps no such episodes
+    for it (they grew with every episode of the run, in memory and in every checkpoint)."""
+    if isinstance(mode, ModeBase):
+        return mode.proposes and mode.needs_backend
     return bool(getattr(mode, "proposes", True))
 
 
 def uses_chat(mode: Mode) -> bool:
     """Whether ``mode`` sends chat messages to a model (every mode here does). An optional attribute ``uses_chat``
-    of the mode says otherwise: a mode that reads a model's token probabilities as its policy (``--mode lm-policy``)
-    needs no chat template, so the backend factory does not ask the model for one."""
-    return bool(getattr(mode, "uses_chat", True))
+    of the mode says otherwise: a mode that reads a model's token probabilities needs no chat template, so the
+    backend factory does not ask the model for one."""
+    return mode.uses_chat if isinstance(mode, ModeBase) else bool(getattr(mode, "uses_chat", True))
 
 
 def first_messages(mode: Mode, run: RunServices) -> list[Message] | None:
     """The messages of ``mode``'s first call with nothing learned yet (the part of every prompt that no cap can cut),
     from the mode's optional method ``first_messages(run)``; None for a mode without one. The run checks with them
     that a model's context can hold a prompt and an answer before the run starts."""
-    hook = getattr(mode, "first_messages", None)
+    if isinstance(mode, ModeBase):
+        return mode.first_messages(run)
+    hook = getattr(mode, "first_messages", None)  # a plug-in mode without the base class
     return hook(run) if callable(hook) else None
 
 
@@ -292,5 +363,7 @@ def memory_needs(mode: Mode, cfg: TrainConfig, n_states: int, n_actions: int) ->
     """What ``mode``'s own arrays take at least for a table of ``n_states`` x ``n_actions``
     (:mod:`llm_policy_gen.sizes`), from the mode's optional method ``memory(cfg, n_states, n_actions)`` (a language
     model's learner: its rollout buffer and head); none for a mode without one (its tables are counted by the run)."""
-    hook = getattr(mode, "memory", None)
+    if isinstance(mode, ModeBase):
+        return list(mode.memory(cfg, n_states, n_actions))
+    hook = getattr(mode, "memory", None)  # a plug-in mode without the base class
     return list(hook(cfg, n_states, n_actions)) if callable(hook) else []

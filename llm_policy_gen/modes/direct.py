@@ -43,7 +43,7 @@ from ..envs.spec import EnvSpec
 from ..formats import make_format
 from ..formats.base import AnswerFormat, FormatContext, Target
 from ..prompting.builder import PromptBuilder
-from .base import RunServices, Setup, Step
+from .base import ModeBase, RunServices, Setup, Step
 
 __all__ = ["DirectMode", "DirectPolicy", "observation_text"]
 
@@ -164,7 +164,7 @@ class DirectPolicy:
         self.stop = state["stop"]
 
 
-class DirectMode:
+class DirectMode(ModeBase):
     """The model acts; its answers are kept per state."""
 
     name = "direct"

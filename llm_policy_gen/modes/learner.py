@@ -25,7 +25,7 @@ from ..collect import Episode
 from ..formats import make_format, resolve_format_name
 from ..formats.base import AnswerFormat, Target
 from ..registry import PluginOptions, setting
-from .base import Setup, Step, first_stop, stopped_before_any_answer
+from .base import ModeBase, Setup, Step, first_stop, stopped_before_any_answer
 from .qtable import LearnerPolicy, QLearner, optimistic_init
 
 if TYPE_CHECKING:
@@ -88,7 +88,7 @@ class _Candidate:
         return float(np.mean([e.ret for e in self.episodes])) if self.episodes else None
 
 
-class LearnerMode:
+class LearnerMode(ModeBase):
     """The shared iteration of the reward and advisor modes; subclasses fill in the hooks below."""
 
     name = "learner"

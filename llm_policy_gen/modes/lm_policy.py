@@ -24,8 +24,7 @@ head's tensors, Adam's moments, the random streams, SB3's counters and last obse
 :mod:`llm_policy_gen.lm.agent`), as arrays and JSON, never a pickle; ``train --resume`` rebuilds the learner from
 the settings in ``config.json`` and loads that state, so a resumed run equals an uninterrupted one.
 
-**No model calls.** The mode asks no backend for answers (its registry line says so: the run takes ``offline`` and
-refuses another ``--backend``); its language model is ``--lm-model``.
+**No backend.** It proposes nothing: the run builds no backend and is named ``lm-policy(MODEL)`` (:meth:`method`).
 
 **Heads.** ``--lm-head features`` (the default): SB3's MLP over the features table. ``--lm-head scores``: the
 model's length-normalised log-probabilities of each action's words after the state's text plus a learned bias per
@@ -51,7 +50,7 @@ from pydantic import field_validator
 from ..errors import UserError
 from ..registry import PluginOptions, setting
 from ..storage.sizes import Need, check_memory
-from .base import Setup, Step
+from .base import Method, ModeBase, Setup, Step
 
 if TYPE_CHECKING:
     from ..config import TrainConfig
@@ -206,13 +205,13 @@ def _check_same_model(record: dict[str, Any], path: str) -> None:
                         "of that model, or start a new run")
 
 
-class LmPolicyMode:
+class LmPolicyMode(ModeBase):
     """A frozen language model's encodings of the state texts, a head trained by PPO or TRPO, read out as a table."""
 
     name = "lm-policy"
-    needs_session = False
-    proposes = False
-    judges_candidates = True
+    needs_backend = False
+    backend_spelling = "offline"
+    candidates_per_iteration = 1
     Options = LmPolicyOptions
 
     def __init__(self) -> None:
@@ -222,10 +221,15 @@ class LmPolicyMode:
         self.settings: LearnerSettings | None = None
         self.learner: TableLearner | None = None
         self.facts: dict[str, Any] = {}
-        self.head: Any = None
-        """The scores head (``--lm-head scores``), or None for the features head."""
+        self.head: Any = None  # the scores head (--lm-head scores), or None for the features head
 
-    # ------------------------------------------------------------------ Mode
+    def method(self, cfg: TrainConfig) -> Method:
+        """``lm-policy(MODEL)`` (``.gguf`` dropped), a control's features after it: ``lm-policy(onehot)``."""
+        o = cfg.options_for(LmPolicyOptions)
+        used = o.lm_model if o.lm_model and (o.lm_features in ("lm", "random") or o.lm_head == "scores") else None
+        parts = [Path(used.rstrip("/\\")).name.removesuffix(".gguf") if used else "", o.lm_features]
+        return Method(f"{self.name}({', '.join(p for p in parts if p not in ('', 'lm'))})", used or "", bool(used))
+
     def prepare(self, setup: Setup, resumed: bool) -> dict[str, Any]:
         """Load the model, encode every state's text (or build the control features) and fix the learner's
         settings; every problem is a one-line user error, before the run starts."""

@@ -76,9 +76,14 @@ class PeerMode:
     """A zoo-tuned library learner on the raw observations; its network is the run's policy."""
 
     name = "peer"
+    needs_backend = False
     needs_session = False
     proposes = False
     judges_candidates = False
+    candidates_per_iteration = 1
+    backend_spelling = "offline"
+    heldout_each_iteration = True
+    """The network is measured on the held-out seeds after every iteration (not once at the end, as direct's)."""
     Options = PeerOptions
 
     def __init__(self) -> None:

@@ -7,8 +7,9 @@ environment step,
 ``Q(s, a) += alpha * (r + gamma * max_a' Q(s', a') - Q(s, a))``
 
 with the target ``r`` where the episode terminates (a step cut by the time limit bootstraps from its next state).
-Its episodes run through the run's services (:meth:`~llm_policy_gen.modes.base.RunServices.train_on`), so they are
-counted like every other episode and step of the run (``episodes_total``, ``env_steps_total``, ``--max-episodes``).
+It runs its own loop (:class:`~llm_policy_gen.modes.base.OwnLoop`, as ``lm-policy`` does): its episodes are played in
+the run's learner environment (:attr:`~llm_policy_gen.modes.base.RunServices.learner_env`), so they are counted
+like every other episode and step of the run (``episodes_total``, ``env_steps_total``, ``--max-episodes``).
 
 Each iteration the learner plays the run's ``--train-episodes`` training episodes (the spec's train default where the
 user gives none: CliffWalking-v1 4, Taxi-v4 20) on the run's next training seeds, then its **greedy read-out table**
@@ -46,15 +47,17 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..collect import Episode
 from ..registry import PluginOptions, setting
-from .base import Setup, Step
+from .base import ModeBase, Setup, Step
 from .qtable import LearnerPolicy, QLearner
 
 if TYPE_CHECKING:
+    import gymnasium as gym
+
+    from ..discretize import ObservationDiscretizer
     from .base import RunServices
 
-__all__ = ["QLearningOptions", "QLearningMode", "OnlineQPolicy"]
+__all__ = ["QLearningOptions", "QLearningMode", "OnlineQPolicy", "OwnEpisodes"]
 
 
 class QLearningOptions(PluginOptions):
@@ -91,17 +94,60 @@ class OnlineQPolicy(LearnerPolicy):
         self.learner.update(states, actions, rewards, next_states, terminated)
 
 
-class QLearningMode:
+class OwnEpisodes:
+    """The q-learning mode's own loop (a :class:`~.base.Learner`): each :meth:`update` plays ``--train-episodes``
+    whole episodes in the run's learner environment (every reset takes the run's next training seed; every finished
+    episode is counted by the run), acting epsilon-greedily on the mode's Q and updating it after every step. Its Q is
+    the mode's state (``checkpoint.npz`` keeps it there, as before this loop); it holds none of its own."""
+
+    def __init__(self, mode: QLearningMode, env: gym.Env[Any, Any], observation: ObservationDiscretizer,
+                 episodes: int, seed: int) -> None:
+        self.mode, self.env, self.observation, self.episodes, self.seed = mode, env, observation, episodes, seed
+        self.iteration = 0
+        """The iteration under way, set by the mode: its exploration stream is seeded by it."""
+        self.used: list[float] = []
+        """The epsilon of each episode of the last update."""
+
+    def update(self) -> None:
+        learner, options = self.mode._learner(), self.mode.options
+        policy = LearnerPolicy(learner, self.observation, np.random.default_rng([self.seed, self.iteration, 17]),
+                               options.epsilon(learner.episodes))
+        self.used = []
+        for _ in range(self.episodes):
+            state, _ = self.env.reset()
+            done = False
+            while not done:
+                action = int(policy.act_states(np.asarray([state]))[0])
+                nxt, reward, terminated, truncated, _ = self.env.step(action)
+                learner.update(np.asarray([state]), np.asarray([action]), np.asarray([float(reward)]),
+                               np.asarray([nxt]), np.asarray([bool(terminated)]))
+                state, done = nxt, bool(terminated or truncated)
+            self.used.append(policy.epsilon)
+            learner.episodes += 1
+            policy.epsilon = options.epsilon(learner.episodes)
+
+    def table(self) -> np.ndarray:
+        return self.mode._learner().greedy()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass
+
+
+class QLearningMode(ModeBase):
     """The standard epsilon-greedy tabular Q-learner (see the module docstring)."""
 
     name = "q-learning"
-    needs_session = False
-    proposes = False
-    judges_candidates = True
+    needs_backend = False
+    backend_spelling = "q-learning"
+    candidates_per_iteration = 1
     Options = QLearningOptions
 
     def __init__(self) -> None:
         self.learner: QLearner | None = None
+        self.loop: OwnEpisodes | None = None
         self.options = QLearningOptions()
         """This run's options (read from its configuration by :meth:`prepare`)."""
 
@@ -119,24 +165,22 @@ class QLearningMode:
         assert self.learner is not None, "start() or load_state_dict() first"
         return self.learner
 
+    def build_learner(self, run: RunServices) -> OwnEpisodes:
+        """The mode's own loop over the run's learner environment (:class:`~.base.OwnLoop`)."""
+        self.loop = OwnEpisodes(self, run.learner_env, run.observation, run.cfg.train_episodes, run.cfg.seed)
+        return self.loop
+
     def iterate(self, run: RunServices, iteration: int) -> Step:
         learner = self._learner()
         run.score_best(iteration)
-        seeds = run.train_seeds()
-        rng = np.random.default_rng([run.cfg.seed, iteration, 17])
-        policy = OnlineQPolicy(learner, run.observation, rng, self.options.epsilon(learner.episodes))
-        used: list[float] = []
-
-        def ended(_ep: Episode) -> None:
-            used.append(policy.epsilon)
-            learner.episodes += 1
-            policy.epsilon = self.options.epsilon(learner.episodes)
-
-        episodes = run.train_on(policy, seeds, iteration, ended)
-        verdict = run.judge([learner.greedy()], iteration)
-        fields = {"candidates": 1, "learner_updates": learner.updates, "learner_episodes": learner.episodes,
-                  "epsilons": [round(e, 6) for e in used], "train_seeds": list(seeds)}
-        return Step(episodes, float(np.mean(used)) if used else None, [], verdict, verdict.accepted, fields=fields)
+        assert self.loop is not None, "build_learner() first"
+        self.loop.iteration = iteration
+        step = run.update_learner(iteration)
+        used = self.loop.used
+        step.train_epsilon = float(np.mean(used)) if used else None
+        step.fields.update(learner_updates=learner.updates, learner_episodes=learner.episodes,
+                           epsilons=[round(e, 6) for e in used], train_seeds=[e.seed for e in step.train_episodes])
+        return step
 
     def finish(self, run: RunServices) -> dict[str, Any]:
         learner = self._learner()

@@ -173,7 +173,10 @@ class LearnerPolicy:
         self.steps = 0
 
     def act(self, obs: np.ndarray) -> np.ndarray:
-        states = self.observation.encode(np.asarray(obs))
+        return self.act_states(self.observation.encode(np.asarray(obs)))
+
+    def act_states(self, states: np.ndarray) -> np.ndarray:
+        """:meth:`act` on discretized state indices (a learner that steps its own environment sees those)."""
         q = self.learner.q[states]
         n, na = q.shape
         u = self.rng.random((n, 3))

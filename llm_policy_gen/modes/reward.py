@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..backends import BACKENDS, parse_backend_spec
+from ..backends import facts, parse_backend_spec
 from ..errors import UserError
 from ..formats.base import Target
 from ..registry import setting
@@ -53,7 +53,7 @@ class RewardMode(LearnerMode):
 
     def check_backend(self, setup: Setup) -> None:
         name, _ = parse_backend_spec(setup.cfg.backend or "offline")
-        if BACKENDS.entry(name).info.get("writes_values", True) is False:
+        if not facts(name).writes_values:
             raise UserError(f"--mode reward needs a backend that writes a potential (an LLM, replay:PATH, offline or "
                             f"random); {name} writes action tables only: use it with --mode table or advisor")
 

@@ -14,12 +14,12 @@ import numpy as np
 from ..clients.base import Message
 from ..formats import make_format, resolve_format_name
 from ..formats.base import AnswerFormat, Target
-from .base import RunServices, Setup, Step, first_stop, stopped_before_any_answer
+from .base import ModeBase, RunServices, Setup, Step, first_stop, stopped_before_any_answer
 
 __all__ = ["TableMode"]
 
 
-class TableMode:
+class TableMode(ModeBase):
     """The model writes the table."""
 
     name = "table"

@@ -138,7 +138,7 @@ def run_cards(run: RunData, compact: bool = False) -> list[Card]:
         Card("iterations", count(s.get("iterations", last.iteration if last else 0)),
              f"stop: {s.get('stop_reason')}" if s.get("stop_reason") else "no summary.json: the run did not finish",
              "", "iterations"),
-        Card("candidates per iteration", count(k if k is not None else (1 if run.version == 1 else None)),
+        Card("tables judged per iteration", count(k if k is not None else (1 if run.version == 1 else None)),
              f"{count(s.get('accepted_count', sum(it.accepted for it in run.iterations)))} adopted in all"),
         Card("wall time", f"{num(s.get('wall_s', sum(it.wall_s or 0 for it in run.iterations)), 1)} s",
              "the run's own time, resumes included"),
@@ -174,7 +174,8 @@ def render_run(run: RunData) -> str:
     raw = [(f"{name} (as written)", _json_text(obj)) for name, obj in (
         (SUMMARY, run.summary), ("environment spec", run.config.get("env_spec")),
         ("backend", run.config.get("backend")), (CONFIG, run.config or None)) if obj]
-    model = str(s.get("model") or "") if run.is_llm else ""
+    method = isinstance(run.config.get("backend"), dict) and "method" in run.config["backend"]  # it names its model
+    model = str(s.get("model") or "") if run.is_llm and not method else ""
     return str(template.render(
         kind="run", run=run, version=__version__, run_version=run.config.get("version", "?"), generated=_generated(),
         model=model, mode=s.get("mode", run.config.get("mode", run.settings.get("mode", "table"))),

@@ -5,12 +5,12 @@ and confirmation episodes and their environment steps: the run stops at the firs
 budget, and the stop reason says by how much it went past; a budget the last iteration reached is named rather than
 "iterations done"), ``--patience``; after an iteration: the budget, a replay that ran out, and an unreachable backend
 (``unreachable_after`` iterations in a row without one answered call; when the very first call of a run reaches no
-server, the run stops at once with an error naming the URL). After each iteration the driver appends the iteration's
-record (``events.jsonl`` and the other writers), then writes ``checkpoint.npz`` atomically, with Ctrl-C (and SIGTERM,
-SIGHUP) held back so that the two go together; a write of the two that fails takes the record's line back out of
-``events.jsonl``, so the files never disagree on the iterations a run finished. A large state's checkpoint may wait a
-few iterations (:mod:`.pace`): it is written when the run ends however it ends, and a write that fails cuts
-``events.jsonl`` back to the last checkpoint written.
+server, the run stops at once with an error naming the URL: :mod:`.health`). After each iteration the driver appends
+the iteration's record (``events.jsonl`` and the other writers), then writes ``checkpoint.npz`` atomically, with
+Ctrl-C (and SIGTERM, SIGHUP) held back so that the two go together; a write of the two that fails takes the
+record's line back out of ``events.jsonl``, so the files never disagree on the iterations a run finished. A large
+state's checkpoint may wait a few iterations (:mod:`.pace`): it is written when the run ends however it ends, and a
+write that fails cuts ``events.jsonl`` back to the last checkpoint written.
 
 A run that asked a model ends with exit 1 when no call succeeded, or when no answer was ever valid.
 """
@@ -18,11 +18,8 @@ A run that asked a model ends with exit 1 when no call succeeded, or when no ans
 from __future__ import annotations
 
 import errno
-import os
 import time
 
-from ..backends import base_url_variable
-from ..backends.factory import client_settings
 from ..clients.keys import redact
 from ..errors import (
     BackendAuthError,
@@ -36,21 +33,12 @@ from ..errors import (
 from ..storage.locks import HeldInterrupts
 from ..storage.runlog import appends_undone_on_error
 from .counters import rollouts_from_state
+from .health import CallHealth
 from .records import RunResult, Summary, event_record, summary_record
 from .services import Run
 from .stop import StopKind, StopReason
 
 __all__ = ["execute"]
-
-
-def _endpoint_error(run: Run, exc: BaseException) -> Exception:
-    """The run's first call reached no server: a user error when the URL is the user's own setting."""
-    var = base_url_variable(run.backend_name)
-    user_set = bool(client_settings(run.cfg, run.backend_name).base_url) or bool(os.environ.get(var, "").strip())
-    msg = f"{redact(str(exc))}; no call of this run reached the server"
-    if user_set:
-        return EndpointError(f"{msg} (check --base-url / {var})")
-    return BackendUnreachable(msg)
 
 
 def _drive(run: Run, first: int) -> tuple[StopReason, bool]:
@@ -72,7 +60,8 @@ def _drive(run: Run, first: int) -> tuple[StopReason, bool]:
 
 
 def _iterations(run: Run, first: int) -> tuple[StopReason, bool]:
-    cfg, c, session = run.cfg, run.counters, run.session
+    cfg, c = run.cfg, run.counters
+    health = CallHealth(cfg, run.backend_name, run.session) if run.session is not None else None
     stop = StopReason.iterations_done()
     for iteration in range(first, cfg.iterations + 1):
         if (budget := _budget_reached(run)) is not None:
@@ -83,21 +72,13 @@ def _iterations(run: Run, first: int) -> tuple[StopReason, bool]:
             break
         t_iter = time.perf_counter()
         before = run.usage.copy()
-        ok_before = session.calls_ok if session is not None else 0
-        tried_before = session.calls_tried if session is not None else 0
+        if health is not None:
+            health.iteration_starts()
         step = run.mode.iterate(run, iteration)
         if step.verdict is not None:
             run.keep_verdict(step.verdict, iteration)
-        if session is not None:
-            tried = session.calls_tried - tried_before
-            answered = session.calls_ok - ok_before
-            if tried and not answered:
-                if session.calls_ok == 0 and any(a.unreachable for a in step.answers):
-                    raise _endpoint_error(run, BackendUnreachable(next(a.errors[0] for a in step.answers
-                                                                       if a.unreachable)))
-                c.unreachable_streak += 1
-            elif answered:
-                c.unreachable_streak = 0
+        if health is not None:
+            health.iteration_ended(step.answers, c)
         if step.skipped:
             stop = StopReason.parse(step.stop) or StopReason.of(StopKind.STOPPED)
             run.log(f"run ends: {stop}")
@@ -114,18 +95,19 @@ def _iterations(run: Run, first: int) -> tuple[StopReason, bool]:
             c.accepted_count += int(step.accepted)
             rec = event_record(run, step, iteration, t_iter, run.usage.minus(before))
             run.logger.write(dict(rec))
-            run.checkpoint(now=session is not None)
+            run.checkpoint(now=health is not None)
         if step.stop is not None:
             stop = StopReason.parse(step.stop) or StopReason.of(StopKind.STOPPED)
             run.log(f"run ends: {stop}")
             break
-        if c.unreachable_streak >= (after := client_settings(cfg, run.backend_name).unreachable_after):
+        if health is not None and (after := health.unreachable_after(c)) is not None:
             stop = StopReason.of(StopKind.UNREACHABLE)
             run.log(f"run ends: {after} iterations in a row without one answered call")
             break
     else:  # the last iteration may have reached a budget too: the budget is named, with how far past it the run went
         stop = _budget_reached(run) or stop
-    _check_some_call_succeeded(run)
+    if health is not None:
+        health.check_some_call_succeeded()
     return stop, False
 
 
@@ -137,26 +119,6 @@ def _budget_reached(run: Run) -> StopReason | None:
     if cfg.max_steps is not None and c.steps_total >= cfg.max_steps:
         return StopReason.steps(c.steps_total, cfg.max_steps)
     return None
-
-
-def _check_some_call_succeeded(run: Run) -> None:
-    """A run whose calls all failed ends with exit 1 and one line naming the first error and the URL, whatever
-    ``--unreachable-after`` says: never "0 calls" and exit 0. So does a run whose calls were answered but whose
-    answers were all refused (a server answering ``content: null``): never "iterations done" and exit 0."""
-    session = run.session
-    if session is None:
-        return
-    if not session.calls_ok and session.usage.failed_calls:
-        error = session.first_error or "no error recorded"
-        url = str(session.client.describe().get("base_url") or "")
-        where = f" ({url})" if url and url not in error else ""
-        n = session.usage.failed_calls
-        raise NoCallSucceeded(f"no call of this run succeeded ({n} failed call{'s' if n != 1 else ''}); the first "
-                              f"error{where}: {error}")
-    if session.calls_ok and not session.answers_valid:
-        n = session.calls_ok
-        raise NoValidAnswer(f"no answer of this run was valid ({n} answered call{'s' if n != 1 else ''}, 0 valid "
-                            f"answers); the first answer was refused because: {session.first_invalid or 'unknown'}")
 
 
 def _finish(run: Run, stop: StopReason, interrupted: bool, held: HeldInterrupts) -> Summary:

@@ -1,7 +1,8 @@
 """One run's parts, the base of :class:`~.services.Run`: what every mode shares, built once, and the counting.
 
 :class:`RunParts` builds and owns the environment's discretizers, the seed plan, the collector, the experience memory,
-the keeper, the prompt builder, the transcript, the backend, the counters and the run directory, and counts every
+the keeper, the prompt builder, the transcript, the backend (None for a mode that proposes nothing:
+:attr:`~llm_policy_gen.modes.base.ModeBase.needs_backend`), the counters and the run directory, and counts every
 episode a service plays (memory, totals and the prompt's fresh episodes); its :meth:`RunParts.state_dict` is their
 part of the checkpoint. What a mode may do with the parts is :class:`~.services.Run`'s (``RunServices``).
 """
@@ -13,8 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from ..backends.factory import make_backend
+from ..backends.factory import Backend, make_backend
 from ..clients.base import Message
+from ..clients.session import LLMSession
 from ..clients.transcript import RecordedCalls, Transcript
 from ..clients.usage import Budget, CallLimiter, Usage
 from ..collect import Collector, Episode, Rollouts
@@ -22,7 +24,7 @@ from ..config import TrainConfig
 from ..envs.spec import EnvSpec
 from ..keeper import Keeper, SeedPlan
 from ..loggers.console import Console
-from ..modes.base import Mode, Setup, proposes, uses_chat
+from ..modes.base import Mode, Setup, method_of, needs_backend, proposes, uses_chat
 from ..prompting.builder import PromptBuilder
 from ..prompting.context import HistoryEntry
 from ..prompting.memory import ExperienceMemory, episodes_from_state, episodes_state
@@ -73,12 +75,20 @@ class RunParts:
         self._local_usage = Usage()
         """Calls of a non-LLM proposer (free; counted so that runs compare call for call)."""
         self._shared_budget = budget is not None
-        self.backend = make_backend(cfg, mode.needs_session, mode.name, self.transcript, self.builder, self.log,
-                                    recorded=recorded, limiter=limiter, budget=budget, chat=uses_chat(mode),
-                                    first=self.first_messages)
-        self.backend_name, self.model = self.backend.name, self.backend.model
-        self.endpoint = self.backend.endpoint
+        self.backend: Backend | None = None
+        """The proposer every proposing mode asks, and an LLM client's session; None for a mode without a backend."""
+        self.endpoint: str | None = None
         """Where the calls go and where its base URL and key came from (said before the first call)."""
+        method = method_of(mode, cfg)
+        self.backend_name, self.model, self.is_llm = method.name, method.model, method.is_llm
+        """The backend's registry name, its model and whether it is a language model; for a mode without a
+        backend, the method's name with its model (``lm-policy(SmolLM2-135M-Instruct.Q4_1)``)."""
+        if needs_backend(mode):
+            self.backend = make_backend(cfg, mode.needs_session, mode.name, self.transcript, self.builder, self.log,
+                                        recorded=recorded, limiter=limiter, budget=budget, chat=uses_chat(mode),
+                                        first=self.first_messages)
+            self.backend_name, self.model, self.is_llm = self.backend.name, self.backend.model, self.backend.is_llm
+            self.endpoint = self.backend.endpoint
         self.logger = Logger([])
         """Where each iteration's record goes: ``events.jsonl``, the console and ``--log``'s writers, from
         :meth:`~.services.Run.open_log` on (opening them writes files: a resume opens them once it is sure to go on)."""
@@ -102,12 +112,20 @@ class RunParts:
 
     # ------------------------------------------------------------------ backend
     @property
-    def usage(self) -> Usage:
-        return self.backend.session.usage if self.backend.session is not None else self._local_usage
+    def session(self) -> LLMSession | None:
+        """The LLM session (None for the non-LLM proposers and for a mode without a backend)."""
+        return self.backend.session if self.backend is not None else None
 
     @property
-    def is_llm(self) -> bool:
-        return self.backend.is_llm
+    def usage(self) -> Usage:
+        return self.session.usage if self.session is not None else self._local_usage
+
+    def describe_backend(self) -> dict[str, Any]:
+        """config.json's ``backend``: the backend's description, or the method's for a mode without one."""
+        if self.backend is not None:
+            return self.backend.describe()
+        return {"method": self.backend_name, "model": self.model, "is_llm": self.is_llm,
+                "note": f"no backend: --mode {self.mode.name} proposes nothing"}
 
     # ------------------------------------------------------------------ the kept table, read only
     @property
@@ -167,8 +185,8 @@ class RunParts:
             "rng": self.rng.bit_generator.state,
             "memory": self.memory.state_dict(),
             "keeper": self.keeper.state_dict(),
-            "proposer": self.backend.proposer.state_dict(),
-            "session": self.backend.session.state_dict() if self.backend.session is not None else {},
+            "proposer": self.backend.proposer.state_dict() if self.backend is not None else {},
+            "session": self.session.state_dict() if self.session is not None else {},
             "usage": self.usage.to_dict(),
         }
 
@@ -181,8 +199,9 @@ class RunParts:
         self.rng.bit_generator.state = state["rng"]
         self.memory.load_state_dict(state["memory"])
         self.keeper.load_state_dict(state["keeper"])
-        self.backend.proposer.load_state_dict(state["proposer"])
-        if self.backend.session is not None:
-            self.backend.session.load_state_dict(state["session"], restore_budget=not self._shared_budget)
+        if self.backend is not None:  # a mode without one: an older checkpoint's stand-in proposer is not read
+            self.backend.proposer.load_state_dict(state["proposer"])
+        if self.session is not None:
+            self.session.load_state_dict(state["session"], restore_budget=not self._shared_budget)
         else:
             self._local_usage = Usage.from_dict(state["usage"])

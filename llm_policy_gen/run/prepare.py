@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..backends import (
-    BACKENDS,
     default_backend_spec,
+    facts,
     is_client,
     is_llm,
     learner_mode,
@@ -29,7 +29,7 @@ from ..errors import UserError
 from ..formats import FORMATS, refinable_format_names, table_format_names
 from ..formats.base import RefineOptions
 from ..modes import MODES
-from ..modes.base import Mode, memory_needs
+from ..modes.base import Mode, ModeBase, memory_needs, method_of, needs_backend
 from ..prompting.templates import check_prompts_dir
 from ..registry import plugin_sections
 from ..storage.sizes import check_memory, table_need
@@ -46,9 +46,18 @@ class Prepared:
     cfg: TrainConfig
     spec: EnvSpec
     mode: Mode
-    backend: str
-    """The backend's registry name (``openai`` of ``openai:gpt-4o``)."""
+    backend: str | None
+    """The backend's registry name (``openai`` of ``openai:gpt-4o``); None for a mode that proposes nothing, which
+    the run builds no backend for (:attr:`~llm_policy_gen.modes.base.ModeBase.needs_backend`)."""
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        """What the console and the run directory's default name call the run: the backend as given, or the
+        method with its model (``lm-policy(SmolLM2-135M-Instruct.Q4_1)``, ``q-learning``) for a mode without one."""
+        if self.backend is None:
+            return method_of(self.mode, self.cfg).name
+        return self.cfg.backend or self.backend
 
 
 def prepare(cfg: TrainConfig, spec: EnvSpec | None = None) -> Prepared:
@@ -61,23 +70,25 @@ def prepare(cfg: TrainConfig, spec: EnvSpec | None = None) -> Prepared:
         if spec.train_defaults:
             cfg = cfg.with_env_defaults(spec.train_defaults)
     cfg = pair_learner(cfg, notes)
-    if cfg.backend is None:
-        name, why = default_backend_spec()
-        cfg = cfg.updated({"backend": name}, "default backend")
-        notes.append(f"backend: {name} ({why})")
-    name, _ = parse_backend_spec(cfg.backend or "offline")
+    mode: Mode = MODES.load(cfg.mode)()
+    if cfg.backend is None and needs_backend(mode):
+        spec_given, why = default_backend_spec()
+        cfg = cfg.updated({"backend": spec_given}, "default backend")
+        notes.append(f"backend: {spec_given} ({why})")
+    name = parse_backend_spec(cfg.backend or "offline")[0] if needs_backend(mode) else None
     if cfg.output_format != "auto":
         if cfg.output_format not in FORMATS:
             raise FORMATS.unknown(cfg.output_format, accepted=["auto", *table_format_names()])
         if FORMATS.entry(cfg.output_format).info.get("table") is False:
             raise UserError(f"bad --output-format {cfg.output_format!r}: it answers one action, not a table; accepted: "
                             f"auto, {', '.join(table_format_names())}")
-    mode: Mode = MODES.load(cfg.mode)()
     _check_refine(cfg, name, mode)
     n_states, n_actions = spec.observation_discretizer().n_states, spec.action_discretizer().n_actions
     check_memory([table_need(n_states, n_actions), *memory_needs(mode, cfg, n_states, n_actions)])
-    notice = BACKENDS.entry(name).info.get("notice")
-    if notice and MODES.entry(cfg.mode).info.get("backend") is not False:  # not for a mode that never asks it
+    if name is None:  # a mode that proposes nothing: no backend, no client, no key to check
+        return Prepared(cfg, spec, mode, None, notes + unused_options(cfg, None))
+    notice = facts(name).notice
+    if notice:
         notes.append(f"backend: {name} -- {notice}")
     if client_settings(cfg, name).temperature is not None and is_client(name) and not is_llm(name):
         notes.append(f"note: --temperature has no effect on {name} (no language model is sampled)")
@@ -94,44 +105,43 @@ def prepare(cfg: TrainConfig, spec: EnvSpec | None = None) -> Prepared:
 
 
 def pair_learner(cfg: TrainConfig, notes: list[str] | None = None) -> TrainConfig:
-    """A learner backend runs its own mode, and that mode only that backend: ``--backend q-learning`` with the
-    default ``--mode table`` becomes ``--mode q-learning`` (said in ``notes``), ``--mode q-learning`` without a
-    backend takes ``q-learning``; any other pairing is refused. ``compare`` resolves its runs' settings with it too."""
+    """The old spellings of a mode without a backend, resolved: ``--backend q-learning`` with the default mode
+    becomes ``--mode q-learning`` (said in ``notes``, from the backend registry line's ``mode``); a mode without a
+    backend takes its old spelling (:attr:`~llm_policy_gen.modes.base.ModeBase.backend_spelling`, recorded as
+    before) and refuses any other ``--backend``; a learner spelling under another mode is refused. ``compare``
+    resolves its runs' settings with it too."""
     if cfg.mode not in MODES:
         raise MODES.unknown(cfg.mode)
-    own = MODES.entry(cfg.mode).info.get("backend")  # a mode that learns by itself has its own backend
-    if own is False:  # a mode that asks no model for answers (lm-policy) runs on offline, which it never asks
-        if cfg.backend not in (None, "offline"):
-            raise UserError(f"--mode {cfg.mode} asks no backend for answers; drop --backend {cfg.backend}")
-        return cfg if cfg.backend else cfg.updated({"backend": "offline"}, "mode without backend")
-    if cfg.backend is None and own:
-        cfg = cfg.updated({"backend": own}, f"--mode {cfg.mode}")
+    declared = MODES.load(cfg.mode)
+    if isinstance(declared, type) and issubclass(declared, ModeBase) and not declared.needs_backend:
+        own = declared.backend_spelling
+        if cfg.backend is not None and cfg.backend != own:
+            raise UserError(f"--mode {cfg.mode} proposes nothing and asks no backend; drop --backend {cfg.backend}")
+        return cfg if cfg.backend or own is None else cfg.updated({"backend": own}, f"--mode {cfg.mode}")
     if cfg.backend is None:
         return cfg
     name, _ = parse_backend_spec(cfg.backend)
     learns = learner_mode(name)
-    if own and name != own:
-        raise UserError(f"--mode {cfg.mode} learns by itself and asks no backend; drop --backend {cfg.backend} "
-                        f"(or give --backend {own})")
-    if learns is None or cfg.mode == learns:
+    if learns is None:
         return cfg
-    if cfg.mode != "table":
-        hint = BACKENDS.entry(name).info.get("elsewhere")
+    if cfg.mode != TrainConfig.model_fields["mode"].default:
+        hint = facts(name).elsewhere
         raise UserError(f"--backend {name} is the learner of --mode {learns} and does not answer --mode {cfg.mode}"
                         + (f"; {hint}" if hint else ""))
     if notes is not None:
-        notes.append(f"mode: {learns} (--backend {name} is a learner that steps the environment itself)")
+        notes.append(f"mode: {learns} (--backend {name} is the old spelling of --mode {learns})")
     return cfg.updated({"mode": learns}, f"--backend {name}")
 
 
-def _check_refine(cfg: TrainConfig, name: str, mode: Mode) -> None:
+def _check_refine(cfg: TrainConfig, name: str | None, mode: Mode) -> None:
     """``--refine`` tunes the numbers of rules a model wrote: it needs rules answers from an LLM (or replay)."""
     refine = cfg.options_for(RefineOptions).refine
     if not refine:
         return
-    if not is_client(name):
+    if name is None or not is_client(name):
         raise UserError(f"--refine {refine} needs an LLM backend (or replay:PATH) to write the rules it refines, "
-                        f"not {name!r}; give --backend PROVIDER[:MODEL] or drop --refine")
+                        f"not {name or cfg.backend or mode.name!r}; give --backend PROVIDER[:MODEL] or drop "
+                        "--refine")
     if mode.needs_session:
         raise UserError(f"--refine {refine} does not apply to --mode {mode.name}, which asks the model for each "
                         "action; use it with --mode table")
@@ -141,7 +151,7 @@ def _check_refine(cfg: TrainConfig, name: str, mode: Mode) -> None:
                         f"of rules), not {cfg.output_format!r}")
 
 
-def unused_options(cfg: TrainConfig, backend: str) -> list[str]:
+def unused_options(cfg: TrainConfig, backend: str | None) -> list[str]:
     """A note for each plug-in option the user gave (on the command line or in a file) that no plug-in of this run
     takes (``--potential-bound`` with ``--mode table``): it is recorded in config.json but changes nothing. A note,
     not a refusal: a shared config file or a sweep's settings may hold options for the other runs' plug-ins."""
@@ -153,7 +163,7 @@ def unused_settings(cfg: TrainConfig, keys: set[str], backend: str | None = None
     """Of the settings ``keys``, the plug-in options that no plug-in of this run takes, each with why (``"mode table
     (it is an option of mode reward)"``); ``backend``: the backend's registry name (default: ``cfg``'s)."""
     backend = backend or parse_backend_spec(cfg.backend or "offline")[0]
-    in_use = {("mode", cfg.mode), ("backend", backend), ("answer format", cfg.output_format),
+    in_use = {("mode", cfg.mode), ("answer format", cfg.output_format), *((("backend", backend),) if backend else ()),
               *(("logger", n.strip().lower()) for n in cfg.log)}
     out: dict[str, str] = {}
     for section in plugin_sections():

@@ -24,7 +24,7 @@ from ..clients.base import ClientSettings
 from ..clients.keys import redact
 from ..clients.usage import Usage
 from ..collect import Rollouts
-from ..modes.base import Step
+from ..modes.base import Step, tables_per_iteration
 from ..prompting.context import HistoryEntry
 from ..prompting.templates import prompts_source
 from .schema import Event, Summary
@@ -151,7 +151,7 @@ def summary_record(run: Run, stop: StopReason, extra: dict[str, Any] | None = No
         "model": run.model,
         "is_llm": run.is_llm,
         "seed": run.cfg.seed,
-        "candidates": run.cfg.candidates,
+        "candidates": tables_per_iteration(run.mode, run.cfg),
         "best_heldout_mean": float(returns.mean()) if returns is not None and returns.size else None,
         "best_heldout_std": float(np.std(returns)) if returns is not None and returns.size else None,
         "best_heldout_episodes": int(returns.size) if returns is not None else 0,
@@ -215,7 +215,7 @@ def config_record(run: Run) -> dict[str, Any]:
         **run.mode_facts,
         "config": cfg.to_dict(),
         "env_spec": run.spec.to_dict(),
-        "backend": run.backend.describe(),
+        "backend": run.describe_backend(),
         "backend_is_llm": run.is_llm,
         "seeds": run.plan.ranges(),
         "argv": [redact(a) for a in sys.argv],

@@ -93,7 +93,7 @@ def _resume(run_dir: Path, overrides: dict[str, Any] | None, log: Callable[[str]
     check_writers(cfg.log)
     # The run is built and its state loaded before any file of it changes: a refused resume (a model file gone, a
     # checkpoint this version cannot load) leaves the run directory as it was, its summary included.
-    console = make_console(cfg, spec.env_id, prepared.backend, mode.name, log)
+    console = make_console(prepared, log)
     run = _built(held, console, lambda: Run(cfg, spec, mode, rd, console, recorded=recorded,
                                            resumed=state is not None, limiter=limiter, budget=budget,
                                            record=record))

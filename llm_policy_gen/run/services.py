@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from ..clients.base import Message
-from ..clients.session import Answer, LLMSession
+from ..clients.session import Answer
 from ..collect import Episode, Rollouts
 from ..formats.base import AnswerFormat, Target
 from ..keeper import Verdict
@@ -48,10 +48,6 @@ class Run(RunParts):
 
         self.logger = Logger([JsonlWriter(self.dir.events, event_line), self.console,
                               *make_writers(self.cfg.log, self.dir.path)])
-
-    @property
-    def session(self) -> LLMSession | None:
-        return self.backend.session
 
     # ------------------------------------------------------------------ services for modes
     def start_from_initial(self) -> list[Episode]:
@@ -128,8 +124,10 @@ class Run(RunParts):
     def propose(self, ctx: PromptContext, k: int) -> list[Answer[Any]]:
         messages = self.builder.build(ctx)
         self.counters.prompt_sizes.append(sum(len(m.content) for m in messages))
+        if self.backend is None:
+            raise TypeError(f"mode {self.mode.name} proposes nothing: the run has no backend to ask")
         answers = self.backend.proposer.propose(ctx, messages, k)
-        if self.backend.session is None:
+        if self.session is None:
             for a in answers:
                 self._local_usage.add(a.usage)
         self.pending = []
@@ -220,7 +218,8 @@ class Run(RunParts):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
         self._build_learner()
-        if self.learner is not None:  # the episode in progress first: the learner's state names its last state
+        if self.learner is not None and "learner" in state:  # the episode in progress first: the learner's state
+            # names its last state (a q-learning checkpoint from before its own loop has none: its Q is the mode's)
             self.learner_env.load_state_dict(state["learner"]["env"])
             self.learner.load_state_dict(state["learner"]["state"])
         self.mode.load_state_dict(state["mode"])

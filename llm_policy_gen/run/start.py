@@ -23,6 +23,7 @@ from ..config import TrainConfig
 from ..errors import RunInterrupted, signal_of
 from ..loggers.console import Console
 from ..loggers.writers import check_writers
+from ..modes.base import tables_per_iteration
 from ..storage.locks import FolderLock, HeldInterrupts
 from .driver import execute
 from .files import RunDir
@@ -49,12 +50,12 @@ def _train(cfg: TrainConfig, log: Callable[[str], None] | None, held: ExitStack,
            budget: Budget | None) -> RunResult:
     p = prepare(cfg)
     cfg, spec, mode = p.cfg, p.spec, p.mode
-    run_dir = RunDir.stage(Path(cfg.logs_dir), spec.env_id, cfg.backend or p.backend, cfg.seed, cfg.run_id)
+    run_dir = RunDir.stage(Path(cfg.logs_dir), spec.env_id, p.label, cfg.seed, cfg.run_id)
     console: Console | None = None
     try:
         lock = held.enter_context(FolderLock(run_dir.path, "the run directory"))  # released when the run ends
         check_writers(cfg.log)
-        console = make_console(cfg, spec.env_id, p.backend, mode.name, log)
+        console = make_console(p, log)
         for n in p.notes:
             console.notice(n)
         run = Run(cfg, spec, mode, run_dir, console, limiter=limiter, budget=budget)
@@ -72,6 +73,10 @@ def _train(cfg: TrainConfig, log: Callable[[str], None] | None, held: ExitStack,
         for folder in run_dir.remove_abandoned():
             console.notice(f"note: removed {folder}, the unfinished start of a run that was killed")
         run.open_log()
+        if p.backend is None:  # said once the run has started (a refusal of the mode's settings is the only line)
+            k = tables_per_iteration(mode, cfg)
+            console.notice(f"method: {p.label} (--mode {mode.name} proposes nothing, no backend is built; {k} "
+                           f"table{'s' if k != 1 else ''} judged per iteration)")
         run.mode_start()
     except KeyboardInterrupt as exc:
         console.close()
@@ -85,12 +90,20 @@ def _train(cfg: TrainConfig, log: Callable[[str], None] | None, held: ExitStack,
     return execute(run, 1)
 
 
-def make_console(cfg: TrainConfig, env_id: str, backend: str, mode: str,
-                 log: Callable[[str], None] | None) -> Console:
+def make_console(p: Prepared, log: Callable[[str], None] | None) -> Console:
     """The run's console line: LLM clients and replay (a model's recorded calls) count calls, tokens and cost; the
-    other backends propose."""
-    return Console(cfg.iterations, f"{env_id} [{backend}{'' if mode == 'table' else ', ' + mode}]",
-                   enabled=cfg.progress and log is None, quiet=cfg.quiet, sink=log, is_llm=is_client(backend))
+    other backends propose. A mode without a backend is named by its method and model alone
+    (``[lm-policy(SmolLM2-135M-Instruct.Q4_1)]``), with the tables it judges per iteration."""
+    cfg = p.cfg
+    if p.backend is None:
+        k = tables_per_iteration(p.mode, cfg)
+        what = f"{p.label}, {k} table{'s' if k != 1 else ''} judged per iteration"
+    else:
+        default = TrainConfig.model_fields["mode"].default  # the default mode goes unsaid
+        what = p.label + ("" if p.mode.name == default else f", {p.mode.name}")
+    return Console(cfg.iterations, f"{p.spec.env_id} [{what}]", enabled=cfg.progress and log is None,
+                   quiet=cfg.quiet, sink=log, is_llm=p.backend is not None and is_client(p.backend),
+                   proposes=p.backend is not None)
 
 
 def check_backend(prepared: Prepared) -> str | None:
@@ -98,7 +111,7 @@ def check_backend(prepared: Prepared) -> str | None:
     returns where its calls will go and where that base URL and the key came from (None for no server)."""
     cfg = prepared.cfg
     with tempfile.TemporaryDirectory(prefix="llm-policy-gen-check-") as tmp:
-        console = Console(cfg.iterations, cfg.backend or prepared.backend, enabled=False, sink=lambda s: None)
+        console = Console(cfg.iterations, prepared.label, enabled=False, sink=lambda s: None)
         run = Run(cfg, prepared.spec, prepared.mode, RunDir(Path(tmp)), console)
         run.open_log()  # --log's writers too (a missing extra is refused here)
         run.logger.close()
