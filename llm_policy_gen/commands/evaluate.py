@@ -82,7 +82,7 @@ def _network_policy(target: str, env_kwargs: dict[str, Any] | None, env_id: str 
     if env_kwargs and env_kwargs != facts.get("env_kwargs"):
         raise PolicyFileError(f"--env-kwargs {env_kwargs} differ from the peer's environment "
                               f"({facts.get('env_kwargs')}); a network runs only in the environment it learned")
-    from ..peers.policy import NetworkPolicy
+    from ..peers.network_policy import NetworkPolicy
 
     return NetworkPolicy.from_bytes(facts, data, str(weights_path)), spec
 

@@ -14,7 +14,7 @@ rounded up to whole rollouts (``n_steps`` x ``n_envs``) for PPO and TRPO, to who
 actions) and written as the run's policy (``peer_policy.safetensors`` and ``peer_policy.json``), which ``evaluate``
 runs. The run reports its final network (no selection). It ends once the learner has taken the budget's steps.
 
-**Resume.** The learner's state (:mod:`llm_policy_gen.peers.learner`) is in ``checkpoint.npz`` with the run's, as
+**Resume.** The learner's state (:mod:`llm_policy_gen.peers.sb3_learner`) is in ``checkpoint.npz`` with the run's, as
 arrays: a killed PPO or TRPO run resumes to the uninterrupted one's result. DQN's replay buffer is not saved, so a
 DQN run is refused on ``--resume`` (one line). SAC needs continuous actions, which the peer, acting with the spec's
 action indices, does not have: refused.
@@ -30,7 +30,7 @@ from ..registry import PluginOptions, setting
 from .base import Setup, Step
 
 if TYPE_CHECKING:
-    from ..peers.learner import PeerLearner
+    from ..peers.sb3_learner import PeerLearner
     from ..peers.zoo import Hyper
     from .base import RunServices
 
@@ -97,7 +97,7 @@ class PeerMode:
         """The zoo's settings for the task, the budget and the iteration's steps; every problem is one line."""
         from ..envs.catalog import gym_id
         from ..peers import require_peers
-        from ..peers.learner import RESUMES
+        from ..peers.sb3_learner import RESUMES
         from ..peers.zoo import ALGO_FILES, hyperparameters
 
         o = self.options = setup.cfg.options_for(PeerOptions)
@@ -130,7 +130,7 @@ class PeerMode:
 
     def build_learner(self, run: RunServices) -> PeerLearner:
         """The learner over the run's learner environment and ``n_envs - 1`` siblings of it."""
-        from ..peers.learner import PeerLearner
+        from ..peers.sb3_learner import PeerLearner
 
         assert self.hyper is not None
         first: Any = run.learner_env
@@ -157,7 +157,7 @@ class PeerMode:
 
     def _measure(self, run: RunServices, iteration: int) -> None:
         """The network on the held-out seeds, measured with the policy rebuilt from the arrays that are written."""
-        from ..peers.policy import NetworkPolicy
+        from ..peers.network_policy import NetworkPolicy
 
         assert self.learner is not None
         facts, arrays = self.learner.policy_arrays()

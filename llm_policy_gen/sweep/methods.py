@@ -32,10 +32,11 @@ import types
 import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import PurePath
+from pathlib import Path, PurePath
 from typing import Any
 
 from ..errors import UserError
+from ..run.files import RunDir
 from ..storage.runlog import slug
 
 __all__ = ["ACCEPTED", "Method", "parse_method", "split_methods", "parse_methods", "mode_backend", "display_names",
@@ -59,10 +60,10 @@ def mode_backend(mode: str) -> str | None:
     (``@lm-policy`` runs what ``offline@lm-policy`` runs); None for a mode that needs a backend named."""
     from ..modes import MODES
 
-    own = MODES.entry(mode).info.get("backend")
-    if own is False:
-        return "offline"
-    return str(own) if own else None
+    cls = MODES.load(mode)  # the mode's class says it (ModeBase.needs_backend, its old spelling backend_spelling)
+    if getattr(cls, "needs_backend", True):
+        return None
+    return str(getattr(cls, "backend_spelling", None) or "offline")
 
 
 @dataclass(frozen=True)
@@ -296,7 +297,7 @@ def path_stem(path: str) -> str:
     """A path's last part without a model or record file's suffix (``/m/SmolLM2.Q4_1.gguf`` -> ``SmolLM2.Q4_1``;
     a folder keeps its whole name, ``/m/Qwen2-0.5B``; a run's ``transcripts.jsonl`` shows its run's folder)."""
     p = PurePath(str(path).rstrip("/\\"))
-    if p.name == "transcripts.jsonl" and p.parent.name:
+    if p.parent.name and p.name == RunDir(Path(p.parent)).transcripts.name:  # a run's transcripts: its run's folder
         return p.parent.name
     return p.stem if p.suffix.lower() in _FILE_SUFFIXES else p.name or str(path)
 

@@ -117,7 +117,7 @@ class PeerLearner:
 
     def policy_arrays(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         """The network's facts and arrays, as :class:`~.policy.NetworkPolicy` rebuilds it."""
-        from .policy import POLICY_CLASSES, space_facts
+        from .network_policy import POLICY_CLASSES, space_facts
 
         m = self.model
         name = type(m.policy).__name__
