@@ -5,7 +5,8 @@ A run trains in segments of ``eval_every`` environment steps (``learn(..., reset
 each one scores the agent deterministically on the first ``curve_episodes`` of the suite's held-out seeds (frozen
 normalisation statistics, new environments: not counted as interaction). Schedules (``lin_X``, DQN's epsilon) run
 over the run's ``horizon`` in steps whatever the segments, through
-:class:`~llm_policy_gen.peers.sb3_learner.Horizon`, and stay at their final value past it. The budget stops training at the exact step or episode (a callback), mid-rollout if need be.
+:class:`~llm_policy_gen.peers.sb3_learner.Horizon`, and stay at their final value past it. The budget stops
+training at the exact step or episode (a callback), mid-rollout if need be.
 
 **Checkpoint**: after a segment, at most every ``checkpoint_cpu_s`` CPU seconds, the folder ``RUN/checkpoint``
 is replaced atomically by: the model (``save``: weights, optimiser, counters, the last observation), the replay
