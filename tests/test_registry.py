@@ -139,7 +139,7 @@ def test_a_registered_format_runs_a_real_training(tmp_path: Path, digits: str) -
     lines = read_transcript(rd / "transcripts.jsonl")  # offline's lines are packed: the package's reader
     assert len(lines) == 2 * 2 and all(t["valid"] and t["format"] == "digits" for t in lines)
     assert all(t["response_text"].splitlines()[-1].startswith("TABLE: ") for t in lines)
-    # offline sends no prompt (its lines carry none): replayed, the run's answers go through a session that asks the
+    # offline sends no prompt (its lines are packed): replayed, the run's answers go through a session that asks the
     # prompt a model would get, with the format's section
     again = train(run_cfg(tmp_path / "again", output_format=digits, backend=f"replay:{rd}"), log=quiet)
     prompt = read_jsonl(again.run_dir / "transcripts.jsonl")[0]["messages"][-1]["content"]

@@ -150,7 +150,8 @@ def broken(run: Path, tmp_path: Path, change: dict[str, Any]) -> Path:
 @pytest.mark.parametrize("change", [
     {"response_text": {"base": [9, 9, 9], "zlib": "eJw="}},  # names a call no line before holds
     {"response_text": {"base": [1, 1, 1], "zlib": "bm90IHpsaWI="}},  # not a deflate stream
-    {"messages": [{"role": "user", "content": {"same": [1, 1, 1], "zlib": 3}}, {"role": "user", "content": 5}]},
+    {"messages": [{"role": "system", "content": {"same": [1, 1, 1]}}, {"role": "user", "content": {"base": [1, 1, 1],
+                                                                                                   "zlib": "!"}}]},
     {"packed": 2},
 ])
 def test_a_packed_line_that_cannot_be_read_back_is_one_line(offline_run: Path, tmp_path: Path,

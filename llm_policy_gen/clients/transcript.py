@@ -41,6 +41,9 @@ MAX_TEXT_BYTES = 64 * 2**20
 _BASES = 4
 """Earlier texts of a slot a new one is deflated against (the shortest result is kept): a table often resembles
 the candidate before the last more than the last."""
+_LONG = 64 * 1024
+"""A text longer than this is deflated against the latest earlier text only, at zlib's default level: zlib's window
+is 32 KiB, so a dictionary shapes only the start of a long text, and level 9 takes four times as long on 1.7 MB."""
 
 Slot = tuple[str, int]
 """Which text of a line: ``("m", i)`` message i's content, ``("r", 0)`` the answer."""
@@ -58,7 +61,7 @@ def _key_list(line: dict[str, Any]) -> list[int]:
 
 
 def _deflate(text: str, base: str) -> str:
-    z = zlib.compressobj(9, zdict=base.encode("utf-8"))
+    z = zlib.compressobj(9 if len(text) <= _LONG else 6, zdict=base.encode("utf-8"))
     return base64.b64encode(z.compress(text.encode("utf-8")) + z.flush()).decode("ascii")
 
 
@@ -81,7 +84,8 @@ class _Packer:
         if same is not None:
             out = {"same": same}
         elif earlier:
-            packed = min(({"base": k, "zlib": _deflate(text, t)} for k, t in reversed(earlier)),
+            bases = {t: k for k, t in (earlier if len(text) <= _LONG else [earlier[-1]])}  # each text once
+            packed = min(({"base": k, "zlib": _deflate(text, t)} for t, k in reversed(bases.items())),
                          key=lambda p: len(p["zlib"]))
             if len(packed["zlib"]) + 24 < len(json.dumps(text)):
                 out = packed
@@ -118,18 +122,22 @@ class Transcript:
 
 
 def unpack_lines(rows: Sequence[dict[str, Any]], where: str) -> list[dict[str, Any]]:
-    """``rows`` (the lines of one transcript, in order) with every packed line given back whole; a reference that
-    does not resolve is a :class:`UserError` naming ``where`` and the line."""
+    """``rows`` (the lines of one transcript, in order) with every packed text given back whole; a packed text that
+    cannot be rebuilt is a :class:`UserError` naming ``where`` and the line. A field of another type (``messages:
+    5``, ``candidate: "x"``) is left as it is, for :func:`~llm_policy_gen.storage.runlog.check_fields` to name."""
     texts: dict[tuple[tuple[int, ...], Slot], str] = {}
     out: list[dict[str, Any]] = []
     for number, row in enumerate(rows, 1):
-        key = tuple(_key_list(row))
-        if row.get(PACKED) is None:
-            line = row
-        else:
+        try:
+            key = tuple(_key_list(row))
+        except (TypeError, ValueError):
+            out.append(row)
+            continue
+        line = row
+        if row.get(PACKED) is not None:
             try:
-                line = _unpacked(row, key, texts)
-            except (KeyError, TypeError, ValueError, IndexError, zlib.error, binascii.Error) as exc:
+                line = _unpacked(row, lambda slot, ref: texts.get((tuple(ref), slot)))
+            except (KeyError, TypeError, ValueError, zlib.error, binascii.Error) as exc:
                 raise UserError(f"{where} line {number}: a packed text cannot be read back ({str(exc)[:80]}); the "
                                 "file was changed by hand or by another program") from None
         messages, answer = line.get("messages"), line.get("response_text")
@@ -142,18 +150,16 @@ def unpack_lines(rows: Sequence[dict[str, Any]], where: str) -> list[dict[str, A
     return out
 
 
-def _unpacked(row: dict[str, Any], key: tuple[int, ...], texts: dict[tuple[tuple[int, ...], Slot], str]
-              ) -> dict[str, Any]:
+def _unpacked(row: dict[str, Any], earlier: Callable[[Slot, Any], str | None]) -> dict[str, Any]:
+    """``row`` without its marker, its packed texts (objects) rebuilt from ``earlier`` (slot, key -> text)."""
     if row[PACKED] != 1:
         raise ValueError(f"packed version {row[PACKED]!r} is not 1")
 
-    def text(slot: Slot, value: Any) -> str:
-        if isinstance(value, str):
-            return value
+    def text(slot: Slot, value: Any) -> Any:
         if not isinstance(value, dict):
-            raise TypeError(f"a text is {type(value).__name__}")
+            return value
         ref = value["same"] if "same" in value else value["base"]
-        base = texts.get((tuple(ref), slot))
+        base = earlier(slot, ref)
         if base is None:
             raise ValueError(f"it refers to call {ref}, which no earlier line holds")
         if "same" in value:
@@ -165,8 +171,12 @@ def _unpacked(row: dict[str, Any], key: tuple[int, ...], texts: dict[tuple[tuple
         return data.decode("utf-8")
 
     line = {k: v for k, v in row.items() if k != PACKED}
-    line["messages"] = [{**m, "content": text(("m", i), m["content"])} for i, m in enumerate(row["messages"])]
-    line["response_text"] = text(("r", 0), row["response_text"])
+    messages = row.get("messages")
+    if isinstance(messages, list):
+        line["messages"] = [{**m, "content": text(("m", i), m["content"])} if isinstance(m, dict) and "content" in m
+                            else m for i, m in enumerate(messages)]
+    if "response_text" in row:
+        line["response_text"] = text(("r", 0), row["response_text"])
     return line
 
 
