@@ -9,7 +9,7 @@ being sent again.
 slot of the earlier line whose call key is ``KEY``, ``[iteration, candidate, attempt]`` or ``[..., state]``), or
 ``{"base": KEY, "zlib": B64}`` (the text deflated with that earlier text as zlib's preset dictionary, in base64).
 The K candidates of an iteration share their prompt, and consecutive prompts and tables differ in a few lines, so a
-30-iteration CartPole offline run writes about 170 KB instead of 2.6 MB. :func:`unpack_lines` gives each line back
+30-iteration CartPole offline run writes 0.18 MB instead of 2.6 MB. :func:`unpack_lines` gives each line back
 whole (the exact texts: zlib is lossless and checks its dictionary), without the marker; a line of a model's call is
 written and read as it is.
 """

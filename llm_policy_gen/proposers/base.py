@@ -10,7 +10,7 @@ the run's answer format, parses it back through that format (the same validator 
 the same transcript line, so any run replays with ``replay:``. The line is written packed (its prompt and answer as
 references to, or deflated against, the texts of the lines before it: :mod:`~llm_policy_gen.clients.transcript`),
 since a search's 4 candidates share one prompt and its tables differ in a few states: a 30-iteration CartPole run's
-transcript takes 0.17 MB instead of 2.6 MB; every reader of the package gives the lines back whole.
+transcript takes 0.18 MB instead of 2.6 MB; every reader of the package gives the lines back whole.
 """
 
 from __future__ import annotations
