@@ -83,7 +83,7 @@ def test_the_advice_probability_decays_every_iteration(tmp_path: Path) -> None:
     assert config["mode"] == res.summary["mode"] == "advisor" and config["target"] == "action"
     calls = read_jsonl(res.run_dir / "transcripts.jsonl")
     assert calls and all("not an LLM" in c["model"] and c["mode"] == "advisor" for c in calls)
-    # offline's lines carry no prompt (none was sent): its replay asks the prompt a model would get
+    # offline sent no prompt: its replay asks the prompt a model would get
     again = train(cfg(tmp_path / "again", mode="advisor", iterations=1, candidates=1, advice_prob=0.8,
                       advice_decay=0.5, backend=f"replay:{res.run_dir}"), log=quiet)
     assert "probability 0.8 per step" in read_jsonl(again.run_dir / "transcripts.jsonl")[0]["messages"][1]["content"]

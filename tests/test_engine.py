@@ -10,6 +10,7 @@ import pytest
 from run_helpers import cfg as run_cfg
 from run_helpers import kill_and_resume, quiet
 
+from llm_policy_gen.clients.transcript import read_transcript
 from llm_policy_gen.errors import UserError
 from llm_policy_gen.run import resume, train
 from llm_policy_gen.storage.runlog import read_jsonl
@@ -196,7 +197,7 @@ def test_written_numbers_are_finite(tmp_path):
 
 def test_k_candidates_are_distinct_and_scored_on_the_same_seeds(tmp_path):
     res = train(cfg(tmp_path, env_id="FrozenLake-v1", iterations=2, candidates=3), log=quiet)
-    tr = read_jsonl(res.run_dir / "transcripts.jsonl")
+    tr = read_transcript(res.run_dir / "transcripts.jsonl")  # an offline run's lines are packed: read them whole
     texts = [t["response_text"] for t in tr if t["iteration"] == 2]
     assert len(texts) == 3 and len(set(texts)) == 3
     ev = read_jsonl(res.run_dir / "events.jsonl")

@@ -157,7 +157,7 @@ def test_the_option_reaches_the_prompts_of_a_run(tmp_path: Path, capsys: pytest.
 
         run = run_with("offline", evidence)
         assert json.loads((run / "config.json").read_text())["config"]["evidence"] == evidence
-        again = run_with(f"replay:{run}", f"{evidence}-replayed")  # offline's lines carry no prompt; its replay's do
+        again = run_with(f"replay:{run}", f"{evidence}-replayed")  # a replay asks the prompts too
         return [r["messages"][1]["content"] for r in read_jsonl(again / "transcripts.jsonl")]
 
     summary, extremes = prompts("summary"), prompts("extremes")

@@ -3,8 +3,9 @@
 ``make run`` printed held-out 498.8 from iteration 1 to 30: ``offline``'s first candidate is the spec's prior rule,
 which does the work. Now the console's first line about the table says where the kept table starts (and its
 held-out mean), ``make run`` starts it at the default action with no prior rule (``--prior neutral``), and a run
-that calls no model writes no prompts into ``transcripts.jsonl`` (2.6 MB of a 30-iteration CartPole run were the
-prompts of proposals no model was sent), while its transcript still replays to the same policies.
+that calls no model writes its transcript packed (2.6 MB of a 30-iteration CartPole run were the prompts and answers
+of proposals no model was sent; 0.18 MB now: ``tests/test_transcript_size.py``), while the package's reader gives
+every prompt and answer back and the transcript still replays to the same policies.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from llm_policy_gen.cli import main
+from llm_policy_gen.clients.transcript import read_transcript
 from llm_policy_gen.collect import Collector
 from llm_policy_gen.envs import get_spec
 from llm_policy_gen.keeper import SeedPlan
@@ -75,11 +77,13 @@ def test_make_run_starts_from_a_blank_table_and_the_held_out_mean_rises(
     assert events[-1]["best_eval_mean"] > began + 50, (began, [e["best_eval_mean"] for e in events])
 
 
-def test_a_run_that_calls_no_model_writes_no_prompts_and_replays_the_same(
+def test_a_run_that_calls_no_model_writes_its_prompts_packed_and_replays_the_same(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     _, run = _train(tmp_path / "a", capsys, "--iterations", "3")
-    calls = read_jsonl(run / "transcripts.jsonl")
-    assert len(calls) == 6 and all(c["messages"] == [] and c["prompt_chars"] > 1000 for c in calls)
+    assert all(c["packed"] == 1 for c in read_jsonl(run / "transcripts.jsonl"))
+    calls = read_transcript(run / "transcripts.jsonl")
+    assert len(calls) == 6 and all(c["prompt_chars"] == sum(len(m["content"]) for m in c["messages"]) > 1000
+                                   for c in calls)
     assert all(c["response_text"] and "not an LLM" in c["model"] for c in calls)
     # what a replay needs is there: the recorded answers give the same policies
     _, again = _train(tmp_path / "b", capsys, "--iterations", "3", "--backend", f"replay:{run}")

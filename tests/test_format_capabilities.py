@@ -14,6 +14,7 @@ from fakes import openai_server
 from fakes.openai_server import ok
 
 from llm_policy_gen.cli import main
+from llm_policy_gen.clients.transcript import read_transcript
 from llm_policy_gen.formats import FORMATS
 from llm_policy_gen.policy import TablePolicy
 from llm_policy_gen.storage.runlog import read_jsonl
@@ -72,12 +73,12 @@ def _train(tmp_path: Path, *args: str) -> Path:
 
 def test_a_decision_list_run_with_offline(tmp_path: Path) -> None:
     run = _train(tmp_path, "--backend", "offline", "--iterations", "3", "--candidates", "2")
-    lines = read_jsonl(run / "transcripts.jsonl")
+    lines = read_transcript(run / "transcripts.jsonl")  # offline's lines are packed: the package's reader
     assert len(lines) == 6 and all(t["valid"] for t in lines)
     answers = [json.loads(t["response_text"]) for t in lines]
     assert all(set(a) == {"rationale", "decisions", "default"} for a in answers)
     # The prompt shows the current list, never the table (the format's shows_table and current_text): offline's
-    # lines carry no prompt (none was sent), its replay asks the prompts a model would get.
+    # replay asks the prompts a model would get.
     lines = read_jsonl(_train(tmp_path / "again", "--backend", f"replay:{run}", "--iterations", "3", "--candidates",
                               "2") / "transcripts.jsonl")
     first, later = lines[0]["messages"][-1]["content"], lines[-1]["messages"][-1]["content"]

@@ -72,7 +72,7 @@ def test_infinite_bounds_are_estimated_recorded_and_said_in_the_prompt(tmp_path)
     assert config["env_spec"]["bounds_estimated"] is True and config["env_spec"]["dims"][0]["estimated"] is True
     again = train(TrainConfig(env_id=env_id, backend=f"replay:{res.run_dir}", iterations=1,
                               logs_dir=str(tmp_path / "again"), progress=False, plots=False, heldout_episodes=3),
-                  log=lambda _m: None)  # offline's lines carry no prompt; its replay's do
+                  log=lambda _m: None)  # the prompt a replay (a session) asks
     prompt = read_jsonl(again.run_dir / "transcripts.jsonl")[0]["messages"][-1]["content"]
     assert "(bounds estimated from sampled episodes)" in prompt
 

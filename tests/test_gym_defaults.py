@@ -20,6 +20,7 @@ from llm_policy_gen.cli import main
 from llm_policy_gen.envs import get_spec, load_spec_file, make_env, shipped_env_ids
 from llm_policy_gen.envs.catalog import shipped_spec_file, spec_variants
 from llm_policy_gen.envs.gymdiff import gym_counterpart, gym_differences
+from llm_policy_gen.run.files import RunDir
 
 DATA = Path(__file__).parent / "data"
 OLD_RUN = DATA / "flat_keys_run"
@@ -132,7 +133,7 @@ def test_an_old_run_of_the_unslippery_lake_evaluates_resumes_and_reruns_on_it(
         assert json.loads(capsys.readouterr().out)["env_id"] == "FrozenLake-v1"
     # resume: the recorded spec, its hints file's old text in the prompt
     assert main(["train", "--resume", str(run), "--iterations", "3", "--no-progress"]) == 0
-    last = [json.loads(x) for x in (run / "transcripts.jsonl").read_text(encoding="utf-8").splitlines()][-1]
+    last = RunDir(run).load_transcripts()[-1]  # the package's reader: packed lines come back whole
     assert last["iteration"] == 3 and "The lake is not slippery" in last["messages"][-1]["content"]
     assert json.loads((run / "config.json").read_text(encoding="utf-8"))["env_spec"] == recorded["env_spec"]
     # re-run as an experiment (--config its config.json): the lake it ran on, said on stderr

@@ -83,7 +83,7 @@ def test_a_hints_file_outside_the_prompts_is_refused_on_resume(tmp_path: Path, c
 
 
 def test_a_shipped_hints_file_still_reaches_the_prompt_on_resume(tmp_path: Path) -> None:
-    answers = lake_run(tmp_path / "answers", iterations=2)  # offline's lines carry no prompt: a replay of them does
+    answers = lake_run(tmp_path / "answers", iterations=2)  # a replay of offline's answers
     assert main(["train", "--env", "FrozenLake-v1", "--backend", f"replay:{answers}", "--iterations", "1",
                  "--candidates", "1", "--heldout-episodes", "5", "--logs-dir", str(tmp_path / "logs"), "--run-id",
                  "r", "--no-plots", "--no-progress", "--quiet"]) == 0

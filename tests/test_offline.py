@@ -7,7 +7,7 @@ import re
 import numpy as np
 
 from llm_policy_gen.backends import BACKENDS, parse_backend_spec
-from llm_policy_gen.clients.transcript import Transcript
+from llm_policy_gen.clients.transcript import Transcript, read_transcript
 from llm_policy_gen.envs import get_spec
 from llm_policy_gen.formats import make_format
 from llm_policy_gen.formats.base import Target
@@ -46,7 +46,7 @@ def test_first_answer_is_the_prior_rule_as_valid_text():
     spec = get_spec("CartPole-v1")
     lines = []
     transcript = Transcript(None, {})
-    transcript.write = lines.append  # type: ignore[method-assign]
+    transcript.write = lambda line, pack=False: lines.append(line)  # type: ignore[method-assign]
     b = OfflineProposer(transcript=transcript)
     ctx = ctx_for(spec)
     messages = PromptBuilder().build(ctx)
@@ -262,8 +262,8 @@ def test_a_resumed_population_search_gives_the_uninterrupted_run(tmp_path):
 
     def kept(run_dir):
         best = json.loads((run_dir / "best_policy.json").read_text())
-        lines = (run_dir / "transcripts.jsonl").read_text().splitlines()
-        return best["table"], best["source"], [json.loads(x)["response_text"] for x in lines]
+        lines = read_transcript(run_dir / "transcripts.jsonl")  # packed lines, read back whole
+        return best["table"], best["source"], [x["response_text"] for x in lines]
 
     assert kept(whole.run_dir) == kept(resumed.run_dir)
     for key in ("best_eval_mean", "episodes_total", "env_steps_total", "best_iteration"):

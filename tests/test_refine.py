@@ -14,6 +14,7 @@ from fakes.openai_server import FakeOpenAIServer, ok
 from run_helpers import comparable, kill_and_resume
 
 from llm_policy_gen.cli import main
+from llm_policy_gen.clients.transcript import read_transcript
 from llm_policy_gen.formats.ruleset import RuleSet
 from llm_policy_gen.storage.runlog import read_jsonl
 
@@ -39,7 +40,7 @@ def train(tmp_path: Path, run_id: str, *args: str) -> Path:
 
 def phases(run: Path) -> dict[int, set[tuple[str, str]]]:
     out: dict[int, set[tuple[str, str]]] = {}
-    for r in read_jsonl(run / "transcripts.jsonl"):
+    for r in read_transcript(run / "transcripts.jsonl"):
         out.setdefault(int(r["iteration"]), set()).add((str(r["phase"]), str(r["backend"])))
     return out
 
@@ -58,7 +59,7 @@ def test_the_model_is_asked_every_third_iteration_and_refinements_tune_only_numb
     assert len(fake_openai.requests) == 6
     model, refine = {("propose", "openai")}, {("refine", "refine")}
     assert phases(run) == {1: model, 2: refine, 3: refine, 4: model, 5: refine, 6: refine, 7: model}
-    for r in read_jsonl(run / "transcripts.jsonl"):
+    for r in read_transcript(run / "transcripts.jsonl"):
         if r["phase"] != "refine":
             continue
         assert r["valid"] and r["model"].endswith("(not an LLM)") and r["input_tokens"] == 0
@@ -68,7 +69,7 @@ def test_the_model_is_asked_every_third_iteration_and_refinements_tune_only_numb
         assert case["action"] == 1 and case["conditions"][0]["dim"] == 2 and case["conditions"][0]["max_bin"] == 5
         (rule,) = rules.linear
         assert rule["thresholds"] == [0.0] and rules.otherwise == 0
-    tuned = {json.dumps(json.loads(r["response_text"])["linear"]) for r in read_jsonl(run / "transcripts.jsonl")}
+    tuned = {json.dumps(json.loads(r["response_text"])["linear"]) for r in read_transcript(run / "transcripts.jsonl")}
     assert len(tuned) > 4  # the numbers did move
     settings = json.loads((run / "config.json").read_text())["config"]
     assert settings["refine"] == 2
@@ -181,11 +182,11 @@ def test_a_weak_models_rules_are_refined_even_when_not_adopted(tmp_path: Path) -
     events = read_jsonl(run / "events.jsonl")
     assert not events[0]["accepted"]  # the model's rules lost to the initial table
     assert phases(run)[2] == {("refine", "refine")} and phases(run)[4] == {("propose", "replay")}
-    first = [r for r in read_jsonl(run / "transcripts.jsonl") if r["iteration"] == 2]
+    first = [r for r in read_transcript(run / "transcripts.jsonl") if r["iteration"] == 2]
     for r in first:  # the model's structure, its numbers moved
         (rule,) = RuleSet.from_dict(json.loads(r["response_text"])).linear
         assert rule["thresholds"] == [0.0] and rule["weights"] != WRONG["linear"][0]["weights"]
     # the search moves on from there (its centre is the model's rules, not the kept constant table)
-    tuned = {json.dumps(json.loads(r["response_text"])["linear"]) for r in read_jsonl(run / "transcripts.jsonl")
+    tuned = {json.dumps(json.loads(r["response_text"])["linear"]) for r in read_transcript(run / "transcripts.jsonl")
              if r["phase"] == "refine"}
     assert len(tuned) >= 6

@@ -17,6 +17,7 @@ from run_helpers import cfg, quiet
 
 from llm_policy_gen.backends import BACKENDS, parse_backend_spec
 from llm_policy_gen.cli import main
+from llm_policy_gen.clients.transcript import read_transcript
 from llm_policy_gen.errors import BackendConfigError, ProposalError, UserError
 from llm_policy_gen.formats import FORMATS, make_format, resolve_format_name
 from llm_policy_gen.formats.base import AnswerFormat, FormatContext, Parsed, Target
@@ -135,10 +136,10 @@ def test_a_registered_format_runs_a_real_training(tmp_path: Path, digits: str) -
     rd = res.run_dir
     config = json.loads((rd / "config.json").read_text())
     assert config["output_format"] == "digits" and config["config"]["output_format"] == "digits"
-    lines = read_jsonl(rd / "transcripts.jsonl")
+    lines = read_transcript(rd / "transcripts.jsonl")  # offline's lines are packed: the package's reader
     assert len(lines) == 2 * 2 and all(t["valid"] and t["format"] == "digits" for t in lines)
     assert all(t["response_text"].splitlines()[-1].startswith("TABLE: ") for t in lines)
-    # offline sends no prompt (its lines carry none): replayed, the run's answers go through a session that asks the
+    # offline sends no prompt (its lines are packed): replayed, the run's answers go through a session that asks the
     # prompt a model would get, with the format's section
     again = train(run_cfg(tmp_path / "again", output_format=digits, backend=f"replay:{rd}"), log=quiet)
     prompt = read_jsonl(again.run_dir / "transcripts.jsonl")[0]["messages"][-1]["content"]

@@ -21,6 +21,7 @@ from llm_policy_gen.commands.compare import CompareConfig, run_compare
 from llm_policy_gen.envs import get_spec
 from llm_policy_gen.report import write_report
 from llm_policy_gen.run import train
+from llm_policy_gen.run.files import RunDir
 from llm_policy_gen.storage.runlog import read_jsonl, write_json_atomic
 from llm_policy_gen.sweep.results import backend_stats, read_results
 
@@ -182,7 +183,7 @@ def test_run_report_in_chromium_shows_the_held_out_mean_and_every_call(tmp_path:
     assert len(texts(dom, "class", "call valid")) == 9  # 3 iterations x 3 candidates
 
     # A link to one call opens it and fills in its prompt and answer.
-    first = read_jsonl(run / "transcripts.jsonl")[4]
+    first = RunDir(run).load_transcripts()[4]  # the package's reader: an offline run's lines are packed
     anchor = f"call-{first['iteration']}-{first['candidate']}-{first['attempt']}"
     linked = rendered_dom(page, tmp_path, fragment=anchor)
     (call,) = texts(linked, "id", anchor)

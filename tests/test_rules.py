@@ -15,6 +15,7 @@ from llm_policy_gen.formats.base import FormatContext, Target
 from llm_policy_gen.formats.ruleset import RuleSet, RulesPolicy, feature_values
 from llm_policy_gen.policy import TablePolicy
 from llm_policy_gen.run import train
+from llm_policy_gen.run.files import RunDir
 
 
 def fctx(spec, target=None, current=None):
@@ -193,5 +194,5 @@ def test_a_rules_run_saves_its_rules_and_evaluates_and_plots(tmp_path, capsys):
     assert out["mean"] == pytest.approx(res.summary["best_eval_mean"])
     assert main(["plot", str(res.run_dir), "--policy", "--out", str(tmp_path / "p.png")]) == 0
     assert (tmp_path / "p.png").is_file()
-    prompt = json.loads((res.run_dir / "transcripts.jsonl").read_text().splitlines()[-1])["messages"][-1]["content"]
+    prompt = RunDir(res.run_dir).load_transcripts()[-1]["messages"][-1]["content"]  # packed lines read back whole
     assert "The current rules (the table is compiled from them)" in prompt and "s0-5 (0, 0, 0)" not in prompt

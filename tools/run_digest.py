@@ -3,13 +3,15 @@
     python tools/run_digest.py --save before.json      # on the commit before the move
     python tools/run_digest.py --check before.json     # after it: exit 1 and the differing files if any
 
-Each case trains one run at a fixed seed, in a temporary folder (the ``offline`` stand-in, not an LLM, for the
-table modes; the standard q-learner; a one-hot ``lm-policy`` run when the ``lm-policy`` extra is installed), and
-hashes what it wrote: ``events.jsonl``, ``transcripts.jsonl``, ``summary.json``, ``best_policy.json`` and every
-``policies/iter_*.json``. Wall times (``wall_s``, ``latency_s``) are left out, since they differ from one run to the
-next. The JSON files are compared under normalised keys: the renames of layout 2 (:data:`RENAMES`, an old key and
-its new name holding the same value count once) and the stamp ``schema_version`` do not count as a difference;
-everything else must be equal. The runs take a few seconds each.
+Each case trains one run at a fixed seed, in a temporary folder (the ``offline`` stand-in, not an LLM, for the table
+modes; the standard q-learner; a one-hot ``lm-policy`` run when the ``lm-policy`` extra is installed), and hashes
+what it wrote: ``events.jsonl``, ``transcripts.jsonl``, ``summary.json``, ``best_policy.json`` and every
+``policies/iter_*.json`` (``transcripts.jsonl`` as the package's reader gives it back, its packed lines whole, so
+that a change of how lines are stored is no difference, only one of what they hold). Wall times (``wall_s``,
+``latency_s``) are left out, since they differ from one run to the next. The JSON files are compared under
+normalised keys: the renames of layout 2 (:data:`RENAMES`, an old key and its new name holding the same value count
+once) and the stamp ``schema_version`` do not count as a difference; everything else must be equal. The runs take a
+few seconds each.
 """
 
 from __future__ import annotations
@@ -66,15 +68,15 @@ def _strip(value: object) -> object:
     return value
 
 
-def _digest(path: Path) -> object:
-    """A ``.jsonl`` file's hash under normalised keys; a ``.json`` file's normalised object itself, so that a check
-    names the keys that differ."""
+def _digest(path: Path, rows: list[dict[str, object]] | None = None) -> object:
+    """A ``.jsonl`` file's hash under normalised keys (of ``rows`` when given: the lines as the package reads them);
+    a ``.json`` file's normalised object itself, so that a check names the keys that differ."""
     text = path.read_text(encoding="utf-8")
     if path.suffix == ".json":
         return _strip(json.loads(text))
     if path.suffix == ".jsonl":
-        lines = [json.dumps(_strip(json.loads(line)), sort_keys=False) for line in text.splitlines() if line.strip()]
-        text = "\n".join(lines)
+        objs = rows if rows is not None else [json.loads(line) for line in text.splitlines() if line.strip()]
+        text = "\n".join(json.dumps(_strip(obj), sort_keys=False) for obj in objs)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -104,7 +106,8 @@ def run_case(name: str, args: list[str], root: Path) -> dict[str, object]:
     rd = RunDir(run)  # the names of the commit under test (the reader's module has them since layout 1)
     files = [rd.events.name, rd.transcripts.name, rd.summary.name, rd.best_policy.name,
              *sorted(str(p.relative_to(run)) for p in rd.iteration_policies().values())]
-    return {f: _digest(run / f) if (run / f).is_file() else "missing" for f in files}
+    whole = {rd.transcripts.name: rd.load_transcripts()}  # packed lines (calls no model answered) read back whole
+    return {f: _digest(run / f, whole.get(f)) if (run / f).is_file() else "missing" for f in files}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,7 +7,9 @@ answer raises :class:`~llm_policy_gen.errors.ReplayExhausted`, which ends the ru
 
 An empty file, a file that is not JSONL, or a line without a string ``response_text`` is refused at once
 (:class:`~llm_policy_gen.errors.BackendConfigError`, exit 2). Lines may be hand-written: ``{"response_text": "..."}``
-is enough (such lines count as iteration 1, 2, ... in order, candidate 1, attempt 1). :attr:`ReplayClient.source`
+is enough (such lines count as iteration 1, 2, ... in order, candidate 1, attempt 1). A packed line (a call no model
+answered, :mod:`~.transcript`) is read whole through :func:`~.transcript.unpack_lines`, and one whose texts cannot be
+rebuilt is refused the same way. :attr:`ReplayClient.source`
 holds what the recorded run was made for (environment, table size, mode, format), which the engine compares with
 the replaying run.
 """
@@ -19,9 +21,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..errors import BackendConfigError, BackendError, JSONBounds, ReplayExhausted
+from ..errors import BackendConfigError, BackendError, JSONBounds, ReplayExhausted, UserError
 from ..storage.safe_json import loads
 from .base import CallKey, ClientSettings, Completion, Request
+from .transcript import unpack_lines
 
 __all__ = ["ReplayClient", "SOURCE_FIELDS"]
 
@@ -51,6 +54,28 @@ class ReplayClient:
         except (OSError, UnicodeDecodeError) as exc:
             raise BackendConfigError(f"cannot read replay file {self.path}: {exc}") from None
         self.answers: dict[CallKey, dict[str, Any]] = {}
+        numbers, objs = self._lines(raw)
+        try:  # a packed line (a call no model answered) is given back whole
+            whole = unpack_lines(objs, f"replay file {self.path}")
+        except UserError as exc:
+            raise BackendConfigError(str(exc)) from None
+        for k, obj in zip(numbers, whole, strict=True):
+            if not isinstance(obj.get("response_text"), str):
+                raise BackendConfigError(
+                    f"replay file {self.path} line {k} has no string 'response_text' (use a transcripts.jsonl)"
+                )
+            self.answers[CallKey.of(obj)] = obj
+        if not self.answers:
+            raise BackendConfigError(f"replay file {self.path} is empty: give a run's transcripts.jsonl")
+        first = next(iter(self.answers.values()))
+        self.source: dict[str, Any] = {f: first[f] for f in SOURCE_FIELDS if f in first}
+        self.source_backend = str(first.get("backend", ""))
+        self.source_model = str(first.get("model", ""))
+
+    def _lines(self, raw: str) -> tuple[list[int], list[dict[str, Any]]]:
+        """The file's JSON objects and their line numbers; hand-written lines without an ``iteration`` get 1, 2, ..."""
+        numbers: list[int] = []
+        objs: list[dict[str, Any]] = []
         hand_written = 0
         for k, line in enumerate(raw.splitlines(), start=1):
             if not line.strip():
@@ -61,20 +86,16 @@ class ReplayClient:
                 raise BackendConfigError(f"replay file {self.path} line {k} is not JSON ({exc.msg})") from None
             except JSONBounds as exc:
                 raise BackendConfigError(f"replay file {self.path} line {k} cannot be read as JSON: {exc}") from None
-            if not isinstance(obj, dict) or not isinstance(obj.get("response_text"), str):
+            if not isinstance(obj, dict) or "response_text" not in obj:
                 raise BackendConfigError(
                     f"replay file {self.path} line {k} has no string 'response_text' (use a transcripts.jsonl)"
                 )
             if "iteration" not in obj:
                 hand_written += 1
                 obj = {**obj, "iteration": hand_written}
-            self.answers[CallKey.of(obj)] = obj
-        if not self.answers:
-            raise BackendConfigError(f"replay file {self.path} is empty: give a run's transcripts.jsonl")
-        first = next(iter(self.answers.values()))
-        self.source: dict[str, Any] = {f: first[f] for f in SOURCE_FIELDS if f in first}
-        self.source_backend = str(first.get("backend", ""))
-        self.source_model = str(first.get("model", ""))
+            numbers.append(k)
+            objs.append(obj)
+        return numbers, objs
 
     def describe(self) -> dict[str, Any]:
         return {

@@ -7,7 +7,10 @@ table or the reason it has none. :class:`~llm_policy_gen.proposers.llm.LLMPropos
 compute their tables from the context alone and never step an environment, so every episode a run uses is counted by the
 engine. They are not LLM clients and do not pretend to be: :class:`TableSearch` renders each table as answer text in
 the run's answer format, parses it back through that format (the same validator a model's answer meets) and writes
-the same transcript line, so any run replays with ``replay:``.
+the same transcript line, so any run replays with ``replay:``. The line is written packed (its prompt and answer as
+references to, or deflated against, the texts of the lines before it: :mod:`~llm_policy_gen.clients.transcript`),
+since a search's 4 candidates share one prompt and its tables differ in a few states: a 30-iteration CartPole run's
+transcript takes 0.18 MB instead of 2.6 MB; every reader of the package gives the lines back whole.
 """
 
 from __future__ import annotations
@@ -89,7 +92,7 @@ class TableSearch:
                 "response_model": self.label, "valid": answer.ok, "errors": answer.errors,
                 "notes": answer.parsed.notes if answer.parsed else [], "failed": False, "input_tokens": 0,
                 "output_tokens": 0, "cost_usd": 0.0, "cached": False, "latency_s": round(time.perf_counter() - t0, 4),
-            })
+            }, pack=True)
             out.append(answer)
         return out
 

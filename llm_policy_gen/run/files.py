@@ -24,10 +24,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..clients.transcript import read_transcript
 from ..errors import PolicyFileError, UserError
 from ..schema.aliases import file_keys
 from ..storage.runlog import (
-    TRANSCRIPT_FIELDS,
     check_fields,
     current_umask,
     read_json,
@@ -282,12 +282,9 @@ class RunDir:
         return rows
 
     def load_transcripts(self, on_torn: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
-        """The ``transcripts.jsonl`` lines ([] without the file), their computed fields checked."""
-        if not self.transcripts.is_file():
-            return []
-        rows = read_jsonl(self.transcripts, on_torn=on_torn)
-        check_fields(rows, self.transcripts, TRANSCRIPT_FIELDS)
-        return rows
+        """The ``transcripts.jsonl`` lines ([] without the file), each whole (packed lines unpacked: the one reader,
+        :func:`~llm_policy_gen.clients.transcript.read_transcript`), their computed fields checked."""
+        return read_transcript(self.transcripts, on_torn) if self.transcripts.is_file() else []
 
     def read(self, *, check: bool = True) -> RunView:
         """The whole run in the code's words (:class:`~.view.RunView`): the one way to read a run's records; a
