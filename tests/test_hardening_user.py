@@ -440,5 +440,5 @@ def test_a_long_backend_name_is_shortened_in_the_comparisons_figures(tmp_path: P
     curves = [Curve(b, 0, [0.0, 50.0, 100.0], [0.0, 0.5, 1.0]) for b in ("offline", long)]
     with matplotlib.rc_context({"svg.fonttype": "none"}):  # the labels as text in the SVG
         svg = plot_curves(curves, tmp_path / "curves.svg", "FrozenLake-v1").read_text()
-    assert "replay:…" in svg and "run_0001/transcripts.jsonl (median of 1)" in svg
+    assert "replay:run_0001 (median of 1)" in svg  # the method's short name: its run's folder (sweep/methods.py)
     assert long not in svg and "offline (median of 1)" in svg

@@ -48,6 +48,7 @@ import numpy as np
 from pydantic import field_validator
 
 from ..errors import UserError
+from ..lm.resume_identity import check_resumed_path, check_same_model, recorded_path
 from ..registry import PluginOptions, setting
 from ..storage.sizes import Need, check_memory
 from .base import Method, ModeBase, Setup, Step
@@ -166,45 +167,6 @@ def _needs(o: LmPolicyOptions, settings: LearnerSettings, n_states: int, n_actio
             *settings.memory_needs(n_states, n_actions, width, actor_mlp=o.lm_head == "features")]
 
 
-def _recorded_sha256(record: dict[str, Any]) -> str | None:
-    """The sha256 of the model a run loaded, as its config.json records it (None: it loaded none)."""
-    facts = record.get("lm_model")
-    sha = facts.get("sha256") if isinstance(facts, dict) else None
-    return sha if isinstance(sha, str) and sha else None
-
-
-def _check_resumed_path(record: dict[str, Any], given: str | None) -> None:
-    """A resume may name the run's model at another path only where config.json records the model's sha256 to check
-    it against (a run that loaded no model records none)."""
-    settings = record.get("config")
-    was = settings.get("lm_model") if isinstance(settings, dict) else None
-    was = os.path.abspath(os.path.expanduser(was)) if isinstance(was, str) and was else None
-    if given != was and _recorded_sha256(record) is None:
-        raise UserError(f"--lm-model cannot change on resume: the run was made with {was or 'no --lm-model'} and "
-                        "its config.json records no model's sha256 to check another path against; start a new run")
-
-
-def _check_same_model(record: dict[str, Any], path: str) -> None:
-    """The model at ``path`` is the one the resumed run loaded (the sha256 its config.json records), or the resume
-    is refused before the model is read: other weights would go on from a state they never made."""
-    from ..lm.backbone import model_identity
-
-    was = _recorded_sha256(record)
-    if was is None:
-        return
-    try:
-        now = model_identity(path).sha256  # hashed once per process: the load that follows reuses it
-    except UserError as exc:  # the model is gone from its path (a run moved to another machine)
-        raise UserError(f"{exc}; to resume, give --lm-model PATH of the model this run was made with (sha256 "
-                        f"{was[:16]}...)") from None
-    if now != was:
-        facts = record.get("lm_model")
-        named = facts.get("path") if isinstance(facts, dict) else None
-        raise UserError(f"--lm-model {path} is not the model this run was made with (sha256 {now[:16]}..., the run's "
-                        f"config.json records {was[:16]}... for {named or 'its model'}); resume with --lm-model PATH "
-                        "of that model, or start a new run")
-
-
 class LmPolicyMode(ModeBase):
     """A frozen language model's encodings of the state texts, a head trained by PPO or TRPO, read out as a table."""
 
@@ -221,12 +183,16 @@ class LmPolicyMode(ModeBase):
         self.settings: LearnerSettings | None = None
         self.learner: TableLearner | None = None
         self.facts: dict[str, Any] = {}
+        self.named_model: str | None = None
+        """On a resume, the model path the run recorded when it started: its name stays the run's when the same
+        model (by sha256) is given at another path."""
         self.head: Any = None  # the scores head (--lm-head scores), or None for the features head
 
     def method(self, cfg: TrainConfig) -> Method:
         """``lm-policy(MODEL)`` (``.gguf`` dropped), a control's features after it: ``lm-policy(onehot)``."""
         o = cfg.options_for(LmPolicyOptions)
         used = o.lm_model if o.lm_model and (o.lm_features in ("lm", "random") or o.lm_head == "scores") else None
+        used = self.named_model if used and self.named_model else used
         parts = [Path(used.rstrip("/\\")).name.removesuffix(".gguf") if used else "", o.lm_features]
         return Method(f"{self.name}({', '.join(p for p in parts if p not in ('', 'lm'))})", used or "", bool(used))
 
@@ -239,7 +205,8 @@ class LmPolicyMode(ModeBase):
         o = self.options = setup.cfg.options_for(LmPolicyOptions)
         require_extra()
         if setup.record is not None:
-            _check_resumed_path(setup.record, o.lm_model)
+            check_resumed_path(setup.record, o.lm_model)
+            self.named_model = recorded_path(setup.record)
         if o.lm_features == "lm" and not o.lm_model:
             raise UserError("--mode lm-policy needs --lm-model PATH (a .gguf file or a Hugging Face model folder) "
                             "for --lm-features lm; or give --lm-features onehot or random")
@@ -343,7 +310,7 @@ class LmPolicyMode(ModeBase):
         o = self.options
         assert o.lm_model is not None
         if setup.record is not None:
-            _check_same_model(setup.record, o.lm_model)
+            check_same_model(setup.record, o.lm_model)
         with contextlib.redirect_stderr(io.StringIO()):
             return load_language_model(o.lm_model, self._cache(setup), note=setup.notice)
 
