@@ -34,6 +34,7 @@ from ..prompting.templates import check_prompts_dir
 from ..registry import plugin_sections
 from ..storage.sizes import check_memory, table_need
 from .environment import probe_outputs, resolve_spec
+from .names import short_spec
 
 __all__ = ["Prepared", "prepare", "pair_learner", "unused_options", "unused_settings"]
 
@@ -57,7 +58,7 @@ class Prepared:
         method with its model (``lm-policy(SmolLM2-135M-Instruct.Q4_1)``, ``q-learning``) for a mode without one."""
         if self.backend is None:
             return method_of(self.mode, self.cfg).name
-        return self.cfg.backend or self.backend
+        return short_spec(self.cfg.backend or self.backend)  # a model's or a record's path by its stem
 
 
 def prepare(cfg: TrainConfig, spec: EnvSpec | None = None) -> Prepared:

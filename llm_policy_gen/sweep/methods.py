@@ -32,11 +32,10 @@ import types
 import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path, PurePath
 from typing import Any
 
 from ..errors import UserError
-from ..run.files import RunDir
+from ..run.names import path_stem
 from ..storage.runlog import slug
 
 __all__ = ["ACCEPTED", "Method", "parse_method", "split_methods", "parse_methods", "mode_backend", "display_names",
@@ -51,9 +50,6 @@ _SWEEP_KEYS = {"env_id": "--env", "backend": "the entry's BACKEND", "mode": "the
                "logs_dir": "--out", "run_id": "the entry's LABEL", "explicit": "nothing",
                "budget_usd": "--budget-usd (the sweep's)"}
 """Settings an entry may not give: the entry itself or the sweep sets them."""
-_FILE_SUFFIXES = (".gguf", ".jsonl", ".json", ".bin", ".safetensors", ".pt", ".onnx")
-
-
 def mode_backend(mode: str) -> str | None:
     """The backend an ``@MODE`` entry's runs get: a mode that learns by itself its own learner (``q-learning`` runs
     what the ``q-learning`` entry runs), a mode that asks no backend ``offline``, which it never asks
@@ -291,15 +287,6 @@ def display_name(entry: str, settings: Mapping[str, Any] | None = None) -> str:
         return parse_method(entry).display(settings)
     except UserError:
         return entry
-
-
-def path_stem(path: str) -> str:
-    """A path's last part without a model or record file's suffix (``/m/SmolLM2.Q4_1.gguf`` -> ``SmolLM2.Q4_1``;
-    a folder keeps its whole name, ``/m/Qwen2-0.5B``; a run's ``transcripts.jsonl`` shows its run's folder)."""
-    p = PurePath(str(path).rstrip("/\\"))
-    if p.parent.name and p.name == RunDir(Path(p.parent)).transcripts.name:  # a run's transcripts: its run's folder
-        return p.parent.name
-    return p.stem if p.suffix.lower() in _FILE_SUFFIXES else p.name or str(path)
 
 
 def _short(value: Any) -> str:
