@@ -15,6 +15,7 @@ stale, and neither is ever read as a result.
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -22,7 +23,7 @@ from typing import Any, Literal
 from ..schema.aliases import LAYOUT_BEFORE_CANDIDATES, events_in, summary_in
 from .stop import StopKind, StopReason
 
-__all__ = ["RunState", "RunView", "state_from", "view_of"]
+__all__ = ["RunState", "RunView", "ended_for_good", "state_from", "view_of"]
 
 Axis = Literal["iterations", "episodes", "steps"]
 _AXIS_KEY: dict[str, str] = {"iterations": "iteration", "episodes": "episodes_total", "steps": "env_steps_total"}
@@ -49,6 +50,12 @@ class RunState(enum.Enum):
         return self in (RunState.STARTED, RunState.INTERRUPTED, RunState.FAILED)
 
 
+def ended_for_good(summary: Mapping[str, Any] | None) -> bool:
+    """A summary that records a stop the run chose (all iterations, a budget, no new best): a result."""
+    reason = None if summary is None else StopReason.parse(summary.get("stop_reason"))
+    return reason is not None and reason.finished
+
+
 def state_from(record: object, summary: dict[str, Any] | None) -> RunState:
     """The state of a run whose ``config.json`` holds ``record`` (None: none, or unreadable) and whose
     ``summary.json`` holds ``summary`` (None: none)."""
@@ -57,7 +64,7 @@ def state_from(record: object, summary: dict[str, Any] | None) -> RunState:
     reason = None if summary is None else StopReason.parse(summary.get("stop_reason"))
     if reason is None:  # no summary, or one that does not say how the run ended
         return RunState.STARTED
-    if reason.finished:
+    if ended_for_good(summary):
         return RunState.FINISHED
     return RunState.INTERRUPTED if reason.kind is StopKind.INTERRUPTED else RunState.FAILED
 

@@ -24,6 +24,7 @@ import numpy as np
 
 from ..errors import UserError
 from ..run.stop import StopReason
+from ..run.view import ended_for_good
 from ..schema.aliases import file_key, summary_in
 from ..storage.runlog import read_json_object, write_bytes_atomic, write_json_atomic
 from .stats import Interval, iqm_interval, median_censored, normalized
@@ -53,9 +54,9 @@ def all_cached(calls: int | None, cached: int | None) -> bool:
 
 
 def finished(summary: Mapping[str, Any]) -> bool:
-    """True when a run's summary says it ended for good (all iterations or a legitimate stop)."""
-    stop = StopReason.parse(summary.get("stop_reason"))
-    return stop is not None and stop.finished
+    """True when a run's summary says it ended for good (all iterations or a legitimate stop): the run directory's
+    one rule of finished (:func:`~llm_policy_gen.run.view.ended_for_good`)."""
+    return ended_for_good(summary)
 
 
 # ---------------------------------------------------------------------------------------------------- results.csv
