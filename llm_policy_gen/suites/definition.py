@@ -1,0 +1,207 @@
+"""A suite as data: its tasks, methods and seeds, read from ``data/SUITE.toml`` (or a TOML file a user names).
+
+::
+
+    [suite]
+    name = "goals"
+    title = "Goal table"
+    seeds = "0-9"                       # every task's, unless the task names its own
+
+    [[method]]
+    label = "offline"
+    entry = "offline"                   # a method entry of `compare --methods`
+    budget = "task"                     # task | own | steps-of:LABEL | episodes-of:LABEL
+    max_states = 0                      # >0: not run on a table of more states (the answer text grows with it)
+    max_steps = 0                       # >0: a cell whose budget would pass this many steps is listed, not run
+    iterations = 30                     # optional; default 100000 for a budget in episodes or steps (the budget
+                                        # ends the run), the mode's own for `own`
+
+    [[task]]
+    key = "cartpole"
+    env_id = "CartPole-v1"
+    budget = 100                        # counted episodes (the `task` budget: --max-episodes)
+    goal = 475.0
+    exact = false                       # the goal is an exact optimum (equal, not reach)
+    need = 8                            # seeds that must meet the goal (and the median must)
+    seeds = "0-9"                       # optional
+    threshold = 475.0                   # gymnasium's reward_threshold, when it has one
+    settings = { train_episodes = 1 }   # settings every run of the task gets on top of the spec's
+    anchors = "..."                     # published figures of other work, as text
+
+A method's budget: ``task`` gives each run the task's episode budget (``--max-episodes``); ``own`` leaves the
+method its own (a peer's is the RL Baselines3 Zoo's ``n_timesteps``); ``steps-of:LABEL`` gives it the counted
+environment steps that method ``LABEL``'s record of the same task and seed used (a peer at ``offline``'s
+interaction), ``episodes-of:LABEL`` the counted episodes.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from ..errors import UserError
+
+__all__ = ["Task", "MethodSpec", "Suite", "BUDGET_KINDS", "suite_names", "load_suite", "parse_suite"]
+
+BUDGET_KINDS = ("task", "own", "steps-of", "episodes-of")
+
+
+@dataclass(frozen=True)
+class Task:
+    key: str
+    env_id: str
+    budget: int
+    """Counted episodes a ``task``-budget method may use."""
+    goal: float
+    seeds: tuple[int, ...]
+    need: int
+    exact: bool = False
+    threshold: float | None = None
+    """Gymnasium's ``reward_threshold`` for the task, where it has one (a yardstick that is not ours)."""
+    settings: dict[str, Any] = field(default_factory=dict)
+    anchors: str = ""
+
+    def meets(self, value: float | None) -> bool:
+        """Whether ``value`` meets the goal: reaches it, or equals it for an exact optimum (None never does)."""
+        if value is None:
+            return False
+        return abs(value - self.goal) < 1e-9 if self.exact else value >= self.goal - 1e-9
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    label: str
+    entry: str
+    """The method entry as ``compare --methods`` takes it (:mod:`llm_policy_gen.sweep.methods`)."""
+    budget: str = "task"
+    max_states: int = 0
+    max_steps: int = 0
+    iterations: int = 0
+    """Iterations a run gets; 0: 100,000 for a budget in episodes or steps (the budget ends the run), else the
+    engine's default."""
+    note: str = ""
+
+    @property
+    def budget_kind(self) -> str:
+        return self.budget.split(":", 1)[0]
+
+    @property
+    def budget_source(self) -> str | None:
+        """The label whose record gives this method's budget (``steps-of:offline`` -> ``offline``)."""
+        return self.budget.split(":", 1)[1] if ":" in self.budget else None
+
+
+@dataclass(frozen=True)
+class Suite:
+    name: str
+    title: str
+    tasks: tuple[Task, ...]
+    methods: tuple[MethodSpec, ...]
+    description: str = ""
+
+    def task(self, key: str) -> Task:
+        for t in self.tasks:
+            if t.key == key:
+                return t
+        raise UserError(f"unknown task {key!r} in suite {self.name}; accepted: {', '.join(t.key for t in self.tasks)}")
+
+    def method(self, label: str) -> MethodSpec:
+        for m in self.methods:
+            if m.label == label:
+                return m
+        raise UserError(f"unknown method {label!r} in suite {self.name}; accepted: "
+                        f"{', '.join(m.label for m in self.methods)}")
+
+
+def suite_names() -> list[str]:
+    """The suites shipped with the package."""
+    folder = resources.files(__package__).joinpath("data")
+    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".toml"))
+
+
+def load_suite(name_or_path: str) -> Suite:
+    """A shipped suite by name, or a suite TOML file by path; a bad one is a UserError naming what is wrong."""
+    path = Path(name_or_path)
+    if name_or_path.endswith(".toml") or path.is_file():
+        if not path.is_file():
+            raise UserError(f"bad suite {name_or_path!r}: no such file")
+        text, where = path.read_text(encoding="utf-8"), str(path)
+    else:
+        if name_or_path not in suite_names():
+            raise UserError(f"unknown suite {name_or_path!r}; accepted: {', '.join(suite_names())} or a .toml file")
+        text = resources.files(__package__).joinpath("data", f"{name_or_path}.toml").read_text(encoding="utf-8")
+        where = f"suite {name_or_path}"
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise UserError(f"bad {where}: {e}") from None
+    return parse_suite(data, where)
+
+
+def parse_seeds_text(text: object, where: str) -> tuple[int, ...]:
+    from ..sweep.plan import parse_seeds
+
+    if isinstance(text, list) and all(isinstance(s, int) and s >= 0 for s in text):
+        return tuple(text)
+    if not isinstance(text, str):
+        raise UserError(f"bad {where}: seeds must be a string such as \"0-9\" or a list of integers")
+    return tuple(parse_seeds(text))
+
+
+def _need(d: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
+    if key not in d:
+        raise UserError(f"bad {where}: {key} is missing")
+    value = d[key]
+    if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
+        raise UserError(f"bad {where}: {key} = {value!r} has the wrong type")
+    return value
+
+
+def parse_suite(data: dict[str, Any], where: str) -> Suite:
+    """The suite a parsed TOML document describes."""
+    head = data.get("suite")
+    if not isinstance(head, dict):
+        raise UserError(f"bad {where}: no [suite] table")
+    name = str(_need(head, "name", str, where))
+    seeds = parse_seeds_text(head.get("seeds", "0-9"), f"{where} [suite]")
+    tasks = []
+    for i, t in enumerate(data.get("task", [])):
+        w = f"{where} task {i + 1}"
+        settings = t.get("settings", {})
+        if not isinstance(settings, dict):
+            raise UserError(f"bad {w}: settings must be a table")
+        task_seeds = parse_seeds_text(t["seeds"], w) if "seeds" in t else seeds
+        threshold = t.get("threshold")
+        tasks.append(Task(key=_need(t, "key", str, w), env_id=_need(t, "env_id", str, w),
+                          budget=int(_need(t, "budget", int, w)), goal=float(_need(t, "goal", (int, float), w)),
+                          seeds=task_seeds, need=int(t.get("need", max(1, (8 * len(task_seeds)) // 10))),
+                          exact=bool(t.get("exact", False)),
+                          threshold=None if threshold is None else float(threshold),
+                          settings=dict(settings), anchors=str(t.get("anchors", ""))))
+    methods = []
+    for i, m in enumerate(data.get("method", [])):
+        w = f"{where} method {i + 1}"
+        spec = MethodSpec(label=_need(m, "label", str, w), entry=_need(m, "entry", str, w),
+                          budget=str(m.get("budget", "task")), max_states=int(m.get("max_states", 0)),
+                          max_steps=int(m.get("max_steps", 0)), iterations=int(m.get("iterations", 0)),
+                          note=str(m.get("note", "")))
+        plain = spec.budget_kind in ("task", "own")
+        if spec.budget_kind not in BUDGET_KINDS or (spec.budget_source is None) != plain:
+            raise UserError(f"bad {w}: budget {spec.budget!r}; accepted task, own, steps-of:LABEL, episodes-of:LABEL")
+        methods.append(spec)
+    labels = [m.label for m in methods]
+    for m in methods:
+        if m.budget_source is not None and m.budget_source not in labels:
+            raise UserError(f"bad {where}: method {m.label}'s budget names {m.budget_source!r}, not a method of it")
+    keys = [t.key for t in tasks]
+    for what, names in (("task", keys), ("method", labels)):
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise UserError(f"bad {where}: {what} {twice[0]!r} appears twice")
+    if not tasks or not methods:
+        raise UserError(f"bad {where}: a suite needs at least one [[task]] and one [[method]]")
+    return Suite(name=name, title=str(head.get("title", name)), tasks=tuple(tasks), methods=tuple(methods),
+                 description=str(head.get("description", "")))
