@@ -134,3 +134,23 @@ def test_an_old_q_learning_run_keeps_learning_from_its_own_episodes(tmp_path: Pa
     assert main(["train", "--resume", str(run), "--iterations", str(before["iterations"] + 1), "--no-plots"]) == 0
     after = json.loads((run / "summary.json").read_text())
     assert after["learner_keeper_episodes"] == 0 and after["select"] == "keeper"
+
+
+def test_the_results_table_has_a_final_and_a_selected_column(tmp_path: Path) -> None:
+    from llm_policy_gen.sweep.results import read_results
+
+    out = tmp_path / "cmp"
+    assert main(["compare", "--env", "CartPole-v1", "--backends", "offline,q-learning", "--seeds", "0", "--iterations",
+                 "2", "--heldout-episodes", "10", "--out", str(out)]) == 0
+    rows = {r.backend: r for r in read_results(out / "results.csv")}
+    assert rows["offline"].final_heldout_mean == rows["offline"].selected_heldout_mean == rows[
+        "offline"].best_heldout_mean
+    q = rows["q-learning"]
+    assert q.selected_heldout_mean == q.best_heldout_mean and q.final_heldout_mean is not None
+
+
+def test_an_old_run_reads_its_final_and_selected_policy_in_todays_words() -> None:
+    table = RunDir(FIXTURES / "logs" / "CartPole-v1" / "table").read()
+    assert table.final_heldout_mean == table.selected_heldout_mean == table.summary["best_heldout_mean"]
+    q = RunDir(FIXTURES / "logs" / "FrozenLake-v1" / "qlearning").read()
+    assert q.final_heldout_mean is None and q.selected_heldout_mean == q.summary["best_heldout_mean"]
