@@ -91,6 +91,11 @@ class TrainConfig(BaseModel):
                                   "undecided.", ge=1)
     confirm_z: float = _field(2.0, "a number >= 0", "Adopt only if the paired mean difference on the fresh "
                               "episodes passes a one-sided t-test at the level of this normal z.", ge=0.0)
+    select: Literal["keeper", "none"] | None = _field(
+        None, "keeper or none", "What chooses a learner's reported policy. keeper: the keeper's test and confirmation "
+        "episodes (counted) choose the kept table; none: no keeper episode is played and the run reports its final "
+        "policy, measured on the held-out seeds 20 times over the run (never counted). None: the mode's default "
+        "(keeper where the keeper judges tables; none for --mode peer, whose selection is --peer-select).")
     heldout_episodes: int = _field(100, "an integer >= 1", "Held-out episodes measured whenever the best changes; "
                                    "reported only, never used to decide.", ge=1)
     patience: int = _field(0, "an integer >= 0", "Stop after this many iterations without a new best (0: never).",

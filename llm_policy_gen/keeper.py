@@ -341,6 +341,14 @@ class Keeper:
         self.best_iteration = iteration
         return Verdict(means, returns, chosen, best_mean, True, confirmation, episodes)
 
+    def adopt(self, table: np.ndarray, iteration: int) -> None:
+        """Take ``table`` as the kept one without judging it (``--select none``: the learner's final read-out is
+        the run's policy); its test returns are forgotten (none were played)."""
+        self.best_table = np.asarray(table, dtype=np.int64).copy()
+        self.best_source = None
+        self._best_returns = {}
+        self.best_iteration = iteration
+
     def _paired(self, seeds: list[int], challenger: list[float], incumbent: list[float]) -> Confirmation:
         d = np.asarray(challenger) - np.asarray(incumbent)
         mean = float(d.mean())

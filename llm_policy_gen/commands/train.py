@@ -133,7 +133,8 @@ def summary_line(s: dict[str, Any]) -> str:
              else "no model calls" if not backend else f"{plural(s['llm_calls'], 'proposal')} (no model called)")
     judges = bool(getattr(mode_class, "judges_candidates", True))
     never = " (no candidate was ever accepted: this is the initial table)" if s.get("never_accepted") \
-        and judges else ""
+        and judges and s.get("select") != "none" else ""
+    never = " (the final policy: --select none)" if s.get("select") == "none" and judges else never
     when = " (measured once, at the end)" if not judges and not getattr(mode_class, "heldout_each_iteration", False) \
         and s["best_heldout_episodes"] else ""
     return (f"{s['env_id']} [{s['backend']}{model}{mode}] held-out mean {best} over "

@@ -124,6 +124,15 @@ class RunServices(Protocol):
         candidates on the same seeds (:meth:`train_on`)."""
         ...
 
+    def select_episodes(self, policy: Policy, iteration: int, n: int) -> list[Episode]:
+        """``n`` episodes of ``policy`` on the next training seeds that choose the reported policy (a peer's
+        evaluation), counted as selection episodes."""
+        ...
+
+    def heldout_of(self, policy: Policy | np.ndarray) -> Rollouts:
+        """``policy`` on the held-out seeds, reported only (not the run's measurement; never counted)."""
+        ...
+
     def train_on(self, policy: Policy, seeds: Sequence[int], iteration: int,
                  each: Callable[[Episode], object]) -> list[Episode]:
         """One episode per seed, ``each`` called after every episode (a learner learning as it goes); the episodes
@@ -265,6 +274,15 @@ class ModeBase:
     backend_spelling: ClassVar[str | None] = None
     """A mode without a backend: the ``--backend`` it still accepts, and records in config.json as before, because
     older commands and run directories name it (``q-learning``: ``q-learning``; ``lm-policy``: ``offline``)."""
+
+    selects: ClassVar[tuple[str, ...]] = ("keeper",)
+    """The ``--select`` values the mode takes, its default first (:mod:`.selection`): a learner whose read-out table
+    the keeper judges (``q-learning``, ``lm-policy``) takes ``none`` too."""
+
+    def counting(self, cfg: TrainConfig) -> str:
+        """What the run's counted interaction informs, in words (``summary.json``'s ``counting``)."""
+        return ("every counted episode informs the kept table: training episodes (the proposals' evidence), and the "
+                "keeper's test and confirmation episodes, which choose it")
 
     def method(self, cfg: TrainConfig) -> Method:
         """This run's name where a backend would be named (a mode without a backend: :attr:`needs_backend`)."""

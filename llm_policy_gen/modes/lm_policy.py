@@ -174,6 +174,7 @@ class LmPolicyMode(ModeBase):
     needs_backend = False
     backend_spelling = "offline"
     candidates_per_iteration = 1
+    selects = ("keeper", "none")
     Options = LmPolicyOptions
 
     def __init__(self) -> None:
@@ -195,6 +196,13 @@ class LmPolicyMode(ModeBase):
         used = self.named_model if used and self.named_model else used
         parts = [Path(used.rstrip("/\\")).name.removesuffix(".gguf") if used else "", o.lm_features]
         return Method(f"{self.name}({', '.join(p for p in parts if p not in ('', 'lm'))})", used or "", bool(used))
+
+    def counting(self, cfg: TrainConfig) -> str:
+        """On-policy: it cannot learn from the keeper's greedy-table episodes (see :mod:`..modes.selection`)."""
+        if cfg.select == "none":
+            return "every counted episode is a training episode of its on-policy learner; no keeper episodes"
+        return ("its on-policy learner's training episodes, and the keeper's test and confirmation episodes, which "
+                "choose the kept table: charged, though an on-policy learner cannot learn from them")
 
     def prepare(self, setup: Setup, resumed: bool) -> dict[str, Any]:
         """Load the model, encode every state's text (or build the control features) and fix the learner's

@@ -12,7 +12,13 @@ task needs ``--max-steps``); schedules (``lin_X``) run over it. An iteration is 
 rounded up to whole rollouts (``n_steps`` x ``n_envs``) for PPO and TRPO, to whole collections (``train_freq`` x
 ``n_envs``) for DQN; after it the network is measured on the run's held-out seeds (the curve's point, deterministic
 actions) and written as the run's policy (``peer_policy.safetensors`` and ``peer_policy.json``), which ``evaluate``
-runs. The run reports its final network (no selection). It ends once the learner has taken the budget's steps.
+runs. The run reports its final network. It ends once the learner has taken the budget's steps.
+
+**Selection** (``--peer-select eval``, off by default): SB3's ``EvalCallback`` as the run's own service: after every
+iteration the network plays ``--peer-eval-episodes`` deterministic episodes on the run's next training seeds,
+counted as selection episodes (the learner does not learn from them); the network with the best mean so far (the
+first of equal ones) is measured on the held-out seeds and reported beside the final one (``summary.json``'s
+``selected_heldout_mean``, ``selected_iteration``). The final network stays the run's policy file.
 
 **Resume.** The learner's state (:mod:`llm_policy_gen.peers.sb3_learner`) is in ``checkpoint.npz`` with the run's, as
 arrays: a killed PPO or TRPO run resumes to the uninterrupted one's result. DQN's replay buffer is not saved, so a
@@ -30,6 +36,7 @@ from ..registry import PluginOptions, setting
 from .base import Setup, Step
 
 if TYPE_CHECKING:
+    from ..config import TrainConfig
     from ..peers.sb3_learner import PeerLearner
     from ..peers.zoo import Hyper
     from .base import RunServices
@@ -56,6 +63,11 @@ class PeerOptions(PluginOptions):
     peer_algo: Literal["ppo", "trpo", "dqn", "sac"] = setting(
         "ppo", "ppo, trpo, dqn or sac", "peer mode: the library learner (SB3 PPO or DQN, sb3-contrib TRPO) with the "
         "RL Baselines3 Zoo's settings for the task (SB3's defaults, labelled untuned, where the zoo has none).")
+    peer_select: Literal["none", "eval"] = setting(
+        "none", "none or eval", "peer mode: report the final network only (none), or also the network that scored "
+        "best on --peer-eval-episodes counted evaluation episodes on training seeds after each iteration (eval).")
+    peer_eval_episodes: int = setting(5, "an integer >= 1", "peer mode, --peer-select eval: evaluation episodes per "
+                                      "iteration (counted as selection episodes).", ge=1)
 
 
 def _chunk(algo: str, hyper: Hyper, budget: int, iterations: int) -> int:
@@ -84,6 +96,8 @@ class PeerMode:
     backend_spelling = "offline"
     heldout_each_iteration = True
     """The network is measured on the held-out seeds after every iteration (not once at the end, as direct's)."""
+    selects = ("none",)
+    """No keeper: ``--select none`` only; its own selection is ``--peer-select eval``."""
     Options = PeerOptions
 
     def __init__(self) -> None:
@@ -91,6 +105,19 @@ class PeerMode:
         self.hyper: Hyper | None = None
         self.learner: PeerLearner | None = None
         self.facts: dict[str, Any] = {}
+        self.chosen: dict[str, Any] = {}
+        """``--peer-select eval``: the best evaluation mean so far, its iteration and its held-out figures."""
+
+    def selection(self, cfg: TrainConfig) -> str:
+        """``eval`` with ``--peer-select eval``, else ``none`` (:func:`~.selection.select_of`)."""
+        return cfg.options_for(PeerOptions).peer_select
+
+    def counting(self, cfg: TrainConfig) -> str:
+        o = cfg.options_for(PeerOptions)
+        if o.peer_select == "eval":
+            return (f"its learner's training episodes, and {o.peer_eval_episodes} evaluation episodes per iteration on "
+                    "training seeds, which choose the selected network and which it does not learn from")
+        return "every counted episode is a training episode of its learner; no selection"
 
     # ------------------------------------------------------------------ Mode
     def prepare(self, setup: Setup, resumed: bool) -> dict[str, Any]:
@@ -125,7 +152,8 @@ class PeerMode:
         self.facts = {"algo": algo, "hyperparameters_source": hyper.source, "tuned": hyper.tuned,
                       "zoo_entry": _plain(hyper.raw), "n_envs": hyper.n_envs, "horizon": horizon,
                       "iteration_steps": chunk, "library": _library(algo), "observations": "raw",
-                      "actions": "the spec's action indices", "policy_reported": "final (no selection)"}
+                      "actions": "the spec's action indices", "policy_reported": "final (no selection)"
+                      if o.peer_select == "none" else "final, and the best of the evaluations on training seeds"}
         return {"peer": self.facts}
 
     def build_learner(self, run: RunServices) -> PeerLearner:
@@ -148,14 +176,27 @@ class PeerMode:
         assert learner is not None
         learner.update()
         episodes = sorted((e for env in learner.envs for e in env.take()), key=lambda e: e.uid)
-        self._measure(run, iteration)
+        policy = self._measure(run, iteration)
         budget = run.cfg.max_steps or int(self.facts["horizon"])
         stop = f"budget reached: {learner.steps} learner steps >= {budget}" if learner.steps >= budget else None
-        return Step(episodes, None, [], None, False, stop=stop,
-                    fields={"peer_steps": learner.steps, "peer_updates": learner.updates, "peer_episodes":
-                            len(episodes), "candidates": 0})
+        fields = {"peer_steps": learner.steps, "peer_updates": learner.updates, "peer_episodes": len(episodes),
+                  "candidates": 0}
+        if self.options.peer_select == "eval":
+            fields.update(self._evaluate(run, policy, iteration))
+        return Step(episodes, None, [], None, False, stop=stop, fields=fields)
 
-    def _measure(self, run: RunServices, iteration: int) -> None:
+    def _evaluate(self, run: RunServices, policy: Any, iteration: int) -> dict[str, Any]:
+        """The evaluation callback: the network on the next training seeds (counted), kept when best so far."""
+        returns = [e.ret for e in run.select_episodes(policy, iteration, self.options.peer_eval_episodes)]
+        mean = float(sum(returns) / len(returns))
+        if not self.chosen or mean > float(self.chosen["eval_mean"]):
+            held = run.heldout_of(policy)
+            self.chosen = {"eval_mean": mean, "iteration": iteration, "heldout_mean": held.mean,
+                           "heldout_std": float(held.returns.std())}
+        return {"peer_eval_returns": returns, "peer_eval_mean": mean, "peer_selected_iteration":
+                self.chosen["iteration"]}
+
+    def _measure(self, run: RunServices, iteration: int) -> Any:
         """The network on the held-out seeds, measured with the policy rebuilt from the arrays that are written."""
         from ..peers.network_policy import NetworkPolicy
 
@@ -165,20 +206,25 @@ class PeerMode:
         run.measure_heldout(policy, iteration)
         run.save_network_policy({**facts, "iteration": iteration, "learner_steps": self.learner.steps},
                                 policy.to_bytes())
+        return policy
 
     def finish(self, run: RunServices) -> dict[str, Any]:
         out: dict[str, Any] = {"peer_algo": self.facts.get("algo"),
                                "hyperparameters_source": self.facts.get("hyperparameters_source")}
         if self.learner is not None:
             out.update(peer_steps=self.learner.steps, peer_updates=self.learner.updates)
+        if self.chosen:
+            out.update(selected_heldout_mean=self.chosen["heldout_mean"], selected_iteration=self.chosen["iteration"],
+                       selected_eval_mean=self.chosen["eval_mean"])
         return out
 
     def state_dict(self) -> dict[str, Any]:
-        """Nothing of its own: the learner's state is the run's to save (:class:`~.base.OwnLoop`)."""
-        return {}
+        """The selection so far (``--peer-select eval``); the learner's state is the run's to save
+        (:class:`~.base.OwnLoop`)."""
+        return {"chosen": dict(self.chosen)} if self.chosen else {}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        pass
+        self.chosen = dict(state.get("chosen") or {})
 
 
 def _plain(x: Any) -> Any:

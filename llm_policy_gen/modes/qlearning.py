@@ -15,8 +15,14 @@ Each iteration the learner plays the run's ``--train-episodes`` training episode
 user gives none: CliffWalking-v1 4, Taxi-v4 20) on the run's next training seeds, then its **greedy read-out table**
 (``argmax_a Q``, ties to the lowest action) is judged by the keeper like any candidate: test episodes and the paired
 confirmation, counted, and the held-out seeds measure the kept table. The learner goes on from its own Q whatever the
-verdict; it does not learn from the keeper's episodes. One table is judged per iteration (``--candidates`` does not
-apply).
+verdict, and learns from every episode the run plays and counts (``q_learns_from = "all"``, the default since issue
+62): the keeper's test and confirmation episodes of the greedy tables, once the verdict is in, and the initial
+table's scoring episodes at the start, one sweep over each (:meth:`~.qtable.QLearner.learn`; its exploration
+schedule counts its own episodes only). ``q_learns_from = "own"`` is the behaviour before: it learns from its own
+episodes only, and a run's ``config.json`` without the key means it (:data:`~llm_policy_gen.run.schema.
+BEHAVIOUR_BEFORE`). ``--select none`` plays no keeper episode at all: the run reports the last greedy table and every
+counted episode is one the learner learned from, step by step. One table is judged per iteration (``--candidates``
+does not apply).
 
 Hyperparameters (:class:`QLearningOptions`, the mode's options: ``--q-alpha`` ... flags, flat keys in a TOML file and
 ``config.json``, which also records them in its ``learner`` fact); their defaults:
@@ -43,7 +49,7 @@ mode serves every task (CartPole's bins are not). gamma and Q0 were not tuned.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -54,6 +60,8 @@ from .qtable import LearnerPolicy, QLearner
 if TYPE_CHECKING:
     import gymnasium as gym
 
+    from ..collect import Episode
+    from ..config import TrainConfig
     from ..discretize import ObservationDiscretizer
     from .base import RunServices
 
@@ -72,6 +80,10 @@ class QLearningOptions(PluginOptions):
     q_epsilon_episodes: int = setting(200, "an integer >= 0", "q-learning mode: learner episodes over which epsilon "
                                       "falls linearly from --q-epsilon-start to --q-epsilon-end.", ge=0)
     q_init: float = setting(0.0, "a number", "q-learning mode: every Q(s, a) at the start.")
+    q_learns_from: Literal["all", "own"] = setting(
+        "all", "all or own", "q-learning mode: the episodes the learner learns from: every counted one, the keeper's "
+        "test and confirmation episodes included (all), or only its own epsilon-greedy ones (own: the behaviour "
+        "before issue 62, which a run's config.json without the key means).")
 
     def epsilon(self, episodes: int) -> float:
         """Exploration of the learner's episode number ``episodes`` (0-based)."""
@@ -143,10 +155,13 @@ class QLearningMode(ModeBase):
     needs_backend = False
     backend_spelling = "q-learning"
     candidates_per_iteration = 1
+    selects = ("keeper", "none")
     Options = QLearningOptions
 
     def __init__(self) -> None:
         self.learner: QLearner | None = None
+        self.keeper_learned = 0
+        """The keeper's episodes the learner learned from (``q_learns_from = "all"``)."""
         self.loop: OwnEpisodes | None = None
         self.options = QLearningOptions()
         """This run's options (read from its configuration by :meth:`prepare`)."""
@@ -156,10 +171,26 @@ class QLearningMode(ModeBase):
         return {"learner": {"algorithm": "tabular Q-learning, epsilon-greedy in its own episodes, one update per "
                                          "step; its greedy table is judged", **self.options.describe()}}
 
+    def counting(self, cfg: TrainConfig) -> str:
+        if cfg.select == "none":
+            return "every counted episode is one of the learner's own, which it learns from step by step"
+        if cfg.options_for(QLearningOptions).q_learns_from == "own":
+            return ("its own episodes, which it learns from, and the keeper's test and confirmation episodes, which "
+                    "choose the kept table and which it does not learn from")
+        return ("every counted episode is learned from: its own episodes step by step, and the keeper's test and "
+                "confirmation episodes, which choose the kept table, once the verdict is in")
+
     def start(self, run: RunServices) -> None:
-        run.start_from_initial()
+        first = run.start_from_initial()
         o = self.options
         self.learner = QLearner(run.observation.n_states, run.actions.n_actions, o.q_alpha, o.q_gamma, o.q_init)
+        self._learn_keepers(first)
+
+    def _learn_keepers(self, episodes: list[Episode]) -> None:
+        """The keeper's episodes learned from (``q_learns_from = "all"``), outside the exploration schedule."""
+        if self.options.q_learns_from == "all" and episodes:
+            self._learner().learn(episodes, own=False)
+            self.keeper_learned += len(episodes)
 
     def _learner(self) -> QLearner:
         assert self.learner is not None, "start() or load_state_dict() first"
@@ -172,24 +203,33 @@ class QLearningMode(ModeBase):
 
     def iterate(self, run: RunServices, iteration: int) -> Step:
         learner = self._learner()
-        run.score_best(iteration)
+        learns_all = self.options.q_learns_from == "all"
+        if not learns_all:  # the kept table's added test seeds first, as before; else the verdict holds them
+            run.score_best(iteration)
         assert self.loop is not None, "build_learner() first"
         self.loop.iteration = iteration
         step = run.update_learner(iteration)
+        if step.verdict is not None:
+            self._learn_keepers(step.verdict.episodes)
         used = self.loop.used
         step.train_epsilon = float(np.mean(used)) if used else None
+        if learns_all:
+            step.fields.update(learner_keeper_episodes=self.keeper_learned)
         step.fields.update(learner_updates=learner.updates, learner_episodes=learner.episodes,
                            epsilons=[round(e, 6) for e in used], train_seeds=[e.seed for e in step.train_episodes])
         return step
 
     def finish(self, run: RunServices) -> dict[str, Any]:
         learner = self._learner()
-        return {"candidates": 1, "learner_updates": learner.updates, "learner_episodes": learner.episodes}
+        return {"candidates": 1, "learner_updates": learner.updates, "learner_episodes": learner.episodes,
+                "learner_keeper_episodes": self.keeper_learned}
 
     def state_dict(self) -> dict[str, Any]:
-        return {"learner": None if self.learner is None else self.learner.state_dict()}
+        return {"learner": None if self.learner is None else self.learner.state_dict(),
+                "keeper_learned": self.keeper_learned}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.keeper_learned = int(state.get("keeper_learned", 0))  # absent before issue 62: learned from none
         if state["learner"] is not None:
             self.learner = QLearner(1, 1)
             self.learner.load_state_dict(state["learner"])

@@ -100,13 +100,15 @@ class QLearner:
         other.load_state_dict(self.state_dict())
         return other
 
-    def learn(self, episodes: Sequence[Episode], potential: np.ndarray | None = None) -> int:
-        """One sweep over each episode's steps in order; returns the number of updates."""
+    def learn(self, episodes: Sequence[Episode], potential: np.ndarray | None = None, *, own: bool = True) -> int:
+        """One sweep over each episode's steps in order; returns the number of updates. ``own``: the episodes count
+        among the learner's :attr:`episodes` (the ``q-learning`` mode's exploration schedule does not count the
+        keeper's episodes it learns from)."""
         n = q_sweep(self.q, episodes, self.alpha, self.gamma, potential)
         for ep in episodes:
             np.add.at(self.visits, (ep.states, ep.actions), 1)
         self.updates += n
-        self.episodes += len(episodes)
+        self.episodes += len(episodes) if own else 0
         return n
 
     def update(self, states: np.ndarray, actions: np.ndarray, rewards: np.ndarray, next_states: np.ndarray,

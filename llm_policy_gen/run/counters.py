@@ -28,6 +28,12 @@ class Counters:
     since_best: int = 0
     unreachable_streak: int = 0
     accepted_count: int = 0
+    selection_episodes: int | None = 0
+    """Of the counted episodes, those that chose the reported policy and were not played to learn (the keeper's
+    test and confirmation episodes, a peer's evaluation episodes); None in a run resumed from a checkpoint written
+    before the split was kept (then unknown)."""
+    selection_steps: int | None = 0
+    """Their environment steps (None: unknown, as above). The rest of the counted ones are training episodes."""
 
     def to_state(self) -> dict[str, Any]:
         return asdict(self)
@@ -40,7 +46,23 @@ class Counters:
             train_counter=int(state["train_counter"]), prompt_sizes=[int(x) for x in state["prompt_sizes"]],
             solved_at=state["solved_at"], solved_iteration=state["solved_iteration"],
             since_best=int(state["since_best"]), unreachable_streak=int(state["unreachable_streak"]),
-            accepted_count=int(state["accepted_count"]))
+            accepted_count=int(state["accepted_count"]),
+            selection_episodes=_known(state.get("selection_episodes")),
+            selection_steps=_known(state.get("selection_steps")))
+
+    def count(self, episodes: int, steps: int, selection: bool) -> None:
+        """``episodes`` counted episodes of ``steps`` environment steps; ``selection``: played to choose the reported
+        policy (see :attr:`selection_episodes`)."""
+        self.episodes_total += episodes
+        self.steps_total += steps
+        if selection and self.selection_episodes is not None and self.selection_steps is not None:
+            self.selection_episodes += episodes
+            self.selection_steps += steps
+
+
+def _known(value: Any) -> int | None:
+    """A count of the checkpoint, None where it holds none (written before the count was kept)."""
+    return None if value is None else int(value)
 
 
 def rollouts_from_state(held: dict[str, Any] | None) -> Rollouts | None:

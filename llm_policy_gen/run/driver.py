@@ -136,7 +136,8 @@ def _finish(run: Run, stop: StopReason, interrupted: bool, held: HeldInterrupts)
     else:
         try:
             with held.allowed():  # the mode's ending may call the model: a Ctrl-C cuts it short
-                extra = run.mode.finish(run)
+                extra = run.report_final()  # the final policy's held-out measurement (never counted)
+                extra.update(run.mode.finish(run))
         except (KeyboardInterrupt, Exception) as exc:  # the summary must still be written
             extra = {"finish_error": f"{type(exc).__name__}: {redact(str(exc))[:200]}"}
     summary = summary_record(run, stop, dict(extra), state)
@@ -196,7 +197,7 @@ def execute(run: Run, first: int) -> RunResult:
     if late.cut:  # a Ctrl-C cut the mode's ending short (its files are whole): the run says it was interrupted
         raise RunInterrupted(str(run.dir.path), _kept(run), late.signum)
     assert summary is not None
-    if summary["never_accepted"] and run.mode.judges_candidates:
+    if summary["never_accepted"] and run.mode.judges_candidates and run.selects:
         run.log("note: no candidate was ever accepted; the best policy is the initial table")
     return RunResult(run.dir.path, run.dir.load_summary() or {})  # as written: the file's keys
 

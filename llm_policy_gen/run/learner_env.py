@@ -57,11 +57,21 @@ class LearnerEnv(gym.Wrapper[Any, Any, Any, Any]):
         self._state = 0
         self.raw_obs: Any = None
         """The last observation as the environment gave it (before discretization)."""
+        self.siblings: list[LearnerEnv] = []
+        """The environments :meth:`sibling` made."""
 
     def sibling(self) -> LearnerEnv:
         """Another environment of the same run: its resets take the same seed plan's next seeds and its episodes are
         counted as this one's (a learner stepping several; each holds its own episode in progress)."""
-        return LearnerEnv(self.env_spec, self.next_seed, self.on_episode)
+        env = LearnerEnv(self.env_spec, self.next_seed, self.on_episode)
+        self.siblings.append(env)
+        return env
+
+    @property
+    def steps_in_progress(self) -> int:
+        """Steps of the episodes in progress here and in the siblings: taken (a learner learned from them) but not
+        counted until their episodes end."""
+        return (len(self._states) if self._seed is not None else 0) + sum(e.steps_in_progress for e in self.siblings)
 
     def _index(self, obs: Any) -> int:
         return int(self.observation_disc.encode(np.asarray(obs)[None, ...])[0])

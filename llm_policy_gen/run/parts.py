@@ -153,12 +153,12 @@ class RunParts:
     def log(self, text: str) -> None:
         self.console.notice(text)
 
-    def _count(self, episodes: list[Episode]) -> None:
+    def _count(self, episodes: list[Episode], selection: bool = False) -> None:
+        """Count ``episodes`` (``selection``: played to choose the reported policy, not to learn)."""
         self.memory.add(episodes)
         if self._keeps_pending:
             self.pending.extend(episodes)
-        self.counters.episodes_total += len(episodes)
-        self.counters.steps_total += sum(e.length for e in episodes)
+        self.counters.count(len(episodes), sum(e.length for e in episodes), selection)
 
     def train_seeds(self, n: int | None = None) -> list[int]:
         n = self.cfg.train_episodes if n is None else n

@@ -30,6 +30,7 @@ from ..formats import FORMATS, refinable_format_names, table_format_names
 from ..formats.base import RefineOptions
 from ..modes import MODES
 from ..modes.base import Mode, ModeBase, memory_needs, method_of, needs_backend
+from ..modes.selection import check_select
 from ..prompting.templates import check_prompts_dir
 from ..registry import plugin_sections
 from ..storage.sizes import check_memory, table_need
@@ -72,6 +73,7 @@ def prepare(cfg: TrainConfig, spec: EnvSpec | None = None) -> Prepared:
             cfg = cfg.with_env_defaults(spec.train_defaults)
     cfg = pair_learner(cfg, notes)
     mode: Mode = MODES.load(cfg.mode)()
+    check_select(mode, cfg)
     if cfg.backend is None and needs_backend(mode):
         spec_given, why = default_backend_spec()
         cfg = cfg.updated({"backend": spec_given}, "default backend")

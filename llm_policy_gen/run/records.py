@@ -25,6 +25,7 @@ from ..clients.keys import redact
 from ..clients.usage import Usage
 from ..collect import Rollouts
 from ..modes.base import Step, tables_per_iteration
+from ..modes.selection import KEEPER, counting_of, keeper_is_method, select_of
 from ..prompting.context import HistoryEntry
 from ..prompting.templates import prompts_source
 from .schema import Event, Summary
@@ -94,6 +95,8 @@ def event_record(run: Run, step: Step, iteration: int, t_iter: float, usage: Usa
         "episodes_total": c.episodes_total,
         "env_steps_total": c.steps_total,
         "heldout_episodes_total": c.heldout_total,
+        "selection_episodes_total": c.selection_episodes,
+        "selection_steps_total": c.selection_steps,
         "input_tokens": usage.input_tokens,
         "output_tokens": usage.output_tokens,
         "cached_input_tokens": usage.cached_input_tokens,
@@ -194,8 +197,21 @@ def summary_record(run: Run, stop: StopReason, extra: dict[str, Any] | None = No
         out["unfinished_iteration_calls"] = run.usage.calls - usage.calls
         out["unfinished_iteration_failed_calls"] = run.usage.failed_calls - usage.failed_calls
     merged: dict[str, Any] = dict(out)
+    merged.update(_selection(run, returns, state is not None, s))
     merged.update(extra or {})
     return merged  # type: ignore[return-value]  # a Summary with the mode's own keys
+
+
+def _selection(run: Run, returns: np.ndarray | None, interrupted: bool, s: dict[str, Any]) -> dict[str, Any]:
+    """The summary's selection and counting (:mod:`llm_policy_gen.modes.selection`): what chose the reported policy,
+    the counted episodes and steps that chose it, and the final and selected policies' held-out means as far as the
+    run itself knows them (a learner's own final measurement, a peer's selection, come from its ending)."""
+    select = select_of(run.mode, run.cfg)
+    kept = float(returns.mean()) if returns is not None and returns.size else None
+    final = kept if keeper_is_method(run.mode) or (select != KEEPER and not interrupted) else None
+    return {"select": select, "counting": counting_of(run.mode, run.cfg),
+            "selection_episodes_total": s.get("selection_episodes"), "selection_steps_total": s.get("selection_steps"),
+            "final_heldout_mean": final, "selected_heldout_mean": kept if select == KEEPER else None}
 
 
 def _past(total: int, budget: int | None) -> int | None:
@@ -212,6 +228,7 @@ def config_record(run: Run) -> dict[str, Any]:
         "version": __version__,
         "seed": cfg.seed,
         "mode": run.mode.name,
+        "select": select_of(run.mode, run.cfg),
         **run.mode_facts,
         "config": cfg.to_dict(),
         "env_spec": run.spec.to_dict(),

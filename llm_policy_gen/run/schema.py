@@ -20,7 +20,8 @@ from ..errors import UserError
 from ..schema.aliases import EVENT_FILE_KEYS, SUMMARY_FILE_KEYS
 from ..storage.runlog import CHECKS, Check
 
-__all__ = ["Event", "Summary", "EVENT_FIELDS", "fields_of", "SCHEMA_KEY", "SCHEMA_VERSION", "UPGRADES", "config_of",
+__all__ = ["Event", "Summary", "EVENT_FIELDS", "fields_of", "SCHEMA_KEY", "SCHEMA_VERSION", "UPGRADES",
+           "BEHAVIOUR_BEFORE", "config_of",
            "event_line", "summary_record"]
 
 
@@ -48,6 +49,8 @@ class Event(TypedDict, total=False):
     episodes_total: int
     env_steps_total: int
     heldout_episodes_total: int
+    selection_episodes_total: int | None
+    selection_steps_total: int | None
     input_tokens: int
     output_tokens: int
     cached_input_tokens: int
@@ -95,6 +98,26 @@ class Summary(TypedDict, total=False):
     episodes_total: int
     env_steps_total: int
     heldout_episodes_total: int
+    select: str
+    """What chose the reported policy: ``keeper`` (its counted test and confirmation episodes), ``none`` (the final
+    policy is reported) or ``eval`` (a peer's counted evaluation episodes on training seeds)."""
+    counting: str
+    """What the counted interaction informs, in words (:mod:`llm_policy_gen.modes.selection`)."""
+    selection_episodes_total: int | None
+    """Counted episodes that chose the reported policy (not played to learn); the rest were training episodes.
+    None: unknown (a run resumed from a checkpoint written before the split was kept)."""
+    selection_steps_total: int | None
+    """Their environment steps."""
+    final_heldout_mean: float | None
+    """The final policy's held-out mean (a learner's last read-out table, a peer's last network; the kept table where
+    the keeper is the method); None where the run does not know it (interrupted)."""
+    final_heldout_std: float | None
+    steps_in_progress: int
+    """A learner that steps its own environments: steps of its episodes still in progress when the run ended, which
+    it learned from and which are counted once their episodes end (a longer run)."""
+    selected_heldout_mean: float | None
+    """The selected policy's held-out mean, for a run that selects with counted episodes (the kept table, a peer's
+    best-evaluated network); None for one that does not."""
     max_episodes: int | None
     """The episode budget (``--max-episodes``), or None."""
     episodes_past_budget: int | None
@@ -173,6 +196,12 @@ UPGRADES: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _same_conf
 through which an older run directory is read."""
 
 
+BEHAVIOUR_BEFORE: dict[str, dict[str, Any]] = {"q-learning": {"q_learns_from": "own"}}
+"""Per mode, the settings added with a change of behaviour and the value a run's ``config.json`` without the key
+meant (the behaviour before the change): :func:`config_of` fills them in, so an old run resumes, and re-runs with
+``--config``, as it ran (``q_learns_from``: ``q-learning`` learns from the keeper's episodes too since issue 62)."""
+
+
 def config_of(record: Mapping[str, Any], where: Path | str) -> dict[str, Any]:
     """A run's ``config.json`` record in this version's layout: an older one upgraded through :data:`UPGRADES`,
     a newer or unknown ``schema_version`` refused (:class:`UserError`, one line naming ``where`` and the version)."""
@@ -186,6 +215,11 @@ def config_of(record: Mapping[str, Any], where: Path | str) -> dict[str, Any]:
     out = dict(record)
     for v in range(version, SCHEMA_VERSION):
         out = UPGRADES[v](out)
+    settings = out.get("config")
+    if isinstance(settings, dict):
+        before = BEHAVIOUR_BEFORE.get(str(settings.get("mode")), {})
+        if set(before) - set(settings):
+            out["config"] = {**before, **settings}
     return out
 
 

@@ -19,6 +19,7 @@ from ..collect import Episode, Rollouts
 from ..formats.base import AnswerFormat, Target
 from ..keeper import Verdict
 from ..modes.base import Learner, OwnLoop, Step, first_messages
+from ..modes.selection import KEEPER, NONE, heldout_due, select_choices, select_of
 from ..policy import Policy, TablePolicy
 from ..prompting.context import PromptContext
 from ..schema.aliases import event_out
@@ -50,11 +51,18 @@ class Run(RunParts):
                               *make_writers(self.cfg.log, self.dir.path)])
 
     # ------------------------------------------------------------------ services for modes
+    @property
+    def selects(self) -> bool:
+        """Whether the keeper's test and confirmation episodes choose the reported table (``--select keeper``)."""
+        return select_of(self.mode, self.cfg) == KEEPER
+
     def start_from_initial(self) -> list[Episode]:
-        """A table mode's start: the initial table scored on the first test seeds and measured on the held-out
-        seeds, ``best_policy.json`` written; returns the scoring episodes."""
-        _, first = self.keeper.score_best(1)
-        self._count(first)
+        """A table mode's start: the initial table scored on the first test seeds (none with ``--select none``) and
+        measured on the held-out seeds, ``best_policy.json`` written; returns the scoring episodes."""
+        first: list[Episode] = []
+        if self.selects:
+            _, first = self.keeper.score_best(1)
+            self._count(first, selection=True)
         self.measure_best(0)
         self.save_best()
         assert self.best_heldout is not None
@@ -63,15 +71,25 @@ class Run(RunParts):
         return first
 
     def score_best(self, iteration: int) -> float | None:
-        """The kept table's test mean at ``iteration`` (its missing test episodes played and counted)."""
+        """The kept table's test mean at ``iteration`` (its missing test episodes played and counted); None with
+        ``--select none`` (nothing played)."""
+        if not self.selects:
+            return None
         best_mean, extra = self.keeper.score_best(iteration)
-        self._count(extra)
+        self._count(extra, selection=True)
         return best_mean
 
     def train_episodes(self, policy: Policy | np.ndarray, iteration: int, epsilon: float = 0.0,
                        n: int | None = None) -> list[Episode]:
         episodes = self.collector.collect(policy, self.train_seeds(n), epsilon, self.rng, iteration)
         self._count(episodes)
+        return episodes
+
+    def select_episodes(self, policy: Policy, iteration: int, n: int) -> list[Episode]:
+        """``n`` counted episodes of ``policy`` on the next training seeds that choose the reported policy (a peer's
+        evaluation), counted as selection episodes."""
+        episodes = self.collector.collect(policy, self.train_seeds(n), iteration=iteration)
+        self._count(episodes, selection=True)
         return episodes
 
     def train_on(self, policy: Policy, seeds: Sequence[int], iteration: int,
@@ -108,6 +126,9 @@ class Run(RunParts):
             raise TypeError(f"mode {self.mode.name} has no learner of its own (it declares no build_learner)")
         self.learner.update()
         episodes = self.learner_env.take()
+        if not self.selects:  # the read-out table is the run's policy, unjudged
+            measured = self.report_table(self.learner.table(), iteration)
+            return Step(episodes, None, [], None, False, fields={"candidates": 1, "heldout_iteration": measured})
         verdict = self.judge([self.learner.table()], iteration)
         return Step(episodes, None, [], verdict, verdict.accepted, fields={"candidates": 1})
 
@@ -137,7 +158,7 @@ class Run(RunParts):
               sources: list[dict[str, Any] | None] | None = None) -> Verdict:
         """The keeper's verdict (its episodes counted); what the run keeps of it is :meth:`keep_verdict`'s."""
         verdict = self.keeper.judge(tables, iteration, sources)
-        self._count(verdict.episodes)
+        self._count(verdict.episodes, selection=True)
         return verdict
 
     def keep_verdict(self, verdict: Verdict, iteration: int) -> None:
@@ -191,6 +212,46 @@ class Run(RunParts):
         """The kept table on the held-out seeds: reported, never used to decide."""
         self.replaced_heldout = self.best_heldout
         self.measure_heldout(self.keeper.best_table, iteration)
+
+    def report_table(self, table: np.ndarray, iteration: int, *, now: bool = False) -> int | None:
+        """``--select none``: the learner's read-out ``table`` after ``iteration``, written as the iteration's policy;
+        when the held-out curve is due (:func:`~llm_policy_gen.modes.selection.heldout_due`, or ``now``) it becomes
+        the reported table, measured on the held-out seeds and saved as ``best_policy.json``. Returns the iteration
+        whose table the held-out figure now measures (None: not measured now)."""
+        self.save_policy(iteration, table, {"iteration": iteration, "select": NONE})
+        if not (now or heldout_due(iteration, self.cfg.iterations)):
+            return None
+        self.keeper.adopt(table, iteration)
+        self.measure_best(iteration)
+        self.save_best()
+        return iteration
+
+    def report_final(self) -> dict[str, Any]:
+        """At the run's end: the final policy's held-out measurement, for the summary (:mod:`..modes.selection`):
+        ``--select none`` measures the last read-out table if the curve has not; a learner whose table the keeper
+        judged measures its last read-out beside the kept one (never counted); and the learner's steps of episodes
+        still in progress (taken, learned from, counted only once their episodes end: ``steps_in_progress``)."""
+        if self.learner is None:
+            return {}
+        out: dict[str, Any] = {"steps_in_progress": self.learner_env.steps_in_progress}
+        if KEEPER not in select_choices(self.mode) or not self.iteration:
+            return out
+        table = np.asarray(self.learner.table(), dtype=np.int64)
+        if not self.selects:
+            if not np.array_equal(table, self.keeper.best_table) or self.keeper.best_iteration != self.iteration:
+                self.report_table(table, self.iteration, now=True)
+            return out
+        if np.array_equal(table, self.keeper.best_table) and self.best_heldout is not None:
+            final = self.best_heldout
+        else:
+            final = self.heldout_of(table)
+        return {**out, "final_heldout_mean": final.mean, "final_heldout_std": float(np.std(final.returns))}
+
+    def heldout_of(self, policy: Policy | np.ndarray) -> Rollouts:
+        """``policy`` on the held-out seeds, reported only (not kept as the run's measurement, never counted)."""
+        seeds = [self.plan.heldout(j) for j in range(self.cfg.heldout_episodes)]
+        self.counters.heldout_total += len(seeds)
+        return self.collector.evaluate(policy, seeds)
 
     def measure_heldout(self, policy: Policy | np.ndarray, iteration: int) -> Rollouts:
         """``policy`` on the held-out seeds, kept as the run's best measurement (a mode whose policy is not the

@@ -29,6 +29,11 @@ Axis = Literal["iterations", "episodes", "steps"]
 _AXIS_KEY: dict[str, str] = {"iterations": "iteration", "episodes": "episodes_total", "steps": "env_steps_total"}
 
 
+_LEARNERS_BEFORE = frozenset({"q-learning", "lm-policy"})
+"""Modes whose kept table was selected by the keeper from a learner's read-outs before summaries recorded the final
+policy (their final held-out mean is unknown)."""
+
+
 class RunState(enum.Enum):
     """What a run directory holds, from its files alone."""
 
@@ -132,6 +137,23 @@ class RunView:
     def before_candidates(self) -> bool:
         """Written before K candidates (the held-out key of the files then held the kept table's test mean)."""
         return self.layout == LAYOUT_BEFORE_CANDIDATES
+
+    @property
+    def final_heldout_mean(self) -> float | None:
+        """The final policy's held-out mean (:mod:`llm_policy_gen.modes.selection`). A summary written before it was
+        recorded: the reported policy's, where that was the final one (a table search's kept table, a peer's last
+        network), else unknown (a learner's kept table was selected)."""
+        if "final_heldout_mean" in self.summary:
+            return self.summary["final_heldout_mean"]
+        return None if self.mode in _LEARNERS_BEFORE else self.summary.get("best_heldout_mean")
+
+    @property
+    def selected_heldout_mean(self) -> float | None:
+        """The selected policy's held-out mean, for a run that selected with counted episodes (None: it did not).
+        A summary written before it was recorded: the kept table's (every mode but the peer selected with it)."""
+        if "selected_heldout_mean" in self.summary:
+            return self.summary["selected_heldout_mean"]
+        return None if self.mode == "peer" else self.summary.get("best_heldout_mean")
 
     def curve(self, y: str = "heldout_mean", x: Axis = "episodes") -> tuple[list[float], list[float | None]]:
         """``y`` of each iteration against ``x`` (iterations, counted episodes or counted steps): the iterations

@@ -36,7 +36,8 @@ __all__ = ["CSV_COLUMNS", "TIME_COLUMNS", "finished", "all_cached", "ResultRow",
 ROW_FIELDS = (
     "backend", "mode", "seed", "status", "error", "is_llm", "model", "best_heldout_mean", "best_heldout_std",
     "solved", "episodes_to_solve", "iterations", "episodes_total", "env_steps_total", "llm_calls", "cached_calls",
-    "input_tokens", "output_tokens", "cost_usd", "stop_reason", "wall_s", "run_dir", "method",
+    "input_tokens", "output_tokens", "cost_usd", "stop_reason", "wall_s", "run_dir", "method", "final_heldout_mean",
+    "selected_heldout_mean",
 )
 #: Columns of ``results.csv``, in order: the fields under the names ``summary.json`` gives them.
 CSV_COLUMNS = tuple(file_key(c) for c in ROW_FIELDS)
@@ -44,7 +45,8 @@ CSV_COLUMNS = tuple(file_key(c) for c in ROW_FIELDS)
 TIME_COLUMNS = ("wall_s",)
 _INTS = ("seed", "episodes_to_solve", "iterations", "episodes_total", "env_steps_total", "llm_calls", "cached_calls",
          "input_tokens", "output_tokens")
-_FLOATS = ("best_heldout_mean", "best_heldout_std", "cost_usd", "wall_s")
+_FLOATS = ("best_heldout_mean", "best_heldout_std", "cost_usd", "wall_s", "final_heldout_mean",
+           "selected_heldout_mean")
 _BOOLS = ("is_llm", "solved")
 
 
@@ -93,6 +95,11 @@ class ResultRow:
     """The run directory relative to the comparison directory ("" when it was never made)."""
     method: str | None = None
     """The method's display name (:mod:`.methods`; none in files of earlier versions)."""
+    final_heldout_mean: float | None = None
+    """The final policy's held-out mean (:mod:`llm_policy_gen.modes.selection`; a run of an earlier version: as
+    :attr:`~llm_policy_gen.run.view.RunView.final_heldout_mean` reads it)."""
+    selected_heldout_mean: float | None = None
+    """The selected policy's held-out mean, for a run that selected with counted episodes (else empty)."""
 
     @property
     def ok(self) -> bool:

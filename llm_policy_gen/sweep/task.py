@@ -138,9 +138,12 @@ def result_from_summary(task: RunTask, summary: Mapping[str, Any]) -> TaskResult
         status = "interrupted" if stop.kind is StopKind.INTERRUPTED else "failed"
         return failed_result(task, f"{stop} after iteration {summary.get('iterations', 0)}; run the same command "
                              "again to resume it", status, stop.text)
+    view = RunDir(task.run_dir).read(check=False)
     row = ResultRow.from_summary(summary, backend=task.backend, mode=task.mode, seed=task.seed, status="ok",
-                                 error="", run_dir=_relative_dir(task), method=task.label)
-    return TaskResult(row, _curve_from_events(task, RunDir(task.run_dir).read(check=False).events))
+                                 error="", run_dir=_relative_dir(task), method=task.label,
+                                 final_heldout_mean=view.final_heldout_mean,
+                                 selected_heldout_mean=view.selected_heldout_mean)
+    return TaskResult(row, _curve_from_events(task, view.events))
 
 
 def error_text(exc: BaseException) -> str:
