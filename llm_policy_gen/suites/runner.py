@@ -33,7 +33,7 @@ from ..sweep.limits import DEFAULT_MAX_CONCURRENT_CALLS
 from ..sweep.plan import check_same_runs, check_same_sweep, committed_cost, experiment, preflight, resolved, survey
 from ..sweep.results import SweepRecord
 from ..sweep.task import RunTask, TaskResult
-from .cells import Cell, Selection, expand, static_skips
+from .cells import Cell, Selection, expand
 from .definition import Suite
 from .harvest import record_of
 from .store import RECORDS, SuiteRecord, append_records, latest, read_records
@@ -209,7 +209,7 @@ def _execute(plan: Plan, todo: list[Cell], say: Say) -> list[Cell]:
     return failed
 
 
-def _second_phase(plan: Plan) -> list[Cell]:
+def _second_phase(plan: Plan, say: Say) -> list[Cell]:
     """The waiting cells again, now that their sources may have records: those that can run now."""
     waiting = [(c.task.key, c.method.label, c.seed) for c in plan.cells if c.state == "waiting"]
     if not waiting:
@@ -224,9 +224,7 @@ def _second_phase(plan: Plan) -> list[Cell]:
             continue
         now.explicit = cell.explicit
         plan.cells[i] = now
-        if now.state in ("run", "resumable", "finished"):
-            ready.append(now)
-    static_skips(ready)
+        ready.append(now)
     checked = _groups(ready, ("run", "resumable", "finished"))
     for group in checked.values():
         tasks = [c.run for c in group if c.run is not None]
@@ -236,6 +234,9 @@ def _second_phase(plan: Plan) -> list[Cell]:
         except UserError as exc:  # listed, not raised: the first phase's records are kept
             for c in group:
                 c.state, c.why = "skipped", str(exc)
+    for c in ready:
+        if c.state == "skipped":
+            say(f"{c.name}: not run: {c.why}")
     return [c for c in ready if c.state in ("run", "resumable", "finished")]
 
 
@@ -258,7 +259,7 @@ def run_plan(plan: Plan, say: Say | None = None) -> tuple[list[Cell], list[Path]
         try:
             for phase in (1, 2):
                 cells = [c for c in plan.cells if c.state in ("finished", "resumable", "run")] if phase == 1 \
-                    else _second_phase(plan)
+                    else _second_phase(plan, speak)
                 for cell in [c for c in cells if c.state == "finished"]:
                     _record(plan, cell, speak, "finished earlier: adopted")
                 failed += _execute(plan, [c for c in cells if c.state in ("resumable", "run")], speak)
