@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+from test_compare_signals import _lines
 from test_hardening import child_env, one_line
 
 from llm_policy_gen.cli import main
@@ -26,22 +27,13 @@ from llm_policy_gen.suites.store import read_records
 
 ROOT = Path(__file__).resolve().parents[1]
 
-TASKS = """
-[[task]]
-key = "cartpole"
-env_id = "CartPole-v1"
-budget = 20
-goal = 475.0
-settings = { heldout_episodes = 5 }
+def task(key: str, env_id: str, goal: float, budget: int = 20, settings: str = "heldout_episodes = 5") -> str:
+    """A ``[[task]]`` of a suite TOML file."""
+    return (f'\n[[task]]\nkey = "{key}"\nenv_id = "{env_id}"\nbudget = {budget}\ngoal = {goal}\n'
+            f"settings = {{ {settings} }}\n")
 
-[[task]]
-key = "cliff"
-env_id = "CliffWalking-v1"
-budget = 20
-goal = -13.0
-exact = true
-settings = { heldout_episodes = 5 }
-"""
+
+TASKS = task("cartpole", "CartPole-v1", 475.0) + task("cliff", "CliffWalking-v1", -13.0)
 
 METHODS = """
 [[method]]
@@ -171,17 +163,9 @@ def test_runs_compare_made_in_the_same_layout_are_adopted(tmp_path: Path, capsys
     assert [r.seed for r in read_records(out)] == [0, 1]
 
 
-def _lines(path: Path) -> int:
-    try:
-        return path.read_bytes().count(b"\n")
-    except OSError:
-        return 0
-
-
 @pytest.mark.slow
 def test_a_run_stopped_by_sigterm_is_resumed_and_never_recorded_as_a_result(tmp_path: Path) -> None:
-    long = TASKS.replace("budget = 20\ngoal = -13.0", "budget = 600\ngoal = -13.0")
-    suite = write_suite(tmp_path, tasks=long)
+    suite = write_suite(tmp_path, tasks=task("cliff", "CliffWalking-v1", -13.0, budget=600))
     out = tmp_path / "out"
     argv = [sys.executable, "-m", "llm_policy_gen", "bench", str(suite), "--out", str(out), "--tasks", "cliff",
             "--methods", "offline", "--seeds", "0"]
