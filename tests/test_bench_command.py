@@ -234,3 +234,15 @@ max_steps = 100
     steps = by["offline"].result["env_steps"]
     assert f"cartpole/ppo-capped seed 0: not run: its budget of {steps:,} steps is over ppo-capped's max_steps 100" \
         in capsys.readouterr().err
+
+
+def test_a_failed_run_is_not_recorded_and_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    replay = tmp_path / "garbage.jsonl"
+    replay.write_text("".join(json.dumps({"iteration": i, "candidate": c, "response_text": "no table here"}) + "\n"
+                              for i in (1, 2) for c in range(1, 5)), encoding="utf-8")
+    out = tmp_path / "out"
+    assert bench(write_suite(tmp_path), out, "--tasks", "cartpole", "--seeds", "0", "--methods",
+                 f"q-learning,bad=replay:{replay}") == 1
+    err = capsys.readouterr().err
+    assert "cartpole/bad seed 0: FAILED: NoValidAnswer" in err and "1 cell ran and did not finish" in err
+    assert [r.method for r in read_records(out)] == ["q-learning"]

@@ -30,7 +30,7 @@ from ..sweep.executors import EXECUTORS, check_executor
 from ..sweep.limits import DEFAULT_MAX_CONCURRENT_CALLS
 from .compare import _check_number, add_limit_options
 
-__all__ = ["add_parser", "plan_lines", "projection_lines"]
+__all__ = ["add_parser", "plan_lines", "group_lines", "projection_lines"]
 
 _WORDS = {"recorded": "recorded", "finished": "finished on disk (adopted, not run)",
           "resumable": "resumable (resumed from its checkpoint)", "run": "to run", "waiting": "waiting",
@@ -98,6 +98,16 @@ def plan_lines(plan: Any, projections: dict[str, Any]) -> list[str]:
     return lines
 
 
+def group_lines(cells: Sequence[Any], projections: dict[str, Any]) -> list[str]:
+    """One line per (task, method) with cells to run: how many, and one cell's projection (``--list`` has each)."""
+    groups: dict[str, list[Any]] = {}
+    for c in cells:
+        if c.state in ("resumable", "run"):
+            groups.setdefault(f"{c.task.key}/{c.method.label}", []).append(c)
+    return [f"  {name}: {plural(len(group), 'cell')} to run (seeds {','.join(str(c.seed) for c in group)}), each "
+            f"{projections[group[0].name].text()}" for name, group in groups.items() if group[0].name in projections]
+
+
 def projection_lines(totals: dict[str, Any], budget_usd: float | None, spent: float) -> list[str]:
     """The projection of the cells to run, and what it means for ``--budget-usd``."""
     if not totals["cells"]:
@@ -157,7 +167,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         print(printable("\n".join([*plan_lines(plan, projections), *lines]), lines=True))
         return 0
     shown = plan_lines(plan, projections)
-    _say([shown[0], *(x for x in shown[1:] if ": not run" in x or ": waiting" in x), *lines])
+    _say([shown[0], *group_lines(plan.cells, projections),
+          *(x for x in shown[1:] if ": not run" in x or ": waiting" in x), *lines])
     failed, tables = run_plan(plan, None if config.progress else (lambda s: None))
     for path in tables:
         print(f"table: {path}")
