@@ -23,6 +23,7 @@ from test_hardening import child_env, one_line
 from llm_policy_gen.cli import main
 from llm_policy_gen.run.files import RunDir
 from llm_policy_gen.run.view import RunState
+from llm_policy_gen.suites.harvest import command_of
 from llm_policy_gen.suites.store import read_records
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -160,7 +161,10 @@ def test_runs_compare_made_in_the_same_layout_are_adopted(tmp_path: Path, capsys
     err = capsys.readouterr().err
     assert "2 finished on disk (adopted, not run)" in err and err.count("finished earlier: adopted") == 2, err
     assert {s: (out / f"cartpole/runs/CartPole-v1/offline_s{s}/events.jsonl").read_bytes() for s in (0, 1)} == events
-    assert [r.seed for r in read_records(out)] == [0, 1]
+    records = read_records(out)
+    assert [r.seed for r in records] == [0, 1]
+    run = RunDir(out / "cartpole/runs/CartPole-v1/offline_s0").read()
+    assert records[0].command == command_of(run) and " bench " not in records[0].command  # the command that ran it
 
 
 @pytest.mark.slow

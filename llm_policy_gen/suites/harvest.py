@@ -8,6 +8,7 @@ alone outside a git checkout.
 
 from __future__ import annotations
 
+import shlex
 import subprocess
 from datetime import UTC, datetime
 from functools import lru_cache
@@ -21,7 +22,7 @@ from .cells import Cell
 from .definition import Suite
 from .store import SuiteRecord
 
-__all__ = ["code_version", "record_of", "result_of", "curve_of"]
+__all__ = ["code_version", "record_of", "result_of", "curve_of", "command_of"]
 
 
 @lru_cache(maxsize=1)
@@ -91,12 +92,25 @@ def curve_of(view: RunView) -> list[list[float | None]]:
     return out
 
 
-def record_of(suite: Suite, cell: Cell, command: str, source: str = "run") -> SuiteRecord:
-    """The record of ``cell``'s finished run; a run that is not finished is a ValueError (a bug of the caller)."""
+def command_of(view: RunView) -> str:
+    """The command line that started the run (``config.json``'s ``argv``, secrets redacted), as a user types it."""
+    from ..clients.keys import redact
+
+    argv = view.record.get("argv")
+    if not isinstance(argv, list) or not argv:
+        return ""
+    words = [str(a) for a in argv[1:]]
+    return redact(shlex.join(["llm-policy-gen", *words]))
+
+
+def record_of(suite: Suite, cell: Cell, command: str | None, source: str = "run") -> SuiteRecord:
+    """The record of ``cell``'s finished run (``command`` None: the command that started the run, for a run adopted
+    from disk); a run that is not finished is a ValueError (a bug of the caller)."""
     assert cell.run is not None and cell.key
     view = RunDir(cell.run.run_dir).read(check=False)
     if view.state is not RunState.FINISHED:
         raise ValueError(f"{cell.name}: the run in {cell.run.run_dir} is {view.state.value}, not a result")
+    command = command_of(view) if command is None else command
     return SuiteRecord(suite=suite.name, task=cell.task.key, env_id=cell.task.env_id, method=cell.method.label,
                        entry=cell.method.entry, seed=cell.seed, cell=cell.key, budget=dict(cell.budget),
                        settings=dict(cell.settings), result=result_of(view), curve=curve_of(view),

@@ -160,8 +160,10 @@ Say = Callable[[str], None]
 
 
 def _record(plan: Plan, cell: Cell, say: Say, note: str) -> None:
-    """Record ``cell``'s finished run in ``OUT/records.jsonl`` (and the committed store with ``--publish``) now."""
-    rec = record_of(plan.config.suite, cell, plan.config.command)
+    """Record ``cell``'s finished run in ``OUT/records.jsonl`` (and the committed store with ``--publish``) now; an
+    adopted run's record quotes the command that started it."""
+    adopted = cell.state == "finished"
+    rec = record_of(plan.config.suite, cell, None if adopted else plan.config.command)
     with HeldInterrupts(raise_after=True):  # both lines or neither, whatever comes
         append_records(plan.out, [rec])
         if plan.config.publish:
