@@ -250,3 +250,11 @@ def test_a_failed_run_is_not_recorded_and_exits_1(tmp_path: Path, capsys: pytest
     err = capsys.readouterr().err
     assert "cartpole/bad seed 0: FAILED: NoValidAnswer" in err and "1 cell ran and did not finish" in err
     assert [r.method for r in read_records(out)] == ["q-learning"]
+
+
+def test_two_methods_whose_runs_would_share_a_folder_are_refused(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    twice = '[[method]]\nlabel = "a"\nentry = "offline"\n\n[[method]]\nlabel = "b"\nentry = "offline"\n'
+    assert bench(write_suite(tmp_path, methods=twice), tmp_path / "out", "--list") == 2
+    assert "bad suite tiny: 'b' and 'a' would share run directories (offline_s0, ...)" in \
+        one_line(capsys.readouterr().err)

@@ -91,6 +91,7 @@ def select(suite: Suite, tasks: str | None = None, methods: str | None = None, s
     (``gemini:MODEL``, ``mine=openai:gpt-x@table[...]``) with the ``task`` budget; a bad one is a UserError."""
     chosen_tasks = suite.tasks if tasks is None else tuple(suite.task(k) for k in _names(tasks, "--tasks"))
     if methods is None:
+        _distinct_runs(suite.methods, f"suite {suite.name}")
         return Selection(chosen_tasks, suite.methods, frozenset(), _seeds(seeds))
     labels = {m.label for m in suite.methods}
     chosen: list[MethodSpec] = []
@@ -109,14 +110,19 @@ def select(suite: Suite, tasks: str | None = None, methods: str | None = None, s
     if not chosen:
         raise UserError(f"bad --methods {methods!r}: give suite labels ({', '.join(sorted(labels))}) or method "
                         "entries, comma-separated")
+    _distinct_runs(chosen, "--methods")
+    return Selection(chosen_tasks, tuple(chosen), frozenset(s.label for s in chosen), _seeds(seeds))
+
+
+def _distinct_runs(methods: Sequence[MethodSpec], where: str) -> None:
+    """Refuse two methods whose runs would share run directories (the entry's run id, as ``compare`` names it)."""
     stems: dict[str, str] = {}
-    for spec in chosen:
+    for spec in methods:
         stem = parse_method(spec.entry).run_stem
         if stem in stems:
-            raise UserError(f"bad --methods: {spec.label!r} and {stems[stem]!r} would share run directories "
+            raise UserError(f"bad {where}: {spec.label!r} and {stems[stem]!r} would share run directories "
                             f"({stem}_s0, ...); give one of them another LABEL=")
         stems[stem] = spec.label
-    return Selection(chosen_tasks, tuple(chosen), frozenset(s.label for s in chosen), _seeds(seeds))
 
 
 def _names(text: str, flag: str) -> list[str]:
