@@ -91,7 +91,7 @@ from ..sweep.plan import check_same_sweep, committed_cost, experiment, plan, pre
 from ..sweep.results import ResultRow, SweepRecord
 from ..sweep.task import RunTask, TaskResult, result_from_summary
 
-__all__ = ["CompareConfig", "run_compare", "add_parser"]
+__all__ = ["CompareConfig", "run_compare", "add_parser", "add_limit_options"]
 
 
 @dataclass(frozen=True)
@@ -301,13 +301,18 @@ def add_parser(subparsers: Any) -> None:
                    help="local (default) or ray (joins RAY_ADDRESS, else starts a local instance)")
     p.add_argument("--config", help="TOML file with train settings applied to every run")
     p.add_argument("--out", help="comparison directory (default logs/compare/<env-id>)")
+    add_limit_options(p, "the sweep's")
+    p.add_argument("--no-progress", action="store_true", help="no progress display")
+    p.set_defaults(func=_cmd_compare)
+
+
+def add_limit_options(p: Any, whose: str) -> None:
+    """The sweep's shared provider limits and spending ceiling (``compare``'s and ``bench``'s)."""
     p.add_argument("--max-concurrent-calls", type=int, default=DEFAULT_MAX_CONCURRENT_CALLS,
                    help=f"calls in flight at once per provider, over all runs (default {DEFAULT_MAX_CONCURRENT_CALLS})")
     p.add_argument("--rpm", type=float, help="call starts per minute per provider, over all runs (default: no limit)")
     p.add_argument("--budget-usd", type=float,
-                   help="the sweep's spending ceiling: no call starts once it could pass it; runs end cleanly")
-    p.add_argument("--no-progress", action="store_true", help="no progress display")
-    p.set_defaults(func=_cmd_compare)
+                   help=f"{whose} spending ceiling: no call starts once it could pass it; runs end cleanly")
 
 
 def _command(args: argparse.Namespace, backends: list[str]) -> str:

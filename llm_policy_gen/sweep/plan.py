@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from ..envs.spec import EnvSpec
 
 __all__ = ["operational_settings", "parse_seeds", "parse_backends", "plan", "Found", "survey", "committed_cost",
-           "experiment", "resolve", "differences", "check_same_sweep", "preflight"]
+           "experiment", "resolve", "differences", "check_same_sweep", "check_same_runs", "preflight"]
 
 
 # ---------------------------------------------------------------------------------------------------- parsing
@@ -174,6 +174,13 @@ def check_same_sweep(out: Path, sweep: Mapping[str, Any], tasks: Sequence[RunTas
         diffs = differences(_env_today(recorded, now.get("env_id"), seen), now)
         if diffs:
             raise _refuse_other_settings(out, "a comparison", diffs)
+    check_same_runs(out, tasks, found)
+
+
+def check_same_runs(out: Path, tasks: Sequence[RunTask], found: Mapping[str, Found]) -> None:
+    """Refuse (UserError) when a task's run directory holds a run made with settings that decide results
+    differently (the runs' part of :func:`check_same_sweep`, for a folder whose runs have settings of their own:
+    ``bench``'s task folders)."""
     for task in tasks:
         f = found[task.run_id]
         if f.config is not None:
