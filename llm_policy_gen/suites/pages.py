@@ -17,7 +17,7 @@ any difference from the files committed.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ..errors import UserError
@@ -27,7 +27,8 @@ from .store import RECORDS, read_records
 from .summary import Summary, seeds_text
 from .tables import render_tables, shown_rows
 
-__all__ = ["README_BLOCK", "generated_pages", "render_pages", "fill_block", "readme_block", "store_folder"]
+__all__ = ["README_BLOCK", "generated_pages", "render_pages", "fill_block", "readme_block", "store_folder",
+           "stale_pages"]
 
 README_BLOCK = "results"
 LM_POLICY = "lm-policy"
@@ -128,6 +129,13 @@ def generated_pages(root: Path) -> tuple[dict[Path, str], dict[str, list[Summary
         if name == "goals":
             texts[readme] = fill_block(texts[readme], README_BLOCK, readme_block(suite, shown[1]), str(readme))
     return {**texts, **out}, rows_of
+
+
+def stale_pages(root: Path, pages: Mapping[str, str]) -> list[str]:
+    """The pages under ``root`` (paths relative to it, as ``pages`` names them) whose text is not ``pages``'s: a
+    figure edited by hand, or records changed without the pages rendered again."""
+    return [rel for rel, text in pages.items()
+            if not (root / rel).is_file() or (root / rel).read_text(encoding="utf-8") != text]
 
 
 def render_pages(root: Path, figures: bool = True) -> list[Path]:
