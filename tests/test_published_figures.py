@@ -61,3 +61,39 @@ def test_a_page_without_its_block_is_refused_in_one_line() -> None:
 
     with pytest.raises(UserError, match="no <!-- goals:begin --> ... <!-- goals:end --> block"):
         fill_block("no markers here\n", "goals", "x\n", "docs/results.md")
+
+
+def test_the_old_scripts_published_figures_come_back_from_the_imported_records(pages: dict[str, str]) -> None:
+    """What bench/suite.py and bench/peers.py published from the same records (the README of 2026-12-03)."""
+    block = pages["README.md"]
+    for row in ("| CartPole-v1 | >= 475 in 100 episodes | 475 | 499.3 [490.7, 500.0], 9/10 | "
+                "500.0 [500.0, 500.0], 10/10 | 491.7 [392.5, 500.0], 7/10 |",
+                "| MountainCar-v0 | >= -110 in 1,000 episodes | -110 | -107.8 [-111.7, -106.5], 7/10 | "
+                "-114.7 [-118.0, -112.7], 1/10 | -133.4 [-136.7, -130.3], 0/10 |",
+                "| Hopper-v5 | >= 1,000 in 3,000 episodes | 3,800 | 1,057.3 [937.3, 1,305.6], 8/10 |",
+                "| Reacher-v5 | >= -8 in 2,000 episodes | -3.75 | -11.81 [-12.12, -11.40], 0/10 | - | - |"):
+        assert row in block, row
+    assert "`offline` meets 9 of 18 goals." in block
+    table = pages["docs/results.md"]
+    assert "| Pendulum-v1 | sac-at-offline | >= -160.0 | **yes** (10/10) | none | - | -143.3 [-146.5, -138.8] (n=10)" \
+        in table
+
+
+def test_render_pages_refuses_a_page_without_its_block_in_one_line_and_writes_nothing(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("render_pages", ROOT / "tools" / "render_pages.py")
+    assert spec is not None and spec.loader is not None
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    store = tmp_path / "llm_policy_gen" / "suites" / "data" / "goals"
+    shutil.copytree(ROOT / "llm_policy_gen" / "suites" / "data" / "goals", store)
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "results.md").write_text("# Results\n\nno block\n", encoding="utf-8")
+    shutil.copy(ROOT / "README.md", tmp_path / "README.md")
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    assert tool.main(["--root", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "no <!-- goals:begin --> ... <!-- goals:end --> block" in err
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before

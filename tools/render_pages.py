@@ -18,15 +18,23 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from llm_policy_gen.errors import UserError  # noqa: E402
 from llm_policy_gen.suites.pages import render_pages  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--no-figures", action="store_true", help="leave the PNG figures as they are")
+    ap.add_argument("--root", type=Path, default=ROOT, help="the checkout whose pages and records to use")
     args = ap.parse_args(argv)
-    for path in render_pages(ROOT, figures=not args.no_figures):
-        print(f"wrote {path.relative_to(ROOT)}")
+    root = args.root.resolve()
+    try:
+        written = render_pages(root, figures=not args.no_figures)
+    except (UserError, OSError) as exc:
+        print(f"render_pages: {exc}", file=sys.stderr)
+        return 2
+    for path in written:
+        print(f"wrote {path.relative_to(root)}")
     return 0
 
 

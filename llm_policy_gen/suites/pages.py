@@ -115,7 +115,12 @@ def generated_pages(root: Path) -> tuple[dict[Path, str], dict[str, list[Summary
     texts = {readme: readme.read_text(encoding="utf-8"), results: results.read_text(encoding="utf-8")}
     out: dict[Path, str] = {}
     rows_of: dict[str, list[Summary]] = {}
-    for name in _shipped(root):
+    names = _shipped(root)
+    for name in names:  # every block there before any figure is computed: a page without one is refused at once
+        fill_block(texts[results], name, "", str(results))
+    if "goals" in names:
+        fill_block(texts[readme], README_BLOCK, "", str(readme))
+    for name in names:
         suite = load_suite(name)
         folder = store_folder(root, name)
         refs = read_references(folder)
