@@ -24,7 +24,7 @@ from ..errors import UserError
 from .definition import Suite, load_suite, suite_names
 from .references import read_references
 from .store import RECORDS, read_records
-from .summary import Summary, seeds_text
+from .summary import Summary, seeds_text, wrap
 from .tables import render_tables, shown_rows
 
 __all__ = ["README_BLOCK", "generated_pages", "render_pages", "fill_block", "readme_block", "store_folder",
@@ -101,7 +101,7 @@ def readme_block(suite: Suite, rows: Sequence[Summary]) -> str:
               f"[CSV](docs/tables/{suite.name}.csv), [per seed](docs/tables/{suite.name}_seeds.csv), "
               f"[LaTeX](docs/tables/{suite.name}.tex); superseded and transcribed figures: "
               f"[history](docs/results-history.md)."]
-    return "\n".join(lines) + "\n"
+    return "\n".join(wrap(line) for line in lines) + "\n"
 
 
 def _shipped(root: Path) -> list[str]:

@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import statistics
+import textwrap
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -27,7 +28,7 @@ from ..sweep.stats import Interval, iqm_interval, normalized
 from .definition import Suite, Task
 from .store import SuiteRecord
 
-__all__ = ["MIN_SEEDS", "Summary", "summarize", "summaries", "fmt", "seeds_text", "method_order"]
+__all__ = ["MIN_SEEDS", "Summary", "summarize", "summaries", "fmt", "seeds_text", "method_order", "wrap"]
 
 MIN_SEEDS = 5
 """An interval is drawn only over this many seeds or more."""
@@ -45,6 +46,13 @@ def seeds_text(seeds: Sequence[int]) -> str:
     if len(s) > 1 and s == list(range(s[0], s[-1] + 1)):
         return f"{s[0]}-{s[-1]}"
     return ",".join(map(str, s)) or "none"
+
+
+def wrap(line: str) -> str:
+    """A Markdown paragraph line wrapped at 120 characters for the source's reader (a table row, never)."""
+    if line.startswith("|") or len(line) <= 120:
+        return line
+    return textwrap.fill(line, width=120, break_long_words=False, break_on_hyphens=False)
 
 
 def _median(xs: Sequence[float | None]) -> float | None:

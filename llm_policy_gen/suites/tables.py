@@ -23,7 +23,7 @@ from .definition import Suite
 from .pooled import pooled
 from .references import References, read_references
 from .store import SuiteRecord
-from .summary import MIN_SEEDS, Summary, fmt, seeds_text, summaries
+from .summary import MIN_SEEDS, Summary, fmt, seeds_text, summaries, wrap
 
 __all__ = ["write_tables", "render_tables", "shown_rows", "shipped_references"]
 
@@ -88,7 +88,7 @@ def _markdown(suite: Suite, rows: Sequence[Summary]) -> str:
         lines += _md_table(["methods", "tasks", "seeds", "offline", "other"],
                            [[f"offline vs {p.methods[1]}", ", ".join(p.tasks), seeds_text(p.seeds),
                              p.intervals[0].format(2), p.intervals[1].format(2)] for p in pool])
-    return "\n".join(lines) + "\n"
+    return "\n".join(wrap(line) for line in lines) + "\n"
 
 
 def _csv(rows: list[list[object]]) -> str:
