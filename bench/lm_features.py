@@ -22,9 +22,9 @@ Features (``--features``):
 * ``random``: standard normal features 576 wide (SmolLM2's width, no model loaded); ``random-qwen``: 896 wide
   (Qwen's width; loads the model for its width).
 * ``offline``: not features but the product's default backend (not an LLM), the optimiser that writes the table,
-  with the suite's budget and settings for the task (``bench/suite_goals.py``'s ``GOALS``; 300 episodes on
-  FrozenLake-v1.deterministic, which is not in the goal table): a run of the suite's, read from ``--offline-out``
-  (default ``OUT``) when it is there, so that its curve sits on the same axes.
+  with the suite's budget and settings for the task (``goals.toml`` through ``bench/goal_runs.py``; 300 episodes on
+  FrozenLake-v1.deterministic, which is not in the goal table): a run of ``bench/goal_runs.py``'s, read from
+  ``--offline-out`` (default ``OUT``) when it is there, so that its curve sits on the same axes.
 
 Beside each task's table, what needs no training run here, on the same held-out seeds: the spec's table before any
 episode (its prior rule, or the default action everywhere: ``bench/suite_scores.py``, kept in ``OUT/priors.json``),
@@ -98,7 +98,7 @@ FEATURES = [
 ]
 OFFLINE_BUDGETS = {"frozenlake": 300}
 """Episode budgets of ``offline`` on the tasks outside the suite's goal table (the others use the suite's budget and
-settings, ``bench/suite_goals.py``'s ``GOALS``)."""
+settings, ``goals.toml`` through ``bench/goal_runs.py``)."""
 TABLE_WRITING = ROOT / "bench" / "data" / "real_llm_2026-11-26.json"
 """A language model writing the table (Qwen2.5-Coder-0.5B, seeds 0-2, K = 2, 5 iterations): the figures of
 ``bench/real_llm.py``'s 2026-11-26 measurement, whose run folders are not kept here (``--table-writing``)."""
@@ -171,14 +171,13 @@ def run_lm(env_id: str, features: str, model: Path | None, seed: int, run_dir: P
 
 def run_offline(task: Task, seed: int, out: Path) -> dict[str, Any]:
     """``offline`` (the product's default backend, not an LLM) on ``task`` with the suite's budget and settings, a
-    run of ``bench/suite.py``'s (same run id) in ``out/runs``: read when finished there, resumed when interrupted;
+    run of ``bench/goal_runs.py``'s in ``out/runs``: read when finished there, resumed when interrupted;
     its record with the same curve as an lm-policy run's."""
-    import suite
-    import suite_goals
+    import goal_runs
 
-    goal = suite_goals.BY_KEY.get(task.key) or suite_goals.Goal(task.key, task.env_id, OFFLINE_BUDGETS[task.key],
-                                                                float("nan"), "", "")
-    rec = suite.run_one(goal, "offline", seed, out)
+    goal = goal_runs.BY_KEY.get(task.key) or goal_runs.Goal(task.key, task.env_id, OFFLINE_BUDGETS[task.key],
+                                                            float("nan"), "", "")
+    rec = goal_runs.run_one(goal, "offline", seed, out)
     if "error" in rec:
         return {"run_dir": rec.get("run_dir"), "error": rec["error"]}
     run_dir = Path(rec["run_dir"])

@@ -51,8 +51,8 @@ def reference_rows(task: Any, seeds: list[int], threshold: float | None, out: Pa
     zero-shot table (``bench/lm_zero_shot.py --run-seeds`` JSON files) and a model writing the table
     (``--table-writing``)."""
     import suite_scores
-    from suite_report import _seeds_text
 
+    from llm_policy_gen.suites.summary import seeds_text as _seeds_text
     from llm_policy_gen.sweep.stats import iqm_interval
 
     def row(label: str, values: dict[int, float], episodes: str, source: str) -> str:

@@ -51,7 +51,6 @@ CURVE_EPISODES = 10
 def run_ppo(env_id: str, steps: int, seed: int, run_dir: Path) -> dict[str, Any]:
     """SB3 PPO (zoo hyperparameters) on raw observations to ``steps``; its record (reused when finished)."""
     import peer_train
-    import peers
     import torch
     import zoo
 
@@ -67,7 +66,7 @@ def run_ppo(env_id: str, steps: int, seed: int, run_dir: Path) -> dict[str, Any]
     plan = SeedPlan(seed)
     started = time.time()
     try:
-        fields = peer_train.train(run_dir, "ppo", hyper, peers.EnvFactory(env_id),
+        fields = peer_train.train(run_dir, "ppo", hyper, peer_train.EnvFactory(env_id),
                                   peer_train.Budget("steps", steps, steps), seed,
                                   [plan.heldout(j) for j in range(HELDOUT)], CURVE_EPISODES,
                                   max(1, steps // CURVE_POINTS), cpu_budget_s=float("inf"))

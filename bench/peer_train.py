@@ -1,5 +1,5 @@
-"""One peer run for bench/peers.py: Stable-Baselines3 (or sb3-contrib) with the zoo's settings, trained in segments
-to a budget, a held-out curve point after each segment, checkpointed and resumable.
+"""One peer run for bench/lm_trpo_vs_ppo.py: Stable-Baselines3 (or sb3-contrib) with the zoo's settings, trained
+in segments to a budget, a held-out curve point after each segment, checkpointed and resumable.
 
 A run trains in segments of ``eval_every`` environment steps (``learn(..., reset_num_timesteps=False)``), and after
 each one scores the agent deterministically on the first ``curve_episodes`` of the suite's held-out seeds (frozen
@@ -17,7 +17,7 @@ run's own books (steps, episodes, curve, CPU seconds). Resuming from it gives th
 the record then says ``fresh_episodes_on_resume``.
 
 **One trainer per run**: a run holds its folder's lock (:class:`~llm_policy_gen.storage.locks.FolderLock`, as a
-``train`` does) while it trains, so a second ``bench/peers.py`` given the same cell gets an error row naming the
+``train`` does) while it trains, so a second process given the same run gets an error row naming the
 holder, never a second writer of the same checkpoint.
 """
 
@@ -216,7 +216,7 @@ def train(run_dir: Path, algo: str, hyper: zoo.Hyper, make_one: Any, budget: Bud
     from llm_policy_gen.storage.locks import FolderLock
 
     run_dir.mkdir(parents=True, exist_ok=True)
-    with FolderLock(run_dir, "the peer run", program="bench/peers.py"):
+    with FolderLock(run_dir, "the peer run", program="bench/lm_trpo_vs_ppo.py"):
         return _train(run_dir, algo, hyper, make_one, budget, seed, heldout, curve_episodes, eval_every,
                       cpu_budget_s, checkpoint_cpu_s, stop_after_segments)
 
@@ -278,3 +278,27 @@ def _train(run_dir: Path, algo: str, hyper: zoo.Hyper, make_one: Any, budget: Bu
                       final_eval_cpu_s=round(time.process_time() - cpu1, 3))
     env.close()
     return fields
+
+
+def make_one(env_id: str) -> Any:
+    """The suite's environment for ``env_id`` (spec kwargs, time limit, reward wrappers), one-hot if its
+    observation is one integer."""
+    import gymnasium as gym
+
+    from llm_policy_gen.envs import get_spec
+    from llm_policy_gen.envs.make import make_env
+
+    env = make_env(get_spec(env_id))
+    if isinstance(env.observation_space, gym.spaces.Discrete):
+        env = gym.wrappers.FlattenObservation(env)
+    return env
+
+
+class EnvFactory:
+    """A picklable ``make_one`` for one task (the DummyVecEnv and its checkpoint keep it)."""
+
+    def __init__(self, env_id: str) -> None:
+        self.env_id = env_id
+
+    def __call__(self) -> Any:
+        return make_one(self.env_id)

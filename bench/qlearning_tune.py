@@ -4,7 +4,7 @@
     python bench/qlearning_tune.py --seeds 0-9                # the mode's declared settings on the judged seeds
 
 A run is ``train --backend q-learning`` with ``--max-episodes`` the suite's budget for the task (CliffWalking-v1:
-500 here, the goal's "within 500 episodes"; Taxi-v4: 1,000, bench/suite.py's), every counted episode included
+500 here, the goal's "within 500 episodes"; Taxi-v4: 1,000, the goal suite's), every counted episode included
 (learner, test and confirmation); the figure is the kept table's held-out mean (100 episodes) at the end. The grid
 point chosen is the one with the most tuning seeds at CliffWalking's optimum, then the highest mean on Taxi; the
 judged seeds 0-9 never choose anything. Prints a Markdown table and writes ``--out`` (JSON).

@@ -6,15 +6,15 @@ settings on seeds 100-109 (100-104 for the long tasks), never on the judged seed
     python bench/tune_specs.py --tasks swimmer,hopper --plan [--out DIR]   # what is left, in CPU hours (tune_plan.md)
 
 A task's **settings today** are the package defaults, overlaid with its spec's ``train_defaults`` and the suite's
-per-task settings (``bench/suite_goals.py``'s ``GOALS``); its budget is the suite's. The **grid** is one pass of a
-coordinate search around them: every tuned setting (``candidates``, ``train_episodes``, ``test_start``,
+per-task settings (``goals.toml``, through ``bench/goal_runs.py``); its budget is the suite's. The **grid** is one
+pass of a coordinate search around them: every tuned setting (``candidates``, ``train_episodes``, ``test_start``,
 ``test_max``, ``confirm_episodes``, ``confirm_batches``) at half and at double today's value, one setting changed at
 a time (values below 1, and a ``test_max`` below ``test_start``, are left out), then every change that beat today's
 settings combined into one more point. Structure (the bins, the answer format, the prior) is not tuned: it is the spec
 itself, not a setting; nor is the offline search's ``[search]`` table (``restart_after`` and the step sizes, set only
 by Swimmer-v5's spec), which a run's settings cannot change.
 
-A point is judged on the tuning seeds by the measure the goal table is judged on (``bench/suite_lines.py``): the
+A point is judged on the tuning seeds by the measure the goal table is judged on (``suites/summary.py``): the
 **within-budget** held-out mean (100 episodes) of each seed, the kept table's as of the last iteration that ended
 within the task's episode budget. First the count of seeds whose within-budget mean meets the goal, then the
 interquartile mean of those means (:mod:`llm_policy_gen.sweep.stats`, rliable). (The run's final held-out mean would
@@ -31,7 +31,7 @@ today's missed in all: it can then meet the goal on fewer seeds than today's at 
 the seeds it has not run cannot change the choice. The chosen point is the one the whole grid would choose, at a
 fraction of the runs where today's meets the goal on most seeds (the long tasks' grids are tens of CPU-hours);
 ``--full-grid`` runs every point on every seed anyway.
-Every run is a ``bench/suite.py`` run (the same code: resumed if interrupted, reused if finished) in
+Every run is a ``bench/goal_runs.py`` run (the same code: resumed if interrupted, reused if finished) in
 ``OUT/runs``, so the search goes on across sessions. Each finished run's record is also kept in
 ``OUT/tune_runs.json`` as soon as it ends, and a run found there is not run again: a copy of that file (and
 ``tune.json``) in a fresh ``OUT`` carries a search that is not finished to another machine, which loses only the
@@ -43,8 +43,8 @@ finished run's record, as it ends) and ``tune_specs.md``
 (per task: the settings today, the grid tried with each point's seeds met, IQM and verdict, the chosen point and
 which settings it changes). Two invocations may share one ``OUT`` (another task beside a long one): each replaces only
 its own tasks' entries of ``tune.json``, under the file's lock (:mod:`results_file`).
-Applying a choice is an edit of the spec's ``[train_defaults]`` (or the suite's ``GOALS``) by hand, after which the
-goal table is re-judged on seeds 0-9 with ``bench/suite.py``. Not a test: it prints figures.
+Applying a choice is an edit of the spec's ``[train_defaults]`` (or the task's settings in ``goals.toml``) by hand,
+after which the goal table is re-judged on seeds 0-9 with ``llm-policy-gen bench goals``. Not a test: it prints figures.
 """
 
 from __future__ import annotations
@@ -64,16 +64,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import results_file  # noqa: E402
 from bench_args import out_dir, read_json, run_main, workers_ok  # noqa: E402
 from bench_pool import worker_pool  # noqa: E402
-from suite import run_one  # noqa: E402
-from suite_goals import BY_KEY, LONG, Goal, meets, tasks_and_seeds  # noqa: E402
+from goal_runs import BY_KEY, LONG, Goal, meets, run_one, tasks_and_seeds  # noqa: E402
 from tune_store import RUNS_FILE, kept_runs, lift, run_name  # noqa: E402
 
 DEFAULT_OUT = Path.home() / "llm-policy-gen-bench" / "tune"
 TUNED = ("candidates", "train_episodes", "test_start", "test_max", "confirm_episodes", "confirm_batches")
 TUNING_SEEDS = tuple(range(100, 110))
 LONG_TUNING_SEEDS = tuple(range(100, 105))
-SUITE_RESULTS = Path(__file__).resolve().parent / "data" / "suite" / "results.json"
-"""The suite's records kept in the repository: a task's CPU seconds per run for ``--plan``."""
+SUITE_RESULTS = Path(__file__).resolve().parents[1] / "llm_policy_gen" / "suites" / "data" / "goals" / "records.jsonl"
+"""The goal suite's committed records: a task's CPU seconds per run for ``--plan``."""
 
 Point = tuple[tuple[str, Any], ...]
 
@@ -150,7 +149,7 @@ def run_points(jobs: list[tuple[Goal, int]], out: Path, workers: int) -> dict[tu
     """Run (or reuse) every (goal, seed); records keyed by (run id digest of the goal, seed). A run whose record is
     ``OUT`` keeps (:func:`kept_runs`) is not run again (its folder may be gone); each finished run's record goes to
     ``OUT/tune_runs.json`` (merged under the file's lock, :mod:`results_file`) as soon as it ends."""
-    from suite import _run_id
+    from goal_runs import run_id as _run_id
 
     store = out / RUNS_FILE
     kept = kept_runs(out)
@@ -188,7 +187,7 @@ def misses(goal: Goal, rows: list[dict[str, Any]]) -> int:
 
 
 def tune(goal: Goal, seeds: list[int], out: Path, workers: int, full: bool = False) -> dict[str, Any]:
-    from suite import _run_id
+    from goal_runs import run_id as _run_id
 
     base = today(goal)
     points = [base, *single_changes(base)]
@@ -290,7 +289,7 @@ def _label(point: Mapping[str, Any], base: Mapping[str, Any]) -> str:
 def plan(tasks: list[str], given: list[int] | None, out: Path, suite_results: Path) -> int:
     """``--plan``: the tasks' grids against the runs ``OUT`` keeps, projected in CPU hours (:mod:`tune_plan`)."""
     import tune_plan
-    from suite import _run_id
+    from goal_runs import run_id as _run_id
 
     grids = []
     for key in tasks:
@@ -301,7 +300,10 @@ def plan(tasks: list[str], given: list[int] | None, out: Path, suite_results: Pa
                                     tuple(tuple(_run_id(as_goal(goal, p, base), "offline", s) for s in seeds)
                                           for p in points),
                                     partial(_missed, goal), tuple(_label(p, base) for p in points)))
-    suite = read_json(suite_results, [])
+    from llm_policy_gen.suites.store import read_records
+
+    suite = [{"task": r.task, "backend": r.method, "cpu_s": r.result.get("cpu_s"), "heldout": r.heldout}
+             for r in read_records(suite_results) if r.heldout is not None]
     page = tune_plan.markdown(grids, kept_runs(out), suite)
     out.mkdir(parents=True, exist_ok=True)
     (out / "tune_plan.md").write_text(page)
@@ -321,7 +323,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--plan", action="store_true",
                     help="run nothing: project the CPU hours the tasks' grids still need (OUT/tune_plan.md)")
     ap.add_argument("--suite-results", type=Path, default=SUITE_RESULTS,
-                    help="the suite's results.json, whose offline runs give a task's CPU seconds per run for --plan "
+                    help="the goal suite's records.jsonl, whose offline runs give a task's CPU seconds per run for "
+                         "--plan "
                          "before any of its tuning runs has finished")
     args = ap.parse_args(argv)
     if not workers_ok("tune_specs", args.workers):

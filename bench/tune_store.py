@@ -13,7 +13,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import results_file  # noqa: E402
 from bench_args import read_json  # noqa: E402
-from suite import run_id_of  # noqa: E402
+from goal_runs import run_id_of  # noqa: E402
 
 RUNS_FILE = "tune_runs.json"
 """Every finished run's record (the suite's), kept beside ``tune.json`` as each run ends: with it alone a fresh
@@ -23,7 +23,7 @@ CPU-hours and a session a few)."""
 
 def run_name(record: dict[str, Any]) -> str:
     """A record's run id (the task, budget, backend, seed and a digest of the settings): its run folder's name, less
-    the ``-2`` a run gets when a killed try left the id's folder (:func:`suite.run_id_of`)."""
+    the ``-2`` a run gets when a killed try left the id's folder (:func:`goal_runs.run_id_of`)."""
     return run_id_of(record["run_dir"])
 
 

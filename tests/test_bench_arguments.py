@@ -3,7 +3,6 @@ exit 2, no traceback and no output folder made. Run as a user runs them (a subpr
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -16,7 +15,7 @@ SCRIPTS = sorted(p.name for p in (ROOT / "bench").glob("*.py") if 'add_argument(
 
 
 def test_the_scripts_with_seeds_are_found() -> None:
-    assert {"suite.py", "peers.py", "tune_specs.py", "noise.py", "qlearning_tune.py", "real_llm.py"} <= set(SCRIPTS)
+    assert {"tune_specs.py", "noise.py", "qlearning_tune.py", "real_llm.py"} <= set(SCRIPTS)
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
@@ -36,8 +35,7 @@ def _run(script: str, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]
                           timeout=120, cwd=cwd)
 
 
-FOLDER_OUT = ["suite.py", "peers.py", "tune_specs.py", "lm_features.py", "lm_trpo_vs_ppo.py", "real_llm.py",
-              "noise.py"]
+FOLDER_OUT = ["tune_specs.py", "lm_features.py", "lm_trpo_vs_ppo.py", "real_llm.py", "noise.py"]
 """The scripts whose ``--out`` is a folder (``lm_zero_shot.py``'s and ``qlearning_tune.py``'s is a JSON file)."""
 
 
@@ -49,13 +47,6 @@ def test_an_out_that_is_a_file_is_refused_and_left_as_it_was(script: str, tmp_pa
         done = _run(script, "--out", str(out), cwd=tmp_path)
         assert done.returncode == 2 and "is a file, not a folder" in done.stderr and "Traceback" not in done.stderr
     assert blocker.read_text() == "mine" and sorted(p.name for p in tmp_path.iterdir()) == ["results"]
-
-
-def test_the_suite_refuses_an_unknown_backend_before_making_its_folder(tmp_path: Path) -> None:
-    out = tmp_path / "out"
-    done = _run("suite.py", "--tasks", "cartpole", "--backends", "offline,nope", "--out", str(out), cwd=tmp_path)
-    assert done.returncode == 2 and "unknown backend 'nope'" in done.stderr and done.stderr.count("\n") == 1
-    assert not out.exists()
 
 
 @pytest.mark.parametrize("script", sorted(p.name for p in (ROOT / "bench").glob("*.py")
@@ -93,7 +84,7 @@ FILE_OUT = {"qlearning_tune.py": ["--seeds", "100"],
             "lm_zero_shot.py": ["--lm-model", "none.gguf"]}
 """The scripts whose ``--out`` is a file, with the arguments they need to get as far as reading it."""
 REPORT_ONLY = {"lm_features.py": ["--report-only"], "lm_trpo_vs_ppo.py": ["--report-only"],
-               "tune_specs.py": ["--report-only"], "suite.py": ["--report", "a note"]}
+               "tune_specs.py": ["--report-only"]}
 """The scripts that rewrite their report from their ``--out`` folder and exit."""
 
 
@@ -126,33 +117,6 @@ def test_a_folder_that_cannot_be_written_is_refused(tmp_path: Path) -> None:
     if os.access(locked, os.W_OK):  # root writes anywhere
         pytest.skip("this user can write to a read-only folder")
     assert "cannot be written to" in _one_line(_run("noise.py", "--out", str(locked / "o"), cwd=tmp_path))
-
-
-def _corrupt_suite_folder(tmp_path: Path, name: str, text: str) -> Path:
-    out = tmp_path / "out"
-    out.mkdir()
-    (out / "results.json").write_text("[]")
-    (out / name).write_text(text)
-    return out
-
-
-@pytest.mark.parametrize("text", ['[{"task": "cartpole", "algo"', "{}", "[1, 2]", "\xff"])
-def test_a_corrupt_peers_json_is_one_line_and_left_as_it_was(text: str, tmp_path: Path) -> None:
-    out = _corrupt_suite_folder(tmp_path, "peers.json", text)
-    line = _one_line(_run("suite.py", "--report", "a note", "--out", str(out), cwd=tmp_path))
-    assert f"{out / 'peers.json'}" in line and ("cannot be read as JSON" in line or "does not hold" in line)
-    assert (out / "peers.json").read_text() == text
-    data = tmp_path / "data"
-    line = _one_line(_run("records.py", "keep", "--suite", str(out), "--tune", str(tmp_path / "tune"), "--data",
-                          str(data), cwd=tmp_path))
-    assert "peers.json" in line and not data.exists()
-
-
-@pytest.mark.skipif(importlib.util.find_spec("rl_zoo3") is None, reason="the peers extra is not installed")
-def test_peers_refuses_a_corrupt_peers_json(tmp_path: Path) -> None:
-    out = _corrupt_suite_folder(tmp_path, "peers.json", "{not json")
-    line = _one_line(_run("peers.py", "--tasks", "cartpole", "--seeds", "0", "--out", str(out), cwd=tmp_path))
-    assert "peers.json cannot be read as JSON" in line and (out / "peers.json").read_text() == "{not json"
 
 
 def test_tune_specs_refuses_a_corrupt_tune_json(tmp_path: Path) -> None:

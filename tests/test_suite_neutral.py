@@ -1,5 +1,6 @@
 """The priors apart (issue 32 item 4): ``train --prior neutral`` starts the search from no prior rule (every state at
-the spec's default action), and bench/suite.py's ``offline-neutral`` backend runs ``offline`` so; on a spec without
+the spec's default action), and bench/goal_runs.py's ``offline-neutral`` backend runs ``offline`` so (the goal
+suite's ``offline-neutral`` is ``offline[prior=neutral]``); on a spec without
 a prior it is the offline run itself (the same run id, never run twice)."""
 
 from __future__ import annotations
@@ -20,13 +21,13 @@ BENCH = Path(__file__).resolve().parent.parent / "bench"
 def suite(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
     monkeypatch.syspath_prepend(str(BENCH))
     monkeypatch.setenv("LLM_POLICY_GEN_WORKERS", "1")  # run_one sets it for its process: undone after the test
-    return importlib.import_module("suite")
+    return importlib.import_module("goal_runs")
 
 
 @pytest.fixture
 def suite_goals(suite: ModuleType) -> ModuleType:
-    """The goal table (bench/suite_goals.py), on the path the suite fixture set."""
-    return importlib.import_module("suite_goals")
+    """The goal table (bench/goal_runs.py, from goals.toml), on the path the suite fixture set."""
+    return suite
 
 
 def _recorded(run_dir: Path) -> dict:
@@ -82,13 +83,13 @@ def test_a_bad_prior_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.Captu
 def test_offline_neutral_is_its_own_run_only_where_the_spec_has_a_prior(suite: ModuleType,
                                                                        suite_goals: ModuleType) -> None:
     cart, acro = suite_goals.BY_KEY["cartpole"], suite_goals.BY_KEY["acrobot"]
-    assert suite._run_id(cart, "offline-neutral", 3) != suite._run_id(cart, "offline", 3)
-    assert "offline-neutral_s3" in suite._run_id(cart, "offline-neutral", 3)
-    assert suite._run_id(acro, "offline-neutral", 3) == suite._run_id(acro, "offline", 3)  # no prior: same run
+    assert suite.run_id(cart, "offline-neutral", 3) != suite.run_id(cart, "offline", 3)
+    assert "offline-neutral_s3" in suite.run_id(cart, "offline-neutral", 3)
+    assert suite.run_id(acro, "offline-neutral", 3) == suite.run_id(acro, "offline", 3)  # no prior: same run
     assert suite.backend_settings(cart, "offline-neutral") == ("offline", (("prior", "neutral"),))
     assert suite.backend_settings(acro, "offline-neutral") == ("offline", ())
     assert suite.backend_settings(cart, "offline-from-prior") == ("offline", (("prior", "start"),))
-    assert suite._run_id(acro, "offline-from-prior", 3) == suite._run_id(acro, "offline", 3)
+    assert suite.run_id(acro, "offline-from-prior", 3) == suite.run_id(acro, "offline", 3)
 
 
 @pytest.mark.slow
@@ -107,14 +108,3 @@ def test_the_suite_runs_offline_neutral_on_a_tiny_budget(suite: ModuleType, suit
     assert rec["curve"][-1] == [float(events[-1]["env_steps_total"]), float(rec["episodes"]), rec["heldout"]]
     again = suite.run_one(goal, "offline-neutral", 0, tmp_path)  # finished: reused, not run again
     assert again["reused"] and again["heldout"] == rec["heldout"] and again["curve"] == rec["curve"]
-
-
-def test_the_standard_q_learner_runs_on_every_table_and_the_random_search_only_on_small_ones(
-        suite: ModuleType, suite_goals: ModuleType) -> None:
-    """``q-learning`` writes no answers, so no table is too big for it; ``random`` writes whole tables as answers."""
-    swimmer = suite_goals.BY_KEY["swimmer"]
-    assert suite.too_big(swimmer, "q-learning", 65_536, 5000) is None
-    assert suite.too_big(swimmer, "offline", 65_536, 5000) is None
-    assert suite.too_big(swimmer, "random", 65_536, 5000) == \
-        "65,536 states (text answers too big; --baseline-max-states 5000)"
-    assert suite.too_big(swimmer, "random", 4_000, 5000) is None

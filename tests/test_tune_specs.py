@@ -53,7 +53,7 @@ def test_a_change_that_can_no_longer_beat_today_stops_and_the_choice_is_the_whol
         tune: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """CartPole-v1 on four tuning seeds, runs faked by their settings: today's meets the goal on all four, so a
     change stops at its first miss; the chosen point and every full point's figures equal the whole grid's."""
-    from suite import _run_id
+    from goal_runs import run_id as _run_id
 
     def within(settings: dict[str, int]) -> float:
         return {4: 100.0, 16: 500.0}.get(settings["candidates"], 480.0)
@@ -84,7 +84,7 @@ def test_where_both_values_of_a_setting_beat_today_the_combined_point_takes_the_
         tune: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """CartPole-v1 (candidates 8 today), runs faked by their settings: halving and doubling the candidates both beat
     today's, halving by more; with a third change that beats it, the combined point halves them."""
-    from suite import _run_id
+    from goal_runs import run_id as _run_id
 
     def within(settings: dict[str, int]) -> float:
         if settings["candidates"] != 8:
@@ -222,7 +222,7 @@ def test_the_plan_counts_the_kept_runs_and_projects_the_rest_at_the_tasks_own_co
     """--plan runs nothing: today's point of CartPole-v1 kept on four tuning seeds (two missed the goal, 10 CPU s each)
     leaves every change to run; the least the early stop needs is three seeds a change (one more than today's
     misses), the whole grid four. A task with no recorded run is 'unknown', not guessed."""
-    from suite import _run_id
+    from goal_runs import run_id as _run_id
 
     goal, seeds = tune.BY_KEY["cartpole"], [100, 101, 102, 103]
     out = tmp_path / "tune"
@@ -290,7 +290,7 @@ def test_a_run_killed_before_its_first_checkpoint_starts_over_in_its_own_folder(
     the next try resumes that folder, which starts the run over there, to the uninterrupted run's result."""
     import shutil
 
-    suite = importlib.import_module("suite")
+    suite = importlib.import_module("goal_runs")
     monkeypatch.setenv("LLM_POLICY_GEN_WORKERS", "1")
     goal = tune.Goal("tiny", "CartPole-v1", 4, 475, "", "")
     whole = suite.run_one(goal, "offline", 100, tmp_path / "whole")
@@ -307,7 +307,7 @@ def test_a_run_made_beside_a_left_folder_is_its_ids_and_read_back(
     """A folder the run cannot resume (no configuration in it) makes ``train`` put the run in ``RUN_ID-2``, as the
     suite did before it resumed such folders: that run is the id's, read back by the search and by the suite after,
     never made a third time."""
-    suite = importlib.import_module("suite")
+    suite = importlib.import_module("goal_runs")
     monkeypatch.setenv("LLM_POLICY_GEN_WORKERS", "1")
     goal = tune.Goal("tiny", "CartPole-v1", 4, 475, "", "")
     left = tmp_path / "runs" / "CartPole-v1" / "tiny_b4_offline_s100"
@@ -324,7 +324,7 @@ def test_a_run_made_beside_a_left_folder_is_its_ids_and_read_back(
 
 
 def test_a_run_ids_folders_are_its_own_in_the_order_train_made_them(tune: ModuleType, tmp_path: Path) -> None:
-    suite = importlib.import_module("suite")
+    suite = importlib.import_module("goal_runs")
     for name in ("t_b4_offline_s1", "t_b4_offline_s1-10", "t_b4_offline_s1-2", "t_b4_offline_s10",
                  "t_b4_offline_s10-2", "t_b4_offline_s1_learner", "t_b4_offline_s1_learner-2"):
         (tmp_path / "Env-v1" / name).mkdir(parents=True)
