@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from llm_policy_gen.suites.cells import key_of
 from llm_policy_gen.suites.definition import load_suite
 from llm_policy_gen.suites.references import read_references
-from llm_policy_gen.suites.store import cell_key, latest, read_records
+from llm_policy_gen.suites.store import latest, read_records
 
 STORE = Path(__file__).resolve().parents[1] / "llm_policy_gen" / "suites" / "data" / "goals"
 
@@ -18,7 +19,7 @@ def test_every_offline_cell_of_the_goal_table_has_a_committed_record_under_its_k
     offline = suite.method("offline")
     for task in suite.tasks:
         for seed in task.seeds:
-            key = cell_key(task.env_id, offline.entry, seed, {"max_episodes": task.budget}, task.settings)
+            key = key_of(task, offline, seed, {"max_episodes": task.budget})
             record = cells[key]
             assert (record.task, record.method, record.seed) == (task.key, "offline", seed)
             assert record.heldout is not None and record.source.startswith("imported: ")
@@ -28,9 +29,8 @@ def test_a_record_run_at_other_settings_keeps_them_and_is_another_cell() -> None
     suite = load_suite("goals")
     hopper = suite.task("hopper")
     old = [r for r in read_records(STORE) if r.task == "hopper" and r.method == "q-learning"]
-    assert len(old) == 10 and all(r.settings == {} for r in old)  # run before Hopper-v5 was re-tuned
-    today = {cell_key(hopper.env_id, suite.method("q-learning").entry, s, {"max_episodes": hopper.budget},
-                      hopper.settings) for s in hopper.seeds}
+    assert len(old) == 10 and all(r.settings == {"iterations": 100_000} for r in old)  # before Hopper's re-tuning
+    today = {key_of(hopper, suite.method("q-learning"), s, {"max_episodes": hopper.budget}) for s in hopper.seeds}
     assert not today & {r.cell for r in old}
 
 
@@ -41,8 +41,7 @@ def test_the_peers_at_offline_steps_are_keyed_by_the_steps_they_were_given() -> 
     assert len(ppo) == 10
     for r in ppo:
         assert set(r.budget) == {"max_steps"} and r.result["peer_source"].startswith("rl-zoo3 ")
-        assert r.cell == cell_key(r.env_id, suite.method("ppo-at-offline").entry, r.seed, r.budget,
-                                  suite.task("cartpole").settings)
+        assert r.cell == key_of(suite.task("cartpole"), suite.method("ppo-at-offline"), r.seed, r.budget)
 
 
 def test_the_references_give_the_random_policy_and_the_prior_per_seed() -> None:

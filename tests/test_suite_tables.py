@@ -9,9 +9,10 @@ import csv
 from pathlib import Path
 from typing import Any
 
+from llm_policy_gen.suites.cells import key_of, settings_of
 from llm_policy_gen.suites.definition import parse_suite
 from llm_policy_gen.suites.references import References
-from llm_policy_gen.suites.store import SuiteRecord, cell_key
+from llm_policy_gen.suites.store import SuiteRecord
 from llm_policy_gen.suites.tables import render_tables, write_tables
 
 SUITE = parse_suite({
@@ -29,8 +30,8 @@ def _record(task: str, method: str, seed: int, value: float, budget: dict[str, A
             within: float | None = None) -> SuiteRecord:
     t, m = SUITE.task(task), SUITE.method(method)
     return SuiteRecord(suite="tiny", task=task, env_id=t.env_id, method=method, entry=m.entry, seed=seed,
-                       cell=cell_key(t.env_id, m.entry, seed, budget, t.settings), budget=budget,
-                       settings=dict(t.settings), code="0.1.0+abc1234",
+                       cell=key_of(t, m, seed, budget), budget=budget,
+                       settings=settings_of(t, m, budget), code="0.1.0+abc1234",
                        result={"heldout_mean": value, "heldout_within": within, "episodes": 100, "env_steps": steps})
 
 

@@ -23,6 +23,7 @@ import argparse
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from llm_policy_gen.schema.aliases import settings_in  # noqa: E402
-from llm_policy_gen.suites.definition import Suite, Task, load_suite  # noqa: E402
+from llm_policy_gen.suites.cells import settings_of  # noqa: E402
+from llm_policy_gen.suites.definition import (  # noqa: E402
+    MethodSpec,  # noqa: E402
+    Suite,
+    Task,
+    load_suite,
+)
 from llm_policy_gen.suites.references import REFERENCES, write_references  # noqa: E402
 from llm_policy_gen.suites.store import RECORDS, SuiteRecord, cell_key  # noqa: E402
 
@@ -71,6 +78,10 @@ def _settings(task: Task, own: dict[str, Any] | None) -> tuple[dict[str, Any], b
 def _record(suite: Suite, task: Task, label: str, entry: str, seed: int, budget: dict[str, Any],
             settings: dict[str, Any], result: dict[str, Any], curve: list[Any], made: str, what: str,
             command: str) -> SuiteRecord:
+    spec = next((m for m in suite.methods if m.label == label), None)
+    if spec is None:  # a method the suite no longer lists: a peer (30 iterations, as the suite's) or a table method
+        spec = MethodSpec(label, entry, iterations=30 if "@peer" in entry else 0)
+    settings = settings_of(replace(task, settings=settings), spec, budget)  # as `bench` keys its cells
     return SuiteRecord(suite=suite.name, task=task.key, env_id=task.env_id, method=label, entry=entry, seed=seed,
                        cell=cell_key(task.env_id, entry, seed, budget, settings), budget=budget, settings=settings,
                        result=result, curve=[list(p) for p in curve], code="unknown", made=made,

@@ -35,7 +35,8 @@ from .definition import MethodSpec, Suite, Task
 from .store import SuiteRecord, cell_key
 
 __all__ = ["STATES", "Cell", "Selection", "select", "expand", "DEFAULT_ITERATIONS", "BUDGET_KEYS",
-           "takes_task_settings", "settings_of", "calls_a_model", "static_skips", "with_state", "counts", "own_steps"]
+           "takes_task_settings", "settings_of", "key_of", "calls_a_model", "static_skips", "with_state", "counts",
+           "own_steps"]
 
 STATES = ("recorded", "finished", "resumable", "run", "waiting", "skipped")
 DEFAULT_ITERATIONS = 100_000
@@ -160,6 +161,11 @@ def settings_of(task: Task, spec: MethodSpec, budget: Mapping[str, Any]) -> dict
     return {**out, **_method(spec).options}
 
 
+def key_of(task: Task, spec: MethodSpec, seed: int, budget: Mapping[str, Any]) -> str:
+    """The cell key of ``spec`` on ``task`` and ``seed`` at ``budget``: what every reader of the store compares."""
+    return cell_key(task.env_id, spec.entry, seed, budget, settings_of(task, spec, budget))
+
+
 def _budget(suite: Suite, task: Task, spec: MethodSpec, seed: int, records: Mapping[str, SuiteRecord],
             depth: int = 0) -> tuple[dict[str, Any] | None, str]:
     """The cell's budget, or None and why it waits."""
@@ -174,7 +180,7 @@ def _budget(suite: Suite, task: Task, spec: MethodSpec, seed: int, records: Mapp
     src_budget, why = _budget(suite, task, src, seed, records, depth + 1)
     if src_budget is None:
         return None, why
-    key = cell_key(task.env_id, src.entry, seed, src_budget, settings_of(task, src, src_budget))
+    key = key_of(task, src, seed, src_budget)
     rec = records.get(key)
     setting, result_key = BUDGET_KEYS[kind]
     value = None if rec is None else rec.result.get(result_key)

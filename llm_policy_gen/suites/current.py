@@ -14,8 +14,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .cells import key_of
 from .definition import MethodSpec, Suite, Task
-from .store import SuiteRecord, cell_key, latest
+from .store import SuiteRecord, latest
 
 __all__ = ["expected_budget", "current_records"]
 
@@ -63,13 +64,14 @@ def current_records(suite: Suite, records: Sequence[SuiteRecord]) -> list[SuiteR
             if r.method != method.label or task is None:
                 continue
             budget = expected_budget(method, task, r.seed, found)
-            if budget is not None and r.cell == cell_key(task.env_id, method.entry, r.seed, budget, task.settings):
+            if budget is not None and r.cell == key_of(task, method, r.seed, budget):
                 found[(r.task, r.method, r.seed)] = r
     for r in newest:
         task = tasks.get(r.task)
         if task is None or r.method in methods:
             continue
-        same = r.cell == cell_key(task.env_id, r.entry, r.seed, r.budget, task.settings)
+        spec = MethodSpec(r.method, r.entry, iterations=int(r.settings.get("iterations") or 0))
+        same = r.cell == key_of(task, spec, r.seed, r.budget)
         if same and _other_budget_ok(r, task, found):
             found[(r.task, r.method, r.seed)] = r
     keep = {id(r) for r in found.values()}
