@@ -166,3 +166,14 @@ def test_the_zoo_ppo_entry_of_each_continuous_task_builds_on_its_box_and_its_pol
     norm = learner.model.get_vec_normalize_env()
     expected, _ = learner.model.predict(obs if norm is None else norm.normalize_obs(obs), deterministic=True)
     np.testing.assert_array_equal(acts, expected)
+
+
+@needs_peers
+def test_a_zoo_entry_that_wraps_the_environment_is_refused_naming_the_wrapper() -> None:
+    from llm_policy_gen.errors import UserError
+    from llm_policy_gen.peers.zoo import hyperparameters
+
+    with pytest.raises(UserError) as caught:  # the zoo's SAC for CarRacing-v3 names FrameSkip, an autoencoder, ...
+        hyperparameters("sac", "CarRacing-v3")
+    line = str(caught.value)
+    assert "\n" not in line and "env_wrapper: " in line and "FrameSkip" in line and "not supported" in line
