@@ -1,9 +1,12 @@
 """Running policies in gymnasium: episodes with their (state, action, reward) steps, and batched evaluation.
 
 Anything that acts can be run: a :class:`~llm_policy_gen.policy.Policy` maps a batch of raw observations to action
-indices (a table policy looks its states up directly). Episodes run in batches: a pool of environments steps
-together, observations of all live environments are encoded in one vectorised call and each policy acts on its
-share of the batch at once, and environments that finish drop out (no wasted autoreset steps). **Several policies on
+indices (a table policy looks its states up directly); one that acts natively
+(:class:`~llm_policy_gen.policy.ActsNatively`, a peer's network on a continuous task) gives the environment's own
+actions, which go to ``env.step`` as they are (such a policy is evaluated, never recorded). Episodes run in batches:
+a pool of environments steps together, observations of all live environments are encoded in one vectorised call and
+each policy acts on its share of the batch at once, and environments that finish drop out (no wasted autoreset
+steps). **Several policies on
 shared seeds** (the K candidates of an iteration) run as one batch of (policy, seed) jobs. Every episode is reset
 with an explicit seed, so the same policy, seed and exploration stream give the same episode.
 
@@ -40,7 +43,7 @@ from .envs.generic import DEFAULT_MAX_STEPS
 from .envs.make import make_env
 from .envs.spec import EnvSpec
 from .errors import EnvOutputError
-from .policy import LearnsOnline, Policy, TablePolicy
+from .policy import LearnsOnline, Policy, TablePolicy, acts_natively
 
 __all__ = ["Episode", "Rollouts", "Collector", "default_workers", "fresh_env_per_episode", "MIN_PARALLEL_SEEDS",
            "PolicyLike"]
@@ -221,18 +224,28 @@ class Collector:
             states = self.observation.encode(obs_batch)
             acts = np.empty(active.size, dtype=np.int64)
             own = owner[active]
+            native: list[tuple[np.ndarray, np.ndarray]] = []
             for p in np.unique(own):
                 sel = own == p
                 policy = policies[int(p)]
                 if isinstance(policy, TablePolicy):
                     acts[sel] = policy.table[states[sel]]
+                elif acts_natively(policy):  # the environment's own actions, handed on as they are (below)
+                    acts[sel] = 0
+                    native.append((np.flatnonzero(sel), np.asarray(policy.act(obs_batch[sel]))))
                 else:
                     acts[sel] = policy.act(obs_batch[sel])
             if epsilon > 0.0 and rng is not None:
                 explore = rng.random(active.size) < epsilon
                 if explore.any():
                     acts[explore] = rng.integers(0, self.actions.n_actions, int(explore.sum()))
-            env_acts = self.actions.to_env(acts)
+            env_acts: np.ndarray | list[Any] = self.actions.to_env(acts)
+            if native:
+                mixed: list[Any] = list(env_acts)
+                for pos, given in native:
+                    for j, a in zip(pos, given, strict=True):
+                        mixed[int(j)] = a
+                env_acts = mixed
             still = []
             steps: list[tuple[Any, float, bool]] = []
             for j, i in enumerate(active):
@@ -313,6 +326,9 @@ class Collector:
     ) -> list[_Result]:
         """Results in job order; greedy calls of picklable policies use the worker processes when there are any."""
         jobs = [(int(p), int(s)) for p, s in jobs]
+        if record and any(acts_natively(p) for p in policies):
+            raise TypeError("a policy acting in the environment's own actions is evaluated, never recorded: its "
+                            "actions are no action indices")
         greedy = epsilon <= 0.0 or rng is None
         picklable = all(isinstance(p, TablePolicy) for p in policies)
         if self.workers > 1 and greedy and picklable and len(jobs) >= MIN_PARALLEL_SEEDS:

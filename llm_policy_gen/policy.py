@@ -31,7 +31,8 @@ from .storage.runlog import read_json, to_jsonable, write_bytes_atomic
 if TYPE_CHECKING:
     from .envs.spec import EnvSpec
 
-__all__ = ["Policy", "LearnsOnline", "TablePolicy", "FORMAT_VERSION", "spec_fingerprint"]
+__all__ = ["Policy", "ActsNatively", "acts_natively", "LearnsOnline", "TablePolicy", "FORMAT_VERSION",
+           "spec_fingerprint"]
 
 FORMAT_VERSION = 2
 
@@ -42,6 +43,23 @@ class Policy(Protocol):
 
     def act(self, obs: np.ndarray) -> np.ndarray:
         ...
+
+
+@runtime_checkable
+class ActsNatively(Protocol):
+    """A policy that may act in the environment's own action space (a peer's network on a continuous task): when
+    ``native_actions`` is true, ``act`` gives one environment action per observation (a ``Box``'s vectors), passed to
+    ``env.step`` as they are, not action indices."""
+
+    native_actions: bool
+
+    def act(self, obs: np.ndarray) -> np.ndarray:
+        ...
+
+
+def acts_natively(policy: object) -> bool:
+    """``policy`` gives the environment's own actions (:class:`ActsNatively` with ``native_actions`` true)."""
+    return isinstance(policy, ActsNatively) and bool(policy.native_actions)
 
 
 @runtime_checkable

@@ -56,7 +56,7 @@ FLAGS = {
     "--q-epsilon-end": "q_epsilon_end", "--q-epsilon-episodes": "q_epsilon_episodes", "--q-init": "q_init",
     # issue 62: the selection rule, the q-learner's episodes, the peer's evaluation callback
     "--select": "select", "--q-learns-from": "q_learns_from", "--peer-select": "peer_select",
-    "--peer-eval-episodes": "peer_eval_episodes",
+    "--peer-eval-episodes": "peer_eval_episodes", "--peer-actions": "peer_actions",
 }
 #: Settings given only in a file (the run's own record of what the user gave).
 FILE_ONLY = {"explicit"}
@@ -90,7 +90,7 @@ def values(tmp_path: Path) -> dict[str, Any]:
         "lm_gamma": 0.9, "lm_ent_coef": 0.01, "lm_net_arch": [32], "lm_cache": str(tmp_path / "lm"),
         "lm_head": "scores", "lm_score_norm": "token", "lm_lora": 2, "peer_algo": "trpo",
         "q_alpha": 0.4, "q_gamma": 0.9, "q_epsilon_start": 0.3, "q_epsilon_end": 0.01, "q_epsilon_episodes": 50,
-        "q_init": 1.0, "q_learns_from": "own", "select": "keeper", "peer_select": "eval", "peer_eval_episodes": 3,
+        "q_init": 1.0, "q_learns_from": "own", "select": "keeper", "peer_select": "eval", "peer_eval_episodes": 3, "peer_actions": "spec",
     }
 
 

@@ -94,7 +94,7 @@ def _train(tmp_path: Path, *args: str) -> list[str]:
 
 @needs_peers
 @pytest.mark.parametrize(("args", "says"), [
-    (["--peer-algo", "sac"], "SAC needs continuous actions"),
+    (["--peer-algo", "sac"], "sac needs continuous actions"),
     (["--env", "FrozenLake-v1.deterministic"], "give --max-steps N"),
 ])
 def test_a_peer_run_that_cannot_be_built_is_refused_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],

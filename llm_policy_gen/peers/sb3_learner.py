@@ -1,10 +1,14 @@
-"""The peer's learner: SB3 PPO or DQN, or sb3-contrib TRPO, with the zoo's settings, over the run's environments.
+"""The peer's learner: SB3 PPO, DQN, SAC or TD3, or sb3-contrib TRPO, with the zoo's settings, over the run's
+environments.
 
 The learner steps ``n_envs`` of the run's learner environments (:attr:`~llm_policy_gen.modes.base.RunServices.
 learner_env` and its siblings: every reset takes the run's next training seed, every finished episode is counted by
-the run) through :class:`RawObservations`, so it sees the environment's own observations, and acts with the spec's
-action indices. ``VecNormalize`` wraps them where the zoo says so. Schedules (``lin_X``) run over the run's budget in
-steps (:class:`Horizon`), whatever the chunks it learns in.
+the run) through :class:`RawObservations`, so it sees the environment's own observations, and acts in the action
+space its environments give it: the environment's own ``Box`` once the mode made them native
+(:meth:`~llm_policy_gen.run.learner_env.LearnerEnv.use_native_actions`; SB3 clips or rescales its actions to it as
+under the zoo), else the spec's action indices. ``VecNormalize`` wraps them where the zoo says so, and TD3 gets the
+zoo's action noise. Schedules (``lin_X``) run over the run's budget in steps (:class:`Horizon`), whatever the chunks
+it learns in.
 
 One :meth:`PeerLearner.update` is one ``learn`` call of ``chunk`` steps (``reset_num_timesteps=False``: the
 environments go on where the last chunk left them).
@@ -13,7 +17,8 @@ environments go on where the last chunk left them).
 counters and last observations, the ``VecNormalize`` statistics and running returns, and the siblings' episodes in
 progress, as arrays and JSON values (:mod:`llm_policy_gen.lm.state`), never a pickle. Saved after an update, it gives
 a learner whose next update is the uninterrupted one's for the on-policy algorithms (their rollout buffer is refilled
-at every update). DQN's replay buffer is not saved: a DQN run does not resume (:data:`RESUMES`).
+at every update; gSDE draws its noise afresh at every rollout). The off-policy algorithms' replay buffer (DQN, SAC,
+TD3) is not saved: such a run does not resume (:data:`RESUMES`).
 """
 
 from __future__ import annotations
@@ -47,10 +52,10 @@ _HORIZON_CLASSES: dict[str, Any] = {}
 
 
 def algo_class(algo: str) -> Any:
-    """The library class for ``algo`` (ppo, dqn, sac; trpo from sb3-contrib), with :class:`Horizon` mixed in."""
+    """The library class for ``algo`` (ppo, dqn, sac, td3; trpo from sb3-contrib), with :class:`Horizon` mixed in."""
     import stable_baselines3 as sb3
 
-    base = {"ppo": sb3.PPO, "dqn": sb3.DQN, "sac": sb3.SAC}.get(algo)
+    base = {"ppo": sb3.PPO, "dqn": sb3.DQN, "sac": sb3.SAC, "td3": sb3.TD3}.get(algo)
     if base is None:
         import sb3_contrib
 
@@ -81,6 +86,15 @@ def _maker(env: Any) -> Any:
     return lambda: RawObservations(env)
 
 
+def _action_noise(kind: str, std: float, n: int) -> Any:
+    """The zoo's action noise (``noise_type``, ``noise_std``) over ``n`` action dimensions, as its exp_manager
+    builds it."""
+    from stable_baselines3.common.noise import NormalActionNoise, OrnsteinUhlenbeckActionNoise
+
+    cls = NormalActionNoise if "normal" in kind else OrnsteinUhlenbeckActionNoise
+    return cls(mean=np.zeros(n), sigma=float(std) * np.ones(n))
+
+
 _NORM_ARRAYS = ("obs_rms.mean", "obs_rms.var", "ret_rms.mean", "ret_rms.var", "returns", "old_reward")
 
 
@@ -97,7 +111,10 @@ class PeerLearner:
         venv: Any = DummyVecEnv([_maker(e) for e in envs])
         if hyper.normalize is not None:
             venv = VecNormalize(venv, **hyper.normalize)
-        self.model: Any = algo_class(algo)(hyper.policy, venv, seed=seed, verbose=0, device="cpu", **hyper.kwargs)
+        kwargs = dict(hyper.kwargs)
+        if hyper.noise is not None:
+            kwargs["action_noise"] = _action_noise(*hyper.noise, int(np.prod(venv.action_space.shape)))
+        self.model: Any = algo_class(algo)(hyper.policy, venv, seed=seed, verbose=0, device="cpu", **kwargs)
         self.model.horizon = int(horizon)
         self.updates = 0
 
@@ -116,17 +133,19 @@ class PeerLearner:
         return np.zeros(0, dtype=np.int64)
 
     def policy_arrays(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-        """The network's facts and arrays, as :class:`~.policy.NetworkPolicy` rebuilds it."""
-        from .network_policy import POLICY_CLASSES, space_facts
+        """The network's facts and arrays, as :class:`~.network_policy.NetworkPolicy` rebuilds it."""
+        from .network_policy import POLICY_CLASSES, action_facts, space_facts
 
         m = self.model
         name = type(m.policy).__name__
         if name not in POLICY_CLASSES:
             raise ValueError(f"no policy file for SB3 policy class {name}")
         facts, arrays = space_facts(m.observation_space)
+        acts, bounds = action_facts(m.action_space)
         text = self.hyper.raw.get("policy_kwargs")
-        facts.update(algo=self.algo, policy_class=name, n_actions=int(m.action_space.n),
+        facts.update(algo=self.algo, policy_class=name, **acts, use_sde=bool(m.use_sde),
                      policy_kwargs=text if isinstance(text, str) else None, normalize=None)
+        arrays.update(bounds)
         arrays.update({f"policy.{k}": v.detach().cpu().numpy().copy() for k, v in m.policy.state_dict().items()})
         norm = m.get_vec_normalize_env()
         if norm is not None:

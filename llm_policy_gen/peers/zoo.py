@@ -10,8 +10,10 @@ as the zoo's ``ExperimentManager`` does:
   short list of torch names (activations, optimisers) and refuses anything else; the text is never evaluated;
 - ``normalize`` becomes a ``VecNormalize`` (with the algorithm's gamma, as the zoo does), ``n_envs`` the number of
   training environments, ``frame_stack`` a ``VecFrameStack``; ``n_timesteps`` is the zoo's own budget;
+- ``noise_type`` and ``noise_std`` (TD3) become the zoo's ``NormalActionNoise`` or ``OrnsteinUhlenbeckActionNoise``,
+  built by the learner over the action space's dimensions (:attr:`Hyper.noise`);
 - a key the zoo turns into code this module does not rebuild (``env_wrapper``, ``callback``, ``replay_buffer_class``,
-  ...) is refused with :class:`ZooError`, never dropped.
+  ...) is refused with :class:`ZooError` naming the key and its value, never dropped.
 
 MuJoCo entries in the zoo are ``-v4`` (some ``-v2``): a MuJoCo ``-v5`` task takes the newest earlier version's entry
 and says so. An environment with no entry for the algorithm gets Stable-Baselines3's defaults, labelled untuned,
@@ -34,10 +36,13 @@ from ..errors import UserError
 __all__ = ["ALGO_FILES", "UNSUPPORTED", "SCHEDULED", "ZooError", "Hyper", "parse_kwargs", "zoo_version",
            "package_dir", "read_file", "find_entry", "hyperparameters", "benchmark_reference", "find_benchmark_row"]
 
-ALGO_FILES = {"ppo": "ppo.yml", "dqn": "dqn.yml", "sac": "sac.yml", "trpo": "trpo.yml"}
+ALGO_FILES = {"ppo": "ppo.yml", "dqn": "dqn.yml", "sac": "sac.yml", "td3": "td3.yml", "trpo": "trpo.yml"}
 UNSUPPORTED = ("env_wrapper", "vec_env_wrapper", "callback", "replay_buffer_class", "replay_buffer_kwargs",
-               "monitor_kwargs", "env_kwargs", "noise_type", "noise_std")
-"""Zoo keys that name code to build; refused rather than ignored (no entry this bench runs has one)."""
+               "monitor_kwargs", "env_kwargs", "noise_std_final")
+"""Zoo keys that name code to build; refused rather than ignored (no entry of the goal table's tasks has one: the
+zoo wraps none of their environments)."""
+NOISE_TYPES = ("normal", "ornstein-uhlenbeck")
+"""The zoo's ``noise_type`` values (TD3's action noise), matched as its exp_manager matches them."""
 SCHEDULED = ("learning_rate", "clip_range", "clip_range_vf")
 
 
@@ -123,6 +128,8 @@ class Hyper:
     """The zoo's own training budget in environment steps (None: untuned)."""
     raw: dict[str, Any] = field(default_factory=dict)
     """The entry as read from the YAML (after merges), for the record."""
+    noise: tuple[str, float] | None = None
+    """The zoo's action noise (``noise_type``, ``noise_std``), or None: none."""
 
 
 def zoo_version() -> str:
@@ -195,13 +202,22 @@ def hyperparameters(algo: str, env_id: str) -> Hyper:
     raw = dict(entry)
     bad = [k for k in entry if k in UNSUPPORTED]
     if bad:
-        raise ZooError(f"{ALGO_FILES[algo]} {key}: {', '.join(bad)} not supported (the zoo builds them as code)")
+        shown = "; ".join(f"{k}: {str(entry[k])[:80]}" for k in bad)
+        raise ZooError(f"{ALGO_FILES[algo]} {key}: {shown} not supported (the zoo builds it as code, which --mode "
+                       "peer does not)")
     hyper = Hyper(source=f"rl-zoo3 {zoo_version()} {ALGO_FILES[algo]} {key}"
                          + ("" if key == env_id else f" (used for {env_id})"), tuned=True, raw=raw)
     hyper.n_timesteps = int(float(entry.pop("n_timesteps", 0))) or None
     hyper.policy = str(entry.pop("policy", "MlpPolicy"))
     hyper.n_envs = int(entry.pop("n_envs", 1))
     hyper.frame_stack = entry.pop("frame_stack", None)
+    noise = entry.pop("noise_type", None)
+    std = entry.pop("noise_std", None)
+    if noise is not None:
+        if not any(n in str(noise) for n in NOISE_TYPES) or not isinstance(std, (int, float)):
+            raise ZooError(f"{ALGO_FILES[algo]} {key}: noise_type {noise!r} with noise_std {std!r}; accepted: "
+                           f"{', '.join(NOISE_TYPES)} with a number")
+        hyper.noise = (str(noise).strip(), float(std))
     normalize = entry.pop("normalize", False)
     if isinstance(normalize, str):
         normalize = parse_kwargs(normalize)
