@@ -14,9 +14,9 @@ confirmation; held-out episodes are never counted):
 * the prior: one point at zero steps and episodes.
 
 Figures draw, per method, rliable's interquartile mean over seeds and its 95 % stratified bootstrap band
-(:func:`llm_policy_gen.sweep.stats.iqm_curve`, ``CURVE_RESAMPLES`` resamples) on a log-spaced grid, starting where every
-seed of the method has a point (a curve holds its last value after a run's last point: the table or agent stands).
-The performance profile (:func:`llm_policy_gen.sweep.stats.performance_profile`) is the fraction of runs whose
+(:func:`llm_policy_gen.plotting.stats.iqm_curve`, ``CURVE_RESAMPLES`` resamples) on a log-spaced grid, starting where
+every seed of the method has a point (a curve holds its last value after a run's last point: the table or agent stands).
+The performance profile (:func:`llm_policy_gen.plotting.stats.performance_profile`) is the fraction of runs whose
 normalised final score exceeds each threshold, over the tasks a method ran on every seed of the common set.
 """
 
@@ -155,7 +155,7 @@ def read_csv(path: Path) -> list[Run]:
 
 
 def _band(runs: Sequence[Run], axis: str, grid: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    from llm_policy_gen.sweep.stats import iqm_curve, step_curves
+    from llm_policy_gen.plotting.stats import iqm_curve, step_curves
 
     curves = [(r.steps if axis == "steps" else r.episodes, r.values) for r in runs]
     return iqm_curve(step_curves(curves, grid), reps=CURVE_RESAMPLES)
@@ -219,7 +219,7 @@ def profiles(runs: Sequence[Run], scores: Mapping[tuple[str, str, int], float],
              taus: np.ndarray) -> list[Profile]:
     """Per method, rliable's performance profile of the normalised final scores (``scores[(task, method, seed)]``)
     over the tasks it has scores on, on the seeds common to all of them (at least 1)."""
-    from llm_policy_gen.sweep.stats import performance_profile
+    from llm_policy_gen.plotting.stats import performance_profile
 
     out = []
     for m in methods(runs):

@@ -15,7 +15,7 @@ import suite_report
 from suite_goals import GOALS, Goal, fmt, median, meets, seed_stats
 from suite_peers import PeerCell
 
-from llm_policy_gen.sweep.stats import iqm_interval
+from llm_policy_gen.plotting.stats import iqm_interval
 
 
 def _seeds(seeds: list[int]) -> str:

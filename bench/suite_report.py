@@ -19,7 +19,7 @@ import suite_scores
 from suite_goals import BY_KEY, GOALS, Goal, fmt, median, seed_stats
 from suite_peers import PeerCell
 
-from llm_policy_gen.sweep.stats import iqm_interval, normalized
+from llm_policy_gen.plotting.stats import iqm_interval, normalized
 
 Scores = Mapping[str, Mapping[int, float]]
 """``{task: {seed: value}}``: the uniform random policy's or the prior's held-out mean."""

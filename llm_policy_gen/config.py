@@ -23,14 +23,40 @@ from typing import Any, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
 
 from .errors import UserError
-from .registry import Option, PluginOptions, declared_options, plugin_options, plugin_sections, setting
+from .registry import Option, PluginOptions, Registry, Section, declared_options, setting
+from .registry import plugin_sections as _sections
 from .schema.aliases import settings_in
 
 __all__ = ["TrainConfig", "SEED_MAX", "config_error", "option_name", "Option", "options", "train_options",
-           "option_names", "resume_options", "operational_settings", "setting"]
+           "option_names", "resume_options", "operational_settings", "setting", "PLUGIN_REGISTRIES", "plugin_sections",
+           "plugin_options"]
 
 SEED_MAX = 2**32 - 1
 """Seeds are 32-bit (numpy's and gymnasium's seeding accept larger ones, but results would not be portable)."""
+
+#: The registries whose plug-ins may declare options, as ``"module:attribute"``, in the order ``--help`` shows them.
+#: Named here, on the configuration's floor, by string: the two imports of the package that run up a floor
+#: (``tests/data/floors.toml``: the modes and the backends read their settings as a :class:`TrainConfig`).
+PLUGIN_REGISTRIES = ("llm_policy_gen.modes:MODES", "llm_policy_gen.backends:BACKENDS",
+                     "llm_policy_gen.formats:FORMATS", "llm_policy_gen.loggers.writers:LOGGERS")
+
+
+def plugin_sections() -> list[Section]:
+    """Every registered plug-in's options, one section per declaring class (:func:`llm_policy_gen.registry.
+    plugin_sections` over :data:`PLUGIN_REGISTRIES`, imported on first use)."""
+    import importlib
+
+    registries: list[Registry[Any]] = []
+    for path in PLUGIN_REGISTRIES:
+        module, _, attr = path.partition(":")
+        registries.append(getattr(importlib.import_module(module), attr))
+    return _sections(registries)
+
+
+def plugin_options() -> dict[str, Option]:
+    """Every plug-in option by its key (see :func:`plugin_sections`)."""
+    return {k: o for s in plugin_sections() for k, o in s.options.items()}
+
 
 _field = setting  # the shared settings below are declared as every plug-in's options are
 

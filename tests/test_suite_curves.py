@@ -14,7 +14,7 @@ from types import ModuleType
 import numpy as np
 import pytest
 
-from llm_policy_gen.sweep.stats import iqm_interval, normalized
+from llm_policy_gen.plotting.stats import iqm_interval, normalized
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -140,7 +140,7 @@ def test_records_keep_their_curves_when_the_run_folders_are_gone(bench, tmp_path
 def test_iqm_curve_is_rliables_iqm_per_point_with_an_interval_around_it() -> None:
     from rliable import metrics
 
-    from llm_policy_gen.sweep.stats import iqm_curve
+    from llm_policy_gen.plotting.stats import iqm_curve
 
     x = np.random.default_rng(0).normal(size=(7, 5)).cumsum(axis=1)
     x[0, 0] = np.nan  # a run without a value there: no estimate at that point

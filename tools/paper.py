@@ -45,6 +45,7 @@ from typing import Any
 import numpy as np
 
 from llm_policy_gen.errors import UserError
+from llm_policy_gen.plotting.stats import DEFAULT_CONFIDENCE, DEFAULT_RESAMPLES, DEFAULT_SEED
 from llm_policy_gen.run.files import RunDir
 from llm_policy_gen.schema.aliases import settings_in
 from llm_policy_gen.storage.runlog import write_bytes_atomic
@@ -52,7 +53,6 @@ from llm_policy_gen.sweep.figures import plot_curves
 from llm_policy_gen.sweep.interaction import unequal_interaction
 from llm_policy_gen.sweep.methods import parse_method
 from llm_policy_gen.sweep.results import ResultRow, SweepRecord, backend_stats, load_curves, read_results
-from llm_policy_gen.sweep.stats import DEFAULT_CONFIDENCE, DEFAULT_RESAMPLES, DEFAULT_SEED
 
 __all__ = ["has_real_calls", "select_rows", "latex_escape", "generate", "build_pdf", "main"]
 

@@ -22,7 +22,7 @@ figures and the console name a method by its display name (its label, else a pat
   the interquartile mean over seeds of the final
   held-out return (the best table's mean on the held-out episodes) and of the normalised score (0: the uniform random
   policy, 1: the reward threshold), each with rliable's 95 % stratified bootstrap interval
-  (:func:`llm_policy_gen.sweep.stats.iqm_interval`: 2,000 resamples, seed 0), median episodes to solve
+  (:func:`llm_policy_gen.plotting.stats.iqm_interval`: 2,000 resamples, seed 0), median episodes to solve
   (unsolved runs count as never solving), solve rate, calls,
   tokens, cost and wall time; the budget and the runs it stopped;
 * ``curves.png`` -- the best table's held-out mean against environment episodes, median and interquartile band per

@@ -12,7 +12,7 @@ from typing import Any
 from ..errors import UserError
 from ..loggers.console import print_dropped
 from ..registry import Option
-from .argtypes import int_list, json_object, name_list
+from ..schema.argtypes import int_list, json_object, name_list
 
 __all__ = ["add_parser", "summary_line"]
 

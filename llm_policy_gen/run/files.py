@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from ..clients.transcript import read_transcript
 from ..errors import PolicyFileError, UserError
 from ..schema.aliases import file_keys
+from ..storage.locks import HOLDER_FILE, LOCK_FILE  # the lock's own files: storage/locks.py writes and reads them
 from ..storage.runlog import (
     check_fields,
     current_umask,
@@ -60,8 +61,6 @@ POLICIES = "policies"
 TRAINING_PNG = "training.png"
 TESTING_PNG = "testing.png"
 PROGRESS_CSV = "progress.csv"
-LOCK_FILE = ".lock"
-HOLDER_FILE = ".lock.holder.json"
 COMPARE_LOG = "compare.log"
 COMPARE_ERROR = "compare_error.json"
 PEER_POLICY, PEER_WEIGHTS = "peer_policy.json", "peer_policy.safetensors"  # a peer's network (--mode peer)

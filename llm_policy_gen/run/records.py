@@ -26,7 +26,7 @@ from ..clients.usage import Usage
 from ..collect import Rollouts
 from ..modes.base import Step, tables_per_iteration
 from ..prompting.context import HistoryEntry
-from ..prompting.templates import prompts_source
+from ..storage.templates import prompts_source
 from .schema import Event, Summary
 from .stop import StopReason
 

@@ -28,7 +28,8 @@ from ..errors import UserError
 
 __all__ = ["SETTING_ALIASES", "OLD_FLAGS", "EVENT_FILE_KEYS", "SUMMARY_FILE_KEYS", "TEMPLATE_FIELD_ALIASES",
            "LAYOUT_BEFORE_CANDIDATES", "LAYOUT_CURRENT", "settings_in", "template_fields", "event_out", "event_in",
-           "events_in", "events_layout", "summary_out", "summary_in", "file_key", "file_keys"]
+           "events_in", "events_layout", "summary_out", "summary_in", "file_key", "file_keys", "MOVED_BACKENDS",
+           "recorded_backend"]
 
 #: Old setting name -> the name of today (all three are about the test seeds).
 SETTING_ALIASES: dict[str, str] = {
@@ -39,6 +40,10 @@ SETTING_ALIASES: dict[str, str] = {
 #: Old command-line option -> the setting it gives (``--eval-start`` -> ``test_start``, whose option is
 #: ``--test-start``).
 OLD_FLAGS: dict[str, str] = {"--" + old.replace("_", "-"): new for old, new in SETTING_ALIASES.items()}
+
+#: A backend name that moved: old name -> (the mode it names today, the backend that had the name before). The
+#: standard Q-learner took the name ``q-learning`` (its own mode); the proposer that had it is ``kept-table-q``.
+MOVED_BACKENDS: dict[str, tuple[str, str]] = {"q-learning": ("q-learning", "kept-table-q")}
 
 #: Old prompt-template placeholder -> the placeholder of today (a template folder copied from an earlier version,
 #: ``LLM_POLICY_GEN_PROMPTS``, still fills).
@@ -87,6 +92,22 @@ def settings_in(values: Mapping[str, Any], source: str) -> dict[str, Any]:
     if isinstance(out.get("explicit"), list):
         out["explicit"] = sorted({SETTING_ALIASES.get(str(k), str(k)) for k in out["explicit"]})
     return out
+
+
+def recorded_backend(backend: str | None, mode: str | None) -> str | None:
+    """The backend a run directory's ``config.json`` names, in today's names (``mode``: the run's recorded mode).
+
+    A moved name is recorded with its own mode only by runs of today, so a moved name recorded under another mode is
+    the backend that had the name before: ``q-learning`` recorded with ``table`` (or ``advisor``) is the proposer now
+    called ``kept-table-q``. Runs written before the standard learner took the name resume, and re-run with
+    ``--config``, as what they were."""
+    if not backend:
+        return backend
+    name, sep, model = backend.partition(":")
+    moved = MOVED_BACKENDS.get(name)
+    if moved is None or mode == moved[0]:
+        return backend
+    return moved[1] + sep + model
 
 
 def template_fields(fields: Mapping[str, Any]) -> dict[str, Any]:
