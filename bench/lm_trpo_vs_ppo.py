@@ -4,7 +4,7 @@
     python bench/lm_trpo_vs_ppo.py [--tasks cartpole,hopper] [--seeds 0-2] [--steps N] [--features smollm2|onehot]
                                    [--out DIR] [--report-only]
 
-* **LM + TRPO**: ``train --mode lm-policy --learner trpo`` with SmolLM2-135M-Instruct (Q4_1 GGUF) features
+* **LM + TRPO**: ``train --mode lm-policy --lm-learner trpo`` with SmolLM2-135M-Instruct (Q4_1 GGUF) features
   (``--features onehot`` swaps in the tabular control, no model needed), ``steps / 256`` updates of 256 steps; the
   read-out table is the policy, judged by the keeper on held-out seeds (100 episodes on each adoption). On Hopper-v5
   the spec's shipped 384-state table, its actions the spec's 3 levels on each of the 3 joints (27 actions), so the

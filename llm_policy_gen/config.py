@@ -128,8 +128,8 @@ class TrainConfig(BaseModel):
         "statistics of the recent episodes per observation dimension (returns, lengths, how they ended) and the "
         "median episode (summary); or both.")
     memory_capacity: int = _field(200, "an integer >= 1", "Episodes kept in the experience memory.", ge=1)
-    gamma: float = _field(0.98, "a number in (0, 1)", "Discount of the per-state return-to-go evidence.", gt=0.0,
-                          lt=1.0, flag="--evidence-gamma")
+    evidence_gamma: float = _field(0.98, "a number in (0, 1)", "Discount of the per-state return-to-go evidence.",
+                                   gt=0.0, lt=1.0)
     max_prompt_chars: int = _field(12000, "an integer >= 1000", "Upper bound on the user prompt's size; evidence "
                                    "rows are cut to fit.", ge=1000)
     max_prompt_tokens: int | None = _field(None, "an integer >= 200", "Upper bound on the prompt's size in tokens, "

@@ -82,6 +82,7 @@ from typing import Any
 from .. import __version__
 from ..errors import SweepInterrupted, UserError, signal_of
 from ..loggers.console import plural, printable
+from ..schema.aliases import take_notes
 from ..storage.locks import FolderLock
 from ..storage.runlog import append_jsonl, slug
 from ..sweep.closing import close_sweep
@@ -350,6 +351,8 @@ def _cmd_compare(args: argparse.Namespace) -> int:
                                              ("heldout_episodes", args.heldout_episodes),
                                              *((name, getattr(args, name)) for name in _BUDGETS)) if v is not None}
     TrainConfig.build((settings, f"config file {args.config}"), (cli, "command line"))  # every setting, checked now
+    for line in take_notes():  # an old key of the config file: it works, and says so once
+        print(line, file=sys.stderr)
     settings.update(cli)
     out = Path(args.out) if args.out else Path("logs") / "compare" / slug(args.env_id)
     rows = run_compare(CompareConfig(

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import JSONBounds, UserError
-from ..schema.aliases import recorded_backend
+from ..schema.aliases import note_old_spelling, old_keys, recorded_backend
 from .safe_json import loads
 
 __all__ = ["read_toml", "load_config_file", "RUN_IDENTITY"]
@@ -98,4 +98,7 @@ def load_config_file(path: str | Path, upgrade: Callable[[dict[str, Any], Path],
             raise UserError(f"config file {p}: give settings either at the top level or in [train], not both")
     else:
         section = data
-    return {k.replace("-", "_"): v for k, v in section.items()}
+    settings = {k.replace("-", "_"): v for k, v in section.items()}
+    for old, new in old_keys(settings).items():  # a user's file with an old name: it works, and says so once
+        note_old_spelling(f"note: config file {p}: {old} is the old name of {new} (deprecated; it still works)")
+    return settings
