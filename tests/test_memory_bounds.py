@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from test_hardening import one_line
+from test_command_line import one_line
 
 from llm_policy_gen.cli import main
 from llm_policy_gen.errors import UserError
