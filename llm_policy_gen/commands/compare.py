@@ -351,8 +351,6 @@ def _cmd_compare(args: argparse.Namespace) -> int:
                                              ("heldout_episodes", args.heldout_episodes),
                                              *((name, getattr(args, name)) for name in _BUDGETS)) if v is not None}
     TrainConfig.build((settings, f"config file {args.config}"), (cli, "command line"))  # every setting, checked now
-    for line in take_notes():  # an old key of the config file: it works, and says so once
-        print(line, file=sys.stderr)
     settings.update(cli)
     out = Path(args.out) if args.out else Path("logs") / "compare" / slug(args.env_id)
     rows = run_compare(CompareConfig(
@@ -360,6 +358,8 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         workers=args.workers, progress=not args.no_progress, command=_command(args, backends), seeds_text=args.seeds,
         max_concurrent_calls=args.max_concurrent_calls, rpm=args.rpm, budget_usd=args.budget_usd))
     print(printable((out / "results.md").read_text(encoding="utf-8"), lines=True))
+    for line in take_notes():  # an old key of the config file: it worked, and says so once (a refusal: one line)
+        print(line, file=sys.stderr)
     print(f"comparison directory: {out}")
     unequal = unequal_interaction(rows, backends, settings)
     if unequal:

@@ -293,13 +293,19 @@ class RunDir:
     def state(self) -> RunState:
         """New, stale, started, interrupted, failed or finished (:class:`~.view.RunState`): the one rule of done.
         A damaged or newer ``config.json`` reads as stale, a damaged ``summary.json`` as started."""
+        return self.survey()[0]
+
+    def survey(self) -> tuple[RunState, dict[str, Any] | None, dict[str, Any] | None]:
+        """:meth:`state`, with the ``config.json`` record and the ``summary.json`` it read (None where it read
+        none): a scan that needs them too reads each file once."""
         if not self.path.exists():
-            return RunState.NEW
+            return RunState.NEW, None, None
         try:
             record = self.load_config(lenient=True)
         except UserError:  # a layout newer than this version reads: not a result of this version
-            return RunState.STALE
-        return state_from(record, self.load_summary(lenient=True) if record is not None else None)
+            return RunState.STALE, None, None
+        summary = self.load_summary(lenient=True) if record is not None else None
+        return state_from(record, summary), record, summary
 
     def missing(self) -> list[str]:
         """The names of the contract's files this directory lacks (the report says what it leaves out)."""
