@@ -38,7 +38,7 @@ Written to ``OUT``: ``results.json`` (one record per run, with its curve: the ke
 events' ``best_eval_mean``, against the run's environment steps, ``env_steps_total``: the learner's rollouts plus the
 keeper's test, confirmation and held-out episodes, and against the learner's own steps, ``lm_steps``),
 ``lm_features.md`` (per task: the interquartile mean of the final held-out mean over seeds with its 95 % stratified
-bootstrap interval, :func:`llm_policy_gen.sweep.stats.iqm_interval` (rliable), the seeds that reach the task's
+bootstrap interval, :func:`llm_policy_gen.plotting.stats.iqm_interval` (rliable), the seeds that reach the task's
 threshold, the median learner and environment steps to reach it) and ``<task>.png`` (median and interquartile band per
 features against environment steps). ``OUT`` defaults to ``~/llm-policy-gen-bench/lm-features``, outside the work
 tree. Not a test: it prints figures.

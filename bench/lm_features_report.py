@@ -26,7 +26,7 @@ def first_reaching(record: dict[str, Any], axis: str) -> float | None:
 def table_rows(records: list[dict[str, Any]], groups: list[tuple[str, str]]) -> list[str]:
     """Markdown rows, one per (group key, label): IQM [95 % CI] of the final held-out means, seeds at the threshold,
     median learner and environment steps to it, median wall seconds."""
-    from llm_policy_gen.sweep.stats import iqm_interval, median_censored
+    from llm_policy_gen.plotting.stats import iqm_interval, median_censored
 
     rows = ["| features | runs | IQM of final held-out [95% CI] | reached threshold | median learner steps to it "
             "| median env steps to it | median wall s |", "|---|---|---|---|---|---|---|"]
@@ -52,8 +52,8 @@ def reference_rows(task: Any, seeds: list[int], threshold: float | None, out: Pa
     (``--table-writing``)."""
     import suite_scores
 
+    from llm_policy_gen.plotting.stats import iqm_interval
     from llm_policy_gen.suites.summary import seeds_text as _seeds_text
-    from llm_policy_gen.sweep.stats import iqm_interval
 
     def row(label: str, values: dict[int, float], episodes: str, source: str) -> str:
         reached = "-" if threshold is None else f"{sum(v >= threshold for v in values.values())}/{len(values)}"

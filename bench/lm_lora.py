@@ -5,7 +5,7 @@
                             [--n-steps 128] [--batch-size 64] [--epochs 4] [--learning-rate 3e-4]
                             [--minutes 5] [--episodes 100] [--seed 0]
 
-The same learner as ``train --mode lm-policy --lm-head scores --lora R --lm-features onehot`` (SB3 PPO, the scores
+The same learner as ``train --mode lm-policy --lm-head scores --lm-lora R --lm-features onehot`` (SB3 PPO, the scores
 head over the LoRA-adapted model, the critic over one-hot states), updated until ``--minutes`` have passed; after
 each update the read-out table (each state's most probable action) is evaluated on ``--episodes`` held-out seeds from
 50000 (a ``--seed 0`` run's held-out seeds). One JSON line per update: steps, wall time, held-out mean. Needs only

@@ -4,7 +4,7 @@
     python bench/lm_trpo_vs_ppo.py [--tasks cartpole,hopper] [--seeds 0-2] [--steps N] [--features smollm2|onehot]
                                    [--out DIR] [--report-only]
 
-* **LM + TRPO**: ``train --mode lm-policy --learner trpo`` with SmolLM2-135M-Instruct (Q4_1 GGUF) features
+* **LM + TRPO**: ``train --mode lm-policy --lm-learner trpo`` with SmolLM2-135M-Instruct (Q4_1 GGUF) features
   (``--features onehot`` swaps in the tabular control, no model needed), ``steps / 256`` updates of 256 steps; the
   read-out table is the policy, judged by the keeper on held-out seeds (100 episodes on each adoption). On Hopper-v5
   the spec's shipped 384-state table, its actions the spec's 3 levels on each of the 3 joints (27 actions), so the
@@ -22,7 +22,7 @@ finished) and ``OUT/ppo`` (peer_train's folders, checkpointed and resumed); a fi
 
 Written to ``OUT``: ``results.json``, ``lm_trpo_vs_ppo.md`` (per task and arm: the interquartile mean of the final
 held-out mean over seeds with its 95 % stratified bootstrap interval, rliable through
-:func:`llm_policy_gen.sweep.stats.iqm_interval`; wall seconds; the texts encoded) and ``<task>_trpo_vs_ppo.png``
+:func:`llm_policy_gen.plotting.stats.iqm_interval`; wall seconds; the texts encoded) and ``<task>_trpo_vs_ppo.png``
 (held-out mean against training steps). ``OUT`` defaults to ``~/llm-policy-gen-bench/lm-trpo-vs-ppo``. Not a test.
 """
 
@@ -98,7 +98,7 @@ def plot(records: list[dict[str, Any]], out: Path, title: str) -> Path | None:
 
 
 def markdown(records: list[dict[str, Any]], command: str, note: str) -> str:
-    from llm_policy_gen.sweep.stats import iqm_interval
+    from llm_policy_gen.plotting.stats import iqm_interval
 
     lines = ["## LM backbone + TRPO against a PPO MLP on raw observations (issue 31 item 5)", "",
              f"Regenerate: `{command}`", "", note, "",

@@ -2,7 +2,7 @@
 
 * ``random_policy.json``: the uniform random policy's mean return on each run seed's 100 held-out seeds
   (:mod:`llm_policy_gen.sweep.random_baseline`; not the ``random`` backend, a random search), the zero of the normalised
-  score ``(return - R) / (goal - R)`` (:func:`llm_policy_gen.sweep.stats.normalized`).
+  score ``(return - R) / (goal - R)`` (:func:`llm_policy_gen.plotting.stats.normalized`).
 * ``priors.json``: the spec's prior scored with **zero episodes**: the table its prior rule gives (or, for a spec
   without a prior, the table every run starts from, the default action everywhere) on the same held-out seeds. It is
   what a run knows before it has used a single episode (issue 32 item 4).

@@ -17,7 +17,7 @@ by Swimmer-v5's spec), which a run's settings cannot change.
 A point is judged on the tuning seeds by the measure the goal table is judged on (``suites/summary.py``): the
 **within-budget** held-out mean (100 episodes) of each seed, the kept table's as of the last iteration that ended
 within the task's episode budget. First the count of seeds whose within-budget mean meets the goal, then the
-interquartile mean of those means (:mod:`llm_policy_gen.sweep.stats`, rliable). (The run's final held-out mean would
+interquartile mean of those means (:mod:`llm_policy_gen.plotting.stats`, rliable). (The run's final held-out mean would
 reward settings whose last iteration runs far past the budget's check: a larger confirmation, say; an earlier
 version judged on it and chose such a point for CartPole-v1.) A change **beats** today's settings only beyond the
 seeds' noise: it meets the goal on more tuning seeds, or on as many with the lower end of its IQM's 95% bootstrap
@@ -122,7 +122,7 @@ def judge(goal: Goal, rows: list[dict[str, Any]]) -> tuple[int, float | None, fl
     one point's runs."""
     import numpy as np
 
-    from llm_policy_gen.sweep.stats import iqm_interval
+    from llm_policy_gen.plotting.stats import iqm_interval
 
     vals = [r.get("heldout_within") for r in rows]
     met = len(rows) - misses(goal, rows)

@@ -90,14 +90,20 @@ def train_options() -> str:
 
 def old_names() -> list[str]:
     """The old setting names still accepted (``llm_policy_gen/schema/aliases.py``), as Markdown lines."""
-    from llm_policy_gen.schema.aliases import OLD_FLAGS, SETTING_ALIASES
+    from llm_policy_gen.config import options
+    from llm_policy_gen.schema.aliases import OLD_FLAGS, Q_LEARNER_ALIASES, SETTING_ALIASES
 
     rows = ["Old names, still accepted in a TOML file, a run's `config.json`, an env spec's `[train_defaults]` and on "
-            "the command line (not listed by `--help`); `config.json` records today's name:", "",
-            "| old name | old flag | today's setting |", "| --- | --- | --- |"]
+            "the command line (not listed by `--help`; a one-line note says it is deprecated); `config.json` records "
+            "today's name:", "", "| old name | old flag | today's setting | today's flag |",
+            "| --- | --- | --- | --- |"]
     flags = {setting: flag for flag, setting in OLD_FLAGS.items()}
-    for old, new in SETTING_ALIASES.items():
-        rows.append(f"| `{old}` | `{flags[new]}` | `{new}` |")
+    for old, new in {**SETTING_ALIASES, **Q_LEARNER_ALIASES}.items():
+        old_flag = f"`{flags[new]}`" if flags.get(new) and flags[new] != options()[new].flag else "(the same)"
+        rows.append(f"| `{old}` | {old_flag} | `{new}` | `{options()[new].flag}` |")
+    for flag, new in OLD_FLAGS.items():
+        if new not in {**SETTING_ALIASES, **Q_LEARNER_ALIASES}.values():  # a flag renamed, its key the same
+            rows.append(f"| (the same) | `{flag}` | `{new}` | `{options()[new].flag}` |")
     return rows
 
 

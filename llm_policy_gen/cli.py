@@ -17,6 +17,7 @@ from typing import Any, NoReturn
 from . import __version__
 from .errors import LLMPolicyGenError, RunInterrupted, SweepInterrupted, UserError, signal_of
 from .loggers.console import print_dropped, release_stream
+from .schema.aliases import take_notes
 from .storage.locks import stops_as_interrupts
 
 __all__ = ["main", "build_parser"]
@@ -82,6 +83,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UserError as exc:  # a plug-in whose options cannot be known (its module does not import)
         print_dropped(_error_line("", "error", exc).replace("llm-policy-gen : ", "llm-policy-gen: "), sys.stderr)
         return 2
+    take_notes()  # the notes of this command only (main may run several in one process)
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, --version, or a bad option (already reported in one line)

@@ -23,14 +23,40 @@ from typing import Any, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
 
 from .errors import UserError
-from .registry import Option, PluginOptions, declared_options, plugin_options, plugin_sections, setting
+from .registry import Option, PluginOptions, Registry, Section, declared_options, setting
+from .registry import plugin_sections as _sections
 from .schema.aliases import settings_in
 
 __all__ = ["TrainConfig", "SEED_MAX", "config_error", "option_name", "Option", "options", "train_options",
-           "option_names", "resume_options", "operational_settings", "setting"]
+           "option_names", "resume_options", "operational_settings", "setting", "PLUGIN_REGISTRIES", "plugin_sections",
+           "plugin_options"]
 
 SEED_MAX = 2**32 - 1
 """Seeds are 32-bit (numpy's and gymnasium's seeding accept larger ones, but results would not be portable)."""
+
+#: The registries whose plug-ins may declare options, as ``"module:attribute"``, in the order ``--help`` shows them.
+#: Named here, on the configuration's floor, by string: the two imports of the package that run up a floor
+#: (``tests/data/floors.toml``: the modes and the backends read their settings as a :class:`TrainConfig`).
+PLUGIN_REGISTRIES = ("llm_policy_gen.modes:MODES", "llm_policy_gen.backends:BACKENDS",
+                     "llm_policy_gen.formats:FORMATS", "llm_policy_gen.loggers.writers:LOGGERS")
+
+
+def plugin_sections() -> list[Section]:
+    """Every registered plug-in's options, one section per declaring class (:func:`llm_policy_gen.registry.
+    plugin_sections` over :data:`PLUGIN_REGISTRIES`, imported on first use)."""
+    import importlib
+
+    registries: list[Registry[Any]] = []
+    for path in PLUGIN_REGISTRIES:
+        module, _, attr = path.partition(":")
+        registries.append(getattr(importlib.import_module(module), attr))
+    return _sections(registries)
+
+
+def plugin_options() -> dict[str, Option]:
+    """Every plug-in option by its key (see :func:`plugin_sections`)."""
+    return {k: o for s in plugin_sections() for k, o in s.options.items()}
+
 
 _field = setting  # the shared settings below are declared as every plug-in's options are
 
@@ -107,8 +133,8 @@ class TrainConfig(BaseModel):
         "statistics of the recent episodes per observation dimension (returns, lengths, how they ended) and the "
         "median episode (summary); or both.")
     memory_capacity: int = _field(200, "an integer >= 1", "Episodes kept in the experience memory.", ge=1)
-    gamma: float = _field(0.98, "a number in (0, 1)", "Discount of the per-state return-to-go evidence.", gt=0.0,
-                          lt=1.0, flag="--evidence-gamma")
+    evidence_gamma: float = _field(0.98, "a number in (0, 1)", "Discount of the per-state return-to-go evidence.",
+                                   gt=0.0, lt=1.0)
     max_prompt_chars: int = _field(12000, "an integer >= 1000", "Upper bound on the user prompt's size; evidence "
                                    "rows are cut to fit.", ge=1000)
     max_prompt_tokens: int | None = _field(None, "an integer >= 200", "Upper bound on the prompt's size in tokens, "

@@ -8,8 +8,9 @@ A plug-in declares its own settings: a class attribute ``Options``, a :class:`Pl
 declared with :func:`setting` (default, accepted values, help, flag, whether ``--resume`` may change it). The
 ``train`` command line shows them in a section under the plug-in's name, a TOML file and ``config.json`` hold them
 as flat keys beside the shared settings, and the plug-in reads them typed (``cfg.options_for(RewardOptions)``).
-:func:`plugin_sections` gathers every registered plug-in's options (the registries are named by
-:data:`PLUGIN_REGISTRIES`, imported on first use).
+:func:`plugin_sections` gathers the options of every plug-in of the registries it is given (the configuration
+names them: :data:`llm_policy_gen.config.PLUGIN_REGISTRIES`, so that this module, on the bottom floor, names no
+plug-in package).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue
 from .errors import UserError
 
 __all__ = ["Entry", "Registry", "setting", "Option", "PluginOptions", "declared_options", "Section",
-           "plugin_sections", "plugin_options", "PLUGIN_REGISTRIES"]
+           "plugin_sections"]
 
 T = TypeVar("T")
 
@@ -193,11 +194,6 @@ def declared_options(model: type[BaseModel], names: Sequence[str] | None = None,
     return found
 
 
-#: The registries whose plug-ins may declare options, as ``"module:attribute"``, in the order ``--help`` shows them.
-PLUGIN_REGISTRIES = ("llm_policy_gen.modes:MODES", "llm_policy_gen.backends:BACKENDS",
-                     "llm_policy_gen.formats:FORMATS", "llm_policy_gen.loggers.writers:LOGGERS")
-
-
 @dataclass(frozen=True)
 class Section:
     """The options one :class:`PluginOptions` class declares itself, and the plug-ins whose ``Options`` hold them."""
@@ -211,7 +207,7 @@ class Section:
     options: dict[str, Option]
 
 
-_gathered: dict[int, list[Section]] = {}
+_gathered: dict[tuple[int, tuple[int, ...]], list[Section]] = {}
 
 
 def _declarer(model: type[PluginOptions], name: str) -> type[PluginOptions]:
@@ -220,17 +216,17 @@ def _declarer(model: type[PluginOptions], name: str) -> type[PluginOptions]:
                 if isinstance(c, type) and issubclass(c, PluginOptions) and name in c.model_fields)
 
 
-def plugin_sections() -> list[Section]:
-    """Every registered plug-in's options, one :class:`Section` per declaring class, in registry order. A plug-in that
-    cannot be imported is refused loudly (:class:`UserError` naming its module and the error: its options silently
-    missing made every check of them wrong); a key declared by two unrelated classes is a programming error
-    (``ValueError``)."""
-    if Registry._generation in _gathered:
-        return _gathered[Registry._generation]
+def plugin_sections(registries: Sequence[Registry[Any]]) -> list[Section]:
+    """The options of every plug-in of ``registries``, one :class:`Section` per declaring class, in the registries'
+    order (:func:`llm_policy_gen.config.plugin_sections` gives every registry whose plug-ins declare options). A
+    plug-in that cannot be imported is refused loudly (:class:`UserError` naming its module and the error: its
+    options silently missing made every check of them wrong); a key declared by two unrelated classes is a
+    programming error (``ValueError``)."""
+    key = (Registry._generation, tuple(id(r) for r in registries))
+    if key in _gathered:
+        return _gathered[key]
     users: dict[type[PluginOptions], list[tuple[str, str]]] = {}
-    for path in PLUGIN_REGISTRIES:
-        module, _, attr = path.partition(":")
-        registry: Registry[Any] = getattr(importlib.import_module(module), attr)
+    for registry in registries:
         for name in registry:
             try:
                 model = registry.options_model(name)
@@ -254,10 +250,5 @@ def plugin_sections() -> list[Section]:
             owner[k] = title
         sections.append(Section(title, declarer, tuple(plugins), declared_options(declarer, own, title)))
     _gathered.clear()
-    _gathered[Registry._generation] = sections
+    _gathered[key] = sections
     return sections
-
-
-def plugin_options() -> dict[str, Option]:
-    """Every plug-in option by its key (see :func:`plugin_sections`)."""
-    return {k: o for s in plugin_sections() for k, o in s.options.items()}

@@ -19,7 +19,7 @@ import pytest
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 # Likewise a suite started under ``nohup`` inherits SIGHUP ignored, and a run keeps an ignored SIGHUP ignored (on
-# purpose: tests/test_hardening4_runs.py); the tests that send SIGHUP test a run whose SIGHUP is at its default.
+# purpose: tests/test_run_interruptions.py); the tests that send SIGHUP test a run whose SIGHUP is at its default.
 if hasattr(signal, "SIGHUP") and signal.getsignal(signal.SIGHUP) is signal.SIG_IGN:
     signal.signal(signal.SIGHUP, signal.SIG_DFL)
 

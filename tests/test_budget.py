@@ -13,10 +13,10 @@ import pytest
 
 from llm_policy_gen.cli import main
 from llm_policy_gen.plotting.curves import curves_figure
+from llm_policy_gen.plotting.stats import step_curves
 from llm_policy_gen.report import write_report
 from llm_policy_gen.storage.runlog import read_jsonl
 from llm_policy_gen.sweep.results import read_results
-from llm_policy_gen.sweep.stats import step_curves
 
 #: A small CartPole run: one candidate on 3 test seeds, no confirmation, 5 held-out episodes.
 SMALL = ["--candidates", "1", "--train-episodes", "2", "--test-max", "3", "--confirm-episodes", "0",

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_hardening4_runs import offline_run, refused_resume  # noqa: F401  (a fixture and its helper)
+from test_run_interruptions import offline_run, refused_resume  # noqa: F401  (a fixture and its helper)
 
 from llm_policy_gen.errors import UserError
 from llm_policy_gen.run.checkpoint import load_checkpoint, save_checkpoint

@@ -227,10 +227,11 @@ def test_other_settings_under_the_same_out_are_refused(tmp_path: Path, capsys: p
     # Without the sweep's record, each run's config.json still tells.
     (out / "compare.json").unlink()
     argv = frozen_lake(tmp_path, out)
-    config_file(tmp_path, "gamma = 0.9\n")
+    config_file(tmp_path, "gamma = 0.9\n")  # the evidence's discount under its old name: one line still
     assert main(argv) == 2
-    assert "the run runs/FrozenLake-v1/offline_s0 with other settings: gamma 0.98 (this command: 0.9)" in \
-        capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "the run runs/FrozenLake-v1/offline_s0 with other settings: evidence_gamma 0.98 (this command: 0.9)" in \
+        err and err.count("\n") == 1, err
     assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == \
         {k: v for k, v in files.items() if k != "compare.json"}
 

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_hardening import child_env
+from test_command_line import child_env
 
 from llm_policy_gen.storage.locks import HOLDER_FILE
 

@@ -35,8 +35,8 @@ def refused(values: dict[str, Any], source: str = "config file c.toml") -> str:
         ({"seed": 2**32}, "seed", str(2**32), f"an integer in 0..{SEED_MAX}"),
         ({"seed": -1}, "seed", "-1", f"an integer in 0..{SEED_MAX}"),
         ({"seed": 3.0}, "seed", "3.0", f"an integer in 0..{SEED_MAX}"),
-        ({"gamma": "high"}, "gamma", '"high"', "a number in (0, 1)"),
-        ({"gamma": 1}, "gamma", "1", "a number in (0, 1)"),
+        ({"evidence_gamma": "high"}, "evidence_gamma", '"high"', "a number in (0, 1)"),
+        ({"evidence_gamma": 1}, "evidence_gamma", "1", "a number in (0, 1)"),
         ({"env_kwargs": 3}, "env_kwargs", "3", "a table of gymnasium.make keyword arguments"),
         ({"run_id": "../../x"}, "run_id", '"../../x"', "a non-empty name without path separators"),
         ({"run_id": "/abs"}, "run_id", '"/abs"', "a non-empty name without path separators"),
@@ -212,7 +212,8 @@ def test_the_command_line_exits_2_with_one_line(tmp_path: Path, capsys: pytest.C
     ("text", "message"),
     [
         ('iterations = "three"\n', 'bad iterations = "three": accepted an integer >= 1'),
-        ("[train]\ngamma = \"high\"\n", 'bad gamma = "high"'),
+        ("[train]\nevidence_gamma = \"high\"\n", 'bad evidence_gamma = "high"'),
+        ("[train]\ngamma = \"high\"\n", 'bad evidence_gamma = "high"'),  # the old name reads, as today's
         ("env_kwargs = 3\n", "bad env_kwargs = 3"),
         ("[training]\niterations = 3\n", "unknown section [training]"),
         ("eval_start = 5\neval_max = 2\n", "bad test_max 2 with test_start 5"),  # the old names still read

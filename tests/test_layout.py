@@ -13,7 +13,7 @@ from llm_policy_gen.backends import BACKENDS
 from llm_policy_gen.formats import FORMATS
 from llm_policy_gen.loggers.writers import LOGGERS
 from llm_policy_gen.modes import MODES
-from llm_policy_gen.prompting.templates import prompts_dir
+from llm_policy_gen.storage.templates import prompts_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "llm_policy_gen"

@@ -219,7 +219,7 @@ def test_a_resume_after_the_models_weights_changed_is_refused_and_changes_nothin
     model cache is the default one, under the test's own ``XDG_CACHE_HOME``)."""
     model = tiny_model(tmp_path / "model")
     extra = {"features": (), "scores": ("--lm-head", "scores"),
-             "lora": ("--lm-head", "scores", "--lora", "2", "--lm-features", "onehot")}[head]
+             "lora": ("--lm-head", "scores", "--lm-lora", "2", "--lm-features", "onehot")}[head]
     logs = tmp_path / "logs"
     assert main(lake(logs, "--lm-model", str(model), *extra, *FAST, "--iterations", "1")) == 0
     rd = logs / "FrozenLake-v1" / "r"

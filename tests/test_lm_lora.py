@@ -1,4 +1,4 @@
-"""``--lora R``: peft adapters on SmolLM2's attention, trained by SB3 PPO through the scores head (issue 31 item 1).
+"""``--lm-lora R``: peft adapters on SmolLM2's attention, trained by SB3 PPO through the scores head (issue 31 item 1).
 
 The model is loaded once per module through the safetensors cache; a run in this process reuses it. Budgets are
 tiny (8-step rollouts, one or two gradient steps): LoRA on a shared 2-core CPU costs seconds per gradient step.
@@ -41,7 +41,7 @@ def test_lora_steps_change_the_adapters_and_leave_the_loaded_model_frozen(smollm
 
     q_before = smollm2.model.layers[0].self_attn.q_proj.weight.detach().clone()
     logs = tmp_path / "logs"
-    argv = lake(logs, "--lm-model", str(gguf), "--lm-cache", str(LM_CACHE), "--lm-head", "scores", "--lora", "4",
+    argv = lake(logs, "--lm-model", str(gguf), "--lm-cache", str(LM_CACHE), "--lm-head", "scores", "--lm-lora", "4",
                 "--lm-features", "onehot", "--iterations", "1", *SMALL)
     assert main(argv) == 0
     run = logs / "FrozenLake-v1" / "r"
@@ -118,13 +118,13 @@ def test_a_lora_learners_state_is_arrays_that_restore_it(smollm2: Any, tmp_path:
 @needs_extra
 @pytest.mark.slow
 def test_a_stopped_lora_run_resumes_to_the_uninterrupted_runs_files(gguf: Path, tmp_path: Path) -> None:
-    """``train --lora`` stopped after one update and resumed to two writes what a two-update run writes: the same
+    """``train --lm-lora`` stopped after one update and resumed to two writes what a two-update run writes: the same
     events, tables, summary and learner state (the adapters and their optimiser moments, restored from arrays)."""
     from run_helpers import run_records
 
     def run(logs: Path, iterations: int) -> Path:
         assert main(lake(logs, "--lm-model", str(gguf), "--lm-cache", str(LM_CACHE), "--lm-head", "scores",
-                         "--lora", "2", "--lm-features", "onehot", "--iterations", str(iterations),
+                         "--lm-lora", "2", "--lm-features", "onehot", "--iterations", str(iterations),
                          "--lm-n-steps", "8", "--lm-batch-size", "8", "--lm-epochs", "1")) == 0
         return logs / "FrozenLake-v1" / "r"
 

@@ -135,7 +135,7 @@ def test_trpo_trains_a_head_over_random_features(tmp_path: Path) -> None:
     from llm_policy_gen.run.checkpoint import load_checkpoint
 
     logs = tmp_path / "logs"
-    assert main(lake(logs, "--lm-features", "random", "--learner", "trpo", "--iterations", "2",
+    assert main(lake(logs, "--lm-features", "random", "--lm-learner", "trpo", "--iterations", "2",
                      "--lm-n-steps", "128")) == 0
     run = logs / "FrozenLake-v1" / "r"
     config = json.loads((run / "config.json").read_text())

@@ -55,7 +55,7 @@ def test_a_stopped_ppo_run_resumes_to_the_uninterrupted_runs_files(tmp_path: Pat
 @needs_extra
 @pytest.mark.slow
 def test_a_stopped_trpo_run_over_random_features_resumes_the_same(tmp_path: Path) -> None:
-    whole, resumed = stopped_and_resumed(tmp_path, 4, 3, "--lm-features", "random", "--learner", "trpo", *FAST)
+    whole, resumed = stopped_and_resumed(tmp_path, 4, 3, "--lm-features", "random", "--lm-learner", "trpo", *FAST)
     assert run_records(resumed) == run_records(whole)
 
 

@@ -33,11 +33,11 @@ def test_scores_and_lora_options_are_checked_before_any_run_directory(tmp_path: 
     assert main(lake(logs, "--lm-features", "onehot", "--lm-head", "scores")) == 2
     assert "--lm-head scores needs --lm-model" in one_line(capsys.readouterr().err)
     model = str(tmp_path / "m.gguf")
-    assert main(lake(logs, "--lm-model", model, "--lora", "4")) == 2
+    assert main(lake(logs, "--lm-model", model, "--lm-lora", "4")) == 2
     assert "add --lm-head scores" in one_line(capsys.readouterr().err)
-    assert main(lake(logs, "--lm-model", model, "--lora", "4", "--lm-head", "scores", "--learner", "trpo")) == 2
-    assert "--learner ppo" in one_line(capsys.readouterr().err)
-    assert main(lake(logs, "--lora", "-1")) == 2
+    assert main(lake(logs, "--lm-model", model, "--lm-lora", "4", "--lm-head", "scores", "--lm-learner", "trpo")) == 2
+    assert "--lm-learner ppo" in one_line(capsys.readouterr().err)
+    assert main(lake(logs, "--lm-lora", "-1")) == 2
     assert "lora" in one_line(capsys.readouterr().err)
     assert run_files(logs) == []
 

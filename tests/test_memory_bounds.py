@@ -1,5 +1,5 @@
 """Settings whose arrays would not fit in memory are refused before any directory exists (issue 59, item 5): a table
-of a million states by 729 actions, ``--lm-n-steps 1000000000``, ``--lm-net-arch 2000000000``, ``--lora 100000``;
+of a million states by 729 actions, ``--lm-n-steps 1000000000``, ``--lm-net-arch 2000000000``, ``--lm-lora 100000``;
 and the lm-policy read-out one-hot encodes its states in batches of bounded size, to the same table."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from test_hardening import one_line
+from test_command_line import one_line
 
 from llm_policy_gen.cli import main
 from llm_policy_gen.errors import UserError
@@ -99,8 +99,8 @@ def test_lm_policy_settings_too_large_for_memory_are_refused_before_any_director
 
 
 def test_a_lora_rank_past_the_bound_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    line = _refused(tmp_path, capsys, *LM, "--lm-head", "scores", "--lora", "100000")
-    assert line == "llm-policy-gen train: error: bad --lora 100000: accepted an integer in 0..1024", line
+    line = _refused(tmp_path, capsys, *LM, "--lm-head", "scores", "--lm-lora", "100000")
+    assert line == "llm-policy-gen train: error: bad --lm-lora 100000: accepted an integer in 0..1024", line
 
 
 @pytest.mark.slow
@@ -110,9 +110,9 @@ def test_a_lora_rank_over_the_model_hidden_size_is_refused(tmp_path: Path, capsy
     pytest.importorskip("peft")
     from test_lm_policy import LM_CACHE
 
-    line = _refused(tmp_path, capsys, *LM, "--lm-head", "scores", "--lora", "1000", "--lm-model", str(gguf),
+    line = _refused(tmp_path, capsys, *LM, "--lm-head", "scores", "--lm-lora", "1000", "--lm-model", str(gguf),
                     "--lm-cache", str(LM_CACHE), staged=True)
-    assert line.endswith("error: bad --lora 1000: over the model's hidden size (576); accepted 1..576"), line
+    assert line.endswith("error: bad --lm-lora 1000: over the model's hidden size (576); accepted 1..576"), line
 
 
 # ---------------------------------------------------------------------------------------------- the read-out

@@ -27,8 +27,8 @@ FLAGS = {
     "--env": "env_id", "--backend": "backend", "--mode": "mode", "--iterations": "iterations",
     "--max-episodes": "max_episodes", "--max-steps": "max_steps", "--candidates": "candidates", "--seed": "seed",
     "--logs-dir": "logs_dir",
-    "--run-id": "run_id", "--train-episodes": "train_episodes", "--learner-alpha": "learner_alpha",
-    "--learner-gamma": "learner_gamma", "--potential-bound": "potential_bound", "--advice-prob": "advice_prob",
+    "--run-id": "run_id", "--train-episodes": "train_episodes", "--potential-bound": "potential_bound",
+    "--advice-prob": "advice_prob",
     "--advice-decay": "advice_decay", "--test-start": "test_start", "--test-max": "test_max",
     "--test-rise-every": "test_rise_every", "--test-seeds": "test_seeds", "--confirm-episodes": "confirm_episodes",
     "--confirm-batches": "confirm_batches", "--confirm-z": "confirm_z", "--heldout-episodes": "heldout_episodes",
@@ -41,15 +41,17 @@ FLAGS = {
     "--dims": "dims", "--env-kwargs": "env_kwargs", "--prior": "prior", "--no-plots": "plots",
     "--no-progress": "progress",
     "--quiet": "quiet", "--log": "log", "--evidence": "evidence", "--refine": "refine",
-    "--lm-model": "lm_model", "--lm-features": "lm_features", "--lm-pooling": "lm_pooling", "--learner": "lm_learner",
-    "--device": "lm_device", "--lm-n-steps": "lm_n_steps", "--lm-batch-size": "lm_batch_size",
+    "--lm-model": "lm_model", "--lm-features": "lm_features", "--lm-pooling": "lm_pooling",
+    "--lm-learner": "lm_learner",
+    "--lm-device": "lm_device", "--lm-n-steps": "lm_n_steps", "--lm-batch-size": "lm_batch_size",
     "--lm-epochs": "lm_epochs", "--lm-learning-rate": "lm_learning_rate", "--lm-gamma": "lm_gamma",
     "--lm-ent-coef": "lm_ent_coef", "--lm-net-arch": "lm_net_arch", "--lm-cache": "lm_cache",
-    "--lm-head": "lm_head", "--lm-score-norm": "lm_score_norm", "--lora": "lm_lora",
+    "--lm-head": "lm_head", "--lm-score-norm": "lm_score_norm", "--lm-lora": "lm_lora",
     "--peer-algo": "peer_algo",
     # the twelve settings that were given only in a file until issue 30 item 4
     "--explore-epsilon": "explore_epsilon", "--best-k": "best_k", "--worst-k": "worst_k",
-    "--memory-capacity": "memory_capacity", "--evidence-gamma": "gamma", "--max-prompt-chars": "max_prompt_chars",
+    "--memory-capacity": "memory_capacity", "--evidence-gamma": "evidence_gamma",
+    "--max-prompt-chars": "max_prompt_chars",
     "--max-answer-chars": "max_answer_chars", "--cache-dir": "cache_dir", "--binning": "binning",
     # the q-learning mode's options (its settings were fixed in the code before)
     "--q-alpha": "q_alpha", "--q-gamma": "q_gamma", "--q-epsilon-start": "q_epsilon_start",
@@ -73,10 +75,11 @@ def values(tmp_path: Path) -> dict[str, Any]:
         "env_id": "MountainCar-v0", "backend": "offline", "mode": "advisor", "iterations": 2, "max_episodes": 900,
         "max_steps": 100000,
         "candidates": 2, "seed": 7, "logs_dir": str(tmp_path / "logs"), "run_id": "every", "train_episodes": 1,
-        "explore_epsilon": 0.2, "learner_alpha": 0.3, "learner_gamma": 0.95, "potential_bound": 50.0,
+        "explore_epsilon": 0.2, "potential_bound": 50.0,
         "advice_prob": 0.25, "advice_decay": 0.8, "test_start": 2, "test_max": 4, "test_seeds": "fresh",
         "test_rise_every": 2, "confirm_episodes": 2, "confirm_batches": 2, "confirm_z": 1.5, "heldout_episodes": 3,
-        "patience": 5, "best_k": 3, "worst_k": 2, "memory_capacity": 50, "gamma": 0.9, "max_prompt_chars": 8000,
+        "patience": 5, "best_k": 3, "worst_k": 2, "memory_capacity": 50, "evidence_gamma": 0.9,
+        "max_prompt_chars": 8000,
         "max_prompt_tokens": 4000, "output_format": "table", "repair_attempts": 1,
         "base_url": "http://127.0.0.1:9/v1", "timeout_s": 30.5, "max_retries": 1, "temperature": 0.5,
         "max_output_tokens": 2000, "max_answer_chars": 100000, "n_ctx": 2048, "llm_threads": 2, "budget_usd": 1.5,
@@ -90,7 +93,8 @@ def values(tmp_path: Path) -> dict[str, Any]:
         "lm_gamma": 0.9, "lm_ent_coef": 0.01, "lm_net_arch": [32], "lm_cache": str(tmp_path / "lm"),
         "lm_head": "scores", "lm_score_norm": "token", "lm_lora": 2, "peer_algo": "trpo",
         "q_alpha": 0.4, "q_gamma": 0.9, "q_epsilon_start": 0.3, "q_epsilon_end": 0.01, "q_epsilon_episodes": 50,
-        "q_init": 1.0, "q_learns_from": "own", "select": "keeper", "peer_select": "eval", "peer_eval_episodes": 3, "peer_actions": "spec",
+        "q_init": 1.0, "q_learns_from": "own", "select": "keeper", "peer_select": "eval", "peer_eval_episodes": 3,
+        "peer_actions": "spec",
     }
 
 
@@ -196,8 +200,7 @@ def test_the_train_flags_are_todays_and_file_only_settings_have_none(capsys: pyt
 def test_the_lists_read_from_the_fields_are_todays() -> None:
     assert config.option_names() == {
         "env_id": "--env", "timeout_s": "--timeout", "prices_file": "--prices", "cache": "--no-cache",
-        "plots": "--no-plots", "progress": "--no-progress", "lm_learner": "--learner", "lm_device": "--device",
-        "lm_lora": "--lora", "gamma": "--evidence-gamma"}
+        "plots": "--no-plots", "progress": "--no-progress"}
     assert set(config.resume_options()) == {"iterations", "max_episodes", "max_steps", "progress", "quiet", "plots",
                                           "patience", "budget_usd", "timeout_s", "max_retries", "max_concurrent_calls",
                                           "cache", "llm_threads", "local_concurrency", "lm_model"}

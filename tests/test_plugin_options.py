@@ -92,9 +92,12 @@ def test_a_foreign_plugins_option_is_shown_under_its_name(demo_mode: None, monke
     assert "--demo-level" not in sections[""]
     # the shipped plug-ins' options are under theirs, and the shared settings carry none of them
     assert sections["mode reward"] == ["--potential-bound"]
-    assert sections["modes reward, advisor"] == ["--learner-alpha", "--learner-gamma"]
+    # one spelling of a Q-learner's step size and discount, under every mode that runs one (issue 60 item 4)
+    assert sections["modes reward, advisor, q-learning; backend q-learning"] == ["--q-alpha", "--q-gamma"]
     # q-learning's old spelling as a backend names the same class, whose options it shares
-    assert "--q-alpha" in sections["mode q-learning; backend q-learning"] and "--learner" in sections["mode lm-policy"]
+    assert "--q-init" in sections["mode q-learning; backend q-learning"]
+    assert {"--lm-learner", "--lm-device", "--lm-lora"} <= set(sections["mode lm-policy"])
+    assert not any(f.startswith("--learner") for s in sections.values() for f in s)
     assert "--base-url" in sections["backends replay, gemini, openai, anthropic, ollama, llamacpp"]
     assert sections["backend llamacpp"] == ["--n-ctx", "--llm-threads"]
     assert sections["answer format rules"] == ["--refine"]
@@ -145,8 +148,10 @@ def test_a_config_json_with_the_flat_keys_of_before_still_loads_and_resumes(
     assert main(["train", "--config", str(OLD_RUN / "config.json"), "--logs-dir", str(tmp_path / "logs"),
                  "--run-id", "again", "--iterations", "1"]) == 0, capsys.readouterr().err
     again = _record(tmp_path, "again")["config"]
-    for key in ("potential_bound", "temperature", "lm_epochs", "learner_alpha", "max_retries", "candidates"):
+    for key in ("potential_bound", "temperature", "lm_epochs", "max_retries", "candidates"):
         assert again[key] == old[key], key
+    # one spelling today: the reward and advisor modes' learner_alpha is q_alpha, which this table run never used
+    assert old["learner_alpha"] == 0.3 and again["q_alpha"] is None and "learner_alpha" not in again
     assert (old["potential_bound"], old["temperature"], old["lm_epochs"]) == (50.0, 0.5, 3)
     # and the run directory that day's code wrote resumes
     run = tmp_path / "logs" / "FrozenLake-v1" / "flat_keys_run"
@@ -154,14 +159,14 @@ def test_a_config_json_with_the_flat_keys_of_before_still_loads_and_resumes(
     assert main(["train", "--resume", str(run), "--iterations", "3"]) == 0, capsys.readouterr().err
     assert [e["iteration"] for e in _events(tmp_path, "flat_keys_run")] == [1, 2, 3]
     cfg = TrainConfig.build((old, "old config.json"))
-    assert cfg.options_for(RewardOptions) == RewardOptions(potential_bound=50.0, learner_alpha=0.3)
+    assert cfg.options_for(RewardOptions) == RewardOptions(potential_bound=50.0)
 
 
 def test_the_shared_configuration_keeps_at_most_40_settings() -> None:
     assert len(TrainConfig.model_fields) <= 40
-    moved = {"potential_bound", "advice_prob", "advice_decay", "learner_alpha", "learner_gamma", "refine", "base_url",
+    moved = {"potential_bound", "advice_prob", "advice_decay", "q_alpha", "q_gamma", "refine", "base_url",
              "timeout_s", "max_retries", "temperature", "n_ctx", "llm_threads", "local_concurrency", "lm_model",
-             "lm_epochs", "q_alpha"}
+             "lm_epochs"}
     assert not moved & set(TrainConfig.model_fields)
     assert moved <= set(options())
 

@@ -96,7 +96,8 @@ def test_its_episodes_and_steps_are_counted_like_every_other(tmp_path: Path) -> 
     assert events[-1]["epsilons"][-1] == round(settings.epsilon(5 * len(events) - 1), 6)
     config = json.loads((run / "config.json").read_text())
     assert config["mode"] == "q-learning" and config["config"]["backend"] == "q-learning"
-    assert config["learner"]["alpha"] == QLearningOptions().q_alpha == config["config"]["q_alpha"]
+    assert config["learner"]["alpha"] == QLearningOptions().q_alpha == 0.5
+    assert config["config"]["q_alpha"] is None  # the mode's own step size (every Q-learning mode's one setting)
 
 
 def test_its_checkpoint_keeps_no_episodes_for_a_prompt_it_never_builds(tmp_path: Path) -> None:

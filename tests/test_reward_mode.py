@@ -177,8 +177,9 @@ def test_the_offline_potential_rises_along_a_path_that_reached_the_goal() -> Non
 @pytest.mark.parametrize("args, words", [
     (["--mode", "reward", "--backend", "kept-table-q"], "kept-table-q writes action tables only"),
     (["--mode", "reward", "--potential-bound", "0"], "bad --potential-bound 0.0: accepted a number > 0"),
-    (["--mode", "reward", "--learner-gamma", "1"], "bad --learner-gamma 1.0: accepted a number in [0, 1)"),
-    (["--mode", "reward", "--learner-alpha", "0"], "bad --learner-alpha 0.0: accepted a number in (0, 1]"),
+    (["--mode", "reward", "--q-gamma", "1"], "bad --q-gamma 1.0: accepted a number in [0, 1)"),
+    (["--mode", "reward", "--q-alpha", "0"], "bad --q-alpha 0.0: accepted a number in (0, 1]"),
+    (["--mode", "reward", "--learner-alpha", "0"], "bad --q-alpha 0.0: accepted a number in (0, 1]"),  # old spelling
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str],
                                           words: str) -> None:

@@ -16,6 +16,7 @@ from llm_policy_gen.cli import main
 from llm_policy_gen.run import files
 from llm_policy_gen.run.files import RUN_FILE_NAMES, SCHEMA_KEY, SCHEMA_VERSION, RunDir
 from llm_policy_gen.run.schema import EVENT_FIELDS, Event
+from llm_policy_gen.storage.locks import LOCK_FILES
 
 PKG = Path(__file__).resolve().parents[1] / "llm_policy_gen"
 OWNER = PKG / "run" / "files.py"
@@ -23,7 +24,9 @@ OWNER = PKG / "run" / "files.py"
 NOT_A_RUN_FILE = {("lm/backbone.py", "config.json"): "a Hugging Face model folder's configuration",
                   ("lm/custom_code.py", "config.json"): "a Hugging Face model folder's configuration",
                   ("bench/results_file.py", ".lock"): "the suffix of a results file's own lock",
-                  ("suites/store.py", ".lock"): "the suffix of a suite's records store's own lock"}
+                  ("suites/store.py", ".lock"): "the suffix of a suite's records store's own lock",
+                  ("storage/locks.py", ".lock"): "the folder lock's file, which the lock writes and run/files.py lists",
+                  ("storage/locks.py", ".lock.holder.json"): "the lock holder's note, written and read by the lock"}
 
 
 def _strings(tree: ast.AST) -> list[tuple[int, str]]:
@@ -52,7 +55,7 @@ def test_no_module_but_run_files_names_a_file_of_the_run_directory() -> None:
     assert found == []
     # the scan sees what it looks for: the owner's own names, an f-string's piece, and not a docstring
     owner = {name for _, text in _strings(ast.parse(OWNER.read_text(encoding="utf-8"))) for name in _names_in(text)}
-    assert owner == set(RUN_FILE_NAMES)
+    assert owner | set(LOCK_FILES) == set(RUN_FILE_NAMES)  # the lock's two files are named by the lock
     probe = ast.parse('"""events.jsonl"""\nx = f"policies/iter_{k}.json"\ny = "a config.json, in prose"\n')
     assert [t for _, t in _strings(probe) if _names_in(t)] == ["policies/iter_"]
 

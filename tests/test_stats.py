@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from llm_policy_gen.sweep.stats import median_censored, quartile_band, step_curves
+from llm_policy_gen.plotting.stats import median_censored, quartile_band, step_curves
 
 
 def test_median_counts_unsolved_runs_as_never() -> None:

@@ -14,9 +14,9 @@ from rliable import library, metrics
 
 from llm_policy_gen.cli import main
 from llm_policy_gen.envs import get_spec
+from llm_policy_gen.plotting.stats import DEFAULT_RESAMPLES, Interval, iqm_interval, normalized
 from llm_policy_gen.sweep.random_baseline import heldout_random_means, heldout_seeds, uniform_random_returns
 from llm_policy_gen.sweep.results import backend_stats, read_results
-from llm_policy_gen.sweep.stats import DEFAULT_RESAMPLES, Interval, iqm_interval, normalized
 
 
 def rliable_own(x: np.ndarray, reps: int = DEFAULT_RESAMPLES, seed: int = 0) -> tuple[float, float, float]:

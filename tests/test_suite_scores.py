@@ -1,5 +1,5 @@
 """bench/suite_scores.py (the spec's prior scored with zero episodes, kept for bench/lm_features_report.py) and
-rliable's IQM curves of llm_policy_gen/sweep/stats.py."""
+rliable's IQM curves of llm_policy_gen/plotting/stats.py."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def scores(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
 def test_iqm_curve_is_rliables_iqm_per_point_with_an_interval_around_it() -> None:
     from rliable import metrics
 
-    from llm_policy_gen.sweep.stats import iqm_curve
+    from llm_policy_gen.plotting.stats import iqm_curve
 
     x = np.random.default_rng(0).normal(size=(7, 5)).cumsum(axis=1)
     x[0, 0] = np.nan  # a run without a value there: no estimate at that point

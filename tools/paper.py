@@ -45,6 +45,8 @@ from typing import Any
 import numpy as np
 
 from llm_policy_gen.errors import UserError
+from llm_policy_gen.modes.learner import LearnerOptions
+from llm_policy_gen.plotting.stats import DEFAULT_CONFIDENCE, DEFAULT_RESAMPLES, DEFAULT_SEED
 from llm_policy_gen.run.files import RunDir
 from llm_policy_gen.schema.aliases import settings_in
 from llm_policy_gen.storage.runlog import write_bytes_atomic
@@ -52,7 +54,6 @@ from llm_policy_gen.sweep.figures import plot_curves
 from llm_policy_gen.sweep.interaction import unequal_interaction
 from llm_policy_gen.sweep.methods import parse_method
 from llm_policy_gen.sweep.results import ResultRow, SweepRecord, backend_stats, load_curves, read_results
-from llm_policy_gen.sweep.stats import DEFAULT_CONFIDENCE, DEFAULT_RESAMPLES, DEFAULT_SEED
 
 __all__ = ["has_real_calls", "select_rows", "latex_escape", "generate", "build_pdf", "main"]
 
@@ -128,6 +129,11 @@ def _backend_config(compare_dir: Path, rows: Sequence[ResultRow], backend: str) 
     return {}
 
 
+def _learner_alpha(settings: dict[str, Any]) -> float:
+    """The reward and advisor modes' step size: ``q_alpha``, or their own when it is None (the default)."""
+    return LearnerOptions.model_validate({"q_alpha": settings.get("q_alpha")}).q_alpha
+
+
 def numbers_tex(record: SweepRecord, cfg: dict[str, Any], rows: Sequence[ResultRow], kept: Sequence[ResultRow],
                 qcfg: dict[str, Any]) -> str:
     from llm_policy_gen.envs.spec import EnvSpec
@@ -169,8 +175,8 @@ def numbers_tex(record: SweepRecord, cfg: dict[str, Any], rows: Sequence[ResultR
         "QAlpha": qcfg.get("alpha", "--"),
         "QGamma": qcfg.get("gamma", "--"),
         "Modes": ", ".join(dict.fromkeys(row_mode(rows, b) for b in record.backends)),
-        "LearnerAlpha": c.get("learner_alpha", "--"),
-        "LearnerGamma": c.get("learner_gamma", "--"),
+        "LearnerAlpha": _learner_alpha(c),
+        "LearnerGamma": c.get("q_gamma", "--"),
         "PotentialBound": c.get("potential_bound", "--"),
         "AdviceProb": c.get("advice_prob", "--"),
         "AdviceDecay": c.get("advice_decay", "--"),

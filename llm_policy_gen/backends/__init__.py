@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 __all__ = ["BACKENDS", "parse_backend_spec", "is_configured", "default_backend_spec", "list_backends", "is_client",
            "is_llm", "default_model", "provider_class", "provider_classes", "auto_order", "provider_variables",
-           "base_url_variable", "all_profiles", "get_profile", "backend_specs", "learner_mode", "recorded_backend",
+           "base_url_variable", "all_profiles", "get_profile", "backend_specs", "learner_mode",
            "BackendFacts", "facts"]
 
 @dataclass(frozen=True)
@@ -52,8 +52,6 @@ class BackendFacts:
     """False for a proposer that cannot write a reward mode's values (a table search)."""
     mode: str = ""
     """A learner line: the mode it is the old spelling of (``q-learning``)."""
-    former_name: str = ""
-    """The name this backend had before (``kept-table-q`` was ``q-learning``), for recorded runs."""
     elsewhere: str = ""
     """A learner line: the hint given when it is paired with another mode."""
 
@@ -98,7 +96,7 @@ BACKENDS.register("q-learning", "llm_policy_gen.modes.qlearning:QLearningMode", 
                   elsewhere="for a Q-learner over the kept table's episodes under another mode, use --backend "
                             "kept-table-q")
 BACKENDS.register("kept-table-q", "llm_policy_gen.proposers.kept_table_q:KeptTableQProposer", kind="proposer",
-                  default_model="", is_llm=False, writes_values=False, former_name="q-learning",
+                  default_model="", is_llm=False, writes_values=False,
                   description="tabular Q-learning over the kept table's episodes (baseline, not an LLM; "
                               "`q-learning` before the standard learner took that name)")
 BACKENDS.register("random", "llm_policy_gen.proposers.random:RandomProposer", kind="proposer", default_model="",
@@ -114,23 +112,6 @@ def backend_specs() -> list[str]:
 def learner_mode(name: str) -> str | None:
     """The mode whose own learner backend ``name`` is (``q-learning`` -> ``q-learning``), None for the others."""
     return facts(name).mode or None
-
-
-def recorded_backend(backend: str | None, mode: str | None) -> str | None:
-    """The backend a run directory's ``config.json`` names, in today's names (``mode``: the run's recorded mode).
-
-    A learner backend is recorded only with its own mode (``prepare`` makes it so), so a recorded learner name under
-    another mode is the proposer that had the name before: ``q-learning`` recorded with ``table`` (or ``advisor``)
-    is the proposer now called ``kept-table-q`` (its registry line says ``former_name``). Runs written before the
-    standard learner took the name resume, and re-run with ``--config``, as what they were."""
-    if not backend:
-        return backend
-    name, sep, model = backend.partition(":")
-    own = learner_mode(name) if name in BACKENDS else None
-    if own is None or mode == own:
-        return backend
-    renamed = next((n for n in BACKENDS if facts(n).former_name == name), None)
-    return backend if renamed is None else renamed + sep + model
 
 
 def provider_class(name: str) -> type[SDKClient] | None:

@@ -22,7 +22,7 @@ figures and the console name a method by its display name (its label, else a pat
   the interquartile mean over seeds of the final
   held-out return (the best table's mean on the held-out episodes) and of the normalised score (0: the uniform random
   policy, 1: the reward threshold), each with rliable's 95 % stratified bootstrap interval
-  (:func:`llm_policy_gen.sweep.stats.iqm_interval`: 2,000 resamples, seed 0), median episodes to solve
+  (:func:`llm_policy_gen.plotting.stats.iqm_interval`: 2,000 resamples, seed 0), median episodes to solve
   (unsolved runs count as never solving), solve rate, calls,
   tokens, cost and wall time; the budget and the runs it stopped;
 * ``curves.png`` -- the best table's held-out mean against environment episodes, median and interquartile band per
@@ -82,6 +82,7 @@ from typing import Any
 from .. import __version__
 from ..errors import SweepInterrupted, UserError, signal_of
 from ..loggers.console import plural, printable
+from ..schema.aliases import take_notes
 from ..storage.locks import FolderLock
 from ..storage.runlog import append_jsonl, slug
 from ..sweep.closing import close_sweep
@@ -362,6 +363,8 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         workers=args.workers, progress=not args.no_progress, command=_command(args, backends), seeds_text=args.seeds,
         max_concurrent_calls=args.max_concurrent_calls, rpm=args.rpm, budget_usd=args.budget_usd))
     print(printable((out / "results.md").read_text(encoding="utf-8"), lines=True))
+    for line in take_notes():  # an old key of the config file: it worked, and says so once (a refusal: one line)
+        print(line, file=sys.stderr)
     print(f"comparison directory: {out}")
     unequal = unequal_interaction(rows, backends, settings)
     if unequal:

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UserError
+from ..schema.argtypes import json_object
 from ..storage.safe_json import loads
-from .argtypes import json_object
 
 __all__ = ["add_parser"]
 

@@ -12,7 +12,8 @@ from typing import Any
 from ..errors import UserError
 from ..loggers.console import print_dropped
 from ..registry import Option
-from .argtypes import int_list, json_object, name_list
+from ..schema.aliases import note_old_spelling, take_notes
+from ..schema.argtypes import int_list, json_object, name_list
 
 __all__ = ["add_parser", "summary_line"]
 
@@ -34,10 +35,22 @@ def add_parser(sub: Any) -> None:
             if option.section not in groups:
                 groups[option.section] = p.add_argument_group(f"options of {option.section}")
             _add_setting(groups[option.section], option)
-    for flag, setting in OLD_FLAGS.items():  # an old name's option (--eval-start) still works, unlisted
+    for flag, setting in OLD_FLAGS.items():  # an old name's option (--eval-start) still works, unlisted, noted
         if options()[setting].flag:
             _add_setting(p, options()[setting], flag, argparse.SUPPRESS)
     p.set_defaults(func=_cmd_train)
+
+
+def _noted(action: type[argparse.Action]) -> type[argparse.Action]:
+    """``action`` that first prints a one-line deprecation note on stderr naming the flag of today."""
+
+    class Noted(action):  # type: ignore[valid-type,misc]
+        def __call__(self, parser: Any, namespace: Any, values: Any, option_string: str | None = None) -> None:
+            note_old_spelling(f"note: {option_string} is the old spelling of {self.flag_of_today} (deprecated; it "
+                              "still works)")
+            super().__call__(parser, namespace, values, option_string)
+
+    return Noted
 
 
 def _add_setting(p: Any, option: Option, flag: str | None = None, help_text: str | None = None) -> None:
@@ -47,23 +60,26 @@ def _add_setting(p: Any, option: Option, flag: str | None = None, help_text: str
     import types
     import typing
 
+    old = flag is not None and flag != option.flag  # an old spelling: noted when used
     flag = flag or option.flag
     assert flag is not None
     name, kind = option.name, option.annotation
     help_text = option.help().replace("%", "%%") if help_text is None else help_text
     if typing.get_origin(kind) in (typing.Union, types.UnionType):  # X | None
         kind = next(a for a in typing.get_args(kind) if a is not type(None))
+    store: type[argparse.Action] = _noted(argparse._StoreAction) if old else argparse._StoreAction
     if kind is bool:
-        p.add_argument(flag, dest=name, action="store_const", const=not option.default, help=help_text)
-        return
-    if typing.get_origin(kind) is typing.Literal:
-        p.add_argument(flag, dest=name, choices=typing.get_args(kind), help=help_text)
-        return
-    parsers: dict[Any, tuple[Callable[[str], Any], str]] = {
-        int: (int, "N"), float: (float, "X"), list[int]: (int_list, "N,N"), list[str]: (name_list, "NAME,NAME"),
-        dict[str, Any]: (json_object, "JSON")}
-    parse, metavar = parsers.get(kind, (str, flag[2:].upper().replace("-", "_")))
-    p.add_argument(flag, dest=name, type=parse, metavar=metavar, help=help_text)
+        store_const = _noted(argparse._StoreConstAction) if old else argparse._StoreConstAction
+        action = p.add_argument(flag, dest=name, action=store_const, const=not option.default, help=help_text)
+    elif typing.get_origin(kind) is typing.Literal:
+        action = p.add_argument(flag, dest=name, action=store, choices=typing.get_args(kind), help=help_text)
+    else:
+        parsers: dict[Any, tuple[Callable[[str], Any], str]] = {
+            int: (int, "N"), float: (float, "X"), list[int]: (int_list, "N,N"),
+            list[str]: (name_list, "NAME,NAME"), dict[str, Any]: (json_object, "JSON")}
+        parse, metavar = parsers.get(kind, (str, flag[2:].upper().replace("-", "_")))
+        action = p.add_argument(flag, dest=name, action=store, type=parse, metavar=metavar, help=help_text)
+    action.flag_of_today = option.flag  # the flag of today, for the note an old spelling prints
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
@@ -80,6 +96,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
             raise UserError("--resume takes the run's own config.json; do not give --config with it")
         if args.spec:
             raise UserError("--resume takes the run's own env spec; do not give --spec with it")
+        _print_notes()
         result = resume(Path(args.resume), cli)
     else:
         file_settings = experiment_settings(args.config) if args.config else {}
@@ -94,6 +111,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
             env = cli.get("env_id") or file_settings.get("env_id") or TrainConfig.model_fields["env_id"].default
             cli["env_id"] = variant_id(str(env), args.spec)
         cfg = TrainConfig.build((file_settings, f"config file {args.config}"), (cli, "command line"))
+        _print_notes()
         result = train(cfg)
     s = result.summary
     # The run's files are written: a console whose reader went away (`| head -1`) does not change its outcome.
@@ -105,6 +123,12 @@ def _cmd_train(args: argparse.Namespace) -> int:
                        f"{result.run_dir}` once it is back", sys.stderr)
         return 1
     return 0
+
+
+def _print_notes() -> None:
+    """The deprecation notes of this command (old flags and keys it was given), once its settings are read."""
+    for line in take_notes():
+        print_dropped(line, sys.stderr)
 
 
 def summary_line(s: dict[str, Any]) -> str:

@@ -11,7 +11,7 @@ import re
 from typing import Any
 
 from ..errors import ProposalError
-from ..prompting.templates import fill
+from ..storage.templates import fill
 from .base import AnswerFormat, FormatContext, Parsed
 
 __all__ = ["ActionFormat", "parse_action"]

@@ -33,7 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, Valid
 
 from ..discretize import ObservationDiscretizer
 from ..errors import ProposalError
-from ..prompting.templates import fill
+from ..storage.templates import fill
 from .base import (
     AnswerFormat,
     AnswerModel,

@@ -48,7 +48,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, Valid
 
 from ..discretize import ActionDiscretizer, BoxActions, DiscreteActions, MultiDiscreteActions, ObservationDiscretizer
 from ..errors import ProposalError
-from ..prompting.templates import fill
+from ..storage.templates import fill
 from .base import (
     AnswerFormat,
     AnswerModel,

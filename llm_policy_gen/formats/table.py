@@ -33,7 +33,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, ValidationError
 
 from ..errors import ProposalError
-from ..prompting.templates import fill
+from ..storage.templates import fill
 from .base import (
     AnswerFormat,
     AnswerModel,

@@ -5,7 +5,7 @@ action's words after the state's prompt (:mod:`.scores`), plus a learned bias pe
 run's first read-out table is the model's zero-shot table). No bias per state: added to every action's logit alike,
 it cancels in the softmax. No bias per state and action either: that would be a whole table of logits, a tabular
 softmax policy merely started at the model's prior, which the one-hot control of ``--lm-head features`` already
-measures; the model's own log-probabilities stay the policy, and only LoRA (``--lora R``) changes them per state.
+measures; the model's own log-probabilities stay the policy, and only LoRA (``--lm-lora R``) changes them per state.
 
 * :class:`FrozenScores` -- the frozen model's scores, computed once per state and cached (:class:`~.scores.
   ActionScorer`), as a buffer; only the bias is trained.
@@ -22,7 +22,7 @@ value function reads the frozen encodings, so a value step never needs the model
 **SB3 expresses it** (STYLE 29): a features extractor gives ``[features row, state index]``, a custom MLP extractor
 sends the index to the actor and the features to the critic's MLP, and the action net is the head above. PPO's
 clipped loss and Adam train the head's parameters with the critic's; sb3-contrib's TRPO differentiates every
-parameter of the policy, frozen model weights included, so ``--lora`` runs with PPO only.
+parameter of the policy, frozen model weights included, so ``--lm-lora`` runs with PPO only.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""LoRA on the backbone (``--lora R``): ``peft`` adapters of rank ``R`` on the attention's query and value
+"""LoRA on the backbone (``--lm-lora R``): ``peft`` adapters of rank ``R`` on the attention's query and value
 projections, saved as arrays.
 
 The adapted model is a copy of the loaded one (the loaded model stays frozen for the encoder and the scorer);

@@ -43,7 +43,7 @@ import numpy as np
 from ..discretize import ActionDiscretizer, ObservationDiscretizer
 from ..envs.spec import EnvSpec
 from ..errors import UserError
-from ..prompting.templates import fill
+from ..storage.templates import fill
 from .backbone import LanguageModel
 from .model_cache import ArrayCache, Note, unheard
 from .output_layer import OUTPUT_BUFFER, attach_output_layer

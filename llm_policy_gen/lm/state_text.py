@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ..discretize import ObservationDiscretizer
 from ..envs.spec import EnvSpec
-from ..prompting.templates import fill
+from ..storage.templates import fill
 
 __all__ = ["STATE_TEMPLATE", "state_text", "state_texts"]
 

@@ -19,14 +19,14 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
+from pydantic import Field
 
 from ..clients.base import Message
 from ..collect import Episode
 from ..formats import make_format, resolve_format_name
 from ..formats.base import AnswerFormat, Target
-from ..registry import PluginOptions, setting
 from .base import ModeBase, Setup, Step, first_stop, stopped_before_any_answer
-from .qtable import LearnerPolicy, QLearner, optimistic_init
+from .qtable import LearnerPolicy, QLearner, QOptions, optimistic_init
 
 if TYPE_CHECKING:
     from ..prompting.builder import PromptContext
@@ -35,13 +35,11 @@ if TYPE_CHECKING:
 __all__ = ["Trial", "LearnerMode", "LearnerOptions"]
 
 
-class LearnerOptions(PluginOptions):
-    """The learner's settings, shared by the reward and advisor modes."""
+class LearnerOptions(QOptions):
+    """The learner's settings, shared by the reward and advisor modes: every Q-learning mode's step size and discount
+    (:class:`~.qtable.QOptions`; ``learner_alpha`` and ``learner_gamma`` before), this mode's own step size 0.2."""
 
-    learner_alpha: float = setting(0.2, "a number in (0, 1]", "Reward and advisor modes: step size of the learner's "
-                                   "Q-learning.", gt=0.0, le=1.0)
-    learner_gamma: float = setting(0.99, "a number in [0, 1)", "Reward and advisor modes: discount of the learner's "
-                                   "Q-learning and of the shaping term.", ge=0.0, lt=1.0)
+    q_alpha: float = Field(default=0.2, gt=0.0, le=1.0)  # this mode's own step size (QOptions declares the setting)
 
 
 @dataclass
@@ -145,7 +143,7 @@ class LearnerMode(ModeBase):
 
     def extra(self, run: RunServices) -> dict[str, Any]:
         """Data the non-LLM proposers read (``PromptContext.extra``)."""
-        return {"learner_gamma": self.options.learner_gamma}
+        return {"learner_gamma": self.options.q_gamma}
 
     def step_fields(self, run: RunServices, iteration: int, chosen: _Candidate | None) -> dict[str, Any]:
         return {}
@@ -158,8 +156,8 @@ class LearnerMode(ModeBase):
         self.fmt = make_format(name)
         self.target = self.make_target(setup)
         return {"output_format": name, "target": self.target.kind, "learner": {
-            "algorithm": "tabular Q-learning, one sweep per episode as it ends", "alpha": self.options.learner_alpha,
-            "gamma": self.options.learner_gamma, "epsilon": setup.cfg.explore_epsilon,
+            "algorithm": "tabular Q-learning, one sweep per episode as it ends", "alpha": self.options.q_alpha,
+            "gamma": self.options.q_gamma, "epsilon": setup.cfg.explore_epsilon,
             "q_init": "max(0, largest step reward of the initial table's test episodes) / (1 - gamma)"}}
 
     def first_messages(self, run: RunServices) -> list[Message]:
@@ -173,8 +171,8 @@ class LearnerMode(ModeBase):
         """Score the initial table (as table mode does) and start the learner."""
         first = run.start_from_initial()
         o = self.options
-        self.learner = QLearner(run.observation.n_states, run.actions.n_actions, o.learner_alpha,
-                                o.learner_gamma, optimistic_init(first, o.learner_gamma))
+        self.learner = QLearner(run.observation.n_states, run.actions.n_actions, o.q_alpha,
+                                o.q_gamma, optimistic_init(first, o.q_gamma))
         self.current = self.initial(run)
 
     def _learner(self) -> QLearner:

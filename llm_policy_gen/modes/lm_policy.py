@@ -3,7 +3,7 @@
 Each discretized state is written as text (``prompting/prompts/lm_state.md``: the task's title and description, the
 state's dimension names and bin ranges), the model at ``--lm-model`` (a GGUF file or a Hugging Face folder) encodes each
 text once (:mod:`llm_policy_gen.lm.encoder`, frozen, cached on disk by the model's sha256 and the text), and SB3 PPO or
-sb3-contrib TRPO (``--learner``) trains a small head over those features (:mod:`llm_policy_gen.lm.agent`).
+sb3-contrib TRPO (``--lm-learner``) trains a small head over those features (:mod:`llm_policy_gen.lm.agent`).
 ``--lm-features onehot`` and ``random`` replace the encodings with the controls (no model needed for those).
 
 **An iteration** is one learner update: a rollout of ``--lm-n-steps`` environment steps and its optimisation. Then
@@ -29,7 +29,7 @@ the settings in ``config.json`` and loads that state, so a resumed run equals an
 **Heads.** ``--lm-head features`` (the default): SB3's MLP over the features table. ``--lm-head scores``: the
 model's length-normalised log-probabilities of each action's words after the state's text plus a learned bias per
 action (:mod:`llm_policy_gen.lm.heads`, :mod:`llm_policy_gen.lm.scores`); before any update the read-out is the
-model's zero-shot table (``config.json``: ``zero_shot_table``). ``--lora R`` fine-tunes the model through that head
+model's zero-shot table (``config.json``: ``zero_shot_table``). ``--lm-lora R`` fine-tunes the model through that head
 with ``peft`` adapters (:mod:`llm_policy_gen.lm.lora`), PPO only; the adapters are among the head's tensors the
 checkpoint holds (the frozen model's weights never are).
 """
@@ -61,14 +61,14 @@ if TYPE_CHECKING:
 __all__ = ["LmPolicyMode", "LmPolicyOptions", "MAX_LORA_RANK"]
 
 MAX_LORA_RANK = 1024
-"""The largest ``--lora`` rank (ranks in use are 4 to 256; an adapter's rank above the model's hidden size, which
+"""The largest ``--lm-lora`` rank (ranks in use are 4 to 256; an adapter's rank above the model's hidden size, which
 small models have at 576 to 2,048, adds nothing, and is refused once the model is loaded)."""
 
 
 class LmPolicyOptions(PluginOptions):
     """The lm-policy mode's options: the language model, the features over it and the library learner.
 
-    A new setting of this mode (``--lora``, ``--lm-head``) is one more field here: its flag, TOML key and
+    A new setting of this mode (``--lm-lora``, ``--lm-head``) is one more field here: its flag, TOML key and
     config.json key follow from the field, and the mode reads it as ``self.options.<name>``."""
 
     lm_model: str | None = setting(None, "a .gguf file or a Hugging Face model folder", "lm-policy mode: the language "
@@ -81,10 +81,9 @@ class LmPolicyOptions(PluginOptions):
     lm_pooling: Literal["mean", "last"] = setting("mean", "mean or last", "lm-policy mode: an encoding is the mean of "
                                                   "the last hidden states over the text's tokens (mean) or the last "
                                                   "token's (last).")
-    lm_learner: Literal["ppo", "trpo"] = setting("ppo", "ppo or trpo", "lm-policy mode: SB3 PPO or sb3-contrib TRPO.",
-                                                 flag="--learner")
+    lm_learner: Literal["ppo", "trpo"] = setting("ppo", "ppo or trpo", "lm-policy mode: SB3 PPO or sb3-contrib TRPO.")
     lm_device: str = setting("cpu", "cpu, or cuda where a GPU is present", "lm-policy mode: torch device of the model "
-                             "and the head.", flag="--device")
+                             "and the head.")
     lm_n_steps: int = setting(256, "an integer >= 2", "lm-policy mode: environment steps per rollout; an iteration is "
                               "one rollout and its optimisation.", ge=2)
     lm_batch_size: int = setting(64, "an integer >= 2", "lm-policy mode: PPO's minibatch (TRPO: its value "
@@ -109,7 +108,7 @@ class LmPolicyOptions(PluginOptions):
     lm_lora: int = setting(0, f"an integer in 0..{MAX_LORA_RANK}", "lm-policy mode: fine-tune the model with peft "
                            "LoRA adapters of this rank on the attention's q and v projections, through --lm-head "
                            "scores, with PPO (0: the model stays frozen; at most the model's hidden size).", ge=0,
-                           le=MAX_LORA_RANK, flag="--lora")
+                           le=MAX_LORA_RANK)
 
     @field_validator("lm_model", "lm_cache")
     @classmethod
@@ -222,16 +221,16 @@ class LmPolicyMode(ModeBase):
             raise UserError("--lm-head scores needs --lm-model PATH (a .gguf file or a Hugging Face model folder): "
                             "the actions are scored by the model")
         if o.lm_lora and o.lm_head != "scores":
-            raise UserError(f"--lora {o.lm_lora} fine-tunes the model through the scores head; add --lm-head "
-                            "scores (or give --lora 0)")
+            raise UserError(f"--lm-lora {o.lm_lora} fine-tunes the model through the scores head; add --lm-head "
+                            "scores (or give --lm-lora 0)")
         if o.lm_lora and o.lm_learner != "ppo":
-            raise UserError(f"--lora {o.lm_lora} runs with --learner ppo: sb3-contrib's TRPO differentiates every "
-                            "parameter of the policy, the frozen model's weights included")
+            raise UserError(f"--lm-lora {o.lm_lora} runs with --lm-learner ppo: sb3-contrib's TRPO differentiates "
+                            "every parameter of the policy, the frozen model's weights included")
         if o.lm_device != "cpu":
             import torch
 
             if not o.lm_device.startswith("cuda") or not torch.cuda.is_available():
-                raise UserError(f"bad --device {o.lm_device}: no such device here; accepted: cpu"
+                raise UserError(f"bad --lm-device {o.lm_device}: no such device here; accepted: cpu"
                                 + (", cuda" if torch.cuda.is_available() else ""))
         self.settings = _settings(o, setup.cfg.seed)
         facts: dict[str, Any] = {"features": o.lm_features, "head": o.lm_head, "learner": self.settings.describe()}
@@ -297,7 +296,7 @@ class LmPolicyMode(ModeBase):
         from ..lm.lora import TARGET_MODULES, adapter_sizes, lora_model, trainable_count
 
         if o.lm_lora > lm.hidden_size:
-            raise UserError(f"bad --lora {o.lm_lora}: over the model's hidden size ({lm.hidden_size}); accepted "
+            raise UserError(f"bad --lm-lora {o.lm_lora}: over the model's hidden size ({lm.hidden_size}); accepted "
                             f"1..{lm.hidden_size}")
         check_memory([(f"the LoRA adapters of rank {o.lm_lora} and their copy of the model",
                        adapter_sizes(lm.model, o.lm_lora))])

@@ -52,10 +52,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
+from pydantic import Field
 
-from ..registry import PluginOptions, setting
+from ..registry import setting
 from .base import ModeBase, Setup, Step
-from .qtable import LearnerPolicy, QLearner
+from .qtable import LearnerPolicy, QLearner, QOptions
 
 if TYPE_CHECKING:
     import gymnasium as gym
@@ -68,11 +69,11 @@ if TYPE_CHECKING:
 __all__ = ["QLearningOptions", "QLearningMode", "OnlineQPolicy", "OwnEpisodes"]
 
 
-class QLearningOptions(PluginOptions):
-    """The standard learner's hyperparameters (see the module docstring for how they were chosen)."""
+class QLearningOptions(QOptions):
+    """The standard learner's hyperparameters (see the module docstring for how they were chosen); the step size and
+    the discount are every Q-learning mode's (:class:`~.qtable.QOptions`)."""
 
-    q_alpha: float = setting(0.5, "a number in (0, 1]", "q-learning mode: step size.", gt=0.0, le=1.0)
-    q_gamma: float = setting(0.99, "a number in [0, 1)", "q-learning mode: discount.", ge=0.0, lt=1.0)
+    q_alpha: float = Field(default=0.5, gt=0.0, le=1.0)  # this mode's own step size (QOptions declares the setting)
     q_epsilon_start: float = setting(0.1, "a number in [0, 1]", "q-learning mode: exploration at the learner's first "
                                      "episode.", ge=0.0, le=1.0)
     q_epsilon_end: float = setting(0.05, "a number in [0, 1]", "q-learning mode: exploration once the schedule has "

@@ -23,7 +23,9 @@ judges, always on the environment's own reward. With advice (``p > 0``) both fir
 never taken in a state at the advised action's value (:func:`advised_values`; the learner counts its ``visits``),
 and the judged table breaks ties towards the advice.
 
-The modes that use them live in :mod:`llm_policy_gen.modes.learner`.
+The modes that use them live in :mod:`llm_policy_gen.modes.learner` and :mod:`llm_policy_gen.modes.qlearning`;
+:class:`QOptions` is the one spelling of the step size and the discount every mode that runs a :class:`QLearner` takes
+(``--q-alpha``, ``--q-gamma``).
 """
 
 from __future__ import annotations
@@ -32,11 +34,33 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from pydantic import model_validator
 
 from ..collect import Episode
 from ..discretize import ObservationDiscretizer
+from ..registry import PluginOptions, setting
 
-__all__ = ["QLearner", "LearnerPolicy", "advised_values", "optimistic_init"]
+__all__ = ["QLearner", "LearnerPolicy", "advised_values", "optimistic_init", "QOptions"]
+
+
+class QOptions(PluginOptions):
+    """The step size and the discount of a mode's tabular Q-learning: one setting each, whichever mode runs the
+    learner (q-learning; reward and advisor, whose options subclass these). A subclass gives its own step size as the
+    field's default; ``q_alpha = None`` (the default a configuration records) means that one."""
+
+    q_alpha: float | None = setting(None, "a number in (0, 1]", "q-learning, reward and advisor modes: step size of "
+                                    "the mode's tabular Q-learning; None: the mode's own (q-learning 0.5; reward "
+                                    "and advisor 0.2).", gt=0.0, le=1.0)
+    q_gamma: float = setting(0.99, "a number in [0, 1)", "q-learning, reward and advisor modes: discount of the "
+                             "mode's tabular Q-learning (and of the reward mode's shaping term).", ge=0.0, lt=1.0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _own_alpha(cls, data: Any) -> Any:
+        """``q_alpha`` None (or not given): the subclass's own step size, its field's default."""
+        if isinstance(data, dict) and "q_alpha" in data and data["q_alpha"] is None:
+            return {k: v for k, v in data.items() if k != "q_alpha"}
+        return data
 
 
 def optimistic_init(episodes: Sequence[Episode], gamma: float) -> float:

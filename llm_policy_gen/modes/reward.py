@@ -72,5 +72,5 @@ class RewardMode(LearnerMode):
         return f"potential from {v.min():.3g} to {v.max():.3g}, mean {v.mean():.3g}"
 
     def sections(self, run: RunServices, ctx: PromptContext) -> dict[str, str]:
-        return {"reflection": self.reflection(), "learner_gamma": f"{self.options.learner_gamma:g}",
+        return {"reflection": self.reflection(), "learner_gamma": f"{self.options.q_gamma:g}",
                 "bound": f"{self.options.potential_bound:g}"}

@@ -32,8 +32,8 @@ from matplotlib.ticker import MaxNLocator
 
 from ..errors import UserError
 from ..run.files import RunDir
-from ..sweep.stats import quartile_band, step_curves
 from .figure import plt, save_figure
+from .stats import quartile_band, step_curves
 
 __all__ = ["KINDS", "X_AXES", "RunCurves", "smooth", "load_events", "load_run", "group_colours", "figure_label",
            "curves_figure", "plot_run", "plot_runs"]

@@ -16,8 +16,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
-from ..commands.argtypes import check_out_file
 from ..errors import UserError
+from ..schema.argtypes import check_out_file
 
 __all__ = ["plt", "save_figure", "png_bytes", "check_image_path", "IMAGE_SUFFIXES"]
 

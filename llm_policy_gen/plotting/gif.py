@@ -21,11 +21,11 @@ from typing import Any
 
 import numpy as np
 
-from ..commands.argtypes import check_out_file
 from ..envs.make import make_env
 from ..envs.spec import EnvSpec
 from ..errors import UserError, missing_extra
 from ..policy import TablePolicy
+from ..schema.argtypes import check_out_file
 
 __all__ = ["HEADLESS_GL", "check_gif_path", "choose_headless_gl", "record_frames", "save_gif"]
 

@@ -37,11 +37,11 @@ from ..discretize import ActionDiscretizer, BoxDiscretizer
 from ..envs.spec import EnvSpec
 from ..formats.base import table_dims
 from ..schema.aliases import template_fields
+from ..storage.templates import prompts_dir, template
 from .context import HistoryEntry, IterationState, PromptContext
 from .evidence_text import bin_values, dimension_lines, evidence_by_dimension, num
 from .memory import episode_stats, median_episode
 from .table_text import entry_text, table_text
-from .templates import prompts_dir, template
 
 __all__ = ["HistoryEntry", "IterationState", "PromptContext", "PromptBuilder", "prompts_dir", "CHARS_PER_TOKEN",
            "default_token_cap", "EVIDENCE_KINDS"]

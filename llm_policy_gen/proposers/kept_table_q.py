@@ -4,7 +4,7 @@ Until the standard learner took the name this backend was ``q-learning``; it is 
 never explores with its own policy: it learns only from the episodes the engine runs for the kept table and the
 candidates (it ends at -500 on CliffWalking-v1 and -200 on Taxi-v4, which the standard ``q-learning`` mode solves,
 :mod:`llm_policy_gen.modes.qlearning`). Run directories recorded under the old name resume as ``kept-table-q``
-(:func:`llm_policy_gen.backends.recorded_backend`).
+(:func:`llm_policy_gen.schema.aliases.recorded_backend`).
 
 Off-policy tabular Q-learning over the experience the engine collects. At each call it takes the episodes counted
 since its previous call (``IterationState.fresh``: the training episodes, which run the best table with epsilon

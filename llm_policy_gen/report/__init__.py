@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..commands.argtypes import check_out_file
 from ..errors import UserError
 from ..run.files import RunDir
+from ..schema.argtypes import check_out_file
 from ..storage.runlog import write_bytes_atomic
 from .data import REPORT_NAME, is_compare_dir, is_run_dir, load_compare, load_run
 

@@ -119,13 +119,6 @@ class RunData:
     def settings(self) -> dict[str, Any]:
         return dict(self.config.get("config") or {})
 
-    def fact(self, key: str, default: Any = None) -> Any:
-        """A run-level fact from summary.json, else config.json, else its settings (:meth:`RunView.fact`)."""
-        for source in (self.summary or {}, self.config, self.settings):  # the file's keys, as the page names them
-            if source.get(key) not in (None, ""):
-                return source[key]
-        return default
-
     @property
     def env_id(self) -> str:
         return self.view.env_id or "unknown environment"

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 __all__ = ["RunResult", "Run", "Prepared", "prepare", "check_backend", "resolve_spec", "train", "resume",
            "default_cache_dir", "resume_options", "StopKind", "StopReason"]
 
-_WHERE = {"resume_options": "..config", "default_cache_dir": ".backend", "Prepared": ".prepare",
+_WHERE = {"resume_options": "..config", "default_cache_dir": "..backends.factory", "Prepared": ".prepare",
           "check_backend": ".start", "prepare": ".prepare", "resolve_spec": ".environment", "RunResult": ".records",
           "resume": ".resume", "Run": ".services", "train": ".start", "StopKind": ".stop", "StopReason": ".stop"}
 

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from ..clients.transcript import read_transcript
 from ..errors import PolicyFileError, UserError
 from ..schema.aliases import file_keys
+from ..storage.locks import HOLDER_FILE, LOCK_FILE  # the lock's own files: storage/locks.py writes and reads them
 from ..storage.runlog import (
     check_fields,
     current_umask,
@@ -60,8 +61,6 @@ POLICIES = "policies"
 TRAINING_PNG = "training.png"
 TESTING_PNG = "testing.png"
 PROGRESS_CSV = "progress.csv"
-LOCK_FILE = ".lock"
-HOLDER_FILE = ".lock.holder.json"
 COMPARE_LOG = "compare.log"
 COMPARE_ERROR = "compare_error.json"
 PEER_POLICY, PEER_WEIGHTS = "peer_policy.json", "peer_policy.safetensors"  # a peer's network (--mode peer)
@@ -294,13 +293,19 @@ class RunDir:
     def state(self) -> RunState:
         """New, stale, started, interrupted, failed or finished (:class:`~.view.RunState`): the one rule of done.
         A damaged or newer ``config.json`` reads as stale, a damaged ``summary.json`` as started."""
+        return self.survey()[0]
+
+    def survey(self) -> tuple[RunState, dict[str, Any] | None, dict[str, Any] | None]:
+        """:meth:`state`, with the ``config.json`` record and the ``summary.json`` it read (None where it read
+        none): a scan that needs them too reads each file once."""
         if not self.path.exists():
-            return RunState.NEW
+            return RunState.NEW, None, None
         try:
             record = self.load_config(lenient=True)
         except UserError:  # a layout newer than this version reads: not a result of this version
-            return RunState.STALE
-        return state_from(record, self.load_summary(lenient=True) if record is not None else None)
+            return RunState.STALE, None, None
+        summary = self.load_summary(lenient=True) if record is not None else None
+        return state_from(record, summary), record, summary
 
     def missing(self) -> list[str]:
         """The names of the contract's files this directory lacks (the report says what it leaves out)."""

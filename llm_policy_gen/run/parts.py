@@ -50,7 +50,7 @@ class RunParts:
         self.plan = SeedPlan(cfg.seed)
         self.collector = Collector(spec)
         self.memory = ExperienceMemory(self.observation.n_states, self.actions.n_actions, cfg.memory_capacity,
-                                       cfg.gamma, cfg.best_k)
+                                       cfg.evidence_gamma, cfg.best_k)
         self.keeper = Keeper(self.collector, initial_table(cfg, spec), cfg.seed,
                              cfg.test_start, cfg.test_max, cfg.test_rise_every, cfg.confirm_episodes, cfg.confirm_z,
                              cfg.confirm_batches, fresh_test_seeds=cfg.test_seeds == "fresh")

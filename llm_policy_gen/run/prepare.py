@@ -23,7 +23,7 @@ from ..backends import (
 from ..backends.factory import client_settings
 from ..clients.keys import check_same_source
 from ..clients.pricing import load_prices
-from ..config import TrainConfig, option_name
+from ..config import TrainConfig, option_name, plugin_sections
 from ..envs.spec import EnvSpec
 from ..errors import UserError
 from ..formats import FORMATS, refinable_format_names, table_format_names
@@ -31,9 +31,8 @@ from ..formats.base import RefineOptions
 from ..modes import MODES
 from ..modes.base import Mode, ModeBase, memory_needs, method_of, needs_backend
 from ..modes.selection import check_select
-from ..prompting.templates import check_prompts_dir
-from ..registry import plugin_sections
 from ..storage.sizes import check_memory, table_need
+from ..storage.templates import check_prompts_dir
 from .environment import probe_outputs, resolve_spec
 from .names import short_spec
 

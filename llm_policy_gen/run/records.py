@@ -27,7 +27,7 @@ from ..collect import Rollouts
 from ..modes.base import Step, tables_per_iteration
 from ..modes.selection import KEEPER, counting_of, keeper_is_method, select_of
 from ..prompting.context import HistoryEntry
-from ..prompting.templates import prompts_source
+from ..storage.templates import prompts_source
 from .schema import Event, Summary
 from .stop import StopReason
 

@@ -26,19 +26,35 @@ from typing import Any
 
 from ..errors import UserError
 
-__all__ = ["SETTING_ALIASES", "OLD_FLAGS", "EVENT_FILE_KEYS", "SUMMARY_FILE_KEYS", "TEMPLATE_FIELD_ALIASES",
-           "LAYOUT_BEFORE_CANDIDATES", "LAYOUT_CURRENT", "settings_in", "template_fields", "event_out", "event_in",
-           "events_in", "events_layout", "summary_out", "summary_in", "file_key", "file_keys"]
+__all__ = ["SETTING_ALIASES", "OLD_FLAGS", "Q_LEARNER_ALIASES", "old_keys", "EVENT_FILE_KEYS", "SUMMARY_FILE_KEYS",
+           "TEMPLATE_FIELD_ALIASES", "LAYOUT_BEFORE_CANDIDATES", "LAYOUT_CURRENT", "settings_in", "template_fields",
+           "event_out", "event_in", "events_in", "events_layout", "summary_out", "summary_in", "file_key", "file_keys",
+           "MOVED_BACKENDS", "recorded_backend", "note_old_spelling", "take_notes"]
 
-#: Old setting name -> the name of today (all three are about the test seeds).
+#: Old setting name -> the name of today: the test seeds' three (``eval_*``), and the evidence's discount, named for
+#: its owner as every discount is (``evidence_gamma``, ``q_gamma``, ``lm_gamma``; its flag was ``--evidence-gamma``).
 SETTING_ALIASES: dict[str, str] = {
     "eval_start": "test_start",
     "eval_max": "test_max",
     "eval_rise_every": "test_rise_every",
+    "gamma": "evidence_gamma",
 }
+#: The reward and advisor modes' Q-learner's old keys -> the key every Q-learning mode reads today (one spelling of
+#: one idea: ``--q-alpha``, ``--q-gamma``). Only those modes read them: under another mode they configured nothing.
+Q_LEARNER_ALIASES: dict[str, str] = {"learner_alpha": "q_alpha", "learner_gamma": "q_gamma"}
+Q_LEARNER_ALIAS_MODES = ("reward", "advisor")
 #: Old command-line option -> the setting it gives (``--eval-start`` -> ``test_start``, whose option is
-#: ``--test-start``).
-OLD_FLAGS: dict[str, str] = {"--" + old.replace("_", "-"): new for old, new in SETTING_ALIASES.items()}
+#: ``--test-start``; ``--learner`` -> ``lm_learner``, whose option is ``--lm-learner``: a plug-in's options carry its
+#: name). Each still works, with a one-line deprecation note.
+OLD_FLAGS: dict[str, str] = {
+    **{"--" + old.replace("_", "-"): new for old, new in {**SETTING_ALIASES, **Q_LEARNER_ALIASES}.items()
+       if old != "gamma"},
+    "--learner": "lm_learner", "--device": "lm_device", "--lora": "lm_lora",
+}
+
+#: A backend name that moved: old name -> (the mode it names today, the backend that had the name before). The
+#: standard Q-learner took the name ``q-learning`` (its own mode); the proposer that had it is ``kept-table-q``.
+MOVED_BACKENDS: dict[str, tuple[str, str]] = {"q-learning": ("q-learning", "kept-table-q")}
 
 #: Old prompt-template placeholder -> the placeholder of today (a template folder copied from an earlier version,
 #: ``LLM_POLICY_GEN_PROMPTS``, still fills).
@@ -74,19 +90,79 @@ def _renamed(record: Mapping[str, Any], names: Mapping[str, str]) -> dict[str, A
 
 
 # ------------------------------------------------------------------------------------------------------- settings
+_NOTES: list[str] = []
+"""Deprecation notes of this command (an old flag, an old key in a TOML file), printed once its settings are read
+whole: a refused command prints its one line only."""
+
+
+def note_old_spelling(text: str) -> None:
+    """Keep ``text`` (one line) for :func:`take_notes`."""
+    if text not in _NOTES:
+        _NOTES.append(text)
+
+
+def take_notes() -> list[str]:
+    """The notes kept so far, and none kept from now on."""
+    out = list(_NOTES)
+    _NOTES.clear()
+    return out
+
+
+def old_keys(values: Mapping[str, Any]) -> dict[str, str]:
+    """The old names among ``values``' keys, each with its name of today (for a deprecation note)."""
+    return {k: {**SETTING_ALIASES, **Q_LEARNER_ALIASES}[k] for k in values if k in SETTING_ALIASES
+            or k in Q_LEARNER_ALIASES}
+
+
 def settings_in(values: Mapping[str, Any], source: str) -> dict[str, Any]:
     """Settings read from ``source`` with their old names replaced by today's (also inside ``explicit``); one given
-    under both names is a :class:`UserError` naming the two, unless both say the same."""
+    under both names is a :class:`UserError` naming the two, unless both say the same.
+
+    The reward and advisor modes' ``learner_alpha`` and ``learner_gamma`` are ``q_alpha`` and ``q_gamma``. A record
+    that names its mode (a run's ``config.json``, which holds every plug-in's options) gives them to those modes only
+    (under another they configured nothing), and its step size the user did not give (``explicit``) is today's
+    ``None``, the mode's own."""
+    mode = values.get("mode")
+    given = {str(k) for k in values.get("explicit", [])} if isinstance(values.get("explicit"), list) else set()
     out: dict[str, Any] = {}
     for key, value in values.items():
+        if key in Q_LEARNER_ALIASES:
+            continue
         new = SETTING_ALIASES.get(key, key)
         if new in out and out[new] != value:
             old = next(o for o, n in SETTING_ALIASES.items() if n == new)
             raise UserError(f"{source}: {old} is the old name of {new}; give one of them, not both")
         out[new] = value
+    for old, new in Q_LEARNER_ALIASES.items():
+        if old not in values:
+            continue
+        if mode is None and new in out and out[new] != values[old]:
+            raise UserError(f"{source}: {old} is the old name of {new}; give one of them, not both")
+        if mode is None or mode in Q_LEARNER_ALIAS_MODES:
+            out[new] = values[old]
+    old_record = {"learner_alpha", "q_alpha"} <= set(values) and isinstance(mode, str)  # it recorded every option
+    if old_record and not {"q_alpha", "learner_alpha"} & given:
+        out["q_alpha"] = None  # an old record's step size the user did not give: the mode's default then and now
     if isinstance(out.get("explicit"), list):
-        out["explicit"] = sorted({SETTING_ALIASES.get(str(k), str(k)) for k in out["explicit"]})
+        names = {**SETTING_ALIASES, **Q_LEARNER_ALIASES}
+        out["explicit"] = sorted({names.get(str(k), str(k)) for k in out["explicit"]})
     return out
+
+
+def recorded_backend(backend: str | None, mode: str | None) -> str | None:
+    """The backend a run directory's ``config.json`` names, in today's names (``mode``: the run's recorded mode).
+
+    A moved name is recorded with its own mode only by runs of today, so a moved name recorded under another mode is
+    the backend that had the name before: ``q-learning`` recorded with ``table`` (or ``advisor``) is the proposer now
+    called ``kept-table-q``. Runs written before the standard learner took the name resume, and re-run with
+    ``--config``, as what they were."""
+    if not backend:
+        return backend
+    name, sep, model = backend.partition(":")
+    moved = MOVED_BACKENDS.get(name)
+    if moved is None or mode == moved[0]:
+        return backend
+    return moved[1] + sep + model
 
 
 def template_fields(fields: Mapping[str, Any]) -> dict[str, Any]:

@@ -10,8 +10,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..backends import recorded_backend
 from ..errors import JSONBounds, UserError
+from ..schema.aliases import note_old_spelling, old_keys, recorded_backend
 from .safe_json import loads
 
 __all__ = ["read_toml", "load_config_file", "RUN_IDENTITY"]
@@ -63,8 +63,8 @@ def load_config_file(path: str | Path, upgrade: Callable[[dict[str, Any], Path],
     """Settings from a config file: TOML (top-level keys or one ``[train]`` table; dashes allowed in names), or a
     run's ``config.json`` (its ``config`` object, without the run's own id), which re-runs that experiment; a backend
     it records under a name that has since moved is given its name of today
-    (:func:`~llm_policy_gen.backends.recorded_backend`: an old run's ``q-learning`` is ``kept-table-q``). ``upgrade``
-    reads a run's record of an older layout as today's, or refuses a newer one
+    (:func:`~llm_policy_gen.schema.aliases.recorded_backend`: an old run's ``q-learning`` is ``kept-table-q``).
+    ``upgrade`` reads a run's record of an older layout as today's, or refuses a newer one
     (:func:`llm_policy_gen.run.files.load_settings` passes it)."""
     p = Path(path)
     if p.suffix.lower() == ".json":
@@ -98,4 +98,7 @@ def load_config_file(path: str | Path, upgrade: Callable[[dict[str, Any], Path],
             raise UserError(f"config file {p}: give settings either at the top level or in [train], not both")
     else:
         section = data
-    return {k.replace("-", "_"): v for k, v in section.items()}
+    settings = {k.replace("-", "_"): v for k, v in section.items()}
+    for old, new in old_keys(settings).items():  # a user's file with an old name: it works, and says so once
+        note_old_spelling(f"note: config file {p}: {old} is the old name of {new} (deprecated; it still works)")
+    return settings

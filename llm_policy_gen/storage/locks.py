@@ -39,12 +39,14 @@ from types import TracebackType
 from typing import Any
 
 from ..errors import Interrupted, UserError
-from ..run.files import HOLDER_FILE, LOCK_FILE
 from .safe_json import loads as safe_loads
 
 __all__ = ["FolderLock", "FolderBusy", "HeldInterrupts", "LOCK_FILE", "HOLDER_FILE", "LOCK_FILES", "die_with_parent",
            "stops_as_interrupts", "STOP_SIGNALS", "sweep_worker", "worker_run", "sweep_helper"]
 
+LOCK_FILE = ".lock"
+HOLDER_FILE = ".lock.holder.json"
+"""The holder's note beside the lock: who holds the folder (written and read here only)."""
 LOCK_FILES = (LOCK_FILE, HOLDER_FILE)
 """Files of the lock in a folder (not part of a run: copies and listings leave them out)."""
 
@@ -109,8 +111,8 @@ class FolderLock:
         return _holder_text(note)
 
     def _write_note(self) -> None:
-        from ..clients.keys import redact
         from .runlog import write_json_atomic
+        from .secrets import redact
 
         write_json_atomic(self.note_path, {
             "pid": os.getpid(),

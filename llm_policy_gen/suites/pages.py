@@ -145,7 +145,7 @@ def stale_pages(root: Path, pages: Mapping[str, str]) -> list[str]:
 
 def render_pages(root: Path, figures: bool = True) -> list[Path]:
     """Rewrite every generated page under ``root`` from the committed records; returns the files written."""
-    from .figure import normalised_figure
+    from .score_figure import normalised_figure
 
     pages, rows_of = generated_pages(Path(root))
     written = []

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..sweep.stats import Interval, iqm_interval
+from ..plotting.stats import Interval, iqm_interval
 from .summary import MIN_SEEDS, Summary
 
 __all__ = ["Pooled", "pooled"]

@@ -1,7 +1,7 @@
 """A suite's reference scores beside its records: ``references.json``, with a schema version.
 
 Two per task and seed, on the run seed's held-out episodes: the **uniform random policy**'s mean (the normaliser:
-a score is ``(return - R) / (threshold - R)``, :func:`llm_policy_gen.sweep.stats.normalized`; never the ``random``
+a score is ``(return - R) / (threshold - R)``, :func:`llm_policy_gen.plotting.stats.normalized`; never the ``random``
 backend, which is a random search) and the spec's **prior** scored with zero episodes (the table of its prior rule,
 or the default action everywhere for a spec without one)::
 

@@ -2,7 +2,7 @@
 
 - **per seed**: each seed's held-out mean (the reported policy's, over the run's held-out episodes), always listed;
 - **IQM**: rliable's interquartile mean with its 95 % stratified bootstrap interval
-  (:func:`llm_policy_gen.sweep.stats.iqm_interval`), drawn only over :data:`MIN_SEEDS` or more seeds and labelled
+  (:func:`llm_policy_gen.plotting.stats.iqm_interval`), drawn only over :data:`MIN_SEEDS` or more seeds and labelled
   with their number; fewer seeds give the median alone;
 - **met k/n**: the seeds whose judged value meets the goal; the goal is met when the median of the judged values
   meets it and at least the task's ``need`` seeds do. A seed's judged value is its held-out mean as of the last
@@ -24,7 +24,7 @@ from functools import cached_property
 
 import numpy as np
 
-from ..sweep.stats import Interval, iqm_interval, normalized
+from ..plotting.stats import Interval, iqm_interval, normalized
 from .definition import Suite, Task
 from .store import SuiteRecord
 

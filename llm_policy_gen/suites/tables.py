@@ -17,7 +17,7 @@ import io
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..sweep.stats import Interval
+from ..plotting.stats import Interval
 from .current import current_records
 from .definition import Suite
 from .pooled import pooled

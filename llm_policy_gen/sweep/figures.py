@@ -8,8 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..plotting.stats import quartile_band, step_curves
 from .results import Curve
-from .stats import quartile_band, step_curves
 
 __all__ = ["plot_curves"]
 

@@ -14,11 +14,11 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from ..loggers.console import plural
+from ..plotting.stats import DEFAULT_RESAMPLES, DEFAULT_SEED
 from ..run.stop import StopKind
 from ..schema.aliases import file_key
 from .interaction import TOLERANCE, budget_text, unequal_interaction
 from .results import BackendStats, ResultRow, SweepRecord, backend_stats
-from .stats import DEFAULT_RESAMPLES, DEFAULT_SEED
 
 __all__ = ["results_markdown", "calls_cell", "wall_cell"]
 

@@ -218,7 +218,7 @@ def _options(text: str, flag: str, entry: str) -> dict[str, Any]:
 
 def _value(annotation: Any, text: str, flag: str, entry: str, key: str) -> Any:
     """``text`` read as the ``train`` flag of a setting of type ``annotation`` reads it."""
-    from ..commands.argtypes import int_list, json_object, name_list
+    from ..schema.argtypes import int_list, json_object, name_list
 
     kind = annotation
     if typing.get_origin(kind) in (typing.Union, types.UnionType):  # X | None

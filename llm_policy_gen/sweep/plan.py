@@ -89,15 +89,13 @@ _FOUND = {RunState.NEW: "new", RunState.STALE: "stale", RunState.FINISHED: "fini
 
 
 def _found(task: RunTask) -> Found:
-    rd = RunDir(task.run_dir)
-    state = rd.state()
+    state, record, summary = RunDir(task.run_dir).survey()  # each file read once
     found = _FOUND.get(state, "started")
-    if found in ("new", "stale"):
+    if found in ("new", "stale") or record is None:
         return Found(found)
-    record = rd.load_config(lenient=True) or {}
     spec = record.get("env_spec")
     kwargs = spec.get("kwargs") if isinstance(spec, dict) and isinstance(spec.get("kwargs"), dict) else None
-    return Found(found, rd.load_summary(lenient=True), record["config"], kwargs)
+    return Found(found, summary, record["config"], kwargs)
 
 
 def survey(tasks: Sequence[RunTask]) -> dict[str, Found]:

@@ -1,4 +1,5 @@
-"""The uniform random policy's return: the zero of a normalised score (:func:`llm_policy_gen.sweep.stats.normalized`).
+"""The uniform random policy's return: the zero of a normalised score
+(:func:`llm_policy_gen.plotting.stats.normalized`).
 
 Not the ``random`` backend (a random *search* over tables, kept by the keeper): this is one policy that acts
 uniformly at random in the environment's own action space (``env.action_space.sample()``, seeded with the episode's

@@ -23,11 +23,11 @@ from typing import Any
 import numpy as np
 
 from ..errors import UserError
+from ..plotting.stats import Interval, iqm_interval, median_censored, normalized
 from ..run.stop import StopReason
 from ..run.view import ended_for_good
 from ..schema.aliases import file_key, summary_in
 from ..storage.runlog import read_json_object, write_bytes_atomic, write_json_atomic
-from .stats import Interval, iqm_interval, median_censored, normalized
 
 __all__ = ["CSV_COLUMNS", "TIME_COLUMNS", "finished", "all_cached", "ResultRow", "Curve", "SweepRecord",
            "write_results", "read_results", "write_curves", "load_curves", "BackendStats", "backend_stats"]

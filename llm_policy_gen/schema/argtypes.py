@@ -1,4 +1,5 @@
-"""Argument types shared by the commands: each turns one option's text into a value or a one-line error."""
+"""Argument types shared by the commands and by a comparison's method entries (:mod:`llm_policy_gen.sweep.methods`):
+each turns one option's text into a value or a one-line error; and the check of a file a command is asked to write."""
 
 from __future__ import annotations
 

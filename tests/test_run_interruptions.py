@@ -25,7 +25,7 @@ import pytest
 from fakes import openai_server
 from fakes.openai_server import FakeOpenAIServer, ok
 from run_helpers import answer, comparable, write_replay
-from test_hardening import child_env, one_line
+from test_command_line import child_env, one_line
 
 from llm_policy_gen.cli import main
 from llm_policy_gen.loggers.writers import LOGGERS

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 from fakes import openai_server
-from test_hardening import CORRIDOR  # a user's own environment module, registering LPGCorridor-v0
+from test_command_line import CORRIDOR  # a user's own environment module, registering LPGCorridor-v0
 
 from llm_policy_gen.cli import main
 from llm_policy_gen.commands.compare import CompareConfig, run_compare

@@ -1,5 +1,5 @@
-"""Statistics of a comparison: interquartile means with stratified bootstrap intervals (rliable), normalised scores,
-medians with censoring, interquartile bands.
+"""Statistics of a comparison (drawn by the figures, tabled by the sweep and the report): interquartile means with
+stratified bootstrap intervals (rliable), normalised scores, medians with censoring, interquartile bands.
 
 A backend's final score over seeds is reported as rliable's **interquartile mean** (Agarwal et al., NeurIPS 2021:
 the mean of the middle 50 % of the runs, ``rliable.metrics.aggregate_iqm``) with a **95 % stratified bootstrap

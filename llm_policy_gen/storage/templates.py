@@ -1,5 +1,9 @@
 """Prompt templates: the Markdown files of ``prompting/prompts/`` (package data), read once and filled with
-``string.Template``."""
+``string.Template``.
+
+A leaf of the bottom floor (``tests/data/floors.toml``): the answer formats, the language-model policy, the prompt
+builder and the modes all fill templates, so the reader of the files sits below all of them.
+"""
 
 from __future__ import annotations
 
@@ -22,14 +26,14 @@ def prompts_dir() -> Path:
     env = os.environ.get(PROMPTS_VARIABLE)
     if env:
         return Path(env)
-    return Path(str(resources.files(__package__ or "llm_policy_gen.prompting") / "prompts"))
+    return Path(str(resources.files("llm_policy_gen") / "prompting" / "prompts"))
 
 
 def prompts_source() -> dict[str, str]:
     """Where the prompt templates come from, for config.json: ``{"source": "LLM_POLICY_GEN_PROMPTS", "dir": ...}``
     (and where that variable was set: the shell or a ``.env`` file), or ``{"source": "package", "dir": ...}``."""
     if os.environ.get(PROMPTS_VARIABLE):
-        from ..clients.keys import variable_source
+        from .secrets import variable_source
 
         return {"source": PROMPTS_VARIABLE, "dir": str(prompts_dir().resolve()),
                 "set_in": variable_source(PROMPTS_VARIABLE)}

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from fakes import openai_server
 from fakes.tables import TableResponder
-from test_hardening import child_env, failing, one_line, train_args
+from test_command_line import child_env, failing, one_line, train_args
 
 from llm_policy_gen.cli import main
 from llm_policy_gen.policy import spec_fingerprint
@@ -198,7 +198,7 @@ def test_ctrl_c_names_the_run_directory_and_the_resume_command(tmp_path: Path) -
     (["--seed", "3"], "--seed"),
     (["--mode", "direct"], "--mode"),
     (["--candidates", "3"], "--candidates"),
-    (["--timeout", "5", "--temperature", "0.5"], "--temperature"),  # --prices: test_hardening_files (same file)
+    (["--timeout", "5", "--temperature", "0.5"], "--temperature"),  # --prices: test_foreign_files (same file)
 ])
 def test_resume_refusals_name_the_options(tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str],
                                           option: str) -> None:
