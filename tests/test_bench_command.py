@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 
 import pytest
-from test_compare_signals import _lines
 from test_command_line import child_env, one_line
+from test_compare_signals import _lines
 
 from llm_policy_gen.cli import main
 from llm_policy_gen.run.files import RunDir
