@@ -3,6 +3,7 @@ FrozenLake paths and killed-then-resumed runs."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
@@ -29,6 +30,17 @@ ROOT = Path(__file__).resolve().parents[1]
 LAKE8 = {"map_name": "8x8", "is_slippery": False}
 #: FrozenLake moves: action -> (row step, column step).
 MOVES = {0: (0, -1), 1: (1, 0), 2: (0, 1), 3: (-1, 0)}
+
+
+def load_script(path: Path, name: str) -> Any:
+    """A script of the repository (``tools/``, ``bench/``) imported as module ``name``, which it is registered as (a
+    script's dataclasses look their module up there)."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault(name, module)
+    spec.loader.exec_module(module)
+    return module
 
 
 def quiet(_msg: str) -> None:

@@ -137,7 +137,7 @@ def test_the_lm_policy_backbone_says_where_it_loads_from(gguf: Path, tmp_path: P
 def test_the_state_texts_encoding_says_its_seconds_and_where_its_encodings_came_from() -> None:
     from types import SimpleNamespace
 
-    from llm_policy_gen.modes.lm_policy import encoding
+    from llm_policy_gen.lm.encoder import encoding
 
     encoder = SimpleNamespace(forward_passes=0, disk_hits=0)
     said: list[str] = []

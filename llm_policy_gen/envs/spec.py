@@ -126,6 +126,10 @@ class EnvSpec:
     ``restart_after``, and ``products``: pairs of dimension names, ``[["y position", "y speed"], ...]``, whose
     products its linear rules carry; see :mod:`llm_policy_gen.proposers.population`); the search's own defaults (no
     products, no restart) where absent."""
+    meaning: dict[str, Any] = field(default_factory=dict)
+    """What a state means in the task's words, for the lm-policy mode's meaning text (``--lm-state-text meaning``):
+    a grid's map and its cells' names, a discrete state's coordinates, each Box dimension's sides; read and checked
+    by :mod:`llm_policy_gen.lm.meaning` (empty: the spec has none)."""
 
     def __post_init__(self) -> None:
         if self.hints and not _HINTS_NAME.fullmatch(self.hints):
@@ -259,6 +263,7 @@ class EnvSpec:
             "variant": self.variant,
             "rules_form": self.rules_form,
             "search": dict(self.search),
+            **({"meaning": dict(self.meaning)} if self.meaning else {}),  # only where a spec has one
         }
 
     @classmethod

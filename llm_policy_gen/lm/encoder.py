@@ -17,7 +17,9 @@ features table's standardisation (:mod:`.features`) removes.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import time
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -26,7 +28,7 @@ import numpy as np
 from .backbone import LanguageModel
 from .model_cache import ArrayCache, Note, unheard
 
-__all__ = ["Encoder", "Pooling", "POOLINGS"]
+__all__ = ["Encoder", "Pooling", "POOLINGS", "encoding"]
 
 Pooling = Literal["mean", "last"]
 POOLINGS: tuple[Pooling, ...] = ("mean", "last")
@@ -87,3 +89,16 @@ class Encoder:
         if not texts:
             return np.zeros((0, self.width), dtype=np.float32)
         return np.stack([self.encode_one(t) for t in texts]).astype(np.float32, copy=False)
+
+
+@contextlib.contextmanager
+def encoding(say: Callable[[str], None] | None, encoder: Encoder, n: int) -> Iterator[None]:
+    """Say that ``n`` state texts are being encoded and, once they are, the seconds it took and how many the model
+    encoded (the others came from the cache): thousands of states take minutes on a small machine."""
+    if say is not None:
+        say(f"lm-policy: encoding {n} state texts ...")
+    t0 = time.perf_counter()
+    yield
+    if say is not None:
+        say(f"lm-policy: encoded {n} state texts in {time.perf_counter() - t0:.1f} s ({encoder.forward_passes} by "
+            f"the model, {encoder.disk_hits} from the cache)")

@@ -16,9 +16,12 @@ __all__ = ["recorded_path", "check_resumed_path", "check_same_model"]
 
 
 def recorded_path(record: dict[str, Any]) -> str | None:
-    """The model path the run's settings record (absolute; None: the run named no model)."""
+    """The model path the run's settings record (absolute, or ``models:NAME`` as written; None: the run named no
+    model)."""
     settings = record.get("config")
     was = settings.get("lm_model") if isinstance(settings, dict) else None
+    if isinstance(was, str) and was.startswith("models:"):
+        return was
     return os.path.abspath(os.path.expanduser(was)) if isinstance(was, str) and was else None
 
 

@@ -47,7 +47,7 @@ from ..storage.templates import fill
 from .backbone import LanguageModel
 from .model_cache import ArrayCache, Note, unheard
 from .output_layer import OUTPUT_BUFFER, attach_output_layer
-from .state_text import state_text
+from .state_text import StateTextVariant, state_text
 
 __all__ = ["ACTION_TEMPLATE", "ScoreNorm", "SCORE_NORMS", "ActionScorer", "scoring_prompts", "continuations",
            "word_counts", "normalise", "output_embeddings", "ScoringTask", "tokenize_task", "prefix_states",
@@ -59,10 +59,10 @@ SCORE_NORMS: tuple[ScoreNorm, ...] = ("word", "token", "sum")
 
 
 def scoring_prompts(spec: EnvSpec, observation: ObservationDiscretizer, actions: ActionDiscretizer,
-                    folder: Path | None = None) -> list[str]:
-    """Every state's scoring prompt, in state order."""
+                    folder: Path | None = None, variant: StateTextVariant = "plain") -> list[str]:
+    """Every state's scoring prompt, in state order (``variant``: the state text's, :mod:`.state_text`)."""
     names = ", ".join(actions.describe(a) for a in range(actions.n_actions))
-    return [fill(ACTION_TEMPLATE, folder, state_text=state_text(spec, observation, s, folder), actions=names)
+    return [fill(ACTION_TEMPLATE, folder, state_text=state_text(spec, observation, s, folder, variant), actions=names)
             for s in range(observation.n_states)]
 
 

@@ -4,13 +4,12 @@ Each discretized state is written as text (``prompting/prompts/lm_state.md``: th
 state's dimension names and bin ranges), the model at ``--lm-model`` (a GGUF file or a Hugging Face folder) encodes each
 text once (:mod:`llm_policy_gen.lm.encoder`, frozen, cached on disk by the model's sha256 and the text), and SB3 PPO or
 sb3-contrib TRPO (``--lm-learner``) trains a small head over those features (:mod:`llm_policy_gen.lm.agent`).
-``--lm-features onehot`` and ``random`` replace the encodings with the controls (no model needed for those).
+``--lm-features onehot|random|index|thermometer`` are the controls (:mod:`llm_policy_gen.lm.features`, no model needed);
+``--lm-state-text meaning`` tells the state in the task's words (:mod:`llm_policy_gen.lm.meaning`).
 
-**An iteration** is one learner update: a rollout of ``--lm-n-steps`` environment steps and its optimisation. Then
-the policy is read out per state (each state's most probable action) and the read-out table goes to the keeper as
-the iteration's one candidate, judged like any table (test seeds, paired confirmation, held-out seeds on adoption,
-``accepted``), so ``evaluate``, ``report`` and ``plot`` read the run as they read any other. The run starts, like
-the learner modes, by scoring the spec's initial table.
+**An iteration** is one learner update (a rollout of ``--lm-n-steps`` steps and its optimisation); the policy read
+out per state (its most probable action) goes to the keeper as the iteration's one candidate, judged like any table,
+so ``evaluate``, ``report`` and ``plot`` read the run as any other. The run starts by scoring the spec's table.
 
 **Its own loop** (:class:`~llm_policy_gen.modes.base.OwnLoop`): the learner steps the run's learner environment
 itself (:attr:`~llm_policy_gen.modes.base.RunServices.learner_env`), so its episodes are the run's training
@@ -19,13 +18,11 @@ in the iteration in which it ends, like the other modes' training episodes (an e
 goes on in the next one; one left unfinished when the run ends is not counted). Events carry ``lm_steps`` (the
 learner's own step count) beside the run's totals.
 
-**Resume.** The run writes the learner's state into ``checkpoint.npz`` with its own after every iteration (the
-head's tensors, Adam's moments, the random streams, SB3's counters and last observation, the episode in progress:
-:mod:`llm_policy_gen.lm.agent`), as arrays and JSON, never a pickle; ``train --resume`` rebuilds the learner from
-the settings in ``config.json`` and loads that state, so a resumed run equals an uninterrupted one.
+**Resume.** The learner's state (tensors, Adam's moments, random streams, SB3's counters, the episode in progress:
+:mod:`llm_policy_gen.lm.agent`) is in ``checkpoint.npz`` as arrays and JSON, never a pickle, after every iteration;
+``train --resume`` rebuilds the learner from ``config.json`` and loads it: a resumed run equals an uninterrupted one.
 
 **No backend.** It proposes nothing: the run builds no backend and is named ``lm-policy(MODEL)`` (:meth:`method`).
-
 **Heads.** ``--lm-head features`` (the default): SB3's MLP over the features table. ``--lm-head scores``: the
 model's length-normalised log-probabilities of each action's words after the state's text plus a learned bias per
 action (:mod:`llm_policy_gen.lm.heads`, :mod:`llm_policy_gen.lm.scores`); before any update the read-out is the
@@ -39,8 +36,6 @@ from __future__ import annotations
 import contextlib
 import io
 import os
-import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -48,10 +43,14 @@ import numpy as np
 from pydantic import field_validator
 
 from ..errors import UserError
+from ..lm.coordinates import state_coordinates
+from ..lm.meaning import check_meaning
+from ..lm.model_files import resolve_model
 from ..lm.resume_identity import check_resumed_path, check_same_model, recorded_path
 from ..registry import PluginOptions, setting
 from ..storage.sizes import Need, check_memory
 from .base import Method, ModeBase, Setup, Step
+from .selection import on_policy_counting
 
 if TYPE_CHECKING:
     from ..config import TrainConfig
@@ -71,13 +70,20 @@ class LmPolicyOptions(PluginOptions):
     A new setting of this mode (``--lm-lora``, ``--lm-head``) is one more field here: its flag, TOML key and
     config.json key follow from the field, and the mode reads it as ``self.options.<name>``."""
 
-    lm_model: str | None = setting(None, "a .gguf file or a Hugging Face model folder", "lm-policy mode: the language "
-                                   "model that encodes each state's text (not --backend, whose llamacpp: means "
-                                   "llama.cpp); with --resume, the same model at another path (its sha256 is "
-                                   "checked).", resume=True)
-    lm_features: Literal["lm", "onehot", "random"] = setting(
-        "lm", "lm, onehot or random", "lm-policy mode: the head's state features: the model's encodings (lm), or "
-        "the controls: one-hot states (onehot), random features of the model's width (random).")
+    lm_model: str | None = setting(None, "a .gguf file, a Hugging Face model folder or models:NAME (smollm2, "
+                                   "qwen2.5-coder-0.5b, qwen2.5-coder-1.5b)", "lm-policy mode: the language model "
+                                   "that encodes each state's text (not --backend, whose llamacpp: means llama.cpp); "
+                                   "models:NAME is tools/fetch_model.py NAME's file; with --resume, the same model "
+                                   "at another path (its sha256 is checked).", resume=True)
+    lm_features: Literal["lm", "onehot", "random", "index", "thermometer"] = setting(
+        "lm", "lm, onehot, random, index or thermometer", "lm-policy mode: the head's state features: the model's "
+        "encodings (lm), or the controls: one-hot states (onehot), random features of the model's width (random: "
+        "576 without --lm-model), each dimension's bin index scaled to [-1, 1] (index) or its thermometer code "
+        "(thermometer).")
+    lm_state_text: Literal["plain", "meaning"] = setting(
+        "plain", "plain or meaning", "lm-policy mode: the state text the model reads: each dimension's bin range "
+        "(plain), or the state in the task's words from the spec's [meaning] table (meaning: what lies in each "
+        "neighbouring cell, which way the pole leans and how fast).")
     lm_pooling: Literal["mean", "last"] = setting("mean", "mean or last", "lm-policy mode: an encoding is the mean of "
                                                   "the last hidden states over the text's tokens (mean) or the last "
                                                   "token's (last).")
@@ -114,7 +120,12 @@ class LmPolicyOptions(PluginOptions):
     @classmethod
     def _absolute(cls, v: str | None) -> str | None:
         """A path is kept absolute (``~`` expanded), so that config.json names the files the run read wherever a
-        resume starts from (a relative path in an older config.json is read from the folder the resume runs in)."""
+        resume starts from (a relative path in an older config.json is read from the folder the resume runs in); a
+        ``models:NAME`` is kept as written, its name checked."""
+        from ..lm.model_files import check_model_name, is_model_name
+
+        if is_model_name(v):
+            return check_model_name(str(v))
         return os.path.abspath(os.path.expanduser(v)) if v else v
 
     @field_validator("lm_net_arch")
@@ -125,19 +136,6 @@ class LmPolicyOptions(PluginOptions):
         return v
 
 
-@contextlib.contextmanager
-def encoding(say: Callable[[str], None] | None, encoder: Any, n: int) -> Iterator[None]:
-    """Say that ``n`` state texts are being encoded and, once they are, the seconds it took and how many the model
-    encoded (the others came from the cache): thousands of states take minutes on a small machine."""
-    if say is not None:
-        say(f"lm-policy: encoding {n} state texts ...")
-    t0 = time.perf_counter()
-    yield
-    if say is not None:
-        say(f"lm-policy: encoded {n} state texts in {time.perf_counter() - t0:.1f} s ({encoder.forward_passes} by "
-            f"the model, {encoder.disk_hits} from the cache)")
-
-
 def _settings(o: LmPolicyOptions, seed: int) -> LearnerSettings:
     from ..lm.agent import LearnerSettings
 
@@ -146,22 +144,24 @@ def _settings(o: LmPolicyOptions, seed: int) -> LearnerSettings:
                            ent_coef=o.lm_ent_coef, net_arch=list(o.lm_net_arch), device=o.lm_device, seed=seed)
 
 
-def _width(o: LmPolicyOptions, n_states: int, lm: Any) -> int:
-    """The features' width: the states' for one-hot ones, else the model's hidden size (without a loaded model:
-    the random control's default width, or 1 where the model decides it)."""
-    from ..lm.features import DEFAULT_RANDOM_WIDTH
+def _width(o: LmPolicyOptions, n_states: int, hidden: int | None) -> int:
+    """The features' width: the states' for one-hot ones (at most that for index and thermometer codes, which have
+    fewer units than states), else the model's hidden size (unknown: the random control's default width, or 1
+    where the model decides it)."""
+    from ..lm.features import DEFAULT_RANDOM_WIDTH, STRUCTURED_KINDS
 
-    if o.lm_features == "onehot":
+    if o.lm_features == "onehot" or o.lm_features in STRUCTURED_KINDS:
         return n_states
-    if lm is not None:
-        return int(lm.hidden_size)
+    if hidden is not None:
+        return hidden
     return DEFAULT_RANDOM_WIDTH if o.lm_features == "random" and not o.lm_model else 1
 
 
-def _needs(o: LmPolicyOptions, settings: LearnerSettings, n_states: int, n_actions: int, lm: Any) -> list[Need]:
-    """The features table and the learner's arrays (:mod:`llm_policy_gen.sizes`), over ``lm``'s width (None: the
-    model not loaded yet)."""
-    width = _width(o, n_states, lm)
+def _needs(o: LmPolicyOptions, settings: LearnerSettings, n_states: int, n_actions: int,
+           hidden: int | None) -> list[Need]:
+    """The features table and the learner's arrays (:mod:`llm_policy_gen.sizes`), over the model's width
+    ``hidden`` (None: not known yet)."""
+    width = _width(o, n_states, hidden)
     return [(f"the features table ({n_states:,} states x {width:,} features, float32)", n_states * width * 4),
             *settings.memory_needs(n_states, n_actions, width, actor_mlp=o.lm_head == "features")]
 
@@ -187,39 +187,46 @@ class LmPolicyMode(ModeBase):
         """On a resume, the model path the run recorded when it started: its name stays the run's when the same
         model (by sha256) is given at another path."""
         self.head: Any = None  # the scores head (--lm-head scores), or None for the features head
+        self.model_path: str | None = None
+        """The model's file: ``--lm-model``, a ``models:NAME`` resolved (:mod:`llm_policy_gen.lm.model_files`)."""
 
     def method(self, cfg: TrainConfig) -> Method:
         """``lm-policy(MODEL)`` (``.gguf`` dropped), a control's features after it: ``lm-policy(onehot)``."""
         o = cfg.options_for(LmPolicyOptions)
         used = o.lm_model if o.lm_model and (o.lm_features in ("lm", "random") or o.lm_head == "scores") else None
         used = self.named_model if used and self.named_model else used
-        parts = [Path(used.rstrip("/\\")).name.removesuffix(".gguf") if used else "", o.lm_features]
+        stem = used.removeprefix("models:") if used and used.startswith("models:") else used
+        parts = [Path(stem.rstrip("/\\")).name.removesuffix(".gguf") if stem else "", o.lm_features,
+                 "" if o.lm_state_text == "plain" else f"{o.lm_state_text} text"]
         return Method(f"{self.name}({', '.join(p for p in parts if p not in ('', 'lm'))})", used or "", bool(used))
 
     def counting(self, cfg: TrainConfig) -> str:
-        """On-policy: it cannot learn from the keeper's greedy-table episodes (see :mod:`..modes.selection`)."""
-        if cfg.select == "none":
-            return "every counted episode is a training episode of its on-policy learner; no keeper episodes"
-        return ("its on-policy learner's training episodes, and the keeper's test and confirmation episodes, which "
-                "choose the kept table: charged, though an on-policy learner cannot learn from them")
+        return on_policy_counting(cfg)
 
     def prepare(self, setup: Setup, resumed: bool) -> dict[str, Any]:
         """Load the model, encode every state's text (or build the control features) and fix the learner's
         settings; every problem is a one-line user error, before the run starts."""
         from ..lm import require_extra
-        from ..lm.features import features_table
+        from ..lm.features import STRUCTURED_KINDS, features_table
 
         o = self.options = setup.cfg.options_for(LmPolicyOptions)
         require_extra()
+        self.model_path = resolve_model(o.lm_model) if o.lm_model else None  # models:NAME -> its file
         if setup.record is not None:
             check_resumed_path(setup.record, o.lm_model)
             self.named_model = recorded_path(setup.record)
         if o.lm_features == "lm" and not o.lm_model:
             raise UserError("--mode lm-policy needs --lm-model PATH (a .gguf file or a Hugging Face model folder) "
-                            "for --lm-features lm; or give --lm-features onehot or random")
+                            "for --lm-features lm; or a control: --lm-features onehot, random, index or thermometer")
         if o.lm_head == "scores" and not o.lm_model:
             raise UserError("--lm-head scores needs --lm-model PATH (a .gguf file or a Hugging Face model folder): "
                             "the actions are scored by the model")
+        texts_read = o.lm_features == "lm" or o.lm_head == "scores"
+        if o.lm_state_text != "plain" and not texts_read:
+            raise UserError(f"--lm-state-text {o.lm_state_text} changes the text a model reads: give --lm-features "
+                            "lm or --lm-head scores (the controls read no text), or --lm-state-text plain")
+        if o.lm_state_text == "meaning":
+            check_meaning(setup.spec, setup.observation)
         if o.lm_lora and o.lm_head != "scores":
             raise UserError(f"--lm-lora {o.lm_lora} fine-tunes the model through the scores head; add --lm-head "
                             "scores (or give --lm-lora 0)")
@@ -234,25 +241,32 @@ class LmPolicyMode(ModeBase):
                                 + (", cuda" if torch.cuda.is_available() else ""))
         self.settings = _settings(o, setup.cfg.seed)
         facts: dict[str, Any] = {"features": o.lm_features, "head": o.lm_head, "learner": self.settings.describe()}
-        lm = self._model(setup) if o.lm_model and (o.lm_features in ("lm", "random") or
-                                                     o.lm_head == "scores") else None
+        header = self._header_width(setup) if o.lm_features == "random" and o.lm_head == "features" else None
+        lm = self._model(setup) if header is None and o.lm_model and (o.lm_features in ("lm", "random") or
+                                                                      o.lm_head == "scores") else None
+        hidden = header[1] if header is not None else (None if lm is None else int(lm.hidden_size))
         n_states = setup.observation.n_states
-        check_memory(_needs(o, self.settings, n_states, setup.actions.n_actions, lm))  # the model's width now known
+        check_memory(_needs(o, self.settings, n_states, setup.actions.n_actions, hidden))  # the model's width known
         raw: np.ndarray | None = None
+        coords = state_coordinates(setup.spec, setup.observation) if o.lm_features in STRUCTURED_KINDS else None
+        if coords is not None:
+            facts["coordinates"] = coords.describe()
+        if header is not None:
+            facts["lm_model"] = header[0]
         if lm is not None:
             facts["lm_model"] = lm.describe()
             if o.lm_features == "lm":
-                from ..lm.encoder import Encoder
+                from ..lm.encoder import Encoder, encoding
                 from ..lm.state_text import STATE_TEMPLATE, state_texts
 
                 encoder = Encoder(lm, o.lm_pooling, self._cache(setup), device=o.lm_device, note=setup.notice)
-                texts = state_texts(setup.spec, setup.observation)
+                texts = state_texts(setup.spec, setup.observation, variant=o.lm_state_text)
                 with encoding(setup.notice, encoder, len(set(texts))):
                     raw = encoder.encode(texts)
                 facts.update(pooling=o.lm_pooling, state_template=STATE_TEMPLATE, state_texts=len(set(texts)),
                              lm_forward_passes=encoder.forward_passes, lm_encodings_from_cache=encoder.disk_hits)
-        self.features = features_table(o.lm_features, n_states, encodings=raw,
-                                       width=None if lm is None else lm.hidden_size, seed=setup.cfg.seed)
+        self.features = features_table(o.lm_features, n_states, encodings=raw, width=hidden, seed=setup.cfg.seed,
+                                       coords=coords)
         facts["features_width"] = int(self.features.shape[1])
         if o.lm_head == "scores":
             assert lm is not None
@@ -281,7 +295,7 @@ class LmPolicyMode(ModeBase):
 
         o = self.options
         acts = setup.spec.action_discretizer()
-        prompts = scoring_prompts(setup.spec, setup.observation, acts)
+        prompts = scoring_prompts(setup.spec, setup.observation, acts, variant=o.lm_state_text)
         words = word_counts(acts)
         facts: dict[str, Any] = {"score_norm": o.lm_score_norm, "action_template": ACTION_TEMPLATE,
                                  "lora_rank": o.lm_lora}
@@ -307,6 +321,19 @@ class LmPolicyMode(ModeBase):
                      lora_trainable=trainable_count(adapted), scoring_prefix_tokens=len(task.prefix))
         return facts
 
+    def _header_width(self, setup: Setup) -> tuple[dict[str, Any], int] | None:
+        """The model's facts and width from its file's header, not loaded (the random control at its width)."""
+        import torch
+
+        from ..lm.model_files import header_facts
+
+        if self.model_path is None:
+            return None
+        torch.set_num_threads(1)  # as a loaded model's run sets it
+        if setup.record is not None:
+            check_same_model(setup.record, self.model_path)
+        return header_facts(self.model_path)
+
     def _model(self, setup: Setup) -> Any:
         """The model loaded (its progress bars kept off the console)."""
         import torch
@@ -314,12 +341,11 @@ class LmPolicyMode(ModeBase):
         from ..lm.backbone import load_language_model
 
         torch.set_num_threads(1)  # two threads on a shared 2-core machine were many times slower, not faster
-        o = self.options
-        assert o.lm_model is not None
+        assert self.model_path is not None
         if setup.record is not None:
-            check_same_model(setup.record, o.lm_model)
+            check_same_model(setup.record, self.model_path)
         with contextlib.redirect_stderr(io.StringIO()):
-            return load_language_model(o.lm_model, self._cache(setup), note=setup.notice)
+            return load_language_model(self.model_path, self._cache(setup), note=setup.notice)
 
     def memory(self, cfg: TrainConfig, n_states: int, n_actions: int) -> list[Need]:
         """What the learner's arrays take at least, before the model is loaded (its width then counts as 1)."""

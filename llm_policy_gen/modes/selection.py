@@ -64,6 +64,15 @@ def counting_of(mode: Mode, cfg: TrainConfig) -> str:
     return "every counted episode: training episodes and the keeper's test and confirmation episodes"
 
 
+def on_policy_counting(cfg: TrainConfig) -> str:
+    """What an on-policy learner's counted interaction informed: it cannot learn from the keeper's greedy-table
+    episodes, so under ``--select keeper`` they are charged without teaching it."""
+    if cfg.select == "none":
+        return "every counted episode is a training episode of its on-policy learner; no keeper episodes"
+    return ("its on-policy learner's training episodes, and the keeper's test and confirmation episodes, which "
+            "choose the kept table: charged, though an on-policy learner cannot learn from them")
+
+
 def check_select(mode: Mode, cfg: TrainConfig) -> None:
     """Refuse a ``--select`` the mode does not take, and ``--patience`` without a keeper (one line each)."""
     choices = select_choices(mode)
