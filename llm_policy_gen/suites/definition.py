@@ -25,6 +25,8 @@
     need = 8                            # seeds that must meet the goal (and the median must)
     seeds = "0-9"                       # optional
     threshold = 475.0                   # gymnasium's reward_threshold, when it has one
+    reference = -172.2                  # else a published figure that is not ours, and where it comes from
+    reference_source = "RL Baselines3 Zoo benchmark.md: PPO, Pendulum-v1, 100k steps"
     settings = { train_episodes = 1 }   # settings every run of the task gets on top of the spec's
     anchors = "..."                     # published figures of other work, as text
 
@@ -63,6 +65,15 @@ class Task:
     """Gymnasium's ``reward_threshold`` for the task, where it has one (a yardstick that is not ours)."""
     settings: dict[str, Any] = field(default_factory=dict)
     anchors: str = ""
+    reference: float | None = None
+    """Where gymnasium gives no threshold: a published figure that is not ours (transcribed, cited, never a result
+    run here), the normalised score's 1."""
+    reference_source: str = ""
+
+    @property
+    def yardstick(self) -> float | None:
+        """The normalised score's 1: gymnasium's threshold, else the cited reference."""
+        return self.threshold if self.threshold is not None else self.reference
 
     def meets(self, value: float | None) -> bool:
         """Whether ``value`` meets the goal: reaches it, or equals it for an exact optimum (None never does)."""
@@ -174,13 +185,15 @@ def parse_suite(data: dict[str, Any], where: str) -> Suite:
         if not isinstance(settings, dict):
             raise UserError(f"bad {w}: settings must be a table")
         task_seeds = parse_seeds_text(t["seeds"], w) if "seeds" in t else seeds
-        threshold = t.get("threshold")
+        threshold, reference = t.get("threshold"), t.get("reference")
         tasks.append(Task(key=_need(t, "key", str, w), env_id=_need(t, "env_id", str, w),
                           budget=int(_need(t, "budget", int, w)), goal=float(_need(t, "goal", (int, float), w)),
                           seeds=task_seeds, need=int(t.get("need", max(1, (8 * len(task_seeds)) // 10))),
                           exact=bool(t.get("exact", False)),
                           threshold=None if threshold is None else float(threshold),
-                          settings=dict(settings), anchors=str(t.get("anchors", ""))))
+                          settings=dict(settings), anchors=str(t.get("anchors", "")),
+                          reference=None if reference is None else float(reference),
+                          reference_source=str(t.get("reference_source", ""))))
     methods = []
     for i, m in enumerate(data.get("method", [])):
         w = f"{where} method {i + 1}"

@@ -1,7 +1,7 @@
 """Pooled figures across tasks, drawn only over a task set every method in the figure ran.
 
-:func:`pooled` compares two methods: the tasks both ran with a normalised score (gymnasium gives the task a
-threshold) on every seed the task is judged on; of those, the tasks judged on the most common seed set (the long
+:func:`pooled` compares two methods: the tasks both ran with a normalised score (gymnasium's threshold or a cited
+reference) on every seed the task is judged on; of those, the tasks judged on the most common seed set (the long
 tasks' 0-4 are not pooled with 0-9, so no seed is dropped silently); rliable's IQM of the normalised scores over that
 ``seeds x tasks`` array with its stratified bootstrap interval (seeds resampled within each task).
 """

@@ -1,7 +1,7 @@
 """The suite's figure: each method's normalised score per task (0: the uniform random policy, 1: gymnasium's
-threshold), rliable's IQM with its 95 % interval over 5 or more seeds (the median alone, without a bar, below that),
-only on tasks where gymnasium has a threshold. Drawn from the records as the tables are; a PNG the test of the
-published figures leaves out (its bytes depend on matplotlib's version)."""
+threshold, else the reference the suite cites), rliable's IQM with its 95 % interval over 5 or more seeds (the median
+alone, without a bar, below that), only on tasks with such a yardstick. Drawn from the records as the tables are; a
+PNG the test of the published figures leaves out (its bytes depend on matplotlib's version)."""
 
 from __future__ import annotations
 
@@ -45,7 +45,8 @@ def normalised_figure(rows: Sequence[Summary], out: Path, methods: Sequence[str]
     ax.set_yticks(range(len(tasks)))
     ax.set_yticklabels(tasks, fontsize=8)
     ax.invert_yaxis()
-    ax.set_xlabel("normalised score: 0 uniform random policy, 1 gymnasium's threshold (IQM, 95% CI)")
+    ax.set_xlabel("normalised score: 0 uniform random policy, 1 gymnasium's threshold or the cited reference "
+                  "(IQM, 95% CI)")
     ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
     return save_figure(fig, out)

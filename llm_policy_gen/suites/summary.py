@@ -122,7 +122,7 @@ class Summary:
 
     def norm_text(self) -> str:
         if self.normalised is None:
-            return "none" if self.task.threshold is None else "-"
+            return "none" if self.task.yardstick is None else "-"
         iv = self.norm_iqm
         if iv is not None:
             return f"{iv.estimate:.2f} [{iv.low:.2f}, {iv.high:.2f}]"
@@ -140,8 +140,8 @@ def summarize(task: Task, method: str, records: Sequence[SuiteRecord],
     judged = tuple(float(r.result["heldout_within"]) if r.result.get("heldout_within") is not None else v
                    for r, v in zip(rs, values, strict=True))
     norm = None
-    if task.threshold is not None and rs and all(r.seed in random_policy for r in rs):
-        got = normalized(values, [random_policy[r.seed] for r in rs], task.threshold)
+    if task.yardstick is not None and rs and all(r.seed in random_policy for r in rs):
+        got = normalized(values, [random_policy[r.seed] for r in rs], task.yardstick)
         norm = None if got is None else tuple(float(x) for x in got)
     return Summary(task=task, method=method, seeds=tuple(r.seed for r in rs), values=values, judged=judged,
                    normalised=norm, episodes=_median([r.result.get("episodes") for r in rs]),

@@ -71,11 +71,17 @@ def _markdown(suite: Suite, rows: Sequence[Summary]) -> str:
              f"where the run reports one, else its final held-out mean. IQM: rliable's interquartile mean of the "
              f"final held-out means with its 95% stratified bootstrap interval (2,000 resamples, seed 0), drawn only "
              f"over {MIN_SEEDS} or more seeds and labelled with n; fewer seeds give the median. Normalised: (return "
-             "- R) / (threshold - R), R the uniform random policy's mean on the seed's held-out episodes, 1 at "
-             "gymnasium's threshold; none where gymnasium has no threshold. Episodes and steps: medians of the "
+             "- R) / (Y - R), R the uniform random policy's mean on the seed's held-out episodes, Y gymnasium's "
+             "threshold, else a published figure that is not ours, cited in the suite file (the RL Baselines3 Zoo's "
+             "benchmark, a known optimum); none where neither exists. Episodes and steps: medians of the "
              "counted interaction. Code: the version that made the records (`unknown` for records imported from "
              "the old bench files).", ""]
     lines += _md_table(SUMMARY_HEADER, [_summary_row(s) for s in rows])
+    cited = [t for t in suite.tasks if t.threshold is None and t.reference is not None]
+    if cited:
+        lines += ["", "Where gymnasium has no threshold, the normalised score's 1 is a figure that is not ours, "
+                  "transcribed and cited, never a result run here: " + "; ".join(
+                      f"{t.env_id} {t.reference:g} ({t.reference_source})" for t in cited) + "."]
     lines += ["", "Per seed (held-out mean of each seed, in seed order; a peer's hyperparameter source):", ""]
     lines += _md_table(["task", "method", "seeds", "per seed", "source"],
                        [[s.task.env_id, s.method, seeds_text(s.seeds), ", ".join(fmt(v, s.task) for v in s.values),
