@@ -49,3 +49,19 @@ def test_the_references_give_the_random_policy_and_the_prior_per_seed() -> None:
     assert refs.heldout_episodes == 100
     assert refs.random_policy["cartpole"][0] == 22.46 and refs.prior["cartpole"][0] == 200.3
     assert set(refs.random_policy) >= {t.key for t in load_suite("goals").tasks}
+
+
+def test_the_random_policy_is_measured_for_a_new_seed_as_the_imported_ones_were(tmp_path: Path) -> None:
+    import shutil
+
+    from llm_policy_gen.suites.references import add_random_policy
+
+    shutil.copy(STORE / "references.json", tmp_path / "references.json")
+    before = read_references(tmp_path)
+    assert 30 not in before.random_policy["cartpole"]
+    del_seed = dict(before.random_policy["cartpole"])
+    added = add_random_policy(tmp_path, {"cartpole": "CartPole-v1"}, [("cartpole", 0), ("cartpole", 30)])
+    after = read_references(tmp_path)
+    assert added == 1 and after.random_policy["cartpole"][0] == del_seed[0] == 22.46  # as the old scores measured
+    assert 5 < after.random_policy["cartpole"][30] < 60
+    assert add_random_policy(tmp_path, {"cartpole": "CartPole-v1"}, [("cartpole", 30)]) == 0

@@ -51,9 +51,14 @@ def _other_budget_ok(record: SuiteRecord, task: Task, found: Mapping[tuple[str, 
     return False
 
 
-def current_records(suite: Suite, records: Sequence[SuiteRecord]) -> list[SuiteRecord]:
-    """The records the suite's tables show, one per task, method and seed, in the store's order."""
-    newest = [r for r in latest(records).values() if r.suite == suite.name]
+def current_records(suite: Suite, records: Sequence[SuiteRecord], fresh: bool = False) -> list[SuiteRecord]:
+    """The records the suite's tables show, one per task, method and seed, in the store's order: on each task's
+    judged seeds, or (``fresh``) on its fresh seeds, never the two mixed."""
+    def shown(r: SuiteRecord) -> bool:
+        task = next((t for t in suite.tasks if t.key == r.task), None)
+        return task is not None and r.seed in (task.fresh_seeds if fresh else task.seeds)
+
+    newest = [r for r in latest(records).values() if r.suite == suite.name and shown(r)]
     tasks = {t.key: t for t in suite.tasks}
     methods = {m.label: m for m in suite.methods}
     found: dict[tuple[str, str, int], SuiteRecord] = {}

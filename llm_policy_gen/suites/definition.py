@@ -6,6 +6,7 @@
     name = "goals"
     title = "Goal table"
     seeds = "0-9"                       # every task's, unless the task names its own
+    fresh_seeds = "30-39"               # optional: seeds no choice of settings has seen, judged last, shown apart
 
     [[method]]
     label = "offline"
@@ -24,6 +25,7 @@
     exact = false                       # the goal is an exact optimum (equal, not reach)
     need = 8                            # seeds that must meet the goal (and the median must)
     seeds = "0-9"                       # optional
+    fresh_seeds = "30-34"               # optional
     threshold = 475.0                   # gymnasium's reward_threshold, when it has one
     reference = -172.2                  # else a published figure that is not ours, and where it comes from
     reference_source = "RL Baselines3 Zoo benchmark.md: PPO, Pendulum-v1, 100k steps"
@@ -69,6 +71,9 @@ class Task:
     """Where gymnasium gives no threshold: a published figure that is not ours (transcribed, cited, never a result
     run here), the normalised score's 1."""
     reference_source: str = ""
+    fresh_seeds: tuple[int, ...] = ()
+    """Seeds that no choice of spec structure or settings has seen, judged once, last, and shown beside (never mixed
+    with) the judged seeds' figures."""
 
     @property
     def yardstick(self) -> float | None:
@@ -178,6 +183,7 @@ def parse_suite(data: dict[str, Any], where: str) -> Suite:
         raise UserError(f"bad {where}: no [suite] table")
     name = str(_need(head, "name", str, where))
     seeds = parse_seeds_text(head.get("seeds", "0-9"), f"{where} [suite]")
+    fresh = parse_seeds_text(head["fresh_seeds"], f"{where} [suite]") if "fresh_seeds" in head else ()
     tasks = []
     for i, t in enumerate(data.get("task", [])):
         w = f"{where} task {i + 1}"
@@ -193,7 +199,8 @@ def parse_suite(data: dict[str, Any], where: str) -> Suite:
                           threshold=None if threshold is None else float(threshold),
                           settings=dict(settings), anchors=str(t.get("anchors", "")),
                           reference=None if reference is None else float(reference),
-                          reference_source=str(t.get("reference_source", ""))))
+                          reference_source=str(t.get("reference_source", "")),
+                          fresh_seeds=parse_seeds_text(t["fresh_seeds"], w) if "fresh_seeds" in t else fresh))
     methods = []
     for i, m in enumerate(data.get("method", [])):
         w = f"{where} method {i + 1}"

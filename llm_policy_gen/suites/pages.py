@@ -56,6 +56,15 @@ def _cell(row: Summary | None) -> str:
     return f"{centre}, {row.met_text()}"
 
 
+def _fresh_cell(row: Summary | None) -> str:
+    return "not yet" if row is None else f"{_cell(row)}, met: {_yes(row.goal_met())}"
+
+
+def _fresh_text(suite: Suite) -> str:
+    sets = sorted({seeds_text(t.fresh_seeds) for t in suite.tasks if t.fresh_seeds}, reverse=True)
+    return " or ".join(sets) or "none named"
+
+
 def _f(x: float | None, row: Summary) -> str:
     from .summary import fmt
 
@@ -66,9 +75,10 @@ def _yes(flag: bool | None) -> str:
     return "-" if flag is None else ("**yes**" if flag else "no")
 
 
-def readme_block(suite: Suite, rows: Sequence[Summary]) -> str:
-    """The README's results block of ``suite`` (the goal table)."""
+def readme_block(suite: Suite, rows: Sequence[Summary], fresh: Sequence[Summary] = ()) -> str:
+    """The README's results block of ``suite`` (the goal table); ``fresh``: the summaries on the fresh seeds."""
     by = {(r.task.key, r.method): r for r in rows}
+    again = {r.task.key: r for r in fresh if r.method == "offline"}
     seed_sets = sorted({(len(t.seeds), seeds_text(t.seeds), t.need) for t in suite.tasks}, reverse=True)
     long = [t.env_id for t in suite.tasks if len(t.seeds) != seed_sets[0][0]]
     seeds = f"seeds {seed_sets[0][1]}" + (f" ({seed_sets[1][1]} for {', '.join(long)})" if long else "")
@@ -79,17 +89,18 @@ def readme_block(suite: Suite, rows: Sequence[Summary]) -> str:
         f"[`records.jsonl`](llm_policy_gen/suites/data/{suite.name}/{RECORDS}); this block is generated from them. "
         f"Judged on {seeds}. A cell: rliable's IQM of the final held-out means (100 episodes) with its 95% "
         f"stratified bootstrap interval (intervals only over 5 or more seeds), then the seeds that meet our goal. "
-        f"Met: the median and at least {need} seeds meet it (our goal / gymnasium's threshold).", "",
+        f"Met: the median and at least {need} seeds meet it (our goal / gymnasium's threshold). `offline`, fresh "
+        f"seeds: judged again, last, on seeds no choice of settings has seen ({_fresh_text(suite)}).", "",
         "| task | goal | gymnasium threshold | `offline` | PPO, zoo budget | PPO at offline's steps | LM policy | "
-        "offline met (goal / threshold) |",
-        "|---|---|---|---|---|---|---|---|"]
+        "offline met (goal / threshold) | `offline`, fresh seeds |",
+        "|---|---|---|---|---|---|---|---|---|"]
     for t in suite.tasks:
         off = by.get((t.key, "offline"))
         met = "-" if off is None else f"{_yes(off.goal_met())} / {_yes(off.threshold_met())}"
         goal = f"{'=' if t.exact else '>='} {t.goal:,g} in {t.budget:,} episodes"
         lines.append(f"| {t.env_id} | {goal} | {'none' if t.threshold is None else f'{t.threshold:,g}'} | "
                      f"{_cell(off)} | {_cell(by.get((t.key, 'ppo')))} | {_cell(by.get((t.key, 'ppo-at-offline')))} | "
-                     f"{_cell(by.get((t.key, LM_POLICY)))} | {met} |")
+                     f"{_cell(by.get((t.key, LM_POLICY)))} | {met} | {_fresh_cell(again.get(t.key))} |")
     met_goal = sum(1 for t in suite.tasks if (r := by.get((t.key, "offline"))) is not None and r.goal_met())
     peers = [t.env_id for t in suite.tasks if (t.key, "ppo") in by or (t.key, "ppo-at-offline") in by]
     lines += ["", f"`offline` meets {met_goal} of {len(suite.tasks)} goals. "
@@ -118,21 +129,33 @@ def generated_pages(root: Path) -> tuple[dict[Path, str], dict[str, list[Summary
     names = _shipped(root)
     for name in names:  # every block there before any figure is computed: a page without one is refused at once
         fill_block(texts[results], name, "", str(results))
+        if any(t.fresh_seeds for t in load_suite(name).tasks):
+            fill_block(texts[results], f"{name}-fresh", "", str(results))
     if "goals" in names:
         fill_block(texts[readme], README_BLOCK, "", str(readme))
     for name in names:
         suite = load_suite(name)
         folder = store_folder(root, name)
         refs = read_references(folder)
-        shown = shown_rows(suite, read_records(folder), refs)
+        records = read_records(folder)
+        shown = shown_rows(suite, records, refs)
         rows_of[name] = shown[1]
         tables = render_tables(suite, [], refs, shown=shown)
         for file, text in tables.items():
             if not file.endswith(".md"):
                 out[root / "docs" / "tables" / file] = text
         texts[results] = fill_block(texts[results], name, tables[f"{name}.md"], str(results))
+        fresh = shown_rows(suite, records, refs, fresh=True) if any(t.fresh_seeds for t in suite.tasks) else None
+        if fresh is not None:
+            fresh_tables = render_tables(suite, [], refs, shown=fresh)
+            for file, text in fresh_tables.items():
+                if not file.endswith(".md"):
+                    out[root / "docs" / "tables" / file.replace(name, f"{name}_fresh", 1)] = text
+            texts[results] = fill_block(texts[results], f"{name}-fresh", fresh_tables[f"{name}.md"], str(results))
         if name == "goals":
-            texts[readme] = fill_block(texts[readme], README_BLOCK, readme_block(suite, shown[1]), str(readme))
+            texts[readme] = fill_block(texts[readme], README_BLOCK,
+                                       readme_block(suite, shown[1], fresh[1] if fresh is not None else ()),
+                                       str(readme))
     return {**texts, **out}, rows_of
 
 

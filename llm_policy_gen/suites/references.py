@@ -14,14 +14,15 @@ or the default action everywhere for a spec without one)::
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..errors import UserError
 
-__all__ = ["REFERENCES", "REFERENCES_SCHEMA_VERSION", "References", "read_references", "write_references"]
+__all__ = ["REFERENCES", "REFERENCES_SCHEMA_VERSION", "References", "read_references", "write_references",
+           "add_random_policy"]
 
 REFERENCES = "references.json"
 REFERENCES_SCHEMA_VERSION = 1
@@ -72,3 +73,34 @@ def read_references(path: Path) -> References:
     return References(random_policy=scores("random_policy"), prior=scores("prior"),
                       prior_what={t: str(v.get("what", "")) for t, v in doc.get("prior", {}).items()},
                       heldout_episodes=int(doc.get("heldout_episodes", 100)))
+
+
+def add_random_policy(path: Path, env_ids: Mapping[str, str], wanted: Iterable[tuple[str, int]]) -> int:
+    """Measure the uniform random policy's held-out mean for every ``(task, seed)`` of ``wanted`` that
+    ``references.json`` at ``path`` (a store folder or the file) lacks (``env_ids``: task key -> env id), on the run
+    seed's held-out seeds as every run measures its own; write them in; return how many were added."""
+    from ..envs import get_spec
+    from ..storage.runlog import write_json_atomic
+    from ..sweep.random_baseline import heldout_random_means
+
+    path = Path(path)
+    if path.is_dir() or not path.suffix:
+        path = path / REFERENCES
+    doc: dict[str, Any] = (json.loads(path.read_text(encoding="utf-8")) if path.is_file() else
+                           {"schema_version": REFERENCES_SCHEMA_VERSION, "heldout_episodes": 100, "source": "",
+                            "random_policy": {}, "prior": {}})
+    episodes = int(doc.get("heldout_episodes", 100))
+    section = doc.setdefault("random_policy", {})
+    added = 0
+    for task, seed in sorted(set(wanted)):
+        entry = section.setdefault(task, {"env_id": env_ids[task], "what": "uniform random actions", "by_seed": {}})
+        if str(seed) in entry["by_seed"]:
+            continue
+        value = heldout_random_means(get_spec(env_ids[task]), [seed], episodes)[seed]
+        entry["by_seed"][str(seed)] = round(float(value), 2)
+        entry["by_seed"] = dict(sorted(entry["by_seed"].items(), key=lambda kv: int(kv[0])))
+        added += 1
+    if added:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(path, doc, indent=1)
+    return added

@@ -63,6 +63,16 @@ class BenchConfig:
     budget_usd: float | None = None
 
 
+def _publish_references(plan: Plan) -> None:
+    """The uniform random policy's held-out mean for every (task, seed) recorded, where the committed store's
+    ``references.json`` lacks it (:func:`~.references.add_random_policy`)."""
+    from .references import add_random_policy
+
+    suite = plan.config.suite
+    add_random_policy(committed_store(plan.config.source, suite).parent, {t.key: t.env_id for t in suite.tasks},
+                      [(c.task.key, c.seed) for c in plan.cells if c.state == "recorded"])
+
+
 def committed_store(source: str, suite: Suite) -> Path:
     """The suite's committed records: ``llm_policy_gen/suites/data/SUITE/records.jsonl`` for a shipped suite,
     ``SUITE/records.jsonl`` beside a suite's TOML file."""
@@ -268,6 +278,8 @@ def run_plan(plan: Plan, say: Say | None = None) -> tuple[list[Cell], list[Path]
         except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM / SIGHUP (errors.Interrupted)
             stopped = exc
         with HeldInterrupts(raise_after=False):
+            if plan.config.publish and stopped is None:  # the normaliser of every published seed, beside the records
+                _publish_references(plan)
             tables = write_tables(plan.config.suite, list(latest(plan.records()).values()), out)
     if stopped is not None:
         done = sum(c.state == "recorded" for c in plan.cells)

@@ -153,10 +153,11 @@ def _tex(rows: Sequence[Summary]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def shown_rows(suite: Suite, records: Sequence[SuiteRecord],
-               refs: References) -> tuple[list[SuiteRecord], list[Summary]]:
-    """The current records (in the suite's task order, then method and seed) and their summaries."""
-    shown = current_records(suite, records)
+def shown_rows(suite: Suite, records: Sequence[SuiteRecord], refs: References,
+               fresh: bool = False) -> tuple[list[SuiteRecord], list[Summary]]:
+    """The current records (in the suite's task order, then method and seed) and their summaries, on the judged
+    seeds or (``fresh``) on the fresh ones."""
+    shown = current_records(suite, records, fresh)
     order = {t.key: i for i, t in enumerate(suite.tasks)}
     shown = sorted(shown, key=lambda r: (order.get(r.task, len(order)), r.method, r.seed))
     return shown, summaries(suite, shown, refs.random_policy)
