@@ -58,10 +58,13 @@ def test_the_random_policy_is_measured_for_a_new_seed_as_the_imported_ones_were(
 
     shutil.copy(STORE / "references.json", tmp_path / "references.json")
     before = read_references(tmp_path)
-    assert 30 not in before.random_policy["cartpole"]
-    del_seed = dict(before.random_policy["cartpole"])
-    added = add_random_policy(tmp_path, {"cartpole": "CartPole-v1"}, [("cartpole", 0), ("cartpole", 30)])
+    imported = before.random_policy["cartpole"][0]
+    added = add_random_policy(tmp_path, {"cartpole": "CartPole-v1"}, [("cartpole", 0), ("cartpole", 999)])
     after = read_references(tmp_path)
-    assert added == 1 and after.random_policy["cartpole"][0] == del_seed[0] == 22.46  # as the old scores measured
-    assert 5 < after.random_policy["cartpole"][30] < 60
-    assert add_random_policy(tmp_path, {"cartpole": "CartPole-v1"}, [("cartpole", 30)]) == 0
+    assert 999 not in before.random_policy["cartpole"] and added == 1
+    assert after.random_policy["cartpole"][0] == imported == 22.46  # kept: the old scores' measure
+    assert 5 < after.random_policy["cartpole"][999] < 60
+    fresh = tmp_path / "fresh"
+    assert add_random_policy(fresh, {"cartpole": "CartPole-v1"}, [("cartpole", 0)]) == 1  # measured as imported
+    assert read_references(fresh).random_policy["cartpole"][0] == imported
+    assert add_random_policy(tmp_path, {"cartpole": "CartPole-v1"}, [("cartpole", 999)]) == 0
