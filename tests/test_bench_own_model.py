@@ -103,8 +103,14 @@ def test_a_users_model_runs_the_suite_with_its_cost_said_first_and_its_row_besid
     assert 0 < spent <= ceiling  # the suite-wide ceiling
     assert any(r.result["stop_reason"] == "budget reached" for r in mine)
 
-    with open(out / "tiny.csv", newline="", encoding="utf-8") as fh:
+    with open(out / "tiny_seeds.csv", newline="", encoding="utf-8") as fh:  # one row per record shown
         rows = list(csv.DictReader(fh))
     assert {(r["method"], r["code"]) for r in rows if r["method"] != "mine"} == \
         {(b.method, "0.0.0+fixture") for b in baselines}
     assert len([r for r in rows if r["method"] == "mine"]) == 4 and len(rows) == len(baselines) + 4
+    with open(out / "tiny.csv", newline="", encoding="utf-8") as fh:  # one row per task and method
+        summary = list(csv.DictReader(fh))
+    assert {(r["task"], r["method"]) for r in summary} >= {("cartpole", "mine"), ("lake", "mine")}
+    for name in ("tiny.md", "tiny.tex"):  # the same table in Markdown and LaTeX, the model's row beside the others
+        text = (out / name).read_text(encoding="utf-8")
+        assert "mine" in text and all(b.method in text for b in baselines), name
