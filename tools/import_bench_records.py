@@ -39,7 +39,7 @@ from llm_policy_gen.suites.definition import (  # noqa: E402
     load_suite,
 )
 from llm_policy_gen.suites.references import REFERENCES, write_references  # noqa: E402
-from llm_policy_gen.suites.store import RECORDS, SuiteRecord, cell_key  # noqa: E402
+from llm_policy_gen.suites.store import RECORDS, SuiteRecord, cell_key, read_records  # noqa: E402
 
 TABLE_ENTRIES = {"offline-from-prior": "offline-from-prior=offline[prior=start]"}
 """Entries of the old suite's backends that goals.toml does not list."""
@@ -99,7 +99,9 @@ def table_records(suite: Suite, path: Path) -> tuple[list[SuiteRecord], list[str
         if not same:
             notes.append(f"{task.key} {r['backend']} seed {r['seed']}: settings {settings} (goals.toml: "
                          f"{task.settings})")
-        result = {"heldout_mean": r["heldout"], "final_heldout_mean": None, "selected_heldout_mean": r["heldout"],
+        keeper_is_method = r["backend"] != "q-learning"  # the kept table is the final policy too (docs/modes.md)
+        result = {"heldout_mean": r["heldout"], "final_heldout_mean": r["heldout"] if keeper_is_method else None,
+                  "selected_heldout_mean": r["heldout"],
                   "heldout_within": r.get("heldout_within"), "heldout_episodes": 100, "episodes": r["episodes"],
                   "env_steps": r.get("env_steps_total"), "iterations": r.get("iterations"), "wall_s": r.get("wall_s"),
                   "cpu_s": r.get("cpu_s"), "calls": None, "tokens_in": None, "tokens_out": None, "cost_usd": None,
@@ -151,8 +153,9 @@ def main(argv: list[str] | None = None) -> int:
     records, notes = table_records(suite, data / "results.json")
     records = sorted(records + peer_records(suite, data / "peers.json"), key=_order(suite))
     out.mkdir(parents=True, exist_ok=True)
-    with open(out / RECORDS, "w", encoding="utf-8") as fh:  # the whole store, written anew: the import is one-off
-        for r in records:
+    made_here = [r for r in read_records(out) if not r.source.startswith("imported: ")]  # runs of bench: kept
+    with open(out / RECORDS, "w", encoding="utf-8") as fh:  # the imported lines written anew, the others after them
+        for r in [*records, *made_here]:
             fh.write(json.dumps(r.to_json(), allow_nan=False, separators=(",", ":")) + "\n")
     write_references(out / REFERENCES, json.loads((data / "random_policy.json").read_text(encoding="utf-8")),
                      json.loads((data / "priors.json").read_text(encoding="utf-8")),

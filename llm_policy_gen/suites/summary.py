@@ -75,6 +75,10 @@ class Summary:
     codes: tuple[str, ...]
     sources: tuple[str, ...]
     """Peers' hyperparameter sources."""
+    final: tuple[float, ...] | None = None
+    """Each seed's final policy's held-out mean, when every seed's record has one."""
+    selected: tuple[float, ...] | None = None
+    """Each seed's selected policy's held-out mean (chosen with counted episodes), when every seed's record has one."""
 
     @property
     def n(self) -> int:
@@ -128,6 +132,17 @@ class Summary:
             return f"{iv.estimate:.2f} [{iv.low:.2f}, {iv.high:.2f}]"
         return f"median {statistics.median(self.normalised):.2f}"
 
+    def policy_text(self, which: str) -> str:
+        """``final`` or ``selected``: the IQM [95% CI] over 5 or more seeds, else the median; ``-`` when not every
+        seed's record gives it (a method that does not select has no selected policy)."""
+        values = self.final if which == "final" else self.selected
+        if not values:
+            return "-"
+        if len(values) >= MIN_SEEDS:
+            iv = iqm_interval(values)
+            return f"{fmt(iv.estimate, self.task)} [{fmt(iv.low, self.task)}, {fmt(iv.high, self.task)}]"
+        return f"median {fmt(_median(values), self.task)}"
+
     def met_text(self) -> str:
         return f"{self.met()}/{self.n}"
 
@@ -147,7 +162,16 @@ def summarize(task: Task, method: str, records: Sequence[SuiteRecord],
                    normalised=norm, episodes=_median([r.result.get("episodes") for r in rs]),
                    steps=_median([r.result.get("env_steps") for r in rs]),
                    codes=tuple(sorted({r.code or "unknown" for r in rs})),
-                   sources=tuple(sorted({str(r.result["peer_source"]) for r in rs if r.result.get("peer_source")})))
+                   sources=tuple(sorted({str(r.result["peer_source"]) for r in rs if r.result.get("peer_source")})),
+                   final=_all(rs, "final_heldout_mean"), selected=_all(rs, "selected_heldout_mean"))
+
+
+def _all(records: Sequence[SuiteRecord], key: str) -> tuple[float, ...] | None:
+    """Each record's ``result[key]``, when every record has one."""
+    values = [r.result.get(key) for r in records]
+    if not values or any(v is None for v in values):
+        return None
+    return tuple(float(v) for v in values if v is not None)
 
 
 def method_order(suite: Suite, records: Sequence[SuiteRecord]) -> list[str]:

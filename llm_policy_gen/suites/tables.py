@@ -45,7 +45,8 @@ def _goal_text(s: Summary) -> str:
 
 
 SUMMARY_HEADER = ["task", "method", "goal", "goal met (seeds)", "gymnasium threshold", "threshold met (seeds)",
-                  "held-out IQM [95% CI] (n)", "judged median", "normalised IQM", "episodes", "env steps", "code"]
+                  "held-out IQM [95% CI] (n)", "final policy", "selected policy", "judged median", "normalised IQM",
+                  "episodes", "env steps", "code"]
 
 
 def _summary_row(s: Summary) -> list[str]:
@@ -53,7 +54,8 @@ def _summary_row(s: Summary) -> list[str]:
     k = s.threshold_met_count()
     return [t.env_id, s.method, _goal_text(s), f"{_yes(s.goal_met())} ({s.met_text()})",
             "none" if t.threshold is None else fmt(t.threshold, t),
-            "-" if k is None else f"{_yes(s.threshold_met())} ({k}/{s.n})", s.centre(), fmt(s.judged_median, t),
+            "-" if k is None else f"{_yes(s.threshold_met())} ({k}/{s.n})", s.centre(), s.policy_text("final"),
+            s.policy_text("selected"), fmt(s.judged_median, t),
             s.norm_text(), "-" if s.episodes is None else f"{s.episodes:,.0f}",
             "-" if s.steps is None else f"{s.steps:,.0f}", ", ".join(s.codes)]
 
@@ -70,7 +72,11 @@ def _markdown(suite: Suite, rows: Sequence[Summary]) -> str:
              "the same way. A seed's judged value is its held-out mean as of the last iteration within the budget "
              f"where the run reports one, else its final held-out mean. IQM: rliable's interquartile mean of the "
              f"final held-out means with its 95% stratified bootstrap interval (2,000 resamples, seed 0), drawn only "
-             f"over {MIN_SEEDS} or more seeds and labelled with n; fewer seeds give the median. Normalised: (return "
+             f"over {MIN_SEEDS} or more seeds and labelled with n; fewer seeds give the median. Final policy: the "
+             "policy a run ends with (for a method whose keeper is the method, the kept table); selected policy: the "
+             "one it chose with counted episodes (the kept table, a peer's best evaluation); `-` where not every "
+             "seed's record gives it (records made before issue 62 give no final figure for q-learning). "
+             "Normalised: (return "
              "- R) / (Y - R), R the uniform random policy's mean on the seed's held-out episodes, Y gymnasium's "
              "threshold, else a published figure that is not ours, cited in the suite file (the RL Baselines3 Zoo's "
              "benchmark, a known optimum); none where neither exists. Episodes and steps: medians of the "
@@ -144,10 +150,10 @@ def _tex(rows: Sequence[Summary]) -> str:
         return text
 
     cols = ["task", "method", "goal", "goal met", "threshold", "threshold met", "held-out IQM [95\\% CI] (n)",
-            "normalised", "episodes", "steps"]
-    lines = ["\\begin{tabular}{" + "l" * 6 + "r" * 4 + "}", "\\toprule", " & ".join(cols) + " \\\\", "\\midrule"]
+            "final", "selected", "normalised", "episodes", "steps"]
+    lines = ["\\begin{tabular}{" + "l" * 6 + "r" * 6 + "}", "\\toprule", " & ".join(cols) + " \\\\", "\\midrule"]
     for s in rows:
-        cells = [esc(c) for i, c in enumerate(_summary_row(s)) if i not in (7, 11)]
+        cells = [esc(c) for i, c in enumerate(_summary_row(s)) if i not in (9, 13)]
         lines.append(" & ".join(cells) + " \\\\")
     lines += ["\\bottomrule", "\\end{tabular}"]
     return "\n".join(lines) + "\n"
