@@ -182,7 +182,8 @@ def test_a_compare_with_a_label_and_options(tmp_path: Path, capsys: pytest.Captu
     assert "| base | no | 1/1 |" in captured.out
     assert "[1/3] base seed 0: best" in captured.err  # the console's line per run (no terminal: no bar)
     with open(out / "results.csv", newline="") as fh:
-        assert next(csv.reader(fh))[-1] == "method"  # a column added at the end
+        header = next(csv.reader(fh))
+        assert header.index("method") > header.index("status")  # a column added after the old ones
     assert "--methods 'base=offline,@q-learning[q_alpha=0.3;q-epsilon-start=0.5],random'" in \
         json.loads((out / "compare.json").read_text())["command"]
     # the same command again skips every run; --backends is the old spelling of --methods
@@ -243,3 +244,10 @@ def test_a_compare_whose_calls_came_from_the_cache_says_so(fake_openai: Any, tmp
     assert main(["report", str(tmp_path / "again"), "--out", str(tmp_path / "page.html")]) == 0
     page = (tmp_path / "page.html").read_text()
     assert "from the cache" in page and "1 run all from the cache left out" in page
+
+
+def test_a_choice_spelt_like_none_is_the_choice_not_the_default() -> None:
+    """``select=none`` is ``--select none`` (no keeper), not the setting left at its default (the keeper)."""
+    assert parse_method("x=@lm-policy[lm_features=onehot;select=none]").options == {"lm_features": "onehot",
+                                                                                   "select": "none"}
+    assert parse_method("x=@lm-policy[lm_features=onehot;lm_model=none]").options["lm_model"] is None

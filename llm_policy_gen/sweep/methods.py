@@ -222,6 +222,9 @@ def _value(annotation: Any, text: str, flag: str, entry: str, key: str) -> Any:
 
     kind = annotation
     if typing.get_origin(kind) in (typing.Union, types.UnionType):  # X | None
+        words = [w for a in typing.get_args(kind) if typing.get_origin(a) is typing.Literal for w in typing.get_args(a)]
+        if text in words:  # a choice spelt like None (--select none) is the choice, as the flag reads it
+            return text
         if text.lower() in ("none", "null"):
             return None
         kind = next(a for a in typing.get_args(kind) if a is not type(None))
