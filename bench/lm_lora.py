@@ -1,5 +1,8 @@
 """LoRA through the scores head on one task, with only the lm/ modules (no run directory): how far it gets.
 
+A quick probe, not a measurement: every seed is judged on held-out seeds 50000-50099 and it stops on wall minutes.
+The measurement is the `lora` suite (``train`` itself, seeds from ``--seed``, a fixed step budget; docs/lm-policy.md).
+
     python bench/lm_lora.py [--lm-model SMOLLM2.gguf] [--env FrozenLake-v1.deterministic] [--rank 8]
                             [--device cuda]
                             [--n-steps 128] [--batch-size 64] [--epochs 4] [--learning-rate 3e-4]
