@@ -165,6 +165,7 @@ def test_runs_compare_made_in_the_same_layout_are_adopted(tmp_path: Path, capsys
     assert [r.seed for r in records] == [0, 1]
     run = RunDir(out / "cartpole/runs/CartPole-v1/offline_s0").read()
     assert records[0].command == command_of(run) and " bench " not in records[0].command  # the command that ran it
+    assert records[0].code.endswith("+unknown (adopted)")  # made by other code than the one recording it
 
 
 @pytest.mark.slow

@@ -110,9 +110,12 @@ def record_of(suite: Suite, cell: Cell, command: str | None, source: str = "run"
     view = RunDir(cell.run.run_dir).read(check=False)
     if view.state is not RunState.FINISHED:
         raise ValueError(f"{cell.name}: the run in {cell.run.run_dir} is {view.state.value}, not a result")
+    adopted = command is None
     command = command_of(view) if command is None else command
+    # an adopted run was made by other code than this: its config.json names the package version, not the commit
+    code = f"{view.record.get('version') or 'unknown'}+unknown (adopted)" if adopted else code_version()
     return SuiteRecord(suite=suite.name, task=cell.task.key, env_id=cell.task.env_id, method=cell.method.label,
                        entry=cell.method.entry, seed=cell.seed, cell=cell.key, budget=dict(cell.budget),
                        settings=dict(cell.settings), result=result_of(view), curve=curve_of(view),
-                       code=code_version(), made=datetime.now(UTC).isoformat(timespec="seconds"), source=source,
+                       code=code, made=datetime.now(UTC).isoformat(timespec="seconds"), source=source,
                        command=command)
