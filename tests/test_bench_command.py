@@ -138,7 +138,7 @@ def test_a_suite_runs_records_each_cell_then_runs_nothing_again(tmp_path: Path,
             assert r.budget == {"max_episodes": by[(task, "offline", seed)].result["episodes"]}
         else:
             assert r.budget == {"max_episodes": 20}
-    with open(out / "tiny.csv", newline="", encoding="utf-8") as fh:
+    with open(out / "tiny_seeds.csv", newline="", encoding="utf-8") as fh:  # one row per record shown
         assert len(list(csv.DictReader(fh))) == 12
     before = snapshot(out)
     assert bench(suite, out) == 0
