@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from llm_policy_gen.schema.aliases import settings_in  # noqa: E402
-from llm_policy_gen.suites.cells import settings_of  # noqa: E402
+from llm_policy_gen.suites.cells import key_of, settings_of  # noqa: E402
 from llm_policy_gen.suites.definition import (  # noqa: E402
     MethodSpec,  # noqa: E402
     Suite,
@@ -39,7 +39,7 @@ from llm_policy_gen.suites.definition import (  # noqa: E402
     load_suite,
 )
 from llm_policy_gen.suites.references import REFERENCES, write_references  # noqa: E402
-from llm_policy_gen.suites.store import RECORDS, SuiteRecord, cell_key, read_records  # noqa: E402
+from llm_policy_gen.suites.store import RECORDS, SuiteRecord, read_records  # noqa: E402
 
 TABLE_ENTRIES = {"offline-from-prior": "offline-from-prior=offline[prior=start]"}
 """Entries of the old suite's backends that goals.toml does not list."""
@@ -81,9 +81,10 @@ def _record(suite: Suite, task: Task, label: str, entry: str, seed: int, budget:
     spec = next((m for m in suite.methods if m.label == label), None)
     if spec is None:  # a method the suite no longer lists: a peer (30 iterations, as the suite's) or a table method
         spec = MethodSpec(label, entry, iterations=30 if "@peer" in entry else 0)
-    settings = settings_of(replace(task, settings=settings), spec, budget)  # as `bench` keys its cells
+    keyed = replace(task, settings=settings)
+    settings = settings_of(keyed, spec, budget)
     return SuiteRecord(suite=suite.name, task=task.key, env_id=task.env_id, method=label, entry=entry, seed=seed,
-                       cell=cell_key(task.env_id, entry, seed, budget, settings), budget=budget, settings=settings,
+                       cell=key_of(keyed, spec, seed, budget), budget=budget, settings=settings,
                        result=result, curve=[list(p) for p in curve], code="unknown", made=made,
                        source=f"imported: {what} (code unknown)", command=command)
 
