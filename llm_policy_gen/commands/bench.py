@@ -4,16 +4,17 @@ tables.
 ::
 
     llm-policy-gen bench goals [--tasks cartpole,...] [--methods offline,gemini:MODEL,...] [--seeds 0-9] \\
-        [--out bench-out/goals] [--workers N] [--executor local|ray] [--publish] [--list] \\
+        [--out bench-out/goals] [--workers N] [--executor local|ray] [--publish] [--publish-from OUT] [--list] \\
         [--budget-usd X] [--max-concurrent-calls N] [--rpm N] [--no-progress]
 
 SUITE is a shipped suite (``goals``) or a suite TOML file (:mod:`llm_policy_gen.suites.definition`). Each cell's run
 goes where ``compare --out OUT/<task key>`` puts it; each finished cell's record is appended to
-``OUT/records.jsonl`` as it finishes (``--publish``: to the suite's committed store too). A cell with a record is done;
-a finished run on disk is recorded without running (adopted); a started, interrupted or failed run is resumed. Before
-the first run, the plan and the projected interaction, time, calls, tokens and cost are printed; ``--list`` prints the
-plan and runs nothing. Exit codes: 0 when every cell to run was recorded, 1 when some run failed, 2 for bad input,
-130/143/129 when stopped (every record made is kept; the same command goes on).
+``OUT/records.jsonl`` as it finishes (``--publish``: to the suite's committed store too; ``--publish-from OUT``
+runs nothing and publishes a finished folder's records, :mod:`llm_policy_gen.suites.publish`). A cell with a record
+is done; a finished run on disk is recorded without running (adopted); a started, interrupted or failed run is
+resumed. Before the first run, the plan and the projected interaction, time, calls, tokens and cost are printed;
+``--list`` prints the plan and runs nothing. Exit codes: 0 when every cell to run was recorded, 1 when some run
+failed, 2 for bad input, 130/143/129 when stopped (every record made is kept; the same command goes on).
 """
 
 from __future__ import annotations
@@ -52,6 +53,9 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--out", help="the bench folder (default bench-out/SUITE)")
     p.add_argument("--publish", action="store_true",
                    help="append each new record to the suite's committed store too (what the project commits)")
+    p.add_argument("--publish-from", metavar="OUT",
+                   help="run nothing: append the records of bench folder OUT (of --tasks, --methods, --seeds) that "
+                   "the suite's committed store lacks, and their random-policy references")
     p.add_argument("--list", action="store_true", help="print the plan and the projection; run nothing")
     p.add_argument("--workers", type=int, help="parallel runs (local default 1)")
     p.add_argument("--executor", choices=list(EXECUTORS), default="local", help="local (default) or ray")
@@ -154,6 +158,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     _check_number("--budget-usd", args.budget_usd, "a number >= 0", lambda v: v >= 0)
     suite = load_suite(args.suite)
     selection = select(suite, args.tasks, args.methods, args.seeds)
+    if args.publish_from is not None:
+        return _publish_from(args, suite, selection)
     out = Path(args.out) if args.out else Path("bench-out") / suite.name
     config = BenchConfig(suite=suite, source=args.suite, selection=selection, out=out, publish=args.publish,
                          executor=args.executor, workers=args.workers, progress=not args.no_progress,
@@ -177,6 +183,20 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         print(f"{plural(len(failed), 'cell')} ran and did not finish (not recorded; the same command resumes "
               "them)", file=sys.stderr)
         return 1
+    return 0
+
+
+def _publish_from(args: argparse.Namespace, suite: Any, selection: Any) -> int:
+    from ..errors import UserError
+    from ..suites.publish import publish_from
+    from ..suites.runner import committed_store
+
+    if args.publish or args.list or args.out:
+        raise UserError("bad bench --publish-from: it runs nothing; drop --publish, --list and --out")
+    store = committed_store(args.suite, suite)
+    done = publish_from(Path(args.publish_from), store, suite, selection)
+    print(f"published {plural(len(done.records), 'record')} from {args.publish_from} to {store} "
+          f"({done.held} held already; {plural(done.references, 'random-policy mean')} measured)")
     return 0
 
 
