@@ -22,6 +22,7 @@ from llm_policy_gen.cli import main
 from llm_policy_gen.modes.selection import heldout_due
 from llm_policy_gen.peers import EXTRA_MODULES as PEER_MODULES
 from llm_policy_gen.run.files import RunDir, RunView
+from llm_policy_gen.suites.harvest import result_of
 
 FIXTURES = Path(__file__).parent / "data" / "rundirs_v1"
 
@@ -88,11 +89,14 @@ def test_the_language_model_policy_counts_its_rollouts_and_the_keeper(tmp_path: 
 
     model = tiny_model(tmp_path / "model")
     for select in ("keeper", "none"):
-        s = _counted(_train(tmp_path / select, "--mode", "lm-policy", "--lm-model", str(model), "--lm-cache",
-                            str(tmp_path / "cache"), *FAST, "--iterations", "3", "--select", select))
+        view = _train(tmp_path / select, "--mode", "lm-policy", "--lm-model", str(model), "--lm-cache",
+                      str(tmp_path / "cache"), *FAST, "--iterations", "3", "--select", select)
+        s = _counted(view)
         counted_training = s["env_steps_total"] - s["selection_steps_total"]
         # every step its learner took is counted, or belongs to an episode still in progress when the run ended
         assert counted_training + s["steps_in_progress"] == s["lm_steps"] == 3 * 32
+        # a suite's record charges them all: every step the learner took, and the keeper's
+        assert result_of(view)["env_steps"] == s["env_steps_total"] + s["steps_in_progress"]
         assert s["select"] == select and "on-policy" in s["counting"]
         assert (s["selection_episodes_total"] > 0) == (select == "keeper")
 
@@ -107,6 +111,7 @@ def test_a_peer_counts_its_evaluations_on_training_seeds(tmp_path: Path) -> None
     assert s["select"] == "eval" and s["selection_episodes_total"] == 2 * 2
     assert s["selection_steps_total"] == sum(sum(e["peer_eval_returns"]) for e in view.events)
     assert s["env_steps_total"] - s["selection_steps_total"] + s["steps_in_progress"] == s["peer_steps"] == 512
+    assert result_of(view)["env_steps"] == 512 + s["selection_steps_total"]  # a suite's record charges them all
     assert s["selected_heldout_mean"] is not None and s["final_heldout_mean"] == s["best_heldout_mean"]
     seeds = json.loads((RunDir(view.path).config).read_text())["seeds"]
     assert seeds  # evaluation seeds come from the training range (the plan), never the held-out one

@@ -51,6 +51,15 @@ def _number(value: Any) -> float | int | None:
     return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
+def _charged_steps(summary: dict[str, Any]) -> float | int | None:
+    """The steps a record charges (issue 62's one counting rule): the run's counted steps and, for a learner that
+    steps its own environments, the steps of episodes still in progress when it ended, which it learned from though
+    the run counts an episode only once it ends (``steps_in_progress``)."""
+    steps = _number(summary.get("env_steps_total"))
+    extra = _number(summary.get("steps_in_progress"))
+    return steps + extra if steps is not None and extra else steps
+
+
 def result_of(view: RunView) -> dict[str, Any]:
     """The record's ``result`` (the contract's keys; None where the run has none) from a finished run's view."""
     s = view.summary
@@ -63,7 +72,8 @@ def result_of(view: RunView) -> dict[str, Any]:
         "heldout_within": _number(s.get("heldout_within")),
         "heldout_episodes": _number(s.get("best_heldout_episodes")),
         "episodes": _number(s.get("episodes_total")),
-        "env_steps": _number(s.get("env_steps_total")),
+        "env_steps": _charged_steps(s),
+        "steps_in_progress": _number(s.get("steps_in_progress")),
         "iterations": _number(s.get("iterations")),
         "wall_s": _number(s.get("wall_s")),
         "cpu_s": _number(s.get("cpu_s")),
