@@ -48,7 +48,7 @@ class _Parser(argparse.ArgumentParser):
 COMMANDS = ("llm_policy_gen.commands.train", "llm_policy_gen.commands.evaluate", "llm_policy_gen.commands.envs",
             "llm_policy_gen.commands.backends", "llm_policy_gen.commands.compare", "llm_policy_gen.commands.bench",
             "llm_policy_gen.commands.plot",
-            "llm_policy_gen.commands.report")
+            "llm_policy_gen.commands.report", "llm_policy_gen.commands.drift")
 """The modules of the commands (``train`` first), one each in :mod:`llm_policy_gen.commands`, in the order
 ``--help`` lists them; each has ``add_parser(subparsers)`` (see ``llm_policy_gen.commands``). A new command
 is one module and a line here."""

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import BackendConfigError
+from ..errors import BackendConfigError, UserError
+from ..lm.model_files import is_model_name, resolve_model
 from ..storage.model_file import file_sha256, is_gguf, loading
 from .chat_template import ChatTemplate, TemplateProblem, compile_template, syntax_error_text
 
@@ -32,10 +33,17 @@ _models: dict[tuple[str, int, int], LocalModel] = {}
 
 
 def check_gguf(path_text: str) -> Path:
-    """The path of a readable GGUF file, or :class:`BackendConfigError` (one line) saying what is wrong."""
+    """The path of a readable GGUF file, or :class:`BackendConfigError` (one line) saying what is wrong. A
+    ``models:NAME`` (``llamacpp:models:qwen2.5-coder-0.5b``) is ``tools/fetch_model.py NAME``'s file, as for
+    ``--lm-model``: a suite names its models so, with no path of one machine."""
     if not path_text.strip():
         raise BackendConfigError("llamacpp needs a model file: --backend llamacpp:PATH/TO/MODEL.gguf "
                                  "(`python tools/fetch_model.py smollm2` fetches a small one)")
+    if is_model_name(path_text):
+        try:
+            path_text = resolve_model(path_text, f"--backend llamacpp:{path_text}")
+        except (ValueError, UserError) as exc:
+            raise BackendConfigError(str(exc)) from None
     path = Path(path_text).expanduser()
     if not path.is_file():
         raise BackendConfigError(f"llamacpp model file {path} does not exist (--backend llamacpp:PATH.gguf)")

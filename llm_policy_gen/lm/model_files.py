@@ -56,16 +56,17 @@ def check_model_name(value: str) -> str:
     return value
 
 
-def resolve_model(value: str) -> str:
+def resolve_model(value: str, written: str | None = None) -> str:
     """The file a ``models:NAME`` names (a path is returned as it is); a name whose file is not there is a
-    :class:`UserError` naming the fetch command."""
+    :class:`UserError` naming the fetch command (``written``: the name as the user wrote it, by default
+    ``--lm-model models:NAME``)."""
     if not is_model_name(value):
         return value
     name = check_model_name(value)[len(MODEL_PREFIX):]
     path = models_dir() / MODEL_FILES[name]
     if not path.is_file():
-        raise UserError(f"--lm-model {value}: the model is not fetched ({path} is missing); fetch it with: python "
-                        f"tools/fetch_model.py {name}")
+        raise UserError(f"{written or f'--lm-model {value}'}: the model is not fetched ({path} is missing); fetch "
+                        f"it with: python tools/fetch_model.py {name}")
     return str(path)
 
 

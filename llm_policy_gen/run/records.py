@@ -122,7 +122,7 @@ def event_record(run: Run, step: Step, iteration: int, t_iter: float, usage: Usa
         before = run.replaced_heldout
         if before is not None and np.array_equal(before.seeds, run.best_heldout.seeds):
             # the table it replaced, on the same held-out seeds: an adoption that lowered the held-out mean is
-            # counted from the events alone (bench/drift.py), also where per-iteration policy files are gone
+            # counted from the events alone (`llm-policy-gen drift`), also where per-iteration policy files are gone
             rec["heldout_returns_before"] = heldout_returns(before)
     clash = sorted(set(step.fields) & set(rec) - MODE_MAY_SET)
     if clash:

@@ -231,7 +231,7 @@ def expand(suite: Suite, selection: Selection, out: Path, records: Mapping[str, 
     cells: list[Cell] = []
     for task in selection.tasks:
         seeds = selection.seeds if selection.seeds is not None else task.seeds
-        for spec in selection.methods:
+        for spec in (m for m in selection.methods if m.runs_on(task)):  # a method that names its tasks: those
             extra = dict(llm_settings or {}) if calls_a_model(spec) else {}
             cells += _task_cells(suite, task, spec, seeds, out, records, spec.label in selection.explicit, extra)
     static_skips(cells)

@@ -7,6 +7,7 @@
     title = "Goal table"
     seeds = "0-9"                       # every task's, unless the task names its own
     fresh_seeds = "30-39"               # optional: seeds no choice of settings has seen, judged last, shown apart
+    tables = ["drift"]                  # optional: tables beside the goal table (.extra_tables: drift, answers)
 
     [[method]]
     label = "offline"
@@ -16,6 +17,7 @@
     max_steps = 0                       # >0: a cell whose budget would pass this many steps is listed, not run
     iterations = 30                     # optional; default 100000 for a budget in episodes or steps (the budget
                                         # ends the run), the mode's own for `own`
+    tasks = ["cartpole"]                # optional: the task keys it runs on (default: every task)
 
     [[task]]
     key = "cartpole"
@@ -48,9 +50,11 @@ from typing import Any
 
 from ..errors import UserError
 
-__all__ = ["Task", "MethodSpec", "Suite", "BUDGET_KINDS", "suite_names", "load_suite", "parse_suite"]
+__all__ = ["Task", "MethodSpec", "Suite", "BUDGET_KINDS", "EXTRA_TABLES", "suite_names", "load_suite", "parse_suite"]
 
 BUDGET_KINDS = ("task", "own", "steps-of", "episodes-of")
+EXTRA_TABLES = ("drift", "answers")
+"""The tables a suite may ask for beside the goal table (:mod:`.extra_tables`)."""
 
 
 @dataclass(frozen=True)
@@ -99,6 +103,11 @@ class MethodSpec:
     """Iterations a run gets; 0: 100,000 for a budget in episodes or steps (the budget ends the run), else the
     engine's default."""
     note: str = ""
+    tasks: tuple[str, ...] = ()
+    """The task keys it runs on (empty: every task of the suite)."""
+
+    def runs_on(self, task: Task) -> bool:
+        return not self.tasks or task.key in self.tasks
 
     @property
     def budget_kind(self) -> str:
@@ -117,6 +126,9 @@ class Suite:
     tasks: tuple[Task, ...]
     methods: tuple[MethodSpec, ...]
     description: str = ""
+    tables: tuple[str, ...] = ()
+    """Tables beside the goal table (:data:`~.extra_tables.EXTRA_TABLES`: ``drift``, ``answers``), whose figures
+    each record of the suite carries."""
 
     def task(self, key: str) -> Task:
         for t in self.tasks:
@@ -207,7 +219,7 @@ def parse_suite(data: dict[str, Any], where: str) -> Suite:
         spec = MethodSpec(label=_need(m, "label", str, w), entry=_need(m, "entry", str, w),
                           budget=str(m.get("budget", "task")), max_states=int(m.get("max_states", 0)),
                           max_steps=int(m.get("max_steps", 0)), iterations=int(m.get("iterations", 0)),
-                          note=str(m.get("note", "")))
+                          note=str(m.get("note", "")), tasks=_names(m.get("tasks", []), f"{w}: tasks"))
         plain = spec.budget_kind in ("task", "own")
         if spec.budget_kind not in BUDGET_KINDS or (spec.budget_source is None) != plain:
             raise UserError(f"bad {w}: budget {spec.budget!r}; accepted task, own, steps-of:LABEL, episodes-of:LABEL")
@@ -217,6 +229,14 @@ def parse_suite(data: dict[str, Any], where: str) -> Suite:
         if m.budget_source is not None and m.budget_source not in labels:
             raise UserError(f"bad {where}: method {m.label}'s budget names {m.budget_source!r}, not a method of it")
     keys = [t.key for t in tasks]
+    for m in methods:
+        stray = [k for k in m.tasks if k not in keys]
+        if stray:
+            raise UserError(f"bad {where}: method {m.label}'s tasks name {stray[0]!r}, not a task of it")
+    tables = _names(head.get("tables", []), f"{where} [suite]: tables")
+    unknown = [t for t in tables if t not in EXTRA_TABLES]
+    if unknown:
+        raise UserError(f"bad {where}: tables names {unknown[0]!r}; accepted: {', '.join(EXTRA_TABLES)}")
     for what, names in (("task", keys), ("method", labels)):
         twice = sorted({n for n in names if names.count(n) > 1})
         if twice:
@@ -224,4 +244,10 @@ def parse_suite(data: dict[str, Any], where: str) -> Suite:
     if not tasks or not methods:
         raise UserError(f"bad {where}: a suite needs at least one [[task]] and one [[method]]")
     return Suite(name=name, title=str(head.get("title", name)), tasks=tuple(tasks), methods=tuple(methods),
-                 description=str(head.get("description", "")))
+                 description=str(head.get("description", "")), tables=tables)
+
+
+def _names(value: object, where: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise UserError(f"bad {where} must be a list of names")
+    return tuple(dict.fromkeys(value))

@@ -20,6 +20,7 @@ from ..run.files import RunDir
 from ..run.view import RunState, RunView
 from .cells import Cell
 from .definition import Suite
+from .extra_tables import figures_of
 from .store import SuiteRecord
 
 __all__ = ["code_version", "record_of", "result_of", "curve_of", "command_of"]
@@ -117,7 +118,8 @@ def record_of(suite: Suite, cell: Cell, command: str | None, source: str = "run"
     """The record of ``cell``'s finished run (``command`` None: the command that started the run, for a run adopted
     from disk); a run that is not finished is a ValueError (a bug of the caller)."""
     assert cell.run is not None and cell.key
-    view = RunDir(cell.run.run_dir).read(check=False)
+    rd = RunDir(cell.run.run_dir)
+    view = rd.read(check=False)
     if view.state is not RunState.FINISHED:
         raise ValueError(f"{cell.name}: the run in {cell.run.run_dir} is {view.state.value}, not a result")
     adopted = command is None
@@ -126,6 +128,7 @@ def record_of(suite: Suite, cell: Cell, command: str | None, source: str = "run"
     code = f"{view.record.get('version') or 'unknown'}+unknown (adopted)" if adopted else code_version()
     return SuiteRecord(suite=suite.name, task=cell.task.key, env_id=cell.task.env_id, method=cell.method.label,
                        entry=cell.method.entry, seed=cell.seed, cell=cell.key, budget=dict(cell.budget),
-                       settings=dict(cell.settings), result=result_of(view), curve=curve_of(view),
+                       settings=dict(cell.settings), result={**result_of(view), **figures_of(suite, rd, view)},
+                       curve=curve_of(view),
                        code=code, made=datetime.now(UTC).isoformat(timespec="seconds"), source=source,
                        command=command)

@@ -70,10 +70,13 @@ class _Model:
     min_episodes: int
     iterations: int
     prices_file: str | None
+    free: bool = False
+    """Local compute (an in-process model): every call costs 0, as the run counts it."""
 
 
 def _model_of(cell: Cell) -> _Model:
     """Build the cell's run in a scratch folder, without starting it (as ``compare``'s check does)."""
+    from ..clients.base import is_free
     from ..loggers.console import Console
     from ..modes.base import tables_per_iteration
     from ..run.files import RunDir
@@ -91,12 +94,13 @@ def _model_of(cell: Cell) -> _Model:
             provider = run.session.provider if run.session is not None else str(run.backend_name)
             model = str(run.model or "")
             prices = run.session.prices_file if run.session is not None else None
+            free = run.session is not None and is_free(run.session.client)
         finally:
             run.collector.close()
     k = tables_per_iteration(p.mode, cfg)
     return _Model(prompt_tokens=sum(len(m.content) for m in messages) // 3, per_iteration=k, provider=provider,
                   model=model, min_episodes=max(1, cfg.train_episodes + k * cfg.test_start),
-                  iterations=cfg.iterations, prices_file=prices)
+                  iterations=cfg.iterations, prices_file=prices, free=free)
 
 
 def _same(records: Sequence[SuiteRecord], cell: Cell) -> list[SuiteRecord]:
@@ -123,8 +127,8 @@ def _llm(cell: Cell, proj: Projection, records: Sequence[SuiteRecord], model: _M
             proj.basis, iterations = "at most", min(model.iterations, bound)
         proj.calls = iterations * model.per_iteration
         proj.tokens_in, proj.tokens_out = proj.calls * model.prompt_tokens, proj.calls * ANSWER_TOKENS
-    proj.cost_usd = cost_usd(model.provider, model.model, proj.tokens_in or 0, proj.tokens_out or 0,
-                             model.prices_file)
+    proj.cost_usd = 0.0 if model.free else cost_usd(model.provider, model.model, proj.tokens_in or 0,
+                                                    proj.tokens_out or 0, model.prices_file)
 
 
 def project(cells: Sequence[Cell], records: Sequence[SuiteRecord]) -> dict[str, Projection]:

@@ -7,7 +7,8 @@ steps, the code versions); pooled figures only over a common task set (:mod:`.po
 
 Files written under ``out``: ``SUITE.md`` (the tables as a Markdown fragment, which ``docs/results.md`` embeds),
 ``SUITE.csv`` (one row per task and method), ``SUITE_seeds.csv`` (one row per record) and ``SUITE.tex`` (the summary
-as a LaTeX ``tabular``, booktabs rules).
+as a LaTeX ``tabular``, booktabs rules); a suite's extra tables (``drift``, ``answers``: :mod:`.extra_tables`) follow
+in the Markdown and each has its ``SUITE_NAME.csv``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pathlib import Path
 from ..plotting.stats import Interval
 from .current import current_records
 from .definition import Suite
+from .extra_tables import render_extra
 from .pooled import pooled
 from .references import References, read_references
 from .store import SuiteRecord
@@ -65,7 +67,7 @@ def _md_table(header: list[str], rows: list[list[str]]) -> list[str]:
             *("| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in rows)]
 
 
-def _markdown(suite: Suite, rows: Sequence[Summary]) -> str:
+def _markdown(suite: Suite, rows: Sequence[Summary], extra: Sequence[str] = ()) -> str:
     lines = [f"Suite `{suite.name}` ({suite.title}): {len({r.task.key for r in rows})} of {len(suite.tasks)} tasks "
              f"with records, {sum(r.n for r in rows)} runs. A goal is met when the median of the seeds' judged values "
              "meets it and at least the task's `need` seeds do (8 of 10, 4 of 5); gymnasium's threshold is judged "
@@ -100,6 +102,7 @@ def _markdown(suite: Suite, rows: Sequence[Summary]) -> str:
         lines += _md_table(["methods", "tasks", "seeds", "offline", "other"],
                            [[f"offline vs {p.methods[1]}", ", ".join(p.tasks), seeds_text(p.seeds),
                              p.intervals[0].format(2), p.intervals[1].format(2)] for p in pool])
+    lines += extra
     return "\n".join(wrap(line) for line in lines) + "\n"
 
 
@@ -175,8 +178,10 @@ def render_tables(suite: Suite, records: Sequence[SuiteRecord], references: Refe
     (``shown``: :func:`shown_rows` of the records, when the caller has them)."""
     refs = references if references is not None else shipped_references(suite)
     records_shown, rows = shown if shown is not None else shown_rows(suite, records, refs)
-    return {f"{suite.name}.md": _markdown(suite, rows), f"{suite.name}.csv": _summary_csv(rows),
-            f"{suite.name}_seeds.csv": _seeds_csv(records_shown, refs), f"{suite.name}.tex": _tex(rows)}
+    extra, extra_files = render_extra(suite, records_shown)  # the tables the suite asks for beside these
+    return {f"{suite.name}.md": _markdown(suite, rows, extra), f"{suite.name}.csv": _summary_csv(rows),
+            f"{suite.name}_seeds.csv": _seeds_csv(records_shown, refs), f"{suite.name}.tex": _tex(rows),
+            **extra_files}
 
 
 def write_tables(suite: Suite, records: Sequence[SuiteRecord], out: Path,
