@@ -16,6 +16,8 @@ from llm_policy_gen.cli import main
 from llm_policy_gen.suites.definition import load_suite
 from llm_policy_gen.suites.store import read_records
 
+SHIPPED = Path(__file__).resolve().parents[1] / "llm_policy_gen" / "suites" / "data" / "noise.toml"
+
 
 def test_the_noise_suite_is_the_keeper_with_and_without_its_confirmation_on_noisy_tasks() -> None:
     suite = load_suite("noise")
@@ -31,8 +33,12 @@ def test_the_noise_suite_is_the_keeper_with_and_without_its_confirmation_on_nois
 @pytest.mark.slow
 def test_bench_noise_tables_the_drift_that_the_drift_command_counts(tmp_path: Path,
                                                                      capsys: pytest.CaptureFixture[str]) -> None:
-    out = tmp_path / "noise"
-    assert main(["bench", "noise", "--tasks", "blackjack", "--seeds", "0", "--out", str(out), "--no-progress"]) == 0
+    # a copy of the shipped suite: its committed store (beside the copy) is empty, whatever the project has published
+    (tmp_path / "suite").mkdir()
+    copy = tmp_path / "suite" / "noise.toml"
+    copy.write_text(SHIPPED.read_text(encoding="utf-8"), encoding="utf-8")
+    out = tmp_path / "out"
+    assert main(["bench", str(copy), "--tasks", "blackjack", "--seeds", "0", "--out", str(out), "--no-progress"]) == 0
     records = read_records(out)
     assert sorted(r.method for r in records) == ["offline", "offline-noconfirm"]
     assert all({"adoptions", "measurable_adoptions", "drifted_down"} <= set(r.result) for r in records)
