@@ -57,6 +57,7 @@ def test_the_goals_are_gymnasiums_thresholds_and_every_task_has_a_meaning_text()
 
 
 @needs_extra
+@pytest.mark.slow
 def test_a_method_of_the_users_runs_on_the_tasks_without_an_episode_budget_at_its_own(tmp_path: Path) -> None:
     """The features tasks give no episode budget (0): a method given to ``--methods`` (the ``task`` budget) runs at
     its own, here TRPO over one-hot states for 2 updates (what ``bench/lm_features.py --learner trpo --iterations 2

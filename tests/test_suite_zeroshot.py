@@ -60,6 +60,7 @@ def test_a_model_that_is_not_fetched_is_listed_with_the_command_that_fetches_it(
 
 
 @needs_extra
+@pytest.mark.slow
 def test_the_zero_shot_tables_are_the_models_best_scored_actions_measured_on_the_run_seeds_heldout_seeds(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Each zero-shot run reports the table the model's scores give before any update (config.json's
