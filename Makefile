@@ -15,7 +15,7 @@ help:
 	@echo "make docs   - build the documentation site into site/ (mkdocs build --strict)"
 	@echo "make test-fast - the tests without the slow marker"
 	@echo "make check  - lint, typecheck and test"
-	@echo "make peers - the peers extra (SB3, sb3-contrib, rl-zoo3, rliable; torch 2.13.0 CPU from /opt/wheels) for --mode peer and bench/lm_trpo_vs_ppo.py"
+	@echo "make peers - the peers extra (SB3, sb3-contrib, rl-zoo3, rliable; torch 2.13.0 CPU from /opt/wheels) for --mode peer and the suites that run peers"
 	@echo "make paper - install the package (no extras) into $(VENV), then the paper's tables and figures from COMPARE_DIR and its PDF (pdflatex)"
 	@echo "make lint / typecheck / bench / clean"
 	@echo "make system-deps - install the Debian packages some tests use when missing (chromium, EGL for MuJoCo, pdflatex)"
@@ -60,8 +60,8 @@ $(STAMP_LOCAL): pyproject.toml $(STAMP_RUN) $(LLAMA_WHEEL) | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --find-links $(WHEELS) -e ".[local]" "llama-cpp-python==$(LLAMA_VERSION)"
 	@touch $@
 
-# `make peers`: the `peers` extra (stable-baselines3, sb3-contrib, rl-zoo3, rliable for --mode peer and
-# bench/lm_trpo_vs_ppo.py) into the run
+# `make peers`: the `peers` extra (stable-baselines3, sb3-contrib, rl-zoo3, rliable for --mode peer and the suites
+# that run it) into the run
 # environment. torch is pinned to 2.13.0, whose CPU build these machines keep in /opt/wheels; from the registry any
 # torch pulls a CUDA build of several GB.
 peers: $(STAMP_RUN)

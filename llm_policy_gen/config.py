@@ -82,7 +82,8 @@ class TrainConfig(BaseModel):
                        "What the model writes: the table (table), each action (direct), ...; q-learning: no model, "
                        "the standard Q-learner (the mode of --backend q-learning); lm-policy: a language model "
                        "as the policy network's backbone (--lm-model)."))
-    iterations: int = _field(30, "an integer >= 1", "Proposal rounds.", ge=1, resume=True)
+    iterations: int = _field(30, "an integer >= 0", "Proposal rounds (0: the run measures the table it starts from, "
+                             "or a learner's read-out before any update, and stops).", ge=0, resume=True)
     max_episodes: int | None = _field(None, "an integer >= 1", "End the run at the first iteration boundary at or "
                                       "past this many counted episodes (training, test and confirmation); combines "
                                       "with iterations.", ge=1, resume=True)

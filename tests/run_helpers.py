@@ -176,11 +176,3 @@ def kill_and_resume(tmp_path: Path, args: Sequence[str], env_id: str, iterations
     assert [e["iteration"] for e in read_jsonl(events)] == list(range(1, iterations + 1))
     records = records or comparable
     return records(folder / "cut"), records(folder / "ref")
-
-
-def bench_module(monkeypatch: Any, name: str) -> Any:
-    """A bench script imported as the scripts import each other (``bench/`` first on the path, undone after)."""
-    import importlib
-
-    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parent.parent / "bench"))
-    return importlib.import_module(name)

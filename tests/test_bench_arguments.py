@@ -35,8 +35,8 @@ def _run(script: str, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]
                           timeout=120, cwd=cwd)
 
 
-FOLDER_OUT = ["tune_specs.py", "lm_features.py", "lm_trpo_vs_ppo.py"]
-"""The scripts whose ``--out`` is a folder (``lm_zero_shot.py``'s and ``qlearning_tune.py``'s is a JSON file)."""
+FOLDER_OUT = ["tune_specs.py"]
+"""The scripts whose ``--out`` is a folder (``qlearning_tune.py``'s is a JSON file)."""
 
 
 @pytest.mark.parametrize("script", FOLDER_OUT)
@@ -66,18 +66,9 @@ def test_qlearning_tune_reads_a_run_that_ended_before_its_first_iteration(tmp_pa
     assert "-13 first held out after None" in done.stdout
 
 
-def test_lm_zero_shot_refuses_bad_run_seeds_before_loading_a_model(tmp_path: Path) -> None:
-    done = _run("lm_zero_shot.py", "--run-seeds", "x", "--lm-model", str(tmp_path / "none.gguf"),
-                "--out", str(tmp_path / "z.json"), cwd=tmp_path)
-    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
-    assert "bad --run-seeds 'x'" in done.stderr and list(tmp_path.iterdir()) == []
-
-
-FILE_OUT = {"qlearning_tune.py": ["--seeds", "100"],
-            "lm_zero_shot.py": ["--lm-model", "none.gguf"]}
+FILE_OUT = {"qlearning_tune.py": ["--seeds", "100"]}
 """The scripts whose ``--out`` is a file, with the arguments they need to get as far as reading it."""
-REPORT_ONLY = {"lm_features.py": ["--report-only"], "lm_trpo_vs_ppo.py": ["--report-only"],
-               "tune_specs.py": ["--report-only"]}
+REPORT_ONLY = {"tune_specs.py": ["--report-only"]}
 """The scripts that rewrite their report from their ``--out`` folder and exit."""
 
 

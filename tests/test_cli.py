@@ -38,7 +38,7 @@ def test_backends_labels_offline_as_not_an_llm_and_never_prints_keys(capsys, mon
     "argv, fragment",
     [
         (["train", "--env", "NoSuchEnv-v0"], "unknown environment 'NoSuchEnv-v0'"),
-        (["train", "--iterations", "0"], "bad --iterations 0"),
+        (["train", "--iterations", "-1"], "bad --iterations -1"),
         (["train", "--backend", "gpt"], "unknown backend 'gpt'"),
         (["train", "--backend", "replay:/no/such/file.jsonl"], "does not exist"),
         (["train", "--backend", "openai"], "OPENAI_API_KEY"),

@@ -73,7 +73,7 @@ def test_parse_backends_checks_every_name() -> None:
     (["--backends", "offline", "--seeds", "5-2"], "bad --seeds '5-2'"),
     (["--backends", "offline", "--seeds", "0", "--env", "NoSuchEnv-v9"], "unknown environment 'NoSuchEnv-v9'"),
     (["--backends", "offline", "--seeds", "0", "--workers", "0"], "bad --workers 0"),
-    (["--backends", "offline", "--seeds", "0", "--iterations", "0"], "bad --iterations 0"),
+    (["--backends", "offline", "--seeds", "0", "--iterations", "-1"], "bad --iterations -1"),
     (["--backends", "offline", "--seeds", "0", "--max-concurrent-calls", "0"], "bad --max-concurrent-calls 0"),
     (["--backends", "offline", "--seeds", "0", "--rpm", "0"], "bad --rpm 0"),
     (["--backends", "offline", "--seeds", "0", "--budget-usd", "-1"], "bad --budget-usd -1"),

@@ -28,9 +28,9 @@ def refused(values: dict[str, Any], source: str = "config file c.toml") -> str:
 @pytest.mark.parametrize(
     ("values", "key", "shown", "accepted"),
     [
-        ({"iterations": "three"}, "iterations", '"three"', "an integer >= 1"),
-        ({"iterations": 2.5}, "iterations", "2.5", "an integer >= 1"),
-        ({"iterations": True}, "iterations", "true", "an integer >= 1"),
+        ({"iterations": "three"}, "iterations", '"three"', "an integer >= 0"),
+        ({"iterations": 2.5}, "iterations", "2.5", "an integer >= 0"),
+        ({"iterations": True}, "iterations", "true", "an integer >= 0"),
         ({"seed": "x"}, "seed", '"x"', f"an integer in 0..{SEED_MAX}"),
         ({"seed": 2**32}, "seed", str(2**32), f"an integer in 0..{SEED_MAX}"),
         ({"seed": -1}, "seed", "-1", f"an integer in 0..{SEED_MAX}"),
@@ -60,7 +60,7 @@ def test_bad_values_name_key_value_and_what_is_accepted(values: dict[str, Any], 
 
 
 @pytest.mark.parametrize(("values", "message"), [
-    ({"iterations": "three"}, 'bad --iterations "three": accepted an integer >= 1'),
+    ({"iterations": "three"}, 'bad --iterations "three": accepted an integer >= 0'),
     ({"env_id": ""}, 'bad --env "": accepted a gymnasium id'),
     ({"timeout_s": 0}, "bad --timeout 0: accepted a number of seconds > 0"),
     ({"run_id": "a/b"}, 'bad --run-id "a/b": accepted a non-empty name without path separators'),
@@ -211,7 +211,7 @@ def test_the_command_line_exits_2_with_one_line(tmp_path: Path, capsys: pytest.C
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ('iterations = "three"\n', 'bad iterations = "three": accepted an integer >= 1'),
+        ('iterations = "three"\n', 'bad iterations = "three": accepted an integer >= 0'),
         ("[train]\nevidence_gamma = \"high\"\n", 'bad evidence_gamma = "high"'),
         ("[train]\ngamma = \"high\"\n", 'bad evidence_gamma = "high"'),  # the old name reads, as today's
         ("env_kwargs = 3\n", "bad env_kwargs = 3"),

@@ -154,34 +154,3 @@ def test_a_model_whose_output_layer_is_not_its_embeddings_is_scored_with_its_own
     tok.save_pretrained(headless)
     with pytest.raises(UserError, match="lm_head.weight"):
         ActionScorer(load_language_model(headless, tmp_path / "cache"), None)
-
-
-@needs_extra
-def test_the_zero_shot_bench_scores_each_run_seeds_heldout_seeds(smollm2: Any) -> None:
-    """``bench/lm_zero_shot.py --run-seeds``: every table (the zero-shot ones, the constant one) is kept in the JSON
-    and scored on each run seed's own held-out seeds, so that its figure sits beside trained runs of those seeds; run
-    seed 0's held-out seeds are the ``--seed 50000`` default's."""
-    import importlib.util
-
-    import numpy as np
-
-    from llm_policy_gen.collect import Collector
-    from llm_policy_gen.envs import get_spec
-    from llm_policy_gen.lm.scores import ActionScorer
-    from llm_policy_gen.sweep.random_baseline import heldout_seeds
-
-    path = Path(__file__).resolve().parents[1] / "bench" / "lm_zero_shot.py"
-    spec = importlib.util.spec_from_file_location("lm_zero_shot", path)
-    assert spec is not None and spec.loader is not None
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    got = bench.task_figures(ActionScorer(smollm2, LM_CACHE), "FrozenLake-v1.deterministic", [50_000, 50_001, 50_002],
-                             [0, 1], 3)
-    assert set(got["tables"]) == {"zero-shot (word)", "zero-shot (token)", "zero-shot (sum)", "constant"}
-    env = get_spec("FrozenLake-v1.deterministic")
-    with Collector(env, workers=1) as c:
-        for figures in got["tables"].values():
-            table = np.asarray(figures["table"], dtype=np.int64)
-            assert table.shape == (16,) and np.bincount(table, minlength=4).tolist() == figures["action_counts"]
-            assert set(figures["by_seed"]) == {"0", "1"} and figures["by_seed"]["0"] == figures["mean"]
-            assert figures["by_seed"]["1"] == float(c.evaluate(table, heldout_seeds(1, 3)).mean)

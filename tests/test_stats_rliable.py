@@ -14,7 +14,7 @@ from rliable import library, metrics
 
 from llm_policy_gen.cli import main
 from llm_policy_gen.envs import get_spec
-from llm_policy_gen.plotting.stats import DEFAULT_RESAMPLES, Interval, iqm_interval, normalized
+from llm_policy_gen.plotting.stats import DEFAULT_RESAMPLES, Interval, iqm_curve, iqm_interval, normalized
 from llm_policy_gen.sweep.random_baseline import heldout_random_means, heldout_seeds, uniform_random_returns
 from llm_policy_gen.sweep.results import backend_stats, read_results
 
@@ -117,3 +117,12 @@ def test_compare_and_report_show_iqm_with_intervals_and_no_ratio(tmp_path: Path,
     for s in stats.values():
         assert s.returns.format(1) in page and s.score is not None and s.score.format(2) in page
     assert "IQM normalised score" in page and "interquartile mean" in page
+
+
+def test_iqm_curve_is_rliables_iqm_per_point_with_an_interval_around_it() -> None:
+    x = np.random.default_rng(0).normal(size=(7, 5)).cumsum(axis=1)
+    x[0, 0] = np.nan  # a run without a value there: no estimate at that point
+    mid, low, high = iqm_curve(x, reps=50)
+    assert np.isnan(mid[0]) and np.isnan(low[0])
+    assert np.allclose(mid[1:], [metrics.aggregate_iqm(x[:, j]) for j in range(1, 5)])
+    assert np.all(low[1:] <= mid[1:]) and np.all(mid[1:] <= high[1:])

@@ -19,7 +19,7 @@ MuJoCo entries in the zoo are ``-v4`` (some ``-v2``): a MuJoCo ``-v5`` task take
 and says so. An environment with no entry for the algorithm gets Stable-Baselines3's defaults, labelled untuned,
 never another environment's entry (nor the zoo's catch-all ``default``).
 
-Read by ``train --mode peer`` (:mod:`llm_policy_gen.modes.peer`) and by the bench scripts (``bench/zoo.py``).
+Read by ``train --mode peer`` (:mod:`llm_policy_gen.modes.peer`).
 """
 
 from __future__ import annotations

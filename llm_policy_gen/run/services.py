@@ -228,13 +228,14 @@ class Run(RunParts):
 
     def report_final(self) -> dict[str, Any]:
         """At the run's end: the final policy's held-out measurement, for the summary (:mod:`..modes.selection`):
-        ``--select none`` measures the last read-out table if the curve has not; a learner whose table the keeper
-        judged measures its last read-out beside the kept one (never counted); and the learner's steps of episodes
+        ``--select none`` measures the last read-out table if the curve has not (after ``--iterations 0``: the
+        read-out before any update); a learner whose table the keeper judged measures its last read-out beside the
+        kept one (never counted); and the learner's steps of episodes
         still in progress (taken, learned from, counted only once their episodes end: ``steps_in_progress``)."""
         if self.learner is None:
             return {}
         out: dict[str, Any] = {"steps_in_progress": self.learner_env.steps_in_progress}
-        if KEEPER not in select_choices(self.mode) or not self.iteration:
+        if KEEPER not in select_choices(self.mode) or not (self.iteration or self.cfg.iterations == 0):
             return out
         table = np.asarray(self.learner.table(), dtype=np.int64)
         if not self.selects:

@@ -1,11 +1,12 @@
 """A suite's cells: each (task, method, seed) it asks for, with the budget, settings and run it gets, and its state.
 
 :func:`expand` turns a :class:`~.definition.Suite` (filtered or overridden by ``bench --tasks/--methods/--seeds``)
-into :class:`Cell` s. A cell's budget is its method's: ``task`` gives ``max_episodes`` = the task's budget, ``own``
-nothing (a peer's is the zoo's ``n_timesteps``), ``steps-of:LABEL`` / ``episodes-of:LABEL`` the counted steps or
-episodes of the newest record of LABEL's cell for the same task and seed; a cell whose source has no record yet is
-``waiting`` (``bench`` runs the sources first, then the cells that wait for them). Its iterations are the method's
-(``iterations``), else 100,000 when the budget is in episodes or steps (the budget ends the run), else the engine's.
+into :class:`Cell` s. A cell's budget is its method's: ``task`` gives ``max_episodes`` = the task's budget (none on
+a task whose budget is 0: the method's own), ``own`` nothing (a peer's is the zoo's ``n_timesteps``),
+``steps-of:LABEL`` / ``episodes-of:LABEL`` the counted steps or episodes of the newest record of LABEL's cell for the
+same task and seed; a cell whose source has no record yet is ``waiting`` (``bench`` runs the sources first, then the
+cells that wait for them). Its iterations are the method's (``iterations``), else 100,000 when the budget is in
+episodes or steps (the budget ends the run), else the engine's.
 
 Each cell's run goes where ``compare --out OUT/<task key>`` puts it (:class:`~llm_policy_gen.sweep.task.RunTask`),
 so a run that ``compare`` made into the same layout is found and adopted. A cell's :attr:`Cell.state` says what
@@ -170,8 +171,8 @@ def _budget(suite: Suite, task: Task, spec: MethodSpec, seed: int, records: Mapp
             depth: int = 0) -> tuple[dict[str, Any] | None, str]:
     """The cell's budget, or None and why it waits."""
     kind, source = spec.budget_kind, spec.budget_source
-    if kind == "task":
-        return {"max_episodes": task.budget}, ""
+    if kind == "task":  # a task without an episode budget (0) leaves the method its own
+        return ({"max_episodes": task.budget} if task.budget else {}), ""
     if kind == "own" or source is None:
         return {}, ""
     src = suite.method(source)

@@ -34,10 +34,10 @@
     settings = { train_episodes = 1 }   # settings every run of the task gets on top of the spec's
     anchors = "..."                     # published figures of other work, as text
 
-A method's budget: ``task`` gives each run the task's episode budget (``--max-episodes``); ``own`` leaves the
-method its own (a peer's is the RL Baselines3 Zoo's ``n_timesteps``); ``steps-of:LABEL`` gives it the counted
-environment steps that method ``LABEL``'s record of the same task and seed used (a peer at ``offline``'s
-interaction), ``episodes-of:LABEL`` the counted episodes.
+A method's budget: ``task`` gives each run the task's episode budget (``--max-episodes``; a task whose budget is 0
+gives none: the method's own); ``own`` leaves the method its own (a peer's is the RL Baselines3 Zoo's
+``n_timesteps``); ``steps-of:LABEL`` gives it the counted environment steps that method ``LABEL``'s record of the
+same task and seed used (a peer at ``offline``'s interaction), ``episodes-of:LABEL`` the counted episodes.
 """
 
 from __future__ import annotations

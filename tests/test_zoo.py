@@ -1,7 +1,7 @@
-"""bench/zoo.py: the RL Baselines3 Zoo's YAML read from the installed rl-zoo3 (for bench/lm_trpo_vs_ppo.py's PPO),
-policy_kwargs parsed without evaluation, the untuned fallback. Needs the `peers` extra (`make test` installs it).
-The zoo-tuned peers of the goal table are runs of the product now (`--mode peer`, tests/test_peer_mode.py); their
-records are the goal suite's (tests/test_suite_records.py)."""
+"""llm_policy_gen/peers/zoo.py: the RL Baselines3 Zoo's YAML read from the installed rl-zoo3 (what ``--mode peer``
+trains with), policy_kwargs parsed without evaluation, the untuned fallback. Needs the `peers` extra (`make test`
+installs it). The zoo-tuned peers are runs of the product (`--mode peer`, tests/test_peer_mode.py); their records are
+the suites' (tests/test_suite_records.py)."""
 
 from __future__ import annotations
 
@@ -12,12 +12,13 @@ from types import ModuleType
 
 import pytest
 import yaml
-from run_helpers import bench_module
 
 
 @pytest.fixture
-def zoo(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
-    return bench_module(monkeypatch, "zoo")
+def zoo() -> ModuleType:
+    from llm_policy_gen.peers import zoo
+
+    return zoo
 
 
 def _zoo_yaml(algo: str) -> dict:
