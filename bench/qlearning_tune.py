@@ -37,7 +37,7 @@ def run_one(env_id: str, seed: int, point: dict[str, Any], budget: int) -> dict[
     from llm_policy_gen.run import train
 
     with tempfile.TemporaryDirectory() as tmp:
-        cfg = TrainConfig.build(({"env_id": env_id, "backend": "q-learning", "seed": seed, "iterations": 100_000,
+        cfg = TrainConfig.build(({"env_id": env_id, "mode": "q-learning", "seed": seed, "iterations": 100_000,
                                   "max_episodes": budget, "logs_dir": tmp, "progress": False,
                                   "quiet": True, "plots": False, **point}, "bench"))
         result = train(cfg, log=lambda _m: None)

@@ -19,8 +19,8 @@ from llm_policy_gen.modes.qlearning import QLearningOptions
 from llm_policy_gen.schema.aliases import OLD_FLAGS, settings_in
 
 #: The prefix of each plug-in's own flags: its name (``lm`` for lm-policy, ``q`` for every Q-learning mode).
-PREFIXES = {"mode lm-policy": "--lm-", "mode peer": "--peer-", "mode q-learning; backend q-learning": "--q-",
-            "modes reward, advisor, q-learning; backend q-learning": "--q-"}
+PREFIXES = {"mode lm-policy": "--lm-", "mode peer": "--peer-", "mode q-learning": "--q-",
+            "modes reward, advisor, q-learning": "--q-"}
 
 
 def _run(tmp_path: Path, *args: str) -> int:

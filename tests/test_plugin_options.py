@@ -93,9 +93,9 @@ def test_a_foreign_plugins_option_is_shown_under_its_name(demo_mode: None, monke
     # the shipped plug-ins' options are under theirs, and the shared settings carry none of them
     assert sections["mode reward"] == ["--potential-bound"]
     # one spelling of a Q-learner's step size and discount, under every mode that runs one (issue 60 item 4)
-    assert sections["modes reward, advisor, q-learning; backend q-learning"] == ["--q-alpha", "--q-gamma"]
-    # q-learning's old spelling as a backend names the same class, whose options it shares
-    assert "--q-init" in sections["mode q-learning; backend q-learning"]
+    assert sections["modes reward, advisor, q-learning"] == ["--q-alpha", "--q-gamma"]
+    # q-learning is a mode only: its old spelling as a backend has no registry line of its own (issue 60 item 2)
+    assert "--q-init" in sections["mode q-learning"] and not any("backend q-learning" in t for t in sections)
     assert {"--lm-learner", "--lm-device", "--lm-lora"} <= set(sections["mode lm-policy"])
     assert not any(f.startswith("--learner") for s in sections.values() for f in s)
     assert "--base-url" in sections["backends replay, gemini, openai, anthropic, ollama, llamacpp"]
