@@ -9,9 +9,9 @@ the value and what is accepted (exit code 2). The whole resolved object is saved
 
 :class:`TrainConfig`'s fields are the settings every run shares (the run, the keeper, the prompt, the environment's
 table). A plug-in's own settings are declared on the plug-in (a :class:`~llm_policy_gen.registry.PluginOptions`
-model named ``Options`` on its class: the reward mode's ``potential_bound``, the clients' ``base_url``, ...); they sit
-flat beside the shared ones in a TOML file, on the command line and in ``config.json`` (so files written before they
-moved still load), are checked by the model that declares them, and a plug-in reads them typed with
+model named ``Options`` on its class: the reward mode's ``reward_potential_bound``, the clients' ``base_url``,
+...); they sit flat beside the shared ones in a TOML file, on the command line and in ``config.json`` (so files
+written before they moved still load), are checked by the model that declares them, and a plug-in reads them typed with
 :meth:`TrainConfig.options_for`. :func:`options` lists them all.
 """
 

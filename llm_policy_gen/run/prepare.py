@@ -105,27 +105,27 @@ def prepare(cfg: TrainConfig, spec: EnvSpec | None = None) -> Prepared:
 
 
 def _check_refine(cfg: TrainConfig, name: str | None, mode: Mode) -> None:
-    """``--refine`` tunes the numbers of rules a model wrote: it needs rules answers from an LLM (or replay)."""
-    refine = cfg.options_for(RefineOptions).refine
+    """``--rules-refine`` tunes the numbers of rules a model wrote: it needs rules answers from an LLM (or replay)."""
+    refine = cfg.options_for(RefineOptions).rules_refine
     if not refine:
         return
     if name is None or not is_client(name):
-        raise UserError(f"--refine {refine} needs an LLM backend (or replay:PATH) to write the rules it refines, "
+        raise UserError(f"--rules-refine {refine} needs an LLM backend (or replay:PATH) to write the rules it refines, "
                         f"not {name or cfg.backend or mode.name!r}; give --backend PROVIDER[:MODEL] or drop "
-                        "--refine")
+                        "--rules-refine")
     if mode.needs_session:
-        raise UserError(f"--refine {refine} does not apply to --mode {mode.name}, which asks the model for each "
+        raise UserError(f"--rules-refine {refine} does not apply to --mode {mode.name}, which asks the model for each "
                         "action; use it with --mode table")
     refinable = refinable_format_names()
     if cfg.output_format not in refinable:
-        raise UserError(f"--refine {refine} needs --output-format {' or '.join(refinable)} (it tunes the numbers "
+        raise UserError(f"--rules-refine {refine} needs --output-format {' or '.join(refinable)} (it tunes the numbers "
                         f"of rules), not {cfg.output_format!r}")
 
 
 def unused_options(cfg: TrainConfig, backend: str | None) -> list[str]:
     """A note for each plug-in option the user gave (on the command line or in a file) that no plug-in of this run
-    takes (``--potential-bound`` with ``--mode table``): it is recorded in config.json but changes nothing. A note,
-    not a refusal: a shared config file or a sweep's settings may hold options for the other runs' plug-ins."""
+    takes (``--reward-potential-bound`` with ``--mode table``): it is recorded in config.json but changes nothing. A
+    note, not a refusal: a shared config file or a sweep's settings may hold options for the other runs' plug-ins."""
     return [f"note: {option_name(key)} has no effect on this run's {why}"
             for key, why in unused_settings(cfg, set(cfg.explicit), backend).items()]
 

@@ -17,7 +17,9 @@ flag reads it (``lm_net_arch=64,64``). Entries are split on top-level commas onl
 Run ids (:meth:`Method.run_id`): an entry without label and options keeps the id ``compare`` gave it before the
 grammar, ``slug(ENTRY)_s{seed}`` (``@MODE`` counts as ``MODE``), so the runs of an old comparison folder are found
 again; with a label ``slug(LABEL)_s{seed}``; with options and no label ``slug(METHOD)-{hash}_s{seed}``, the hash the
-first 8 hex digits of the sha256 of the options' JSON (sorted keys).
+first 8 hex digits of the sha256 of the options' JSON (sorted keys), an option renamed since the grammar came under
+its name of then (:data:`~llm_policy_gen.schema.aliases.PREFIXED`: ``advice_prob``, not ``advisor_prob``), so an
+entry keeps its runs. An option's old name is read as today's, with a deprecation note.
 
 Display names (:meth:`Method.display`): the label; else a backend whose spec holds a path shows its stem
 (``llamacpp:SmolLM2-135M-Instruct.Q4_1``), a mode that runs a model shows ``MODE(model stem)``
@@ -37,7 +39,7 @@ from typing import Any
 
 from ..errors import UserError
 from ..run.names import path_stem
-from ..schema.aliases import note_old_spelling, spelled_mode
+from ..schema.aliases import PREFIXED, SETTING_ALIASES, note_old_spelling, spelled_mode
 from ..storage.runlog import slug
 
 __all__ = ["ACCEPTED", "Method", "parse_method", "split_methods", "parse_methods", "mode_backend", "alone",
@@ -49,6 +51,8 @@ ACCEPTED = ("[LABEL=]BACKEND[@MODE][[KEY=VALUE;...]] or [LABEL=]@MODE[[KEY=VALUE
 """What a method entry may be, for messages."""
 
 _LABEL = re.compile(r"[A-Za-z0-9._+-]+")
+_NAMED_BEFORE = {new: old for old, new in PREFIXED.items()}
+"""Options renamed since the grammar came -> their names then, which their run ids hash (:meth:`Method.run_stem`)."""
 _SWEEP_KEYS = {"env_id": "--env", "backend": "the entry's BACKEND", "mode": "the entry's @MODE", "seed": "--seeds",
                "logs_dir": "--out", "run_id": "the entry's LABEL", "explicit": "nothing",
                "budget_usd": "--budget-usd (the sweep's)"}
@@ -111,7 +115,8 @@ class Method:
         if self.label:
             return slug(self.label)
         if self.options:
-            digest = hashlib.sha256(json.dumps(self.options, sort_keys=True).encode("utf-8")).hexdigest()[:8]
+            named = {_NAMED_BEFORE.get(k, k): v for k, v in self.options.items()}  # the ids of before the renames
+            digest = hashlib.sha256(json.dumps(named, sort_keys=True).encode("utf-8")).hexdigest()[:8]
             return f"{slug(self.canonical)}-{digest}"
         return slug(self.canonical if self.backend is None else self.written)
 
@@ -214,6 +219,10 @@ def _options(text: str, flag: str, entry: str) -> dict[str, Any]:
         if not eq or not key:
             raise _bad(flag, entry, f"option {part!r} is not KEY=VALUE")
         name = key if key in known else by_flag.get(key, key.replace("-", "_"))
+        if name in SETTING_ALIASES and name not in known:  # an old name: it works, and says so once
+            note_old_spelling(f"note: {flag} entry option {key} is the old name of {SETTING_ALIASES[name]} "
+                              "(deprecated; it still works)")
+            name = SETTING_ALIASES[name]
         if name in _SWEEP_KEYS:
             raise _bad(flag, entry, f"{key} is not an option of one method (it is set by {_SWEEP_KEYS[name]})")
         if name not in known:
