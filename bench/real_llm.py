@@ -15,7 +15,7 @@ a seed can end at different episode counts, so each gets its own baselines). The
 (``--no-cache``): every figure comes from calls made by the run that reports it.
 
 Reported per (model, task, transport), over the seeds: the valid-answer rate at the first attempt and after repairs
-(per candidate the model answered; ``--refine``'s refinements call no model and are counted apart, with the
+(per candidate the model answered; ``--rules-refine``'s refinements call no model and are counted apart, with the
 adoptions each kind of proposal won), the best table's held-out mean (100 episodes, the run's held-out seeds)
 against the initial table's and against offline's and random's, calls, prompt and answer tokens, and seconds per
 call (calls answered by the model, not from a record or the cache).
@@ -53,12 +53,12 @@ class Cell:
     output_format: str
     seeds: tuple[int, ...]
     extra: tuple[str, ...] = ()
-    """Options beyond :data:`SETTINGS` (issue 20 item 4: ``--evidence``, ``--refine``)."""
+    """Options beyond :data:`SETTINGS` (issue 20 item 4: ``--evidence``, ``--rules-refine``)."""
 
 
 #: Issue 20 item 4: the evidence a model sees and the hybrid, on CartPole-v1 rules (seeds 0-2, K = 2, 5 iterations).
-_ITEM4 = {"summary": ("--evidence", "summary"), "both": ("--evidence", "both"), "refine1": ("--refine", "1"),
-          "refine2": ("--refine", "2"), "summary-refine2": ("--evidence", "summary", "--refine", "2")}
+_ITEM4 = {"summary": ("--evidence", "summary"), "both": ("--evidence", "both"), "refine1": ("--rules-refine", "1"),
+          "refine2": ("--rules-refine", "2"), "summary-refine2": ("--evidence", "summary", "--rules-refine", "2")}
 
 CELLS = [
     Cell("qwen0.5b-frozenlake", "qwen2.5-coder-0.5b", "Qwen2.5-Coder-0.5B-Instruct Q4_K_M",
@@ -180,7 +180,7 @@ def measure(run_dir: Path) -> dict[str, Any]:
     from llm_policy_gen.storage.runlog import read_jsonl
 
     every = read_jsonl(run_dir / "transcripts.jsonl")
-    lines = [t for t in every if t.get("phase") != "refine"]  # model calls; --refine's refinements call no model
+    lines = [t for t in every if t.get("phase") != "refine"]  # model calls; --rules-refine's refinements call no model
     summary = json.loads((run_dir / "summary.json").read_text())
     first = [t for t in lines if int(t.get("attempt", 1)) == 1]
     by_candidate: dict[tuple[int, int], bool] = {}
@@ -318,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
                         continue
                     m = {"seed": seed, "run_dir": str(run_dir), **measure(run_dir)}
                     for base in ("offline", "random"):  # same settings, at the LLM run's episode count
-                        plain = common[: len(common) - len(cell.extra)]  # --evidence, --refine are the model's
+                        plain = common[: len(common) - len(cell.extra)]  # --evidence, --rules-refine are the model's
                         # one baseline per transport: each at the episode count of its own transport's LLM run
                         b_dir, b_err = run(out, f"{cell.key}_{transport}_{base}_s{seed}", cell.env_id,
                                            [*plain, "--backend", base, "--max-episodes", str(m["episodes"])], env)
