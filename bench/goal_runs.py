@@ -94,11 +94,11 @@ def backend_settings(goal: Goal, backend: str) -> tuple[str, tuple[tuple[str, An
 
 def run_id(goal: Goal, backend: str, seed: int) -> str:
     """A changed budget or changed settings make a new run (the settings by a digest of their names)."""
-    from llm_policy_gen.backends import learner_mode
+    from llm_policy_gen.schema.aliases import spelled_mode
 
     base, extra = backend_settings(goal, backend)
     rid = f"{goal.key}_b{goal.budget}_{backend if extra else base}_s{seed}"
-    if learner_mode(base):  # the standard learner: never a reused run of the proposer that had its name before
+    if spelled_mode(base):  # the standard learner: never a reused run of the proposer that had its name before
         rid += "_learner"
     if goal.settings:
         rid += "_" + hashlib.sha256(json.dumps(sorted(goal.settings)).encode()).hexdigest()[:6]

@@ -35,14 +35,14 @@ def run_one(env_id: str, seed: int, point: dict[str, Any], budget: int) -> dict[
     os.environ["LLM_POLICY_GEN_WORKERS"] = "1"
     from llm_policy_gen.config import TrainConfig
     from llm_policy_gen.run import train
+    from llm_policy_gen.run.files import RunDir
 
     with tempfile.TemporaryDirectory() as tmp:
-        cfg = TrainConfig.build(({"env_id": env_id, "backend": "q-learning", "seed": seed, "iterations": 100_000,
+        cfg = TrainConfig.build(({"env_id": env_id, "mode": "q-learning", "seed": seed, "iterations": 100_000,
                                   "max_episodes": budget, "logs_dir": tmp, "progress": False,
                                   "quiet": True, "plots": False, **point}, "bench"))
         result = train(cfg, log=lambda _m: None)
-        log = result.run_dir / "events.jsonl"  # none when the budget ended before the first iteration
-        events = [json.loads(x) for x in log.read_text().splitlines()] if log.is_file() else []
+        events = RunDir(result.run_dir).load_events()  # none when the budget ended before the first iteration
     s = result.summary
     return {"env_id": env_id, "seed": seed, **point, "budget": budget, "heldout": s["best_eval_mean"],
             "episodes": s["episodes_total"], "steps": s["env_steps_total"],

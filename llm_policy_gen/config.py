@@ -9,9 +9,9 @@ the value and what is accepted (exit code 2). The whole resolved object is saved
 
 :class:`TrainConfig`'s fields are the settings every run shares (the run, the keeper, the prompt, the environment's
 table). A plug-in's own settings are declared on the plug-in (a :class:`~llm_policy_gen.registry.PluginOptions`
-model named ``Options`` on its class: the reward mode's ``potential_bound``, the clients' ``base_url``, ...); they sit
-flat beside the shared ones in a TOML file, on the command line and in ``config.json`` (so files written before they
-moved still load), are checked by the model that declares them, and a plug-in reads them typed with
+model named ``Options`` on its class: the reward mode's ``reward_potential_bound``, the clients' ``base_url``,
+...); they sit flat beside the shared ones in a TOML file, on the command line and in ``config.json`` (so files
+written before they moved still load), are checked by the model that declares them, and a plug-in reads them typed with
 :meth:`TrainConfig.options_for`. :func:`options` lists them all.
 """
 
@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, mo
 from .errors import UserError
 from .registry import Option, PluginOptions, Registry, Section, declared_options, setting
 from .registry import plugin_sections as _sections
-from .schema.aliases import settings_in
+from .schema.aliases import MOVED_BACKENDS, note_old_spelling, settings_in, spelled_mode
 
 __all__ = ["TrainConfig", "SEED_MAX", "config_error", "option_name", "Option", "options", "train_options",
            "option_names", "resume_options", "operational_settings", "setting", "PLUGIN_REGISTRIES", "plugin_sections",
@@ -80,7 +80,7 @@ class TrainConfig(BaseModel):
                                  names="llm_policy_gen.backends:backend_specs")
     mode: str = _field("table", "{names}", names="llm_policy_gen.modes:MODES", description=(
                        "What the model writes: the table (table), each action (direct), ...; q-learning: no model, "
-                       "the standard Q-learner (the mode of --backend q-learning); lm-policy: a language model "
+                       "the standard Q-learner (old spelling: --backend q-learning); lm-policy: a language model "
                        "as the policy network's backbone (--lm-model)."))
     iterations: int = _field(30, "an integer >= 0", "Proposal rounds (0: the run measures the table it starts from, "
                              "or a learner's read-out before any update, and stops).", ge=0, resume=True)
@@ -207,6 +207,16 @@ class TrainConfig(BaseModel):
             out.update({k: getattr(checked, k) for k in section.options})
         return out
 
+    @model_validator(mode="before")
+    @classmethod
+    def _mode_spelling(cls, data: Any) -> Any:
+        """The backend of a mode that proposes nothing, in one place: ``backend = "q-learning"`` (the old spelling of
+        ``mode = "q-learning"``, :data:`~llm_policy_gen.schema.aliases.MOVED_BACKENDS`) becomes that mode, with one
+        deprecation note; such a mode records the backend its class spells
+        (:attr:`~llm_policy_gen.modes.base.ModeBase.backend_spelling`, as runs recorded it before) and refuses any
+        other. What is filled in joins ``explicit``."""
+        return _spelled(data) if isinstance(data, dict) else data
+
     def options_for(self, model: type[OptionsT]) -> OptionsT:
         """The options ``model`` declares, typed, from this configuration (a plug-in's view of its settings)."""
         extra = self.__pydantic_extra__ or {}
@@ -275,6 +285,35 @@ class TrainConfig(BaseModel):
         if data.get("base_url"):
             data["base_url"] = without_userinfo(data["base_url"])
         return data
+
+
+def _spelled(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` with the mode its old backend spelling names, and the backend its backend-less mode records
+    (:meth:`TrainConfig._mode_spelling`); a spelling under another mode is a :class:`UserError`."""
+    backend, mode = data.get("backend"), data.get("mode", TrainConfig.model_fields["mode"].default)
+    explicit = set(data.get("explicit") or [])
+    moved = spelled_mode(backend)
+    if moved is not None and mode != moved:
+        if mode != TrainConfig.model_fields["mode"].default:
+            before = MOVED_BACKENDS[str(backend).strip().lower()][1]
+            raise UserError(f"--backend {backend} is the old spelling of --mode {moved} and does not answer --mode "
+                            f"{mode}; for a Q-learner over the kept table's episodes under another mode, use "
+                            f"--backend {before}")
+        note_old_spelling(f"note: --backend {backend} is the old spelling of --mode {moved} (deprecated; it still "
+                          "works)")
+        data, mode = {**data, "mode": moved, "explicit": sorted(explicit | {"mode"})}, moved
+    import importlib
+
+    modes = importlib.import_module("llm_policy_gen.modes")  # up a floor, as PLUGIN_REGISTRIES names it
+    declared = modes.proposes_nothing(mode) if isinstance(mode, str) else None
+    if declared is None:  # a mode that needs a backend (an unknown one: the registry's refusal where it is used)
+        return data
+    own = declared.backend_spelling
+    if backend is not None and backend != own and spelled_mode(backend) != mode:
+        raise UserError(f"--mode {mode} proposes nothing and asks no backend; drop --backend {backend}")
+    if backend != own and own is not None:
+        data = {**data, "backend": own, "explicit": sorted(set(data.get("explicit") or []) | {"backend"})}
+    return data
 
 
 #: Settings whose values are names in a registry: setting -> (module, registry).

@@ -73,7 +73,7 @@ def test_optimism_about_untried_actions_does_not_overrule_the_advice() -> None:
 
 
 def test_the_advice_probability_decays_every_iteration(tmp_path: Path) -> None:
-    res = train(cfg(tmp_path, mode="advisor", iterations=4, candidates=1, advice_prob=0.8, advice_decay=0.5),
+    res = train(cfg(tmp_path, mode="advisor", iterations=4, candidates=1, advisor_prob=0.8, advisor_decay=0.5),
                 log=quiet)
     events = read_jsonl(res.run_dir / "events.jsonl")
     probs = [e["advice_prob"] for e in events]
@@ -84,8 +84,8 @@ def test_the_advice_probability_decays_every_iteration(tmp_path: Path) -> None:
     calls = read_jsonl(res.run_dir / "transcripts.jsonl")
     assert calls and all("not an LLM" in c["model"] and c["mode"] == "advisor" for c in calls)
     # offline sent no prompt: its replay asks the prompt a model would get
-    again = train(cfg(tmp_path / "again", mode="advisor", iterations=1, candidates=1, advice_prob=0.8,
-                      advice_decay=0.5, backend=f"replay:{res.run_dir}"), log=quiet)
+    again = train(cfg(tmp_path / "again", mode="advisor", iterations=1, candidates=1, advisor_prob=0.8,
+                      advisor_decay=0.5, backend=f"replay:{res.run_dir}"), log=quiet)
     assert "probability 0.8 per step" in read_jsonl(again.run_dir / "transcripts.jsonl")[0]["messages"][1]["content"]
 
 
@@ -95,7 +95,7 @@ def test_good_advice_makes_the_learner_solve_the_big_lake_and_only_the_learner_i
     for name, p in (("followed", 0.9), ("ignored", 0.0)):
         backend = write_replay(tmp_path / f"{name}.jsonl", lambda _i, _c: answer(advice, "action", LAKE8), 3)
         results[name] = train(cfg(tmp_path / name, mode="advisor", backend=backend, iterations=3, candidates=1,
-                                  env_kwargs=LAKE8, advice_prob=p), log=quiet)
+                                  env_kwargs=LAKE8, advisor_prob=p), log=quiet)
     assert results["followed"].summary["best_eval_mean"] == 1.0
     # Advice the learner never follows teaches it nothing: the same perfect advice, judged as the learner's table.
     assert results["ignored"].summary["best_eval_mean"] == 0.0
@@ -107,7 +107,7 @@ def test_good_advice_makes_the_learner_solve_the_big_lake_and_only_the_learner_i
 
 def test_an_advised_run_through_the_cli_prints_its_mode(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["train", "--env", "FrozenLake-v1", "--mode", "advisor", "--backend", "random", "--iterations", "2",
-                 "--advice-prob", "0.7", "--advice-decay", "1", "--logs-dir", str(tmp_path), "--no-plots",
+                 "--advisor-prob", "0.7", "--advisor-decay", "1", "--logs-dir", str(tmp_path), "--no-plots",
                  "--no-progress", "--heldout-episodes", "5"])
     out = capsys.readouterr().out
     assert code == 0 and "advisor mode" in out
@@ -116,8 +116,8 @@ def test_an_advised_run_through_the_cli_prints_its_mode(tmp_path: Path, capsys: 
 
 
 @pytest.mark.parametrize("args, words", [
-    (["--advice-prob", "1.5"], "bad --advice-prob 1.5: accepted a number in [0, 1]"),
-    (["--advice-decay", "-0.1"], "bad --advice-decay -0.1: accepted a number in [0, 1]"),
+    (["--advisor-prob", "1.5"], "bad --advisor-prob 1.5: accepted a number in [0, 1]"),
+    (["--advisor-decay", "-0.1"], "bad --advisor-decay -0.1: accepted a number in [0, 1]"),
 ])
 def test_bad_advice_options_are_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                    args: list[str], words: str) -> None:

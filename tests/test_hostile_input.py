@@ -3,8 +3,8 @@
 Item 3: an answer nested thousands of levels deep, or holding an integer of thousands of digits, is an invalid answer
 (recorded in ``transcripts.jsonl``, sent back for repair), never a traceback; an answer-cache entry holding one is a
 miss; a policy file, ``summary.json``, ``config.json``, ``checkpoint.npz`` or ``--config`` file holding one is one
-line and exit 2. Item 12 (with the real SmolLM2 model): ``--n-ctx 256`` is refused before the run starts, naming the
-smallest context that fits, and that context is accepted.
+line and exit 2. Item 12 (with the real SmolLM2 model): ``--llamacpp-n-ctx 256`` is refused before the run starts,
+naming the smallest context that fits, and that context is accepted.
 """
 
 from __future__ import annotations
@@ -212,17 +212,17 @@ def test_a_context_too_small_for_the_fixed_prompt_is_refused_naming_the_smallest
     args = ["train", "--env", "CartPole-v1", "--backend", f"llamacpp:{model}", "--logs-dir", str(tmp_path / "logs"),
             "--iterations", "1", "--no-progress", "--quiet"]
     capsys.readouterr()
-    assert main([*args, "--n-ctx", "256"]) == 2
+    assert main([*args, "--llamacpp-n-ctx", "256"]) == 2
     line = one_line(capsys.readouterr().err)
-    assert "--n-ctx 256 is too small" in line and "--max-prompt-tokens can cut" in line
+    assert "--llamacpp-n-ctx 256 is too small" in line and "--max-prompt-tokens can cut" in line
     assert not (tmp_path / "logs" / "CartPole-v1").exists()  # refused before the run started: no run directory
-    m = re.search(r"give --n-ctx (\d+) or more", line)
+    m = re.search(r"give --llamacpp-n-ctx (\d+) or more", line)
     assert m, line
     need = int(m.group(1))
     fixed = int(re.search(r"is (\d+) tokens", line).group(1))  # type: ignore[union-attr]
     assert 600 < fixed < need <= 2 * fixed  # the fixed prompt is about 940 tokens; the answer as many again at most
     base = dict(env_id="CartPole-v1", backend=f"llamacpp:{model}", logs_dir=str(tmp_path / "logs"), progress=False)
-    check_backend(prepare(TrainConfig(**base, n_ctx=need)))  # the context named is enough
+    check_backend(prepare(TrainConfig(**base, llamacpp_n_ctx=need)))  # the context named is enough
     print(line)  # the figures, for the record
-    assert main([*args, "--n-ctx", str(fixed)]) == 2  # room for the fixed part, none for an answer
-    assert f"--n-ctx {fixed} is too small" in one_line(capsys.readouterr().err)
+    assert main([*args, "--llamacpp-n-ctx", str(fixed)]) == 2  # room for the fixed part, none for an answer
+    assert f"--llamacpp-n-ctx {fixed} is too small" in one_line(capsys.readouterr().err)

@@ -160,7 +160,7 @@ def test_a_key_and_a_base_url_from_different_places_are_refused(
 # --- item 4: finite numbers, prices and usage -------------------------------------------------------------------------
 @pytest.mark.parametrize(("option", "value"), [
     ("--budget-usd", "inf"), ("--budget-usd", "1e400"), ("--budget-usd", "nan"), ("--timeout", "inf"),
-    ("--confirm-z", "inf"), ("--potential-bound", "1e400"), ("--temperature", "nan"),
+    ("--confirm-z", "inf"), ("--reward-potential-bound", "1e400"), ("--temperature", "nan"),
 ])
 def test_non_finite_numbers_are_refused_before_a_run_directory(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], option: str, value: str

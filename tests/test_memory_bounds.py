@@ -74,10 +74,10 @@ def test_the_limit_is_the_cap_or_half_the_machine_and_the_refusal_names_the_larg
         check_memory([("huge", 60 * 2**30), ("tiny", 2**10)])
 
 
-@pytest.mark.parametrize("backend", ["q-learning", "offline"])
+@pytest.mark.parametrize("method", [["--mode", "q-learning"], ["--backend", "offline"]], ids=["q-learning", "offline"])
 def test_a_table_too_large_for_memory_is_refused_before_any_directory(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str], huge: str, backend: str) -> None:
-    line = _refused(tmp_path, capsys, "--env", huge, "--backend", backend)
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], huge: str, method: list[str]) -> None:
+    line = _refused(tmp_path, capsys, "--env", huge, *method)
     assert line.startswith("llm-policy-gen train: error: a table of 1,000,000 states x 729 actions (16 bytes per "
                            "cell) needs 10.9 GiB of memory"), line
     assert "over the limit of" in line

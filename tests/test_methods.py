@@ -36,7 +36,7 @@ SMOL = "/root/.cache/llm-policy-gen/models/SmolLM2-135M-Instruct.Q4_1.gguf"
      {"lm_model": "/m/Qwen.gguf", "lm_head": "scores"}),
     ("wide=@lm-policy[lm_net_arch=64,64;lm_n_steps=128]", "wide", None, "lm-policy",
      {"lm_net_arch": [64, 64], "lm_n_steps": 128}),
-    ("a.b+c-1=offline@advisor[advice_prob=0.25]", "a.b+c-1", "offline", "advisor", {"advice_prob": 0.25}),
+    ("a.b+c-1=offline@advisor[advisor_prob=0.25]", "a.b+c-1", "offline", "advisor", {"advisor_prob": 0.25}),
 ])
 def test_good_entries_parse(entry: str, label: str | None, backend: str | None, mode: str | None,
                             options: dict[str, Any]) -> None:
@@ -193,7 +193,7 @@ def test_a_compare_with_a_label_and_options(tmp_path: Path, capsys: pytest.Captu
 
 @pytest.mark.parametrize(("methods", "message"), [
     ("offline[lm_model=/m/x.gguf]", "lm_model does not apply to it: mode table (it is an option of mode lm-policy)"),
-    ("q-learning[potential_bound=2]", "potential_bound does not apply to it: mode q-learning"),
+    ("q-learning[reward_potential_bound=2]", "reward_potential_bound does not apply to it: mode q-learning"),
     ("offline[base_url=http://127.0.0.1:9]", "base_url does not apply to it"),
     ("offline[nothing_like_it=1]", "unknown setting 'nothing_like_it'"),
 ])
@@ -216,7 +216,7 @@ def test_train_says_when_a_setting_does_not_apply(tmp_path: Path, capsys: pytest
 
 def test_a_sweep_setting_no_method_takes_is_said(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     cfg = tmp_path / "small.toml"
-    cfg.write_text("[train]\nheldout-episodes = 5\ntrain-episodes = 2\nlm-epochs = 2\npotential-bound = 3.0\n")
+    cfg.write_text("[train]\nheldout-episodes = 5\ntrain-episodes = 2\nlm-epochs = 2\nreward-potential-bound = 3.0\n")
     assert main(["compare", "--env", "FrozenLake-v1.deterministic", "--methods", "offline,offline@reward", "--seeds",
                  "0", "--iterations", "1", "--config", str(cfg), "--out", str(tmp_path / "cmp"), "--no-progress"]) == 0
     err = capsys.readouterr().err

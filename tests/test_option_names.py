@@ -4,8 +4,10 @@ note, and old files and records are read under today's names."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -16,11 +18,13 @@ from llm_policy_gen.config import TrainConfig, options
 from llm_policy_gen.errors import UserError
 from llm_policy_gen.modes.learner import LearnerOptions
 from llm_policy_gen.modes.qlearning import QLearningOptions
-from llm_policy_gen.schema.aliases import OLD_FLAGS, settings_in
+from llm_policy_gen.schema.aliases import OLD_FLAGS, PREFIXED, settings_in
+from llm_policy_gen.sweep.methods import parse_method
 
 #: The prefix of each plug-in's own flags: its name (``lm`` for lm-policy, ``q`` for every Q-learning mode).
-PREFIXES = {"mode lm-policy": "--lm-", "mode peer": "--peer-", "mode q-learning; backend q-learning": "--q-",
-            "modes reward, advisor, q-learning; backend q-learning": "--q-"}
+PREFIXES = {"mode lm-policy": "--lm-", "mode peer": "--peer-", "mode q-learning": "--q-",
+            "modes reward, advisor, q-learning": "--q-", "mode reward": "--reward-", "mode advisor": "--advisor-",
+            "backend llamacpp": "--llamacpp-", "answer format rules": "--rules-"}
 
 
 def _run(tmp_path: Path, *args: str) -> int:
@@ -127,3 +131,57 @@ def test_both_names_with_two_values_are_refused_where_no_mode_decides() -> None:
         settings_in({"learner_gamma": 0.9, "q_gamma": 0.95}, "x.toml")
     assert settings_in({"gamma": 0.9, "explicit": ["gamma"]}, "x.toml") == {"evidence_gamma": 0.9,
                                                                              "explicit": ["evidence_gamma"]}
+
+
+# ------------------------------------------------------------------------- the plug-ins' options named for their owner
+#: Each renamed flag, a value it takes on the tiny offline run, and the value config.json records.
+RENAMED = [("--potential-bound", "7", "reward_potential_bound", 7.0), ("--advice-prob", "0.3", "advisor_prob", 0.3),
+           ("--advice-decay", "0.8", "advisor_decay", 0.8), ("--n-ctx", "512", "llamacpp_n_ctx", 512),
+           ("--llm-threads", "2", "llamacpp_threads", 2), ("--refine", "0", "rules_refine", 0)]
+
+
+def test_every_plugin_option_carries_its_owners_name() -> None:
+    assert {o.section for k, o in options().items() if k in PREFIXED.values()} == \
+        {"mode reward", "mode advisor", "backend llamacpp", "answer format rules"}
+    assert not set(PREFIXED) & set(options())  # one spelling: the old names are no setting of their own
+    assert {f"--{old.replace('_', '-')}" for old in PREFIXED} <= set(OLD_FLAGS)
+
+
+@pytest.mark.parametrize(("flag", "value", "key", "recorded"), RENAMED, ids=[r[0] for r in RENAMED])
+def test_a_renamed_flag_still_works_and_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str], flag: str,
+                                               value: str, key: str, recorded: Any) -> None:
+    assert _run(tmp_path, "--mode", "advisor", flag, value) == 0
+    new = options()[key].flag
+    notes = [line for line in capsys.readouterr().err.splitlines() if "old spelling" in line]
+    assert notes == [f"note: {flag} is the old spelling of {new} (deprecated; it still works)"]
+    c = _config(tmp_path)["config"]
+    assert c[key] == recorded and not set(PREFIXED) & set(c) and key in c["explicit"]
+
+
+def test_a_toml_file_with_the_old_names_of_plugin_options(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    toml = tmp_path / "old.toml"
+    toml.write_text("[train]\nmode = \"advisor\"\nadvice-prob = 0.3\npotential_bound = 7.0\n", encoding="utf-8")
+    assert _run(tmp_path, "--config", str(toml)) == 0
+    err = capsys.readouterr().err
+    assert f"note: config file {toml}: advice_prob is the old name of advisor_prob (deprecated; it still works)" in err
+    c = _config(tmp_path)["config"]
+    assert (c["advisor_prob"], c["reward_potential_bound"]) == (0.3, 7.0)
+
+
+def test_an_old_run_resumes_with_the_options_it_recorded_under_their_old_names(tmp_path: Path) -> None:
+    run = tmp_path / "logs" / "FrozenLake-v1" / "advisor"
+    shutil.copytree(Path(__file__).parent / "data" / "rundirs_v1" / "logs" / "FrozenLake-v1" / "advisor", run)
+    record = json.loads((run / "config.json").read_text(encoding="utf-8"))
+    assert (record["config"]["advice_prob"], record["config"]["advice_decay"]) == (0.5, 0.9)  # the old keys
+    assert main(["train", "--resume", str(run), "--iterations", "3", "--no-progress", "--quiet"]) == 0
+    events = [json.loads(line) for line in (run / "events.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert [e["advice_prob"] for e in events] == pytest.approx([0.5, 0.45, 0.405])  # 0.5 * 0.9^(t-1), as recorded
+    today = settings_in({**record["config"], "advice_prob": 0.8}, "config.json")
+    assert today["advisor_prob"] == 0.8 and "advice_prob" not in today
+
+
+def test_a_method_entry_keeps_its_run_id_under_an_options_old_name() -> None:
+    before = hashlib.sha256(json.dumps({"advice_prob": 0.25}).encode("utf-8")).hexdigest()[:8]
+    old, new = parse_method("offline@advisor[advice_prob=0.25]"), parse_method("offline@advisor[advisor-prob=0.25]")
+    assert old.options == new.options == {"advisor_prob": 0.25}
+    assert old.run_id(0) == new.run_id(0) == f"offline-advisor-{before}_s0"  # the id the grammar gave it

@@ -27,20 +27,20 @@ FLAGS = {
     "--env": "env_id", "--backend": "backend", "--mode": "mode", "--iterations": "iterations",
     "--max-episodes": "max_episodes", "--max-steps": "max_steps", "--candidates": "candidates", "--seed": "seed",
     "--logs-dir": "logs_dir",
-    "--run-id": "run_id", "--train-episodes": "train_episodes", "--potential-bound": "potential_bound",
-    "--advice-prob": "advice_prob",
-    "--advice-decay": "advice_decay", "--test-start": "test_start", "--test-max": "test_max",
+    "--run-id": "run_id", "--train-episodes": "train_episodes",
+    "--reward-potential-bound": "reward_potential_bound", "--advisor-prob": "advisor_prob",
+    "--advisor-decay": "advisor_decay", "--test-start": "test_start", "--test-max": "test_max",
     "--test-rise-every": "test_rise_every", "--test-seeds": "test_seeds", "--confirm-episodes": "confirm_episodes",
     "--confirm-batches": "confirm_batches", "--confirm-z": "confirm_z", "--heldout-episodes": "heldout_episodes",
     "--patience": "patience", "--max-prompt-tokens": "max_prompt_tokens", "--output-format": "output_format",
     "--repair-attempts": "repair_attempts", "--base-url": "base_url", "--timeout": "timeout_s",
     "--max-retries": "max_retries", "--temperature": "temperature", "--max-output-tokens": "max_output_tokens",
-    "--n-ctx": "n_ctx", "--llm-threads": "llm_threads", "--budget-usd": "budget_usd",
+    "--llamacpp-n-ctx": "llamacpp_n_ctx", "--llamacpp-threads": "llamacpp_threads", "--budget-usd": "budget_usd",
     "--max-concurrent-calls": "max_concurrent_calls", "--local-concurrency": "local_concurrency",
     "--unreachable-after": "unreachable_after", "--no-cache": "cache", "--prices": "prices_file", "--bins": "bins",
     "--dims": "dims", "--env-kwargs": "env_kwargs", "--prior": "prior", "--no-plots": "plots",
     "--no-progress": "progress",
-    "--quiet": "quiet", "--log": "log", "--evidence": "evidence", "--refine": "refine",
+    "--quiet": "quiet", "--log": "log", "--evidence": "evidence", "--rules-refine": "rules_refine",
     "--lm-model": "lm_model", "--lm-features": "lm_features", "--lm-state-text": "lm_state_text",
     "--lm-pooling": "lm_pooling", "--lm-learner": "lm_learner",
     "--lm-device": "lm_device", "--lm-n-steps": "lm_n_steps", "--lm-batch-size": "lm_batch_size",
@@ -62,9 +62,9 @@ FLAGS = {
 }
 #: Settings given only in a file (the run's own record of what the user gave).
 FILE_ONLY = {"explicit"}
-#: Settings the tiny offline run below refuses to take (``--refine`` needs rules from an LLM): tests/test_refine.py
-#: round-trips them on a replayed run.
-NEEDS_LLM = {"refine"}
+#: Settings the tiny offline run below refuses to take (``--rules-refine`` needs rules from an LLM):
+#: tests/test_refine.py round-trips them on a replayed run.
+NEEDS_LLM = {"rules_refine"}
 
 
 def values(tmp_path: Path) -> dict[str, Any]:
@@ -75,14 +75,15 @@ def values(tmp_path: Path) -> dict[str, Any]:
         "env_id": "MountainCar-v0", "backend": "offline", "mode": "advisor", "iterations": 2, "max_episodes": 900,
         "max_steps": 100000,
         "candidates": 2, "seed": 7, "logs_dir": str(tmp_path / "logs"), "run_id": "every", "train_episodes": 1,
-        "explore_epsilon": 0.2, "potential_bound": 50.0,
-        "advice_prob": 0.25, "advice_decay": 0.8, "test_start": 2, "test_max": 4, "test_seeds": "fresh",
+        "explore_epsilon": 0.2, "reward_potential_bound": 50.0,
+        "advisor_prob": 0.25, "advisor_decay": 0.8, "test_start": 2, "test_max": 4, "test_seeds": "fresh",
         "test_rise_every": 2, "confirm_episodes": 2, "confirm_batches": 2, "confirm_z": 1.5, "heldout_episodes": 3,
         "patience": 5, "best_k": 3, "worst_k": 2, "memory_capacity": 50, "evidence_gamma": 0.9,
         "max_prompt_chars": 8000,
         "max_prompt_tokens": 4000, "output_format": "table", "repair_attempts": 1,
         "base_url": "http://127.0.0.1:9/v1", "timeout_s": 30.5, "max_retries": 1, "temperature": 0.5,
-        "max_output_tokens": 2000, "max_answer_chars": 100000, "n_ctx": 2048, "llm_threads": 2, "budget_usd": 1.5,
+        "max_output_tokens": 2000, "max_answer_chars": 100000, "llamacpp_n_ctx": 2048, "llamacpp_threads": 2,
+        "budget_usd": 1.5,
         "max_concurrent_calls": 3, "local_concurrency": 2, "unreachable_after": 5, "cache": False,
         "cache_dir": str(tmp_path / "cache"), "prices_file": str(prices), "bins": [5, 6], "dims": [0, 1],
         "env_kwargs": {"goal_velocity": 0.01}, "binning": "seed", "prior": "neutral", "plots": False, "progress": False,
@@ -204,10 +205,10 @@ def test_the_lists_read_from_the_fields_are_todays() -> None:
         "plots": "--no-plots", "progress": "--no-progress"}
     assert set(config.resume_options()) == {"iterations", "max_episodes", "max_steps", "progress", "quiet", "plots",
                                           "patience", "budget_usd", "timeout_s", "max_retries", "max_concurrent_calls",
-                                          "cache", "llm_threads", "local_concurrency", "lm_model"}
+                                          "cache", "llamacpp_threads", "local_concurrency", "lm_model"}
     assert set(plan.operational_settings()) == {
         "logs_dir", "run_id", "explicit", "progress", "quiet", "plots", "log", "timeout_s", "max_retries",
-        "max_concurrent_calls", "unreachable_after", "cache", "cache_dir", "llm_threads", "local_concurrency",
+        "max_concurrent_calls", "unreachable_after", "cache", "cache_dir", "llamacpp_threads", "local_concurrency",
         "lm_cache"}
     assert config.resume_options()[0] == "iterations"  # the refusal's list starts with the most common one
 

@@ -22,6 +22,7 @@ from llm_policy_gen.modes.base import RunServices, Setup, Step
 from llm_policy_gen.modes.reward import RewardOptions
 from llm_policy_gen.modes.table import TableMode
 from llm_policy_gen.registry import PluginOptions, setting
+from llm_policy_gen.schema.aliases import SETTING_ALIASES
 
 OLD_RUN = Path(__file__).parent / "data" / "flat_keys_run"
 
@@ -91,17 +92,17 @@ def test_a_foreign_plugins_option_is_shown_under_its_name(demo_mode: None, monke
     assert sections["mode demo-opts"] == ["--demo-level"]
     assert "--demo-level" not in sections[""]
     # the shipped plug-ins' options are under theirs, and the shared settings carry none of them
-    assert sections["mode reward"] == ["--potential-bound"]
+    assert sections["mode reward"] == ["--reward-potential-bound"]
     # one spelling of a Q-learner's step size and discount, under every mode that runs one (issue 60 item 4)
-    assert sections["modes reward, advisor, q-learning; backend q-learning"] == ["--q-alpha", "--q-gamma"]
-    # q-learning's old spelling as a backend names the same class, whose options it shares
-    assert "--q-init" in sections["mode q-learning; backend q-learning"]
+    assert sections["modes reward, advisor, q-learning"] == ["--q-alpha", "--q-gamma"]
+    # q-learning is a mode only: its old spelling as a backend has no registry line of its own (issue 60 item 2)
+    assert "--q-init" in sections["mode q-learning"] and not any("backend q-learning" in t for t in sections)
     assert {"--lm-learner", "--lm-device", "--lm-lora"} <= set(sections["mode lm-policy"])
     assert not any(f.startswith("--learner") for s in sections.values() for f in s)
     assert "--base-url" in sections["backends replay, gemini, openai, anthropic, ollama, llamacpp"]
-    assert sections["backend llamacpp"] == ["--n-ctx", "--llm-threads"]
-    assert sections["answer format rules"] == ["--refine"]
-    assert "--candidates" in sections[""] and "--log" in sections[""] and "--potential-bound" not in sections[""]
+    assert sections["backend llamacpp"] == ["--llamacpp-n-ctx", "--llamacpp-threads"]
+    assert sections["answer format rules"] == ["--rules-refine"]
+    assert "--candidates" in sections[""] and "--log" in sections[""] and "--reward-potential-bound" not in sections[""]
 
 
 def test_a_foreign_option_round_trips_through_the_command_line_config_json_and_resume(
@@ -149,7 +150,7 @@ def test_a_config_json_with_the_flat_keys_of_before_still_loads_and_resumes(
                  "--run-id", "again", "--iterations", "1"]) == 0, capsys.readouterr().err
     again = _record(tmp_path, "again")["config"]
     for key in ("potential_bound", "temperature", "lm_epochs", "max_retries", "candidates"):
-        assert again[key] == old[key], key
+        assert again[SETTING_ALIASES.get(key, key)] == old[key], key  # under its name of today
     # one spelling today: the reward and advisor modes' learner_alpha is q_alpha, which this table run never used
     assert old["learner_alpha"] == 0.3 and again["q_alpha"] is None and "learner_alpha" not in again
     assert (old["potential_bound"], old["temperature"], old["lm_epochs"]) == (50.0, 0.5, 3)
@@ -159,13 +160,14 @@ def test_a_config_json_with_the_flat_keys_of_before_still_loads_and_resumes(
     assert main(["train", "--resume", str(run), "--iterations", "3"]) == 0, capsys.readouterr().err
     assert [e["iteration"] for e in _events(tmp_path, "flat_keys_run")] == [1, 2, 3]
     cfg = TrainConfig.build((old, "old config.json"))
-    assert cfg.options_for(RewardOptions) == RewardOptions(potential_bound=50.0)
+    assert cfg.options_for(RewardOptions) == RewardOptions(reward_potential_bound=50.0)
 
 
 def test_the_shared_configuration_keeps_at_most_40_settings() -> None:
     assert len(TrainConfig.model_fields) <= 40
-    moved = {"potential_bound", "advice_prob", "advice_decay", "q_alpha", "q_gamma", "refine", "base_url",
-             "timeout_s", "max_retries", "temperature", "n_ctx", "llm_threads", "local_concurrency", "lm_model",
+    moved = {"reward_potential_bound", "advisor_prob", "advisor_decay", "q_alpha", "q_gamma", "rules_refine",
+             "base_url", "timeout_s", "max_retries", "temperature", "llamacpp_n_ctx", "llamacpp_threads",
+             "local_concurrency", "lm_model",
              "lm_epochs"}
     assert not moved & set(TrainConfig.model_fields)
     assert moved <= set(options())
@@ -189,20 +191,21 @@ def test_the_help_lists_what_the_registries_hold(demo_mode: None) -> None:
 
 def test_an_option_of_a_plugin_not_in_use_is_noted_and_changes_nothing(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(_train(tmp_path, "--iterations", "1", "--run-id", "noted", "--potential-bound", "5",
+    assert main(_train(tmp_path, "--iterations", "1", "--run-id", "noted", "--reward-potential-bound", "5",
                        "--lm-epochs", "2")) == 0
     err = capsys.readouterr().err
-    assert "note: --potential-bound has no effect on this run's mode table (it is an option of mode reward)" in err
+    assert ("note: --reward-potential-bound has no effect on this run's mode table (it is an option of mode reward)"
+            in err)
     assert "note: --lm-epochs has no effect on this run's mode table (it is an option of mode lm-policy)" in err
-    assert _record(tmp_path, "noted")["config"]["potential_bound"] == 5.0
+    assert _record(tmp_path, "noted")["config"]["reward_potential_bound"] == 5.0
     assert main(_train(tmp_path, "--iterations", "1", "--run-id", "quiet", "--mode", "reward",
-                       "--potential-bound", "5")) == 0
+                       "--reward-potential-bound", "5")) == 0
     assert "has no effect" not in capsys.readouterr().err
 
 
 def test_a_key_declared_by_two_plugins_is_refused(demo_mode: None) -> None:
     class Clash(PluginOptions):
-        potential_bound: float = setting(1.0, "a number", "clash")
+        reward_potential_bound: float = setting(1.0, "a number", "clash")
 
     class ClashMode(DemoMode):
         Options = Clash  # type: ignore[assignment]
@@ -210,9 +213,10 @@ def test_a_key_declared_by_two_plugins_is_refused(demo_mode: None) -> None:
     globals()["ClashMode"] = ClashMode
     MODES.register("clash", f"{__name__}:ClashMode")
     try:
-        with pytest.raises(ValueError, match="'potential_bound' of mode clash is declared already by mode reward"):
+        with pytest.raises(ValueError, match="'reward_potential_bound' of mode clash is declared already by mode "
+                                             "reward"):
             options()
     finally:
         MODES.unregister("clash")
         del globals()["ClashMode"]
-    assert "potential_bound" in options()
+    assert "reward_potential_bound" in options()

@@ -1,4 +1,4 @@
-"""``--refine N`` (issue 20 item 4b): a model writes rules, the population search tunes their numbers for N
+"""``--rules-refine N`` (issue 20 item 4b): a model writes rules, the population search tunes their numbers for N
 iterations without calling it, then the model is asked again. Driven by a scripted OpenAI server and by replays of
 its transcript; resumed after kill -9 in the middle of a refinement."""
 
@@ -55,7 +55,7 @@ def test_the_model_is_asked_every_third_iteration_and_refinements_tune_only_numb
         tmp_path: Path, fake_openai: FakeOpenAIServer) -> None:
     for _ in range(6):  # iterations 1, 4 and 7, two candidates each
         fake_openai.push(ok(json.dumps(RULES)))
-    run = train(tmp_path, "live", "--backend", "openai:gpt-4.1-mini", "--refine", "2")
+    run = train(tmp_path, "live", "--backend", "openai:gpt-4.1-mini", "--rules-refine", "2")
     assert len(fake_openai.requests) == 6
     model, refine = {("propose", "openai")}, {("refine", "refine")}
     assert phases(run) == {1: model, 2: refine, 3: refine, 4: model, 5: refine, 6: refine, 7: model}
@@ -72,20 +72,20 @@ def test_the_model_is_asked_every_third_iteration_and_refinements_tune_only_numb
     tuned = {json.dumps(json.loads(r["response_text"])["linear"]) for r in read_transcript(run / "transcripts.jsonl")}
     assert len(tuned) > 4  # the numbers did move
     settings = json.loads((run / "config.json").read_text())["config"]
-    assert settings["refine"] == 2
+    assert settings["rules_refine"] == 2
     # a replay of the transcript with the same settings reproduces the run: the refinements are recomputed
-    again = train(tmp_path, "replayed", "--backend", f"replay:{run / 'transcripts.jsonl'}", "--refine", "2")
+    again = train(tmp_path, "replayed", "--backend", f"replay:{run / 'transcripts.jsonl'}", "--rules-refine", "2")
     assert comparable(again)[1:] == comparable(run)[1:]
     assert [e["eval_mean"] for e in read_jsonl(again / "events.jsonl")] == \
         [e["eval_mean"] for e in read_jsonl(run / "events.jsonl")]
     # and the option comes back from the run's config.json
     reused = train(tmp_path, "reused", "--config", str(again / "config.json"))
-    assert json.loads((reused / "config.json").read_text())["config"]["refine"] == 2
+    assert json.loads((reused / "config.json").read_text())["config"]["rules_refine"] == 2
     assert phases(reused) == phases(again)
 
 
 def test_rules_without_numbers_leave_nothing_to_refine(tmp_path: Path) -> None:
-    run = train(tmp_path, "flat", "--backend", replay_file(tmp_path / "flat.jsonl", FLAT), "--refine", "2")
+    run = train(tmp_path, "flat", "--backend", replay_file(tmp_path / "flat.jsonl", FLAT), "--rules-refine", "2")
     assert all(p == {("propose", "replay")} for p in phases(run).values())
 
 
@@ -96,7 +96,7 @@ def test_without_refine_every_iteration_asks_the_model(tmp_path: Path) -> None:
 
 def test_killed_in_a_refinement_and_resumed_it_ends_as_an_uninterrupted_run(tmp_path: Path) -> None:
     backend = replay_file(tmp_path / "answers.jsonl", RULES)
-    cut, ref = kill_and_resume(tmp_path, ["--backend", backend, "--output-format", "rules", "--refine", "2",
+    cut, ref = kill_and_resume(tmp_path, ["--backend", backend, "--output-format", "rules", "--rules-refine", "2",
                                           "--candidates", "2", "--heldout-episodes", "10", "--no-cache"],
                                "CartPole-v1", ITERATIONS, after=2)
     assert cut == ref
@@ -108,17 +108,17 @@ def test_killed_in_a_refinement_and_resumed_it_ends_as_an_uninterrupted_run(tmp_
 
 
 @pytest.mark.parametrize(("args", "expected"), [
-    (["--backend", "offline", "--output-format", "rules"], "--refine 2 needs an LLM backend (or replay:PATH)"),
-    (["--backend", "REPLAY", "--output-format", "table"], "--refine 2 needs --output-format rules"),
-    (["--backend", "REPLAY", "--output-format", "rules", "--mode", "direct"], "--refine 2 does not apply to --mode "
-                                                                             "direct"),
+    (["--backend", "offline", "--output-format", "rules"], "--rules-refine 2 needs an LLM backend (or replay:PATH)"),
+    (["--backend", "REPLAY", "--output-format", "table"], "--rules-refine 2 needs --output-format rules"),
+    (["--backend", "REPLAY", "--output-format", "rules", "--mode", "direct"],
+     "--rules-refine 2 does not apply to --mode direct"),
 ])
 def test_a_combination_it_cannot_serve_is_one_line_and_exit_2(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], expected: str) -> None:
     backend = replay_file(tmp_path / "answers.jsonl", RULES)
     logs = tmp_path / "logs"
     argv = [backend if a == "REPLAY" else a for a in args]
-    assert main(["train", "--env", "CartPole-v1", "--refine", "2", "--logs-dir", str(logs), *argv]) == 2
+    assert main(["train", "--env", "CartPole-v1", "--rules-refine", "2", "--logs-dir", str(logs), *argv]) == 2
     err = capsys.readouterr().err
     errors = [line for line in err.splitlines() if "error" in line]
     assert len(errors) == 1 and expected in errors[0] and "Traceback" not in err, err
@@ -178,7 +178,7 @@ WRONG = {"rationale": "push away from the fall", "cases": [],
 
 def test_a_weak_models_rules_are_refined_even_when_not_adopted(tmp_path: Path) -> None:
     """The kept table is the constant initial one (no number to tune): the refinement starts from the model's rules."""
-    run = train(tmp_path, "weak", "--backend", replay_file(tmp_path / "weak.jsonl", WRONG), "--refine", "2")
+    run = train(tmp_path, "weak", "--backend", replay_file(tmp_path / "weak.jsonl", WRONG), "--rules-refine", "2")
     events = read_jsonl(run / "events.jsonl")
     assert not events[0]["accepted"]  # the model's rules lost to the initial table
     assert phases(run)[2] == {("refine", "refine")} and phases(run)[4] == {("propose", "replay")}

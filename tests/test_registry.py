@@ -51,7 +51,7 @@ def test_registry_loads_lazily_and_suggests_close_names() -> None:
 
 @pytest.mark.parametrize(("registry", "typo", "suggestion"), [
     (FORMATS, "tabel", "table"), (FORMATS, "edit", "edits"), (MODES, "drect", "direct"), (MODES, "tables", "table"),
-    (BACKENDS, "ofline", "offline"), (BACKENDS, "q_learning", "q-learning"),
+    (BACKENDS, "ofline", "offline"), (MODES, "q_learning", "q-learning"),
 ])
 def test_unknown_names_suggest_close_matches(registry: Registry[Any], typo: str, suggestion: str) -> None:
     with pytest.raises(UserError, match=f"unknown .* '{typo}' for --.*; did you mean {suggestion}") as info:

@@ -123,7 +123,7 @@ def test_potentials_outside_the_bound_go_back_for_repair(tmp_path: Path) -> None
     # its only answer refused: the run ends as a failure (exit 1 on the command line, issue 29 item 11)
     with pytest.raises(NoValidAnswer, match="out of range"):
         train(cfg(tmp_path / "logs", mode="reward", backend=backend, iterations=1, candidates=1,
-                  repair_attempts=0, potential_bound=50.0), log=quiet)
+                  repair_attempts=0, reward_potential_bound=50.0), log=quiet)
     (run_dir,) = (tmp_path / "logs" / "FrozenLake-v1").iterdir()
     (call,) = read_jsonl(run_dir / "transcripts.jsonl")
     assert not call["valid"] and any("out of range [-50, 50]" in e for e in call["errors"])
@@ -176,7 +176,7 @@ def test_the_offline_potential_rises_along_a_path_that_reached_the_goal() -> Non
 # ---------------------------------------------------------------------------------------------------- user errors
 @pytest.mark.parametrize("args, words", [
     (["--mode", "reward", "--backend", "kept-table-q"], "kept-table-q writes action tables only"),
-    (["--mode", "reward", "--potential-bound", "0"], "bad --potential-bound 0.0: accepted a number > 0"),
+    (["--mode", "reward", "--reward-potential-bound", "0"], "bad --reward-potential-bound 0.0: accepted a number > 0"),
     (["--mode", "reward", "--q-gamma", "1"], "bad --q-gamma 1.0: accepted a number in [0, 1)"),
     (["--mode", "reward", "--q-alpha", "0"], "bad --q-alpha 0.0: accepted a number in (0, 1]"),
     (["--mode", "reward", "--learner-alpha", "0"], "bad --q-alpha 0.0: accepted a number in (0, 1]"),  # old spelling

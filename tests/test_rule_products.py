@@ -1,7 +1,7 @@
 """Product features of linear rules (issue 20 item 2): ``"products": [{"dims": [i, j], "weight": w}]`` adds
 ``w * x_i * x_j`` to a rule's score, so that one rule can say "low AND falling fast". Compiled and acted through the
 one evaluation path, in the schema and the prompt, refused when malformed, searched by the offline search where a
-spec declares pairs, tuned by ``--refine``; rules without products are unchanged."""
+spec declares pairs, tuned by ``--rules-refine``; rules without products are unchanged."""
 
 from __future__ import annotations
 

@@ -2,11 +2,11 @@
 
 A backend is either an **LLM client** (``gemini``, ``openai``, ``anthropic``, ``ollama``, and ``replay:PATH``), which
 the engine wraps in a session and an :class:`~llm_policy_gen.proposers.llm.LLMProposer`, or a **proposer** that is not
-a language model (``offline``, ``kept-table-q``, ``random``), or a **learner** (``q-learning``): not a backend but
-the old spelling of a mode that proposes nothing (its registry line names the mode, ``mode="q-learning"``, and points
-at the mode's class; the run builds no backend for it). Each is one
-registry line with its entry point, loaded lazily, so a missing SDK matters only when it is used, and a misspelt name
-gets the close matches.
+a language model (``offline``, ``kept-table-q``, ``random``). Each is one registry line with its entry point, loaded
+lazily, so a missing SDK matters only when it is used, and a misspelt name gets the close matches. A mode that proposes
+nothing (``q-learning``, ``lm-policy``) has no line here: the run builds no backend for it, and ``--backend
+q-learning``, the standard Q-learner's old spelling, is read as ``--mode q-learning`` where the configuration is built
+(:data:`llm_policy_gen.schema.aliases.MOVED_BACKENDS`).
 
 A provider is one class in one file plus one registry line (entry point and ``kind="client"``): everything else it
 needs (key variables, base-URL variable, default model, profile, whether ``train`` may pick it without
@@ -31,14 +31,14 @@ if TYPE_CHECKING:
 
 __all__ = ["BACKENDS", "parse_backend_spec", "is_configured", "default_backend_spec", "list_backends", "is_client",
            "is_llm", "default_model", "provider_class", "provider_classes", "auto_order", "provider_variables",
-           "base_url_variable", "all_profiles", "get_profile", "backend_specs", "learner_mode",
+           "base_url_variable", "all_profiles", "get_profile", "backend_specs",
            "BackendFacts", "facts"]
 
 @dataclass(frozen=True)
 class BackendFacts:
     """A backend registry line's keywords, typed (a misspelt keyword is a ``TypeError`` where the line is read)."""
 
-    kind: Literal["client", "proposer", "learner"]
+    kind: Literal["client", "proposer"]
     default_model: str | None = None
     """The model of ``--backend NAME`` without ``:MODEL``; None: the provider class says."""
     is_llm: bool | None = None
@@ -50,10 +50,6 @@ class BackendFacts:
     """How ``--backend`` names it, where not ``NAME`` or ``NAME[:MODEL]`` (``replay:PATH``)."""
     writes_values: bool = True
     """False for a proposer that cannot write a reward mode's values (a table search)."""
-    mode: str = ""
-    """A learner line: the mode it is the old spelling of (``q-learning``)."""
-    elsewhere: str = ""
-    """A learner line: the hint given when it is paired with another mode."""
 
 
 def facts(name: str) -> BackendFacts:
@@ -74,7 +70,7 @@ class _Backends(Registry[Any]):
         return found
 
 
-#: Every backend: entry point plus ``kind`` ("client", "proposer" or "learner"); entries that are not provider
+#: Every backend: entry point plus ``kind`` ("client" or "proposer"); entries that are not provider
 #: classes also say ``default_model``, ``is_llm`` and ``description``.
 BACKENDS: Registry[Any] = _Backends("backend", "--backend")
 BACKENDS.register("offline", "llm_policy_gen.proposers.offline:OfflineProposer", kind="proposer", default_model="",
@@ -89,12 +85,6 @@ BACKENDS.register("anthropic", "llm_policy_gen.clients.anthropic:AnthropicClient
 BACKENDS.register("ollama", "llm_policy_gen.clients.ollama:OllamaClient", kind="client")
 BACKENDS.register("llamacpp", "llm_policy_gen.clients.llamacpp:LlamaCppClient", kind="client",
                   spec="llamacpp:PATH.gguf")
-BACKENDS.register("q-learning", "llm_policy_gen.modes.qlearning:QLearningMode", kind="learner",
-                  default_model="", is_llm=False, writes_values=False, mode="q-learning",
-                  description="standard epsilon-greedy tabular Q-learning in its own episodes (baseline, not an "
-                              "LLM; runs --mode q-learning)",
-                  elsewhere="for a Q-learner over the kept table's episodes under another mode, use --backend "
-                            "kept-table-q")
 BACKENDS.register("kept-table-q", "llm_policy_gen.proposers.kept_table_q:KeptTableQProposer", kind="proposer",
                   default_model="", is_llm=False, writes_values=False,
                   description="tabular Q-learning over the kept table's episodes (baseline, not an LLM; "
@@ -104,14 +94,9 @@ BACKENDS.register("random", "llm_policy_gen.proposers.random:RandomProposer", ki
 
 
 def backend_specs() -> list[str]:
-    """How each backend is named in ``--backend``, from its registry line: ``offline`` (a proposer or learner takes
-    no model), ``gemini[:MODEL]`` (a client), or the line's own ``spec`` (``replay:PATH``)."""
+    """How each backend is named in ``--backend``, from its registry line: ``offline`` (a proposer takes no model),
+    ``gemini[:MODEL]`` (a client), or the line's own ``spec`` (``replay:PATH``)."""
     return [facts(n).spec or (f"{n}[:MODEL]" if is_client(n) else n) for n in BACKENDS]
-
-
-def learner_mode(name: str) -> str | None:
-    """The mode whose own learner backend ``name`` is (``q-learning`` -> ``q-learning``), None for the others."""
-    return facts(name).mode or None
 
 
 def provider_class(name: str) -> type[SDKClient] | None:
@@ -198,7 +183,7 @@ def parse_backend_spec(spec: str) -> tuple[str, str]:
         raise BackendConfigError(str(err) if name == spec.strip().lower() else f"{err}; the spec was {spec!r}")
     if name == "replay" and not model:
         raise BackendConfigError("replay needs a file: --backend replay:PATH, a run directory or its transcript file")
-    if model and not is_client(name):  # a proposer or a learner takes no model
+    if model and not is_client(name):  # a proposer takes no model
         raise BackendConfigError(f"{name} takes no model, got {spec!r}")
     return name, model or default_model(name)
 

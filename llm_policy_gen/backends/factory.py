@@ -6,8 +6,9 @@ tokenizer, the answer cache, the call limiter and the budget, wrapped in an
 :class:`~llm_policy_gen.clients.session.LLMSession` and an :class:`~llm_policy_gen.proposers.llm.LLMProposer`. Before
 the first call the endpoint is said: where the calls go, and where the base URL and the key came from.
 
-``--refine N`` wraps the LLM proposer in a :class:`~llm_policy_gen.proposers.refine.RefiningProposer` (rules answers
-from an LLM client or ``replay:`` only; :func:`~llm_policy_gen.run.prepare.prepare` refuses any other combination).
+``--rules-refine N`` wraps the LLM proposer in a :class:`~llm_policy_gen.proposers.refine.RefiningProposer` (rules
+answers from an LLM client or ``replay:`` only; :func:`~llm_policy_gen.run.prepare.prepare` refuses any other
+combination).
 """
 
 from __future__ import annotations
@@ -131,7 +132,7 @@ def make_backend(cfg: TrainConfig, needs_session: bool, mode_name: str, transcri
         log=log, seed=cfg.seed, max_answer_chars=settings.max_answer_chars,
     )
     proposer: Proposer = LLMProposer(session, builder)
-    refine = cfg.options_for(RefineOptions).refine
+    refine = cfg.options_for(RefineOptions).rules_refine
     if refine:
         proposer = RefiningProposer(proposer, refine, cfg.seed, transcript)
     return Backend(name, model, proposer, session, endpoint)
@@ -143,9 +144,9 @@ def check_context(cfg: TrainConfig, client: LLMClient | None, builder: PromptBui
     (``first()``: the mode's first messages with nothing learned, rendered by the model's chat template and counted
     by its tokenizer) and as many tokens again for the answer (at most ``--max-output-tokens``: the share of the
     context the default prompt cap leaves the answer). No ``--max-prompt-tokens`` can cut that part, so the message
-    names the smallest ``--n-ctx`` that fits: where the prompt cap follows the context (no ``--max-prompt-tokens``),
-    the prompt is measured again at the cap of the context it names (the table's share of the prompt grows with the
-    cap), until that context holds it."""
+    names the smallest ``--llamacpp-n-ctx`` that fits: where the prompt cap follows the context (no
+    ``--max-prompt-tokens``), the prompt is measured again at the cap of the context it names (the table's share of
+    the prompt grows with the cap), until that context holds it."""
     if not isinstance(client, RendersChat) or not client.context_tokens:
         return
     messages = first()
@@ -173,10 +174,10 @@ def check_context(cfg: TrainConfig, client: LLMClient | None, builder: PromptBui
                 fixed, need = again, needed(again)
         finally:
             builder.limit = limit
-    given = f"--n-ctx {options.n_ctx}" if options.n_ctx else f"the model's context of {context} tokens"
+    given = f"--llamacpp-n-ctx {options.n_ctx}" if options.n_ctx else f"the model's context of {context} tokens"
     raise UserError(f"{given} is too small: the prompt's fixed part (task, table and answer format, which no "
                     f"--max-prompt-tokens can cut) is {fixed} tokens of {client.model} and the answer needs "
-                    f"{need - fixed} more; give --n-ctx {need} or more")
+                    f"{need - fixed} more; give --llamacpp-n-ctx {need} or more")
 
 
 def _check_budget_is_priced(cfg: ClientSettings, provider: str, model: str, is_llm: bool) -> None:

@@ -16,14 +16,14 @@ call's key, :func:`~.base.call_seed`).
   JSON grammar), then to ``prompt`` (no grammar). llama-cpp-python's own ``response_format`` path falls back to the
   generic JSON grammar silently; this client builds the grammar itself so that a step down is never silent.
   Which schema keywords the converter enforces is tested in ``tests/test_schema_bounds.py``.
-* **Context**: the model's training context (``n_ctx_train``) unless ``--n-ctx`` is given. The answer's token cap
-  is what the context leaves after the prompt (at most ``--max-output-tokens``). A context that cannot hold the first
-  prompt's fixed part and as much again for an answer is refused before the run starts, naming the smallest
-  ``--n-ctx`` that does (:func:`~llm_policy_gen.backends.factory.check_context`, through
+* **Context**: the model's training context (``n_ctx_train``) unless ``--llamacpp-n-ctx`` is given. The answer's token
+  cap is what the context leaves after the prompt (at most ``--max-output-tokens``). A context that cannot hold the
+  first prompt's fixed part and as much again for an answer is refused before the run starts, naming the smallest
+  ``--llamacpp-n-ctx`` that does (:func:`~llm_policy_gen.backends.factory.check_context`, through
   :meth:`LlamaCppClient.chat_tokens`).
 * **Tokens** are counted by the model's tokenizer (:meth:`LlamaCppClient.count_tokens`, which the prompt builder
   uses for ``--max-prompt-tokens``).
-* **Threads**: ``--llm-threads``, else the usable cores (``os.sched_getaffinity``) divided by the processes that
+* **Threads**: ``--llamacpp-threads``, else the usable cores (``os.sched_getaffinity``) divided by the processes that
   share them (``LLM_POLICY_GEN_PROCESSES``, which a sweep with ``--workers N`` sets to N).
 * **Timeout**: ``--timeout`` bounds one attempt from the moment it has the model: rendering the chat template and
   generating (checked at every token; prompt evaluation itself cannot be interrupted). A call that passes it fails
@@ -102,14 +102,14 @@ def _short_texts(schema: dict[str, Any]) -> dict[str, Any]:
 class LlamaCppSettings(ClientSettings):
     """The options of a model in this process, beside every client's."""
 
-    n_ctx: int | None = setting(None, "an integer >= 256", "Context size in tokens of an in-process model "
-                                "(llamacpp; None: the model's own).", ge=256)
-    llm_threads: int | None = setting(None, "an integer >= 1", "Threads of an in-process model (llamacpp; None: "
-                                      "the usable cores divided by the sweep's worker processes).", ge=1, resume=True,
-                                      operational=True)
+    llamacpp_n_ctx: int | None = setting(None, "an integer >= 256", "Context size in tokens of an in-process model "
+                                         "(llamacpp; None: the model's own).", ge=256)
+    llamacpp_threads: int | None = setting(None, "an integer >= 1", "Threads of an in-process model (llamacpp; None: "
+                                           "the usable cores divided by the sweep's worker processes).", ge=1,
+                                           resume=True, operational=True)
 
     def client_options(self) -> ClientOptions:
-        return dataclasses.replace(super().client_options(), n_ctx=self.n_ctx, threads=self.llm_threads)
+        return dataclasses.replace(super().client_options(), n_ctx=self.llamacpp_n_ctx, threads=self.llamacpp_threads)
 
 
 class LlamaCppClient(SDKClient):
@@ -227,7 +227,7 @@ class LlamaCppClient(SDKClient):
             room = self._model.n_ctx - len(prompt)
             if room < 16:
                 raise ValueError(f"the prompt ({len(prompt)} tokens) does not fit the model's context of "
-                                 f"{self._model.n_ctx} tokens; raise --n-ctx (or lower --max-prompt-tokens)")
+                                 f"{self._model.n_ctx} tokens; raise --llamacpp-n-ctx (or lower --max-prompt-tokens)")
             passed: list[bool] = []
             ticker = Ticker(self.options.progress, self.provider, request.key)  # a long generation says how far
 

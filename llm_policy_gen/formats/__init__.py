@@ -49,7 +49,7 @@ def table_format_names() -> list[str]:
 
 
 def refinable_format_names() -> list[str]:
-    """The formats whose answers are rule sets the population search tunes (``--refine`` needs one)."""
+    """The formats whose answers are rule sets the population search tunes (``--rules-refine`` needs one)."""
     return [n for n in table_format_names() if FORMATS.load(n).refinable]
 
 

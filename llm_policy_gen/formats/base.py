@@ -144,9 +144,9 @@ class RefineOptions(PluginOptions):
     """The options of a refinable format (:attr:`AnswerFormat.refinable`): the numbers of the rules a model wrote,
     tuned between model calls."""
 
-    refine: int = setting(0, "an integer >= 0", "Rules answers from an LLM: after each model call, this many "
-                          "iterations in which the population search tunes the numbers of the kept rules without "
-                          "calling the model (0: every iteration asks the model).", ge=0)
+    rules_refine: int = setting(0, "an integer >= 0", "Rules answers from an LLM: after each model call, this many "
+                                "iterations in which the population search tunes the numbers of the kept rules "
+                                "without calling the model (0: every iteration asks the model).", ge=0)
 
 
 @runtime_checkable
@@ -168,7 +168,7 @@ class AnswerFormat(Protocol[V]):
     their bins; False: one row per visited state, the least visited cut to fit the prompt's cap."""
     refinable: ClassVar[bool] = False
     """Answers are rule sets (:class:`~.ruleset.RuleSet`, which :meth:`render` takes) whose numbers the population
-    search tunes: ``offline`` answers with its search over linear rules, and ``--refine`` needs such a format."""
+    search tunes: ``offline`` answers with its search over linear rules, and ``--rules-refine`` needs such a format."""
 
     def current_text(self, table: np.ndarray, observation: ObservationDiscretizer, target: Target, budget: int,
                      size: Callable[[str], int], source: Mapping[str, Any] | None = None) -> str:

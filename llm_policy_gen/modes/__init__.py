@@ -4,8 +4,9 @@
 * ``direct`` -- the model picks each action, asked once per discretized state (:mod:`.direct`);
 * ``reward`` -- the model writes a shaping potential for a Q-learner (:mod:`.reward`);
 * ``advisor`` -- the model advises a Q-learner which action to take (:mod:`.advisor`);
-* ``q-learning`` -- no model: the standard epsilon-greedy tabular Q-learner, a baseline (:mod:`.qlearning`; the mode
-  of ``--backend q-learning``, the old spelling its class names: ``backend_spelling``).
+* ``q-learning`` -- no model: the standard epsilon-greedy tabular Q-learner, a baseline (:mod:`.qlearning`;
+  ``--backend q-learning`` is its old spelling, read where the configuration is built:
+  :data:`llm_policy_gen.schema.aliases.MOVED_BACKENDS`).
 * ``lm-policy`` -- a language model encodes each state's text, PPO or TRPO trains a head over it (:mod:`.lm_policy`).
 * ``peer`` -- no model: a zoo-tuned SB3 / sb3-contrib learner on the raw observations, a baseline (:mod:`.peer`).
 
@@ -15,11 +16,14 @@ A new mode is one file implementing :class:`~llm_policy_gen.modes.base.Mode` plu
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..registry import Registry
 
-__all__ = ["MODES"]
+if TYPE_CHECKING:
+    from .base import ModeBase
+
+__all__ = ["MODES", "proposes_nothing"]
 
 MODES: Registry[Any] = Registry("mode", "--mode")
 MODES.register("table", "llm_policy_gen.modes.table:TableMode", description="the model writes the table",
@@ -42,3 +46,15 @@ MODES.register("lm-policy", "llm_policy_gen.modes.lm_policy:LmPolicyMode",
 MODES.register("peer", "llm_policy_gen.modes.peer:PeerMode",
                description="no model: a zoo-tuned SB3 / sb3-contrib learner (--peer-algo) on the raw observations, "
                "a baseline; its network is the run's policy", calls_per_iteration="0 (no backend)")
+
+
+def proposes_nothing(name: str) -> type[ModeBase] | None:
+    """The class of mode ``name`` when it proposes nothing and so takes no backend (``needs_backend`` False on a
+    :class:`~.base.ModeBase`: ``q-learning``, ``lm-policy``), else None (a mode that needs one, a plug-in mode
+    without the base class, a name no mode has)."""
+    from .base import ModeBase
+
+    if name not in MODES:
+        return None
+    cls = MODES.load(name)
+    return cls if isinstance(cls, type) and issubclass(cls, ModeBase) and not cls.needs_backend else None

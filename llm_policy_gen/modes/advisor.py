@@ -2,7 +2,7 @@
 
 The model answers an action table (the run's answer format: full table or edits). In the training episodes the
 learner (:class:`~llm_policy_gen.modes.qtable.QLearner`, same discretisation) takes the advised action with probability
-``p_t = advice_prob * advice_decay ** (t - 1)`` at iteration ``t``, and otherwise acts epsilon-greedily on its own Q
+``p_t = advisor_prob * advisor_decay ** (t - 1)`` at iteration ``t``, and otherwise acts epsilon-greedily on its own Q
 (``explore_epsilon``); it learns from the environment's own reward. Every iteration the model revises its advice from
 the evidence and the learner's current greedy table; K candidates are K advice tables, each trained into its own copy
 of the learner from the same state on the same seeds, and the keeper judges each copy's **greedy table** -- never the
@@ -15,7 +15,7 @@ Without this the learner's optimistic start (CartPole: 100, as high as values go
 advised one once the advised one had been learned down to what it earns, so the judged table turned against the advice
 in every state only the advice had visited: with the offline stand-in the advised learner ended below plain
 ``q-learning`` on CartPole-v1 (median of seeds 0-4, 482.9 against 490.9). What the learner has tried itself still
-overrules the advice. ``advice_prob = 0`` is the learner alone.
+overrules the advice. ``advisor_prob = 0`` is the learner alone.
 
 Prompts: ``prompting/prompts/advisor_system.md``, ``prompting/prompts/advisor_user.md``. With the ``offline`` backend
 (not an LLM) the advice is the offline optimiser's table.
@@ -47,10 +47,10 @@ def advice_probability(p0: float, decay: float, iteration: int) -> float:
 class AdvisorOptions(LearnerOptions):
     """The advisor mode's options, beside the learner's."""
 
-    advice_prob: float = setting(0.5, "a number in [0, 1]", "Advisor mode: probability that a training step takes "
-                                 "the advised action at iteration 1.", ge=0.0, le=1.0)
-    advice_decay: float = setting(0.9, "a number in [0, 1]", "Advisor mode: the advice probability is multiplied by "
-                                  "this every iteration (p_t = advice_prob * advice_decay^(t-1)).", ge=0.0, le=1.0)
+    advisor_prob: float = setting(0.5, "a number in [0, 1]", "Advisor mode: probability that a training step takes "
+                                  "the advised action at iteration 1.", ge=0.0, le=1.0)
+    advisor_decay: float = setting(0.9, "a number in [0, 1]", "Advisor mode: the advice probability is multiplied by "
+                                   "this every iteration (p_t = advisor_prob * advisor_decay^(t-1)).", ge=0.0, le=1.0)
 
 
 class AdvisorMode(LearnerMode):
@@ -69,7 +69,7 @@ class AdvisorMode(LearnerMode):
         return np.asarray(run.best_table, dtype=np.int64).copy()
 
     def _p(self, run: RunServices, iteration: int) -> float:
-        return advice_probability(self.options.advice_prob, self.options.advice_decay, iteration)
+        return advice_probability(self.options.advisor_prob, self.options.advisor_decay, iteration)
 
     def behaviour(self, run: RunServices, learner: QLearner, value: np.ndarray, rng: np.random.Generator,
                   iteration: int) -> LearnerPolicy:

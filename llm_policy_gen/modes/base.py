@@ -272,8 +272,10 @@ class ModeBase:
     candidates_per_iteration: ClassVar[int | None] = None
     """The tables the keeper judges per iteration; None: ``--candidates``."""
     backend_spelling: ClassVar[str | None] = None
-    """A mode without a backend: the ``--backend`` it still accepts, and records in config.json as before, because
-    older commands and run directories name it (``q-learning``: ``q-learning``; ``lm-policy``: ``offline``)."""
+    """A mode without a backend: the ``backend`` its configuration records, as its runs recorded it before (older
+    commands, run directories and comparisons name it: ``q-learning``: ``q-learning``; ``lm-policy``: ``offline``), and
+    the one ``--backend`` it accepts. Read where the configuration is built (:class:`~llm_policy_gen.config.
+    TrainConfig`); no backend of that name is built."""
 
     selects: ClassVar[tuple[str, ...]] = ("keeper",)
     """The ``--select`` values the mode takes, its default first (:mod:`.selection`): a learner whose read-out table

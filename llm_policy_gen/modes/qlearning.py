@@ -1,4 +1,4 @@
-"""``--mode q-learning`` (also ``--backend q-learning``): the standard epsilon-greedy tabular Q-learner, a baseline.
+"""``--mode q-learning`` (old spelling: ``--backend q-learning``): the standard epsilon-greedy tabular Q-learner.
 
 Classic Q-learning (Watkins 1989; Sutton and Barto, section 6.5) on the spec's discretisation, with no language
 model: the learner explores with its **own** epsilon-greedy policy in its **own** episodes and updates after every

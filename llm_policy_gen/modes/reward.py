@@ -12,7 +12,7 @@ is never a result), and the run goes on with the copy that scored best
 The prompt (``prompting/prompts/reward_system.md``, ``prompting/prompts/reward_user.md``) shows how the learner did
 under each earlier potential -- its training return, its greedy table's test mean, kept or not (Eureka-style reflection)
 -- with the evidence and the current potential. Potentials must lie in
-``[-potential_bound, potential_bound]``.
+``[-reward_potential_bound, reward_potential_bound]``.
 
 The ``offline`` backend answers with :mod:`llm_policy_gen.proposers.potential` (not an LLM).
 """
@@ -38,8 +38,8 @@ __all__ = ["RewardMode", "RewardOptions"]
 class RewardOptions(LearnerOptions):
     """The reward mode's options, beside the learner's."""
 
-    potential_bound: float = setting(100.0, "a number > 0", "Reward mode: a shaping potential must lie in [-B, B].",
-                                     gt=0.0)
+    reward_potential_bound: float = setting(100.0, "a number > 0", "Reward mode: a shaping potential must lie in "
+                                            "[-B, B].", gt=0.0)
 
 
 class RewardMode(LearnerMode):
@@ -58,7 +58,7 @@ class RewardMode(LearnerMode):
                             f"random); {name} writes action tables only: use it with --mode table or advisor")
 
     def make_target(self, setup: Setup) -> Target:
-        bound = float(self.options.potential_bound)
+        bound = float(self.options.reward_potential_bound)
         return Target("value", low=-bound, high=bound, meaning="shaping potential of the state")
 
     def initial(self, run: RunServices) -> np.ndarray:
@@ -73,4 +73,4 @@ class RewardMode(LearnerMode):
 
     def sections(self, run: RunServices, ctx: PromptContext) -> dict[str, str]:
         return {"reflection": self.reflection(), "learner_gamma": f"{self.options.q_gamma:g}",
-                "bound": f"{self.options.potential_bound:g}"}
+                "bound": f"{self.options.reward_potential_bound:g}"}

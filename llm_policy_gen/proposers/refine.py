@@ -1,4 +1,4 @@
-"""``--refine N``: the model writes the rules' structure, the population search tunes their numbers in between.
+"""``--rules-refine N``: the model writes the rules' structure, the population search tunes their numbers in between.
 
 COLMO (2025) has a model write a policy's structure and a gradient-free optimiser tune its numbers, so that a weak
 model's structure is still used when its numbers are poor. :class:`RefiningProposer` alternates: iteration 1, N + 2,
@@ -128,7 +128,7 @@ class KeptRulesSearch(LinearRuleSearch):
 
 
 class RuleRefinement(TableSearch):
-    """The refinement iterations of ``--refine``: the kept rules' numbers tuned, no model called."""
+    """The refinement iterations of ``--rules-refine``: the kept rules' numbers tuned, no model called."""
 
     name = "refine"
     label = "refine: population search over the kept rules' numbers (not an LLM)"

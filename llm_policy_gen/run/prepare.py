@@ -16,7 +16,6 @@ from ..backends import (
     facts,
     is_client,
     is_llm,
-    learner_mode,
     parse_backend_spec,
     provider_class,
 )
@@ -28,15 +27,15 @@ from ..envs.spec import EnvSpec
 from ..errors import UserError
 from ..formats import FORMATS, refinable_format_names, table_format_names
 from ..formats.base import RefineOptions
-from ..modes import MODES
-from ..modes.base import Mode, ModeBase, memory_needs, method_of, needs_backend
+from ..modes import MODES, proposes_nothing
+from ..modes.base import Mode, memory_needs, method_of, needs_backend
 from ..modes.selection import check_select
 from ..storage.sizes import check_memory, table_need
 from ..storage.templates import check_prompts_dir
 from .environment import probe_outputs, resolve_spec
 from .names import short_spec
 
-__all__ = ["Prepared", "prepare", "pair_learner", "unused_options", "unused_settings"]
+__all__ = ["Prepared", "prepare", "unused_options", "unused_settings"]
 
 
 @dataclass
@@ -70,7 +69,6 @@ def prepare(cfg: TrainConfig, spec: EnvSpec | None = None) -> Prepared:
         probe_outputs(spec, cfg.seed)
         if spec.train_defaults:
             cfg = cfg.with_env_defaults(spec.train_defaults)
-    cfg = pair_learner(cfg, notes)
     mode: Mode = MODES.load(cfg.mode)()
     check_select(mode, cfg)
     if cfg.backend is None and needs_backend(mode):
@@ -106,65 +104,38 @@ def prepare(cfg: TrainConfig, spec: EnvSpec | None = None) -> Prepared:
     return Prepared(cfg, spec, mode, name, notes)
 
 
-def pair_learner(cfg: TrainConfig, notes: list[str] | None = None) -> TrainConfig:
-    """The old spellings of a mode without a backend, resolved: ``--backend q-learning`` with the default mode
-    becomes ``--mode q-learning`` (said in ``notes``, from the backend registry line's ``mode``); a mode without a
-    backend takes its old spelling (:attr:`~llm_policy_gen.modes.base.ModeBase.backend_spelling`, recorded as
-    before) and refuses any other ``--backend``; a learner spelling under another mode is refused. ``compare``
-    resolves its runs' settings with it too."""
-    if cfg.mode not in MODES:
-        raise MODES.unknown(cfg.mode)
-    declared = MODES.load(cfg.mode)
-    if isinstance(declared, type) and issubclass(declared, ModeBase) and not declared.needs_backend:
-        own = declared.backend_spelling
-        if cfg.backend is not None and cfg.backend != own:
-            raise UserError(f"--mode {cfg.mode} proposes nothing and asks no backend; drop --backend {cfg.backend}")
-        return cfg if cfg.backend or own is None else cfg.updated({"backend": own}, f"--mode {cfg.mode}")
-    if cfg.backend is None:
-        return cfg
-    name, _ = parse_backend_spec(cfg.backend)
-    learns = learner_mode(name)
-    if learns is None:
-        return cfg
-    if cfg.mode != TrainConfig.model_fields["mode"].default:
-        hint = facts(name).elsewhere
-        raise UserError(f"--backend {name} is the learner of --mode {learns} and does not answer --mode {cfg.mode}"
-                        + (f"; {hint}" if hint else ""))
-    if notes is not None:
-        notes.append(f"mode: {learns} (--backend {name} is the old spelling of --mode {learns})")
-    return cfg.updated({"mode": learns}, f"--backend {name}")
-
-
 def _check_refine(cfg: TrainConfig, name: str | None, mode: Mode) -> None:
-    """``--refine`` tunes the numbers of rules a model wrote: it needs rules answers from an LLM (or replay)."""
-    refine = cfg.options_for(RefineOptions).refine
+    """``--rules-refine`` tunes the numbers of rules a model wrote: it needs rules answers from an LLM (or replay)."""
+    refine = cfg.options_for(RefineOptions).rules_refine
     if not refine:
         return
     if name is None or not is_client(name):
-        raise UserError(f"--refine {refine} needs an LLM backend (or replay:PATH) to write the rules it refines, "
+        raise UserError(f"--rules-refine {refine} needs an LLM backend (or replay:PATH) to write the rules it refines, "
                         f"not {name or cfg.backend or mode.name!r}; give --backend PROVIDER[:MODEL] or drop "
-                        "--refine")
+                        "--rules-refine")
     if mode.needs_session:
-        raise UserError(f"--refine {refine} does not apply to --mode {mode.name}, which asks the model for each "
+        raise UserError(f"--rules-refine {refine} does not apply to --mode {mode.name}, which asks the model for each "
                         "action; use it with --mode table")
     refinable = refinable_format_names()
     if cfg.output_format not in refinable:
-        raise UserError(f"--refine {refine} needs --output-format {' or '.join(refinable)} (it tunes the numbers "
+        raise UserError(f"--rules-refine {refine} needs --output-format {' or '.join(refinable)} (it tunes the numbers "
                         f"of rules), not {cfg.output_format!r}")
 
 
 def unused_options(cfg: TrainConfig, backend: str | None) -> list[str]:
     """A note for each plug-in option the user gave (on the command line or in a file) that no plug-in of this run
-    takes (``--potential-bound`` with ``--mode table``): it is recorded in config.json but changes nothing. A note,
-    not a refusal: a shared config file or a sweep's settings may hold options for the other runs' plug-ins."""
+    takes (``--reward-potential-bound`` with ``--mode table``): it is recorded in config.json but changes nothing. A
+    note, not a refusal: a shared config file or a sweep's settings may hold options for the other runs' plug-ins."""
     return [f"note: {option_name(key)} has no effect on this run's {why}"
             for key, why in unused_settings(cfg, set(cfg.explicit), backend).items()]
 
 
 def unused_settings(cfg: TrainConfig, keys: set[str], backend: str | None = None) -> dict[str, str]:
     """Of the settings ``keys``, the plug-in options that no plug-in of this run takes, each with why (``"mode table
-    (it is an option of mode reward)"``); ``backend``: the backend's registry name (default: ``cfg``'s)."""
-    backend = backend or parse_backend_spec(cfg.backend or "offline")[0]
+    (it is an option of mode reward)"``); ``backend``: the backend's registry name (default: ``cfg``'s; none for a
+    mode that proposes nothing)."""
+    if backend is None and proposes_nothing(cfg.mode) is None:
+        backend = parse_backend_spec(cfg.backend or "offline")[0]
     in_use = {("mode", cfg.mode), ("answer format", cfg.output_format), *((("backend", backend),) if backend else ()),
               *(("logger", n.strip().lower()) for n in cfg.log)}
     out: dict[str, str] = {}

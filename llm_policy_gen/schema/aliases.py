@@ -26,18 +26,31 @@ from typing import Any
 
 from ..errors import UserError
 
-__all__ = ["SETTING_ALIASES", "OLD_FLAGS", "Q_LEARNER_ALIASES", "old_keys", "EVENT_FILE_KEYS", "SUMMARY_FILE_KEYS",
+__all__ = ["SETTING_ALIASES", "PREFIXED", "OLD_FLAGS", "Q_LEARNER_ALIASES", "old_keys", "EVENT_FILE_KEYS",
+           "SUMMARY_FILE_KEYS",
            "TEMPLATE_FIELD_ALIASES", "LAYOUT_BEFORE_CANDIDATES", "LAYOUT_CURRENT", "settings_in", "template_fields",
            "event_out", "event_in", "events_in", "events_layout", "summary_out", "summary_in", "file_key", "file_keys",
-           "MOVED_BACKENDS", "recorded_backend", "note_old_spelling", "take_notes"]
+           "MOVED_BACKENDS", "recorded_backend", "spelled_mode", "note_old_spelling", "take_notes"]
 
-#: Old setting name -> the name of today: the test seeds' three (``eval_*``), and the evidence's discount, named for
-#: its owner as every discount is (``evidence_gamma``, ``q_gamma``, ``lm_gamma``; its flag was ``--evidence-gamma``).
+#: A plug-in's options named for their owner, as the others are (``lm_*``, ``peer_*``, ``q_*``): old name -> the name
+#: of today (issue 60 item 4). Their flags follow (``--potential-bound`` -> ``--reward-potential-bound``).
+PREFIXED: dict[str, str] = {
+    "potential_bound": "reward_potential_bound",
+    "advice_prob": "advisor_prob",
+    "advice_decay": "advisor_decay",
+    "n_ctx": "llamacpp_n_ctx",
+    "llm_threads": "llamacpp_threads",
+    "refine": "rules_refine",
+}
+#: Old setting name -> the name of today: the test seeds' three (``eval_*``), the evidence's discount, named for its
+#: owner as every discount is (``evidence_gamma``, ``q_gamma``, ``lm_gamma``; its flag was ``--evidence-gamma``), and
+#: the plug-ins' options named for their owners (:data:`PREFIXED`).
 SETTING_ALIASES: dict[str, str] = {
     "eval_start": "test_start",
     "eval_max": "test_max",
     "eval_rise_every": "test_rise_every",
     "gamma": "evidence_gamma",
+    **PREFIXED,
 }
 #: The reward and advisor modes' Q-learner's old keys -> the key every Q-learning mode reads today (one spelling of
 #: one idea: ``--q-alpha``, ``--q-gamma``). Only those modes read them: under another mode they configured nothing.
@@ -52,8 +65,10 @@ OLD_FLAGS: dict[str, str] = {
     "--learner": "lm_learner", "--device": "lm_device", "--lora": "lm_lora",
 }
 
-#: A backend name that moved: old name -> (the mode it names today, the backend that had the name before). The
-#: standard Q-learner took the name ``q-learning`` (its own mode); the proposer that had it is ``kept-table-q``.
+#: A backend name that moved, the one table of the old backend spellings: old name -> (the mode it names today, the
+#: backend that had the name before). The standard Q-learner took the name ``q-learning`` and became a mode that
+#: proposes nothing (no backend line), so ``--backend q-learning`` is the old spelling of ``--mode q-learning``
+#: (:func:`spelled_mode`); the proposer that had the name is ``kept-table-q`` (:func:`recorded_backend`).
 MOVED_BACKENDS: dict[str, tuple[str, str]] = {"q-learning": ("q-learning", "kept-table-q")}
 
 #: Old prompt-template placeholder -> the placeholder of today (a template folder copied from an earlier version,
@@ -163,6 +178,14 @@ def recorded_backend(backend: str | None, mode: str | None) -> str | None:
     if moved is None or mode == moved[0]:
         return backend
     return moved[1] + sep + model
+
+
+def spelled_mode(backend: object) -> str | None:
+    """The mode a backend spec of an old spelling names (``q-learning`` -> ``q-learning``), None for any other."""
+    if not isinstance(backend, str):
+        return None
+    moved = MOVED_BACKENDS.get(backend.strip().lower())
+    return moved[0] if moved else None
 
 
 def template_fields(fields: Mapping[str, Any]) -> dict[str, Any]:

@@ -245,7 +245,7 @@ def calls_a_model(spec: MethodSpec) -> bool:
     from ..modes import MODES
 
     method = _method(spec)
-    if not getattr(MODES.load(method.run_mode()), "needs_backend", True):
+    if not getattr(MODES.load(method.run_mode()), "needs_backend", True) or method.backend_spec is None:
         return False
     try:
         return bool(is_llm(parse_backend_spec(method.backend_spec)[0]))

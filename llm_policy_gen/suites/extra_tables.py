@@ -6,7 +6,7 @@
   a last row over all of them. Record keys: ``adoptions``, ``measurable_adoptions``, ``drifted_down``.
 * ``answers`` (the ``real`` suite): what a language model's answers were worth (its runs only), from the run's
   transcript: the candidates it was asked for that were valid at the first attempt and after repairs, its calls
-  (failed), the ``--refine`` refinements (which call no model), the adoptions the model's and the refinements'
+  (failed), the ``--rules-refine`` refinements (which call no model), the adoptions the model's and the refinements'
   tables won, tokens in and out, seconds per answered call (a call answered by the model, not from a record or the
   cache; median over the seeds), and the initial table's held-out mean (median; what the model's tables must beat:
   the first adoption's ``heldout_returns_before``, or the kept table's when nothing was adopted). Record keys:
@@ -41,7 +41,7 @@ def drift_figures(rd: RunDir, view: RunView) -> dict[str, Any]:
 
 def answer_figures(rd: RunDir, view: RunView) -> dict[str, Any]:
     every = rd.load_transcripts()
-    calls = [t for t in every if t.get("phase") != "refine"]  # --refine's refinements call no model
+    calls = [t for t in every if t.get("phase") != "refine"]  # --rules-refine's refinements call no model
     first = [t for t in calls if int(t.get("attempt") or 1) == 1]
     valid: dict[tuple[int, int], bool] = {}
     for t in calls:

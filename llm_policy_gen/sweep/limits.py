@@ -187,12 +187,14 @@ class SharedBudget(Budget):
         self.spent = float(self.limits.settle(self.holder, estimate, actual))
 
 
-def provider_key(backend: str, base_url: str | None = None) -> str:
+def provider_key(backend: str | None, base_url: str | None = None) -> str:
     """The limit a run's calls count against: the backend name, plus the base URL (``--base-url`` or the SDK's
-    variable) when one is set."""
+    variable) when one is set; ``none`` for a run without a backend (it makes no call)."""
     from ..backends import base_url_variable, parse_backend_spec
     from ..clients.keys import without_userinfo
 
+    if backend is None:
+        return "none"
     name, _ = parse_backend_spec(backend)
     variable = base_url_variable(name)
     url = base_url or (os.environ.get(variable, "") if variable else "")

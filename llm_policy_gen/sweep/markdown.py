@@ -70,8 +70,8 @@ def results_markdown(record: SweepRecord, rows: Sequence[ResultRow], random: Map
         "until the kept table's held-out mean first reached the reward threshold; runs that never solved count as "
         "never solving, so the median is \"not reached\" when half the runs or more did not solve.",
         "- Calls: calls to the backend, those the answer cache answered counted too and said in brackets "
-        "(\"from the cache\"). Backends with LLM = no (offline optimiser, q-learning, kept-table-q, random) are "
-        "not language models; their calls cost nothing.",
+        "(\"from the cache\"). Methods with LLM = no (the offline optimiser, kept-table-q, random, and modes that "
+        "build no backend, such as q-learning) are not language models; their calls cost nothing.",
         "- Wall s / run: mean wall time of the runs with a result, leaving out runs whose every call was answered "
         "from the answer cache (their time says nothing of the method's); the brackets say how many were left out.",
         "- Curves: `curves.png` (median and interquartile band over seeds of the kept table's held-out mean "

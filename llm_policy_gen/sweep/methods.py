@@ -9,14 +9,17 @@
 
 ``BACKEND`` is a backend spec (``offline``, ``gemini:MODEL``, ``llamacpp:PATH.gguf``, ``replay:PATH``, ...);
 ``@MODE`` alone is a mode that proposes nothing and so names no backend (``@q-learning``, ``@lm-policy``; the backend
-its runs get is :func:`mode_backend`'s). ``OPTS`` are settings of that method only, by their config key
+its runs get is :func:`mode_backend`'s); ``q-learning`` is the old spelling of ``@q-learning`` (noted once, its runs
+keep their ids). ``OPTS`` are settings of that method only, by their config key
 (``lm_features=onehot``) or their flag without the dashes (``lm-features=onehot``); a value is read as the ``train``
 flag reads it (``lm_net_arch=64,64``). Entries are split on top-level commas only (:func:`split_methods`).
 
 Run ids (:meth:`Method.run_id`): an entry without label and options keeps the id ``compare`` gave it before the
 grammar, ``slug(ENTRY)_s{seed}`` (``@MODE`` counts as ``MODE``), so the runs of an old comparison folder are found
 again; with a label ``slug(LABEL)_s{seed}``; with options and no label ``slug(METHOD)-{hash}_s{seed}``, the hash the
-first 8 hex digits of the sha256 of the options' JSON (sorted keys).
+first 8 hex digits of the sha256 of the options' JSON (sorted keys), an option renamed since the grammar came under
+its name of then (:data:`~llm_policy_gen.schema.aliases.PREFIXED`: ``advice_prob``, not ``advisor_prob``), so an
+entry keeps its runs. An option's old name is read as today's, with a deprecation note.
 
 Display names (:meth:`Method.display`): the label; else a backend whose spec holds a path shows its stem
 (``llamacpp:SmolLM2-135M-Instruct.Q4_1``), a mode that runs a model shows ``MODE(model stem)``
@@ -36,9 +39,11 @@ from typing import Any
 
 from ..errors import UserError
 from ..run.names import path_stem
+from ..schema.aliases import PREFIXED, SETTING_ALIASES, note_old_spelling, spelled_mode
 from ..storage.runlog import slug
 
-__all__ = ["ACCEPTED", "Method", "parse_method", "split_methods", "parse_methods", "mode_backend", "display_names",
+__all__ = ["ACCEPTED", "Method", "parse_method", "split_methods", "parse_methods", "mode_backend", "alone",
+           "display_names",
            "display_name", "path_stem", "check_options"]
 
 ACCEPTED = ("[LABEL=]BACKEND[@MODE][[KEY=VALUE;...]] or [LABEL=]@MODE[[KEY=VALUE;...]], comma-separated "
@@ -46,20 +51,27 @@ ACCEPTED = ("[LABEL=]BACKEND[@MODE][[KEY=VALUE;...]] or [LABEL=]@MODE[[KEY=VALUE
 """What a method entry may be, for messages."""
 
 _LABEL = re.compile(r"[A-Za-z0-9._+-]+")
+_NAMED_BEFORE = {new: old for old, new in PREFIXED.items()}
+"""Options renamed since the grammar came -> their names then, which their run ids hash (:meth:`Method.run_stem`)."""
 _SWEEP_KEYS = {"env_id": "--env", "backend": "the entry's BACKEND", "mode": "the entry's @MODE", "seed": "--seeds",
                "logs_dir": "--out", "run_id": "the entry's LABEL", "explicit": "nothing",
                "budget_usd": "--budget-usd (the sweep's)"}
 """Settings an entry may not give: the entry itself or the sweep sets them."""
 def mode_backend(mode: str) -> str | None:
-    """The backend an ``@MODE`` entry's runs get: a mode that learns by itself its own learner (``q-learning`` runs
-    what the ``q-learning`` entry runs), a mode that asks no backend ``offline``, which it never asks
-    (``@lm-policy`` runs what ``offline@lm-policy`` runs); None for a mode that needs a backend named."""
+    """The backend an ``@MODE`` entry's runs are given: None for a mode that proposes nothing (``@q-learning``,
+    ``@lm-policy``: its runs build none and record the backend its class spells, as ``q-learning`` and
+    ``offline@lm-policy`` ran), ``offline`` for a plug-in mode that asks no backend without the modes' base class,
+    which it never asks (``@peer``). :func:`alone` says whether ``@MODE`` may stand alone."""
+    from ..modes import proposes_nothing
+
+    return None if proposes_nothing(mode) is not None else "offline"
+
+
+def alone(mode: str) -> bool:
+    """Whether an entry may name mode ``mode`` without a backend: its class says it needs none."""
     from ..modes import MODES
 
-    cls = MODES.load(mode)  # the mode's class says it (ModeBase.needs_backend, its old spelling backend_spelling)
-    if getattr(cls, "needs_backend", True):
-        return None
-    return str(getattr(cls, "backend_spelling", None) or "offline")
+    return not getattr(MODES.load(mode), "needs_backend", True)  # ModeBase.needs_backend, or a plug-in's own
 
 
 @dataclass(frozen=True)
@@ -89,11 +101,13 @@ class Method:
         return str(self.mode) if self.backend is None else self.method_text
 
     @property
-    def backend_spec(self) -> str:
-        """The backend its runs get (:func:`mode_backend` for ``@MODE``)."""
-        if self.backend is not None:
+    def backend_spec(self) -> str | None:
+        """The backend its runs get: the entry's, or :func:`mode_backend`'s for ``@MODE`` and for ``q-learning``, the
+        old spelling of ``@q-learning`` (:func:`~llm_policy_gen.schema.aliases.spelled_mode`); None: none."""
+        old = spelled_mode(self.backend)
+        if self.backend is not None and old is None:
             return self.backend
-        return mode_backend(str(self.mode)) or "offline"
+        return mode_backend(str(self.mode or old))
 
     @property
     def run_stem(self) -> str:
@@ -101,7 +115,8 @@ class Method:
         if self.label:
             return slug(self.label)
         if self.options:
-            digest = hashlib.sha256(json.dumps(self.options, sort_keys=True).encode("utf-8")).hexdigest()[:8]
+            named = {_NAMED_BEFORE.get(k, k): v for k, v in self.options.items()}  # the ids of before the renames
+            digest = hashlib.sha256(json.dumps(named, sort_keys=True).encode("utf-8")).hexdigest()[:8]
             return f"{slug(self.canonical)}-{digest}"
         return slug(self.canonical if self.backend is None else self.written)
 
@@ -123,12 +138,9 @@ class Method:
         return text
 
     def run_mode(self, settings: Mapping[str, Any] | None = None) -> str:
-        """The mode its runs run: the entry's, else the sweep's, else the backend's own where it is a learner
-        (``q-learning``), else table."""
-        from ..backends import learner_mode, parse_backend_spec
-
-        given = self.mode or (settings or {}).get("mode")
-        return str(given or learner_mode(parse_backend_spec(self.backend_spec)[0]) or "table")
+        """The mode its runs run: the entry's (``q-learning``, the old spelling of ``@q-learning``, names one too),
+        else the sweep's, else table."""
+        return str(self.mode or spelled_mode(self.backend) or (settings or {}).get("mode") or "table")
 
 
 def split_methods(text: str) -> list[str]:
@@ -182,12 +194,14 @@ def parse_method(entry: str, flag: str = "--methods") -> Method:
     if mode_name is not None and mode_name not in MODES:
         raise MODES.unknown(mode_name)
     if backend is None:
-        if mode_backend(str(mode_name)) is None:
-            free = [m for m in MODES if mode_backend(m) is not None]
+        if not alone(str(mode_name)):
+            free = [m for m in MODES if alone(m)]
             raise _bad(flag, entry, f"@{mode_name} alone names no backend and mode {mode_name} needs one: give "
                        f"BACKEND@{mode_name}; @MODE alone is for modes that propose nothing ({', '.join(free)})")
-    else:
+    elif spelled_mode(backend) is None:
         parse_backend_spec(backend)
+    elif mode_name is not None:  # q-learning@reward: the old spelling names a mode, not a backend
+        raise _bad(flag, entry, f"{backend} is the old spelling of @{spelled_mode(backend)}, a mode, not a backend")
     opts = _options(options_text, flag, entry) if options_text else {}
     return Method(entry.strip(), label, backend, mode_name, opts, options_text)
 
@@ -205,6 +219,10 @@ def _options(text: str, flag: str, entry: str) -> dict[str, Any]:
         if not eq or not key:
             raise _bad(flag, entry, f"option {part!r} is not KEY=VALUE")
         name = key if key in known else by_flag.get(key, key.replace("-", "_"))
+        if name in SETTING_ALIASES and name not in known:  # an old name: it works, and says so once
+            note_old_spelling(f"note: {flag} entry option {key} is the old name of {SETTING_ALIASES[name]} "
+                              "(deprecated; it still works)")
+            name = SETTING_ALIASES[name]
         if name in _SWEEP_KEYS:
             raise _bad(flag, entry, f"{key} is not an option of one method (it is set by {_SWEEP_KEYS[name]})")
         if name not in known:
@@ -246,6 +264,9 @@ def parse_methods(text: str, flag: str = "--methods") -> list[Method]:
     methods: list[Method] = []
     for part in split_methods(str(text)):
         m = parse_method(part, flag)
+        if m.mode is None and spelled_mode(m.backend):  # an old spelling: it runs what it ran, and says so once
+            note_old_spelling(f"note: {flag} entry {m.backend} is the old spelling of @{spelled_mode(m.backend)} "
+                              "(deprecated; it still works, its runs keep their ids)")
         if all(m.written != o.written for o in methods):
             methods.append(m)
     if not methods:
@@ -265,10 +286,10 @@ def check_options(method: Method, settings: Mapping[str, Any], flag: str = "--me
     if not method.options:
         return
     from ..config import TrainConfig
-    from ..run.prepare import pair_learner, unused_settings
+    from ..run.prepare import unused_settings
 
-    cfg = pair_learner(TrainConfig.build((dict(settings), "compare settings"), (
-        {**method.options, "backend": method.backend_spec, "mode": method.run_mode(settings)}, "compare")))
+    cfg = TrainConfig.build((dict(settings), "compare settings"), (
+        {**method.options, "backend": method.backend_spec, "mode": method.run_mode(settings)}, "compare"))
     unused = unused_settings(cfg, set(method.options))
     if unused:
         key, why = next(iter(unused.items()))

@@ -127,13 +127,11 @@ def experiment(config: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def resolve(cfg: TrainConfig) -> tuple[EnvSpec, TrainConfig]:
-    """The run's env spec, and ``cfg`` with the spec's train defaults applied and a learner backend paired with its
-    mode (as ``train`` does)."""
+    """The run's env spec, and ``cfg`` with the spec's train defaults applied (as ``train`` does)."""
     from ..run import resolve_spec
-    from ..run.prepare import pair_learner
 
     spec = resolve_spec(cfg)
-    return spec, pair_learner(cfg.with_env_defaults(spec.train_defaults) if spec.train_defaults else cfg)
+    return spec, cfg.with_env_defaults(spec.train_defaults) if spec.train_defaults else cfg
 
 
 def resolved(cfg: TrainConfig) -> dict[str, Any]:

@@ -266,8 +266,7 @@ def _provider_env(task: RunTask) -> dict[str, str | None]:
     """The run's provider variables as the driver has them; the prompts are the shipped ones."""
     from ..backends import parse_backend_spec, provider_variables
 
-    name, _ = parse_backend_spec(task.backend_spec)
-    names = provider_variables(name)
+    names = provider_variables(parse_backend_spec(task.backend_spec)[0]) if task.backend_spec else ()
     return {"LLM_POLICY_GEN_PROMPTS": None, **{n: os.environ.get(n) for n in names}}
 
 

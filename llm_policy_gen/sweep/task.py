@@ -63,14 +63,14 @@ class RunTask:
         return self.method.run_id(self.seed)
 
     @property
-    def backend_spec(self) -> str:
-        """The backend its runs get (the entry's, without ``@MODE``)."""
+    def backend_spec(self) -> str | None:
+        """The backend its runs get (the entry's, without ``@MODE``; None for a mode that proposes nothing)."""
         return self.method.backend_spec
 
     @property
     def mode(self) -> str:
-        """The entry's mode (``BACKEND@MODE``), else the sweep's, else the backend's own where it is a learner
-        (``q-learning``), else table."""
+        """The entry's mode (``BACKEND@MODE``, ``@MODE``, or the one an old spelling names: ``q-learning``), else the
+        sweep's, else table."""
         return self.method.run_mode(self.settings)
 
     @property
