@@ -1,5 +1,5 @@
-"""The goal table's tasks for the bench scripts that still run on them (``bench/tune_specs.py``'s settings search,
-``bench/lm_features.py``'s ``offline`` rows), and one run of a task as those scripts make it.
+"""The goal table's tasks for the bench script that still runs on them (``bench/lm_features.py``'s ``offline`` rows;
+the settings search is the suite ``tune`` now), and one run of a task as that script makes it.
 
 The tasks are the goals suite's (``llm_policy_gen/suites/data/goals.toml``, read with
 :func:`llm_policy_gen.suites.definition.load_suite`), so the table exists once; ``llm-policy-gen bench goals`` runs

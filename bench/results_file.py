@@ -1,6 +1,6 @@
 """One results file shared by several bench invocations: each replaces only its own records.
 
-A bench script that runs for hours (``peers.py``, ``lm_features.py``, ``lm_trpo_vs_ppo.py``, ``tune_specs.py``) keeps
+A bench script that runs for hours (``peers.py``, ``lm_features.py``, ``lm_trpo_vs_ppo.py``) keeps
 its records in one JSON file in its output folder and rewrites it after every run. Two invocations on one folder
 (another task beside a long queue) would each write what they read at their start and lose the other's records.
 :func:`merge_save` (a JSON list of records) and :func:`merge_entries` (a JSON object, one entry per key: it is

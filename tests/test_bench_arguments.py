@@ -15,7 +15,7 @@ SCRIPTS = sorted(p.name for p in (ROOT / "bench").glob("*.py") if 'add_argument(
 
 
 def test_the_scripts_with_seeds_are_found() -> None:
-    assert {"tune_specs.py", "noise.py", "qlearning_tune.py", "real_llm.py"} <= set(SCRIPTS)
+    assert {"noise.py", "real_llm.py"} <= set(SCRIPTS)
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
@@ -35,8 +35,8 @@ def _run(script: str, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]
                           timeout=120, cwd=cwd)
 
 
-FOLDER_OUT = ["tune_specs.py", "lm_features.py", "lm_trpo_vs_ppo.py", "real_llm.py", "noise.py"]
-"""The scripts whose ``--out`` is a folder (``lm_zero_shot.py``'s and ``qlearning_tune.py``'s is a JSON file)."""
+FOLDER_OUT = ["lm_features.py", "lm_trpo_vs_ppo.py", "real_llm.py", "noise.py"]
+"""The scripts whose ``--out`` is a folder (``lm_zero_shot.py``'s is a JSON file)."""
 
 
 @pytest.mark.parametrize("script", FOLDER_OUT)
@@ -49,28 +49,11 @@ def test_an_out_that_is_a_file_is_refused_and_left_as_it_was(script: str, tmp_pa
     assert blocker.read_text() == "mine" and sorted(p.name for p in tmp_path.iterdir()) == ["results"]
 
 
-@pytest.mark.parametrize("script", sorted(p.name for p in (ROOT / "bench").glob("*.py")
-                                          if 'add_argument("--workers"' in p.read_text()))
-def test_workers_below_one_is_one_line_and_exit_2(script: str, tmp_path: Path) -> None:
-    out = tmp_path / "out"
-    done = _run(script, "--workers", "0", "--out", str(out), cwd=tmp_path)
-    assert done.returncode == 2 and "--workers must be at least 1, not 0" in done.stderr
-    assert done.stderr.count("\n") == 1 and not out.exists() and list(tmp_path.iterdir()) == []
-
-
 def test_noise_passes_on_the_trains_own_line_when_a_run_is_refused(tmp_path: Path) -> None:
     done = _run("noise.py", "--seeds", "0", "--iterations", "1", "--extra=--bogus", "--out", str(tmp_path / "o"),
                 cwd=tmp_path)
     assert done.returncode == 2 and "Traceback" not in done.stderr and done.stderr.count("\n") == 1
     assert "noise: FrozenLake-v1.deterministic seed 0:" in done.stderr and "--bogus" in done.stderr
-
-
-def test_qlearning_tune_reads_a_run_that_ended_before_its_first_iteration(tmp_path: Path) -> None:
-    """A budget smaller than one iteration's episodes leaves no events.jsonl: no optimum reached, no crash."""
-    done = _run("qlearning_tune.py", "--seeds", "100", "--budgets", "CliffWalking-v1=5,Taxi-v4=5", "--workers", "1",
-                "--out", str(tmp_path / "q.json"), cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
-    assert "-13 first held out after None" in done.stdout
 
 
 def test_lm_zero_shot_refuses_bad_run_seeds_before_loading_a_model(tmp_path: Path) -> None:
@@ -80,11 +63,9 @@ def test_lm_zero_shot_refuses_bad_run_seeds_before_loading_a_model(tmp_path: Pat
     assert "bad --run-seeds 'x'" in done.stderr and list(tmp_path.iterdir()) == []
 
 
-FILE_OUT = {"qlearning_tune.py": ["--seeds", "100"],
-            "lm_zero_shot.py": ["--lm-model", "none.gguf"]}
+FILE_OUT = {"lm_zero_shot.py": ["--lm-model", "none.gguf"]}
 """The scripts whose ``--out`` is a file, with the arguments they need to get as far as reading it."""
-REPORT_ONLY = {"lm_features.py": ["--report-only"], "lm_trpo_vs_ppo.py": ["--report-only"],
-               "tune_specs.py": ["--report-only"]}
+REPORT_ONLY = {"lm_features.py": ["--report-only"], "lm_trpo_vs_ppo.py": ["--report-only"]}
 """The scripts that rewrite their report from their ``--out`` folder and exit."""
 
 
@@ -117,11 +98,3 @@ def test_a_folder_that_cannot_be_written_is_refused(tmp_path: Path) -> None:
     if os.access(locked, os.W_OK):  # root writes anywhere
         pytest.skip("this user can write to a read-only folder")
     assert "cannot be written to" in _one_line(_run("noise.py", "--out", str(locked / "o"), cwd=tmp_path))
-
-
-def test_tune_specs_refuses_a_corrupt_tune_json(tmp_path: Path) -> None:
-    out = tmp_path / "tune"
-    out.mkdir()
-    (out / "tune.json").write_text("[")
-    line = _one_line(_run("tune_specs.py", "--report-only", "--out", str(out), cwd=tmp_path))
-    assert "tune.json cannot be read as JSON" in line

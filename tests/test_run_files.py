@@ -63,7 +63,7 @@ def test_no_module_but_run_files_names_a_file_of_the_run_directory() -> None:
 
 #: The bench scripts that still read run directories by name: issue 61 ("one benchmark engine") replaces them with
 #: suites the product's sweep runs; this list may only shrink.
-BENCH_NOT_YET_THROUGH_THE_READER = {"drift.py", "lm_features.py", "noise.py", "qlearning_tune.py", "real_llm.py"}
+BENCH_NOT_YET_THROUGH_THE_READER = {"drift.py", "lm_features.py", "noise.py", "real_llm.py"}
 
 
 def test_no_tool_or_bench_script_names_a_file_of_the_run_directory() -> None:
