@@ -279,7 +279,8 @@ def run_plan(plan: Plan, say: Say | None = None) -> tuple[list[Cell], list[Path]
         except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM / SIGHUP (errors.Interrupted)
             stopped = exc
         with HeldInterrupts(raise_after=False):
-            if plan.config.publish and stopped is None:  # the normaliser of every published seed, beside the records
+            # the normaliser of every published seed, beside the records (a settings search normalises nothing)
+            if plan.config.publish and stopped is None and plan.config.suite.choice is None:
                 _publish_references(plan)
             tables = write_tables(plan.config.suite, list(latest(plan.records()).values()), out)
     if stopped is not None:
