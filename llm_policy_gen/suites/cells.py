@@ -227,17 +227,17 @@ def _task_cells(suite: Suite, task: Task, spec: MethodSpec, seeds: Sequence[int]
 
 
 def grid_states(suite: Suite, cells: Sequence[Cell], records: Mapping[str, SuiteRecord]) -> None:
-    """With a ``[choice]``: mark one method's cells on one task (``cells``, in seed order) that are not points of its
-    grid there, and, with ``stop``, those that wait for the base's records on every seed or for their earlier seeds
-    (a change runs one seed at a time), or have stopped: missed the goal on more seeds than the base in all
+    """Mark one method's cells on one task (``cells``, in seed order) that are not points of its grid there, and, with
+    a ``[choice]`` that stops, those that wait for the base's records on every seed or for their earlier seeds (a
+    change runs one seed at a time), or have stopped: missed the goal on more seeds than the base in all
     (:mod:`.choice`)."""
     choice = suite.choice
     todo = [c for c in cells if c.state in ("run", "resumable")]
-    if choice is None or not todo:
+    if not todo:
         return
     task, spec = cells[0].task, cells[0].method
     why = not_a_point(task.env_id, task.settings, spec.moves)
-    if why or not choice.stop or spec.label == choice.base:
+    if why or choice is None or not choice.stop or spec.label == choice.base:
         for c in todo if why else ():
             _skip(c, f"not a point of the grid: {why}")
         return
