@@ -76,6 +76,7 @@ def snapshot(folder: Path) -> dict[str, bytes]:
     (["SUITE", "--methods", "nosuch:model"], "unknown backend 'nosuch'"),
     (["SUITE", "--seeds", "3-1"], "bad --seeds '3-1'"),
     (["SUITE", "--budget-usd", "-1"], "bad --budget-usd -1"),
+    (["SUITE", "--workers", "0"], "bad --workers 0: accepted an integer >= 1"),  # as the old bench scripts' --workers
     (["SUITE", "--methods", "offline=@q-learning"], "its name 'offline' is a method of suite tiny"),
     (["SUITE", "--methods", "x=offline@direct", "--tasks", "cliff"], "cliff/x cannot run: --mode direct needs"),
 ])

@@ -24,7 +24,6 @@ OWNER = PKG / "run" / "files.py"
 NOT_A_RUN_FILE = {("lm/backbone.py", "config.json"): "a Hugging Face model folder's configuration",
                   ("lm/custom_code.py", "config.json"): "a Hugging Face model folder's configuration",
                   ("lm/model_files.py", "config.json"): "a Hugging Face model folder's configuration (its width)",
-                  ("bench/results_file.py", ".lock"): "the suffix of a results file's own lock",
                   ("suites/store.py", ".lock"): "the suffix of a suite's records store's own lock",
                   ("storage/locks.py", ".lock"): "the folder lock's file, which the lock writes and run/files.py lists",
                   ("storage/locks.py", ".lock.holder.json"): "the lock holder's note, written and read by the lock"}

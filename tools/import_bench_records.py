@@ -100,20 +100,24 @@ def table_records(suite: Suite, path: Path) -> tuple[list[SuiteRecord], list[str
         if not same:
             notes.append(f"{task.key} {r['backend']} seed {r['seed']}: settings {settings} (goals.toml: "
                          f"{task.settings})")
-        keeper_is_method = r["backend"] != "q-learning"  # the kept table is the final policy too (docs/modes.md)
-        result = {"heldout_mean": r["heldout"], "final_heldout_mean": r["heldout"] if keeper_is_method else None,
-                  "selected_heldout_mean": r["heldout"],
-                  "heldout_within": r.get("heldout_within"), "heldout_episodes": 100, "episodes": r["episodes"],
-                  "env_steps": r.get("env_steps_total"), "iterations": r.get("iterations"), "wall_s": r.get("wall_s"),
-                  "cpu_s": r.get("cpu_s"), "calls": None, "tokens_in": None, "tokens_out": None, "cost_usd": None,
-                  "stop_reason": r.get("stop"), "reward_threshold": None, "model": None, "peer_source": None,
-                  "mode": "table", "backend": "offline" if r["backend"].startswith("offline") else r["backend"],
-                  "episodes_within": r.get("episodes_within"), "reached_at": r.get("reached_at"),
-                  "output_format": r.get("output_format")}
         out.append(_record(suite, task, r["backend"], _entry(suite, r["backend"]), int(r["seed"]),
-                           {"max_episodes": int(r["budget"])}, settings, result, r.get("curve") or [], made,
+                           {"max_episodes": int(r["budget"])}, settings, table_result(r), r.get("curve") or [], made,
                            "bench/suite.py results.json", "python bench/suite.py"))
     return out, notes
+
+
+def table_result(r: dict[str, Any]) -> dict[str, Any]:
+    """A record's ``result`` from an old bench run record (``bench/goal_runs.py``'s: the suite's and the tuning's)."""
+    keeper_is_method = r["backend"] != "q-learning"  # the kept table is the final policy too (docs/modes.md)
+    return {"heldout_mean": r["heldout"], "final_heldout_mean": r["heldout"] if keeper_is_method else None,
+            "selected_heldout_mean": r["heldout"],
+            "heldout_within": r.get("heldout_within"), "heldout_episodes": 100, "episodes": r["episodes"],
+            "env_steps": r.get("env_steps_total"), "iterations": r.get("iterations"), "wall_s": r.get("wall_s"),
+            "cpu_s": r.get("cpu_s"), "calls": None, "tokens_in": None, "tokens_out": None, "cost_usd": None,
+            "stop_reason": r.get("stop"), "reward_threshold": None, "model": None, "peer_source": None,
+            "mode": "table", "backend": "offline" if r["backend"].startswith("offline") else r["backend"],
+            "episodes_within": r.get("episodes_within"), "reached_at": r.get("reached_at"),
+            "output_format": r.get("output_format")}
 
 
 def peer_records(suite: Suite, path: Path) -> list[SuiteRecord]:

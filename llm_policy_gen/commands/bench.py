@@ -167,10 +167,18 @@ def _cmd_bench(args: argparse.Namespace) -> int:
                          budget_usd=args.budget_usd)
     plan = make_plan(config)
     todo = [c for c in plan.cells if c.state in ("resumable", "run", "waiting")]
-    projections = project(todo, plan.records())
+    rates = []
+    if suite.costs_from:  # a time per run from another shipped suite's records (a settings grid's first runs)
+        from ..suites.runner import committed_store
+        from ..suites.store import read_records
+
+        rates = read_records(committed_store(suite.costs_from, load_suite(suite.costs_from)))
+    projections = project(todo, plan.records(), rates)
     lines = projection_lines(total(projections), args.budget_usd, spent_so_far(plan, todo))
+    if suite.choice is not None and suite.choice.stop and todo:
+        lines.append(_least_line(plan, todo, projections))
     if args.list:
-        print(printable("\n".join([*plan_lines(plan, projections), *lines]), lines=True))
+        print(printable("\n".join([*plan_lines(plan, projections), *lines, *_choices(plan)]), lines=True))
         return 0
     shown = plan_lines(plan, projections)
     _say([shown[0], *group_lines(plan.cells, projections),
@@ -179,6 +187,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     for path in tables:
         print(f"table: {path}")
     print(f"bench folder: {plan.out} ({plural(len(plan.recorded), 'new record')})")
+    for line in _choices(plan):
+        print(printable(line))
     if failed:
         print(f"{plural(len(failed), 'cell')} ran and did not finish (not recorded; the same command resumes "
               "them)", file=sys.stderr)
@@ -198,6 +208,30 @@ def _publish_from(args: argparse.Namespace, suite: Any, selection: Any) -> int:
     print(f"published {plural(len(done.records), 'record')} from {args.publish_from} to {store} "
           f"({done.held} held already; {plural(done.references, 'random-policy mean')} measured)")
     return 0
+
+
+def _least_line(plan: Any, todo: Sequence[Any], projections: dict[str, Any]) -> str:
+    """What an adaptive grid needs at the least (:func:`~llm_policy_gen.suites.choice.least_cells`)."""
+    from ..suites.choice import least_cells
+    from ..suites.projection import total
+
+    least = least_cells(plan.config.suite, todo, plan.records())
+    sums = total({c.name: projections[c.name] for c in least})
+    wall = "" if sums["wall_s"] is None else f", ~{sums['wall_s']:,.0f} s wall"
+    return (f"the grid stops a change that can no longer beat the base: at least {plural(len(least), 'cell')} of "
+            f"these (the base's, and each change's seeds until its first possible stop){wall}")
+
+
+def _choices(plan: Any) -> list[str]:
+    """A settings search's choice per task, from every record (none for a suite without a ``[choice]``)."""
+    from ..suites.choice import choice_lines
+    from ..suites.store import latest
+
+    suite = plan.config.suite
+    if suite.choice is None:
+        return []
+    return ["choice (the suite's rule, on its tuning seeds only):",
+            *(f"  {line}" for line in choice_lines(suite, list(latest(plan.records()).values())))]
 
 
 def _say(lines: Sequence[str]) -> None:

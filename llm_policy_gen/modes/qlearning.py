@@ -37,9 +37,10 @@ Hyperparameters (:class:`QLearningOptions`, the mode's options: ``--q-alpha`` ..
 The run's ``explore_epsilon`` and ``learner_*`` settings belong to the table search and the reward and advisor modes;
 this mode does not read them.
 
-They were chosen on the tuning seeds 100-109 only, never on the judged seeds 0-9: ``bench/qlearning_tune.py --grid``
-ran alpha in {0.1, 0.5, 1}, epsilon_start in {1, 0.1} and epsilon_episodes in {50, 100, 200} on CliffWalking-v1 (500
-counted episodes) and Taxi-v4 (1,000), and took the point with the most tuning seeds at CliffWalking's optimum, then
+They were chosen on the tuning seeds 100-109 only, never on the judged seeds 0-9: the old
+``bench/qlearning_tune.py --grid`` (now the suite ``qlearning-tune``, which tunes them per task) ran alpha in
+{0.1, 0.5, 1}, epsilon_start in {1, 0.1} and epsilon_episodes in {50, 100, 200} on CliffWalking-v1 (500 counted
+episodes) and Taxi-v4 (1,000), and took the point with the most tuning seeds at CliffWalking's optimum, then
 the best Taxi mean. alpha = 0.1 missed CliffWalking's optimum on most seeds and never left -200 on Taxi; every point
 with alpha 0.5 or 1 reached -13 on all 10 seeds; the best Taxi means were alpha 1 with epsilon 1 -> 0.05 over 100
 episodes (-104.8) and alpha 0.5 with 0.1 -> 0.05 over 200 (-107.4), within each other's seed spread. alpha = 1 was

@@ -33,11 +33,12 @@ from ..sweep.methods import Method, check_options, parse_method, split_methods
 from ..sweep.plan import parse_seeds
 from ..sweep.task import RunTask
 from .definition import MethodSpec, Suite, Task
+from .grid import missed, moved, not_a_point
 from .store import SuiteRecord, cell_key
 
 __all__ = ["STATES", "Cell", "Selection", "select", "expand", "DEFAULT_ITERATIONS", "BUDGET_KEYS",
            "takes_task_settings", "settings_of", "key_of", "calls_a_model", "static_skips", "with_state", "counts",
-           "own_steps"]
+           "own_steps", "grid_states"]
 
 STATES = ("recorded", "finished", "resumable", "run", "waiting", "skipped")
 DEFAULT_ITERATIONS = 100_000
@@ -92,6 +93,13 @@ def select(suite: Suite, tasks: str | None = None, methods: str | None = None, s
     A ``--methods`` entry that is not a label of the suite is a new method in the ``compare --methods`` grammar
     (``gemini:MODEL``, ``mine=openai:gpt-x@table[...]``) with the ``task`` budget; a bad one is a UserError."""
     chosen_tasks = suite.tasks if tasks is None else tuple(suite.task(k) for k in _names(tasks, "--tasks"))
+    if suite.choice is not None and seeds is not None:
+        from .definition import TUNING_SEEDS_FROM
+
+        low = min(parse_seeds(seeds))
+        if low < TUNING_SEEDS_FROM:
+            raise UserError(f"bad --seeds {seeds!r}: suite {suite.name} chooses settings, on tuning seeds "
+                            f"{TUNING_SEEDS_FROM} and up only (seed {low} is in the judged seeds' range)")
     if methods is None:
         _distinct_runs(suite.methods, f"suite {suite.name}")
         return Selection(chosen_tasks, suite.methods, frozenset(), _seeds(seeds))
@@ -156,6 +164,8 @@ def settings_of(task: Task, spec: MethodSpec, budget: Mapping[str, Any]) -> dict
     """The settings a cell gives its run besides the budget: the task's (when the mode judges candidates), the
     iterations, the entry's options."""
     out: dict[str, Any] = dict(task.settings) if takes_task_settings(spec) else {}
+    if spec.moves:  # a coordinate grid's point: the task's value of a setting moved (:mod:`.grid`)
+        out = moved(task.env_id, out, spec.moves)
     iterations = spec.iterations or (DEFAULT_ITERATIONS if budget else 0)
     if iterations:
         out["iterations"] = iterations
@@ -213,7 +223,41 @@ def _task_cells(suite: Suite, task: Task, spec: MethodSpec, seeds: Sequence[int]
         cell.record = records.get(cell.key)
         cell.state = "recorded" if cell.record is not None else _disk_state(cell.run)
         cells.append(cell)
+    grid_states(suite, cells, records)
     return cells
+
+
+def grid_states(suite: Suite, cells: Sequence[Cell], records: Mapping[str, SuiteRecord]) -> None:
+    """Mark one method's cells on one task (``cells``, in seed order) that are not points of its grid there, and, with
+    a ``[choice]`` that stops, those that wait for the base's records on every seed or for their earlier seeds (a
+    change runs one seed at a time), or have stopped: missed the goal on more seeds than the base in all
+    (:mod:`.choice`)."""
+    choice = suite.choice
+    todo = [c for c in cells if c.state in ("run", "resumable")]
+    if not todo:
+        return
+    task, spec = cells[0].task, cells[0].method
+    why = not_a_point(task.env_id, task.settings, spec.moves)
+    if why or choice is None or not choice.stop or spec.label == choice.base:
+        for c in todo if why else ():
+            _skip(c, f"not a point of the grid: {why}")
+        return
+    base, seeds = suite.method(choice.base), [c.seed for c in cells]
+    base_recs = [records.get(key_of(task, base, s, cells[0].budget)) for s in seeds]
+    if any(r is None for r in base_recs):
+        for c in todo:
+            c.state, c.why = "waiting", f"waits for {base.label}'s records on every seed (then one seed at a time)"
+        return
+    allowed = missed(task.meets, [r for r in base_recs if r is not None])
+    for c in todo:
+        before = [records.get(key_of(task, spec, s, c.budget)) for s in seeds[:seeds.index(c.seed)]]
+        ran = [r for r in before if r is not None]
+        if missed(task.meets, ran) > allowed:
+            _skip(c, f"stopped: it missed the goal on {missed(task.meets, ran)} of its first {len(ran)} seeds, more "
+                  f"than {base.label} in all ({allowed})")
+        elif len(ran) < len(before):
+            first = seeds[next(i for i, r in enumerate(before) if r is None)]
+            c.state, c.why = "waiting", f"waits for its seed {first}'s record (a change runs one seed at a time)"
 
 
 def _disk_state(task: RunTask) -> str:

@@ -34,6 +34,8 @@
     settings = { train_episodes = 1 }   # settings every run of the task gets on top of the spec's
     anchors = "..."                     # published figures of other work, as text
 
+    [[grid]] ... and [choice] ...       # a settings search and its choice rule (:mod:`.grid`, :mod:`.choice`)
+
 A method's budget: ``task`` gives each run the task's episode budget (``--max-episodes``; a task whose budget is 0
 gives none: the method's own); ``own`` leaves the method its own (a peer's is the RL Baselines3 Zoo's
 ``n_timesteps``); ``steps-of:LABEL`` gives it the counted environment steps that method ``LABEL``'s record of the
@@ -49,12 +51,15 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UserError
+from .grid import Choice, grid_methods, parse_choice
 
 __all__ = ["Task", "MethodSpec", "Suite", "BUDGET_KINDS", "EXTRA_TABLES", "suite_names", "load_suite", "parse_suite"]
 
 BUDGET_KINDS = ("task", "own", "steps-of", "episodes-of")
 EXTRA_TABLES = ("drift", "answers")
 """The tables a suite may ask for beside the goal table (:mod:`.extra_tables`)."""
+TUNING_SEEDS_FROM = 100
+"""The first tuning seed: a suite with a ``[choice]`` runs on seeds from here only (0-99 are the judged seeds')."""
 
 
 @dataclass(frozen=True)
@@ -105,6 +110,8 @@ class MethodSpec:
     note: str = ""
     tasks: tuple[str, ...] = ()
     """The task keys it runs on (empty: every task of the suite)."""
+    moves: tuple[tuple[str, str], ...] = ()
+    """A coordinate grid's point: (setting, ``half`` | ``double``) of the task's value (:mod:`.grid`)."""
 
     def runs_on(self, task: Task) -> bool:
         return not self.tasks or task.key in self.tasks
@@ -129,6 +136,10 @@ class Suite:
     tables: tuple[str, ...] = ()
     """Tables beside the goal table (:data:`~.extra_tables.EXTRA_TABLES`: ``drift``, ``answers``), whose figures
     each record of the suite carries."""
+    choice: Choice | None = None
+    """The choice rule its grids are read with (:mod:`.choice`), when it tunes settings."""
+    costs_from: str = ""
+    """A shipped suite whose records give a run's time where this suite has none on the task (projection only)."""
 
     def task(self, key: str) -> Task:
         for t in self.tasks:
@@ -214,12 +225,14 @@ def parse_suite(data: dict[str, Any], where: str) -> Suite:
                           reference_source=str(t.get("reference_source", "")),
                           fresh_seeds=parse_seeds_text(t["fresh_seeds"], w) if "fresh_seeds" in t else fresh))
     methods = []
-    for i, m in enumerate(data.get("method", [])):
+    grids = [m for i, g in enumerate(data.get("grid", [])) for m in grid_methods(g, f"{where} grid {i + 1}")]
+    for i, m in enumerate([*data.get("method", []), *grids]):
         w = f"{where} method {i + 1}"
         spec = MethodSpec(label=_need(m, "label", str, w), entry=_need(m, "entry", str, w),
                           budget=str(m.get("budget", "task")), max_states=int(m.get("max_states", 0)),
                           max_steps=int(m.get("max_steps", 0)), iterations=int(m.get("iterations", 0)),
-                          note=str(m.get("note", "")), tasks=_names(m.get("tasks", []), f"{w}: tasks"))
+                          note=str(m.get("note", "")), tasks=_names(m.get("tasks", []), f"{w}: tasks"),
+                          moves=tuple(m.get("moves", ())))
         plain = spec.budget_kind in ("task", "own")
         if spec.budget_kind not in BUDGET_KINDS or (spec.budget_source is None) != plain:
             raise UserError(f"bad {w}: budget {spec.budget!r}; accepted task, own, steps-of:LABEL, episodes-of:LABEL")
@@ -242,9 +255,18 @@ def parse_suite(data: dict[str, Any], where: str) -> Suite:
         if twice:
             raise UserError(f"bad {where}: {what} {twice[0]!r} appears twice")
     if not tasks or not methods:
-        raise UserError(f"bad {where}: a suite needs at least one [[task]] and one [[method]]")
+        raise UserError(f"bad {where}: a suite needs at least one [[task]] and one [[method]] or [[grid]]")
+    choice = parse_choice(data.get("choice"), where)
+    if choice is not None:
+        if choice.base and choice.base not in labels:
+            raise UserError(f"bad {where} [choice]: base {choice.base!r} is not a method of it")
+        judged = sorted({s for t in tasks for s in (*t.seeds, *t.fresh_seeds) if s < TUNING_SEEDS_FROM})
+        if judged:
+            raise UserError(f"bad {where}: a suite that chooses settings runs on tuning seeds ({TUNING_SEEDS_FROM} "
+                            f"and up), never on the judged seeds' range 0-{TUNING_SEEDS_FROM - 1} (seed {judged[0]})")
     return Suite(name=name, title=str(head.get("title", name)), tasks=tuple(tasks), methods=tuple(methods),
-                 description=str(head.get("description", "")), tables=tables)
+                 description=str(head.get("description", "")), tables=tables, choice=choice,
+                 costs_from=str(head.get("costs_from", "")))
 
 
 def _names(value: object, where: str) -> tuple[str, ...]:

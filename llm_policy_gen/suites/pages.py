@@ -5,7 +5,8 @@ Each shipped suite's store (``llm_policy_gen/suites/data/SUITE/records.jsonl`` w
 - the README's results block, between ``<!-- results:begin -->`` and ``<!-- results:end -->`` (the ``goals``
   suite: one table with fixed columns, the rule stated once, the figure, a line on coverage, links);
 - ``docs/results.md``'s block of the suite, between ``<!-- SUITE:begin -->`` and ``<!-- SUITE:end -->`` (the
-  tables of :mod:`.tables`; the hand-written text around the blocks stays);
+  tables of :mod:`.tables`; the hand-written text around the blocks stays); ``docs/tuning.md``'s for a suite that
+  chooses settings (``tune``, ``qlearning-tune``: each task's grid and the point chosen);
 - ``docs/tables/SUITE.csv``, ``SUITE_seeds.csv`` and ``SUITE.tex``;
 - ``docs/img/SUITE_normalised.png`` (:mod:`.figure`; not compared by the test of the published figures).
 
@@ -31,6 +32,8 @@ __all__ = ["README_BLOCK", "generated_pages", "render_pages", "fill_block", "rea
            "stale_pages"]
 
 README_BLOCK = "results"
+TUNING = Path("docs", "tuning.md")
+"""The page of the suites that choose settings (a ``[choice]``): their grids and choices, not results."""
 LM_POLICY = "lm-policy"
 """The label of the language-model policy's method in a suite (none has records yet: issue 62)."""
 
@@ -127,8 +130,11 @@ def generated_pages(root: Path) -> tuple[dict[Path, str], dict[str, list[Summary
     out: dict[Path, str] = {}
     rows_of: dict[str, list[Summary]] = {}
     names = _shipped(root)
+    page_of = {name: (TUNING if load_suite(name).choice is not None else Path("docs", "results.md")) for name in names}
     for name in names:  # every block there before any figure is computed: a page without one is refused at once
-        fill_block(texts[results], name, "", str(results))
+        page = root / page_of[name]
+        texts.setdefault(page, page.read_text(encoding="utf-8") if page.is_file() else "")
+        fill_block(texts[page], name, "", str(page))
         if any(t.fresh_seeds for t in load_suite(name).tasks):
             fill_block(texts[results], f"{name}-fresh", "", str(results))
     if "goals" in names:
@@ -139,12 +145,14 @@ def generated_pages(root: Path) -> tuple[dict[Path, str], dict[str, list[Summary
         refs = read_references(folder)
         records = read_records(folder)
         shown = shown_rows(suite, records, refs)
-        rows_of[name] = shown[1]
+        if suite.choice is None:  # a settings search has no figure: its page is the grids and the choices
+            rows_of[name] = shown[1]
         tables = render_tables(suite, [], refs, shown=shown)
         for file, text in tables.items():
             if not file.endswith(".md"):
                 out[root / "docs" / "tables" / file] = text
-        texts[results] = fill_block(texts[results], name, tables[f"{name}.md"], str(results))
+        page = root / page_of[name]
+        texts[page] = fill_block(texts[page], name, tables[f"{name}.md"], str(page))
         fresh = shown_rows(suite, records, refs, fresh=True) if any(t.fresh_seeds for t in suite.tasks) else None
         if fresh is not None:
             fresh_tables = render_tables(suite, [], refs, shown=fresh)

@@ -2,7 +2,9 @@
 tokens and dollars.
 
 * interaction: the budget (``max_episodes`` / ``max_steps``; a peer's own is the zoo's ``n_timesteps``);
-* time: the mean wall seconds of the records of the same method on the same task, where there are any;
+* time: the mean wall seconds of the records of the same method on the same task, where there are any; else of the
+  records of the same task whose entry runs the same method with other options (another point of a settings grid), or
+  of the suite's ``costs_from`` suite (``tune``: the goal table's runs);
 * a method that calls a language model: its calls, tokens and cost per cell from the records of the same method on
   the same task where there are any; else the iterations ``offline``'s record of the same task and seed took (the
   same keeper, the same budget) or, without one, at most the budget over the fewest episodes an iteration counts,
@@ -131,9 +133,29 @@ def _llm(cell: Cell, proj: Projection, records: Sequence[SuiteRecord], model: _M
                                                     proj.tokens_out or 0, model.prices_file)
 
 
-def project(cells: Sequence[Cell], records: Sequence[SuiteRecord]) -> dict[str, Projection]:
+def _like(cell: Cell, records: Sequence[SuiteRecord]) -> list[float]:
+    """The wall seconds of the records of the same task whose entry runs the same method (its label and options
+    aside: another point of a settings grid, or the suite's ``costs_from`` records)."""
+    from ..sweep.methods import parse_method
+
+    canonical = parse_method(cell.method.entry).canonical
+    entries: dict[str, bool] = {}
+    out = []
+    for r in records:
+        if r.task != cell.task.key or r.result.get("wall_s") is None:
+            continue
+        if r.entry not in entries:
+            entries[r.entry] = parse_method(r.entry).canonical == canonical
+        if entries[r.entry]:
+            out.append(float(r.result["wall_s"]))
+    return out
+
+
+def project(cells: Sequence[Cell], records: Sequence[SuiteRecord],
+            rates: Sequence[SuiteRecord] = ()) -> dict[str, Projection]:
     """Each cell's projection, by :attr:`Cell.name` (``records``: every record of the committed store and
-    ``OUT``'s, in file order)."""
+    ``OUT``'s, in file order; ``rates``: the records of the suite's ``costs_from`` suite, a time per run where the
+    suite has none of the same method on the task)."""
     from .cells import own_steps
 
     models: dict[tuple[str, str], _Model] = {}
@@ -141,7 +163,8 @@ def project(cells: Sequence[Cell], records: Sequence[SuiteRecord]) -> dict[str, 
     for cell in cells:
         proj = Projection(episodes=cell.budget.get("max_episodes"),
                           steps=cell.budget.get("max_steps") or own_steps(cell))
-        walls = [float(r.result["wall_s"]) for r in _same(records, cell) if r.result.get("wall_s") is not None]
+        walls = [float(r.result["wall_s"]) for r in _same(records, cell) if r.result.get("wall_s") is not None] \
+            or _like(cell, [*records, *rates])
         proj.wall_s = mean(walls) if walls else None
         if cell.run is not None and cell.state != "waiting" and calls_a_model(cell.method):
             key = (cell.task.key, cell.method.label)

@@ -9,8 +9,9 @@ a method the user named in ``--methods`` ends the command (exit 2); one of a sui
 ``skipped`` with its reason.
 
 :func:`run_plan` records the runs already finished on disk (adopted), runs the other cells (resumed where started),
-records each one as it finishes, then runs the cells whose budget waited for those records (a second phase), and
-writes the tables. A run that did not finish (interrupted, failed) is never recorded.
+records each one as it finishes, then runs the cells that waited for those records (a budget from another cell, a
+grid's next seed: :mod:`.choice`), phase after phase until none is ready, and writes the tables. A run that did not
+finish (interrupted, failed) is never recorded.
 """
 
 from __future__ import annotations
@@ -253,7 +254,7 @@ def _second_phase(plan: Plan, say: Say) -> list[Cell]:
 
 
 def run_plan(plan: Plan, say: Say | None = None) -> tuple[list[Cell], list[Path]]:
-    """Adopt the finished runs, run the cells (two phases), write the tables; returns the cells that ran and did not
+    """Adopt the finished runs, run the cells (in phases), write the tables; returns the cells that ran and did not
     finish, and the tables written. A Ctrl-C (SIGTERM, SIGHUP) keeps every record made, writes the tables and raises
     :class:`~llm_policy_gen.errors.SweepInterrupted`."""
     speak: Say = say or (lambda s: print(printable(s), file=sys.stderr, flush=True))
@@ -269,16 +270,17 @@ def run_plan(plan: Plan, say: Say | None = None) -> tuple[list[Cell], list[Path]
             (out / key).mkdir(exist_ok=True)
             held.enter_context(FolderLock(out / key, "the task folder"))
         try:
-            for phase in (1, 2):
-                cells = [c for c in plan.cells if c.state in ("finished", "resumable", "run")] if phase == 1 \
-                    else _second_phase(plan, speak)
+            cells = [c for c in plan.cells if c.state in ("finished", "resumable", "run")]
+            while cells:  # then the cells that waited for those records, until none is ready (an adaptive grid)
                 for cell in [c for c in cells if c.state == "finished"]:
                     _record(plan, cell, speak, "finished earlier: adopted")
                 failed += _execute(plan, [c for c in cells if c.state in ("resumable", "run")], speak)
+                cells = _second_phase(plan, speak)
         except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM / SIGHUP (errors.Interrupted)
             stopped = exc
         with HeldInterrupts(raise_after=False):
-            if plan.config.publish and stopped is None:  # the normaliser of every published seed, beside the records
+            # the normaliser of every published seed, beside the records (a settings search normalises nothing)
+            if plan.config.publish and stopped is None and plan.config.suite.choice is None:
                 _publish_references(plan)
             tables = write_tables(plan.config.suite, list(latest(plan.records()).values()), out)
     if stopped is not None:

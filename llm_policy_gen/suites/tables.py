@@ -8,7 +8,9 @@ steps, the code versions); pooled figures only over a common task set (:mod:`.po
 Files written under ``out``: ``SUITE.md`` (the tables as a Markdown fragment, which ``docs/results.md`` embeds),
 ``SUITE.csv`` (one row per task and method), ``SUITE_seeds.csv`` (one row per record) and ``SUITE.tex`` (the summary
 as a LaTeX ``tabular``, booktabs rules); a suite's extra tables (``drift``, ``answers``: :mod:`.extra_tables`) follow
-in the Markdown and each has its ``SUITE_NAME.csv``.
+in the Markdown and each has its ``SUITE_NAME.csv``. A suite that chooses settings (a ``[choice]``) writes its grids
+and choices instead (:mod:`.choice`): ``SUITE.md`` (``docs/tuning.md`` embeds it), ``SUITE.csv`` (one row per task and
+point) and ``SUITE_seeds.csv``.
 """
 
 from __future__ import annotations
@@ -106,6 +108,29 @@ def _markdown(suite: Suite, rows: Sequence[Summary], extra: Sequence[str] = ()) 
     return "\n".join(wrap(line) for line in lines) + "\n"
 
 
+def _choice_tables(suite: Suite, records: Sequence[SuiteRecord], refs: References) -> dict[str, str]:
+    """A settings search's tables: per task every point of its grid and the point chosen (:mod:`.choice`), in
+    Markdown and CSV, and the records per seed."""
+    from .choice import choice_markdown, choice_rows, choices
+
+    made = choices(suite, records)
+
+    lines = [f"Suite `{suite.name}` ({suite.title}): {len(suite.tasks)} tasks, {len(suite.methods)} points, "
+             f"{len(records)} runs on the tuning seeds. A point's seeds met and IQM are over each seed's judged value "
+             "(the held-out mean as of the last iteration within the budget where the run reports one, else the "
+             "final held-out mean); the IQM's interval is rliable's 95% stratified bootstrap (2,000 resamples, seed 0)."
+             + (f" A point beats the base `{suite.choice.base}` when it meets the goal on more seeds, or on as many "
+                "with the lower end of its IQM's interval above the base's IQM; the chosen point is the best (seeds "
+                "met, then IQM) of those that beat it, else the base." if suite.choice and suite.choice.base else
+                " The chosen point is the one with the most seeds at the goal, then the highest IQM.")
+             + (" A change runs one seed at a time once the base has run every seed, and stops once it has missed "
+                "the goal on more seeds than the base missed in all (it cannot beat the base then); its figures are "
+                "over the seeds it ran." if suite.choice and suite.choice.stop else ""),
+             *choice_markdown(made)]
+    return {f"{suite.name}.md": "\n".join(wrap(line) for line in lines) + "\n",
+            f"{suite.name}.csv": _csv(choice_rows(made)), f"{suite.name}_seeds.csv": _seeds_csv(records, refs)}
+
+
 def _csv(rows: list[list[object]]) -> str:
     buf = io.StringIO()
     csv.writer(buf, lineterminator="\n").writerows(rows)
@@ -178,6 +203,8 @@ def render_tables(suite: Suite, records: Sequence[SuiteRecord], references: Refe
     (``shown``: :func:`shown_rows` of the records, when the caller has them)."""
     refs = references if references is not None else shipped_references(suite)
     records_shown, rows = shown if shown is not None else shown_rows(suite, records, refs)
+    if suite.choice is not None:  # a settings search: its grids and choices (no summary of every point)
+        return _choice_tables(suite, records_shown, refs)
     extra, extra_files = render_extra(suite, records_shown)  # the tables the suite asks for beside these
     return {f"{suite.name}.md": _markdown(suite, rows, extra), f"{suite.name}.csv": _summary_csv(rows),
             f"{suite.name}_seeds.csv": _seeds_csv(records_shown, refs), f"{suite.name}.tex": _tex(rows),
