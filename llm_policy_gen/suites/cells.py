@@ -313,6 +313,10 @@ def static_skips(cells: Sequence[Cell]) -> None:
                 _skip(cell, f"{m.label} is not run on tables of more than {m.max_states:,} states (this task's has "
                       f"{n:,})")
                 continue
+        if cell.task.variant_of and m.budget_kind == "own" and cell.run is not None and cell.run.mode == "peer":
+            _skip(cell, f"the same run as on task {cell.task.variant_of} (a peer at its own budget reads the raw "
+                  "observations, not this spec's table)")
+            continue
         steps = cell.budget.get("max_steps") if cell.budget else own_steps(cell)
         if m.max_steps and steps is not None and steps > m.max_steps:
             _skip(cell, f"its budget of {steps:,} steps is over {m.label}'s max_steps {m.max_steps:,}")

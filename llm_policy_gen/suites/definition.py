@@ -33,6 +33,8 @@
     reference_source = "RL Baselines3 Zoo benchmark.md: PPO, Pendulum-v1, 100k steps"
     settings = { train_episodes = 1 }   # settings every run of the task gets on top of the spec's
     anchors = "..."                     # published figures of other work, as text
+    variant_of = "lunarlander"          # a spec variant of that task (the same environment, another table): a peer at
+                                        # its own budget reads raw observations, so its runs are the base task's
 
     [[grid]] ... and [choice] ...       # a settings search and its choice rule (:mod:`.grid`, :mod:`.choice`)
 
@@ -80,6 +82,10 @@ class Task:
     """Where gymnasium gives no threshold: a published figure that is not ours (transcribed, cited, never a result
     run here), the normalised score's 1."""
     reference_source: str = ""
+    variant_of: str = ""
+    """The task whose environment this one's spec reads through another table (``hopper-rich`` of ``hopper``): a
+    peer at its own budget, which reads the raw observations, would make the same runs, so its cells here are listed
+    as the base task's, not run again."""
     fresh_seeds: tuple[int, ...] = ()
     """Seeds that no choice of spec structure or settings has seen, judged once, last, and shown beside (never mixed
     with) the judged seeds' figures."""
@@ -223,6 +229,7 @@ def parse_suite(data: dict[str, Any], where: str) -> Suite:
                           settings=dict(settings), anchors=str(t.get("anchors", "")),
                           reference=None if reference is None else float(reference),
                           reference_source=str(t.get("reference_source", "")),
+                          variant_of=str(t.get("variant_of", "")),
                           fresh_seeds=parse_seeds_text(t["fresh_seeds"], w) if "fresh_seeds" in t else fresh))
     methods = []
     grids = [m for i, g in enumerate(data.get("grid", [])) for m in grid_methods(g, f"{where} grid {i + 1}")]
@@ -242,6 +249,9 @@ def parse_suite(data: dict[str, Any], where: str) -> Suite:
         if m.budget_source is not None and m.budget_source not in labels:
             raise UserError(f"bad {where}: method {m.label}'s budget names {m.budget_source!r}, not a method of it")
     keys = [t.key for t in tasks]
+    for t in tasks:
+        if t.variant_of and (t.variant_of not in keys or t.variant_of == t.key):
+            raise UserError(f"bad {where}: task {t.key}'s variant_of names {t.variant_of!r}, not another task of it")
     for m in methods:
         stray = [k for k in m.tasks if k not in keys]
         if stray:

@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ..errors import UserError
-from .definition import Suite, load_suite, suite_names
+from .definition import Suite, Task, load_suite, suite_names
 from .references import read_references
 from .store import RECORDS, read_records
 from .summary import Summary, seeds_text, wrap
@@ -78,6 +78,15 @@ def _yes(flag: bool | None) -> str:
     return "-" if flag is None else ("**yes**" if flag else "no")
 
 
+def _peer_cell(by: Mapping[tuple[str, str], Summary], task: Task, suite: Suite) -> str:
+    """The zoo-budget PPO cell; a spec variant's is its base task's runs (a peer reads raw observations)."""
+    own = by.get((task.key, "ppo"))
+    if own is not None or not task.variant_of:
+        return _cell(own)
+    base = by.get((task.variant_of, "ppo"))
+    return "-" if base is None else f"{_cell(base)} ({suite.task(task.variant_of).env_id}'s runs)"
+
+
 def readme_block(suite: Suite, rows: Sequence[Summary], fresh: Sequence[Summary] = ()) -> str:
     """The README's results block of ``suite`` (the goal table); ``fresh``: the summaries on the fresh seeds."""
     by = {(r.task.key, r.method): r for r in rows}
@@ -102,15 +111,20 @@ def readme_block(suite: Suite, rows: Sequence[Summary], fresh: Sequence[Summary]
         met = "-" if off is None else f"{_yes(off.goal_met())} / {_yes(off.threshold_met())}"
         goal = f"{'=' if t.exact else '>='} {t.goal:,g} in {t.budget:,} episodes"
         lines.append(f"| {t.env_id} | {goal} | {'none' if t.threshold is None else f'{t.threshold:,g}'} | "
-                     f"{_cell(off)} | {_cell(by.get((t.key, 'ppo')))} | {_cell(by.get((t.key, 'ppo-at-offline')))} | "
+                     f"{_cell(off)} | {_peer_cell(by, t, suite)} | {_cell(by.get((t.key, 'ppo-at-offline')))} | "
                      f"{_cell(by.get((t.key, LM_POLICY)))} | {met} | {_fresh_cell(again.get(t.key))} |")
     met_goal = sum(1 for t in suite.tasks if (r := by.get((t.key, "offline"))) is not None and r.goal_met())
-    peers = [t.env_id for t in suite.tasks if (t.key, "ppo") in by or (t.key, "ppo-at-offline") in by]
+    peers = [t.env_id for t in suite.tasks if any((k, m) in by for k in (t.key, t.variant_of)
+                                                  for m in ("ppo", "ppo-at-offline"))]
+    variants = [f"{t.env_id} shares {suite.task(t.variant_of).env_id}'s" for t in suite.tasks if t.variant_of]
     lines += ["", f"`offline` meets {met_goal} of {len(suite.tasks)} goals. "
               f"![normalised score per task and method](docs/img/{suite.name}_normalised.png)", "",
               f"Coverage: zoo-tuned PPO has records on {len(peers)} of {len(suite.tasks)} tasks "
-              f"({', '.join(peers) or 'none'}); DQN and SAC on some of them (see the results page); the language-model "
-              f"policy on none (its figures return with records under the protocol issue, 62).", "",
+              f"({', '.join(peers) or 'none'}"
+              + (f"; at the zoo's budget {', '.join(variants)} runs" if variants else "")
+              + f"); DQN and SAC on some of them (see the results page); the language-model policy on none (its "
+              f"figures return with records under the protocol issue, 62). Every cell not run yet is listed with its "
+              f"projected interaction by `llm-policy-gen bench {suite.name} --list`.", "",
               "Every method, per seed, pooled figures and what limits the tasks that miss: [results](docs/results.md); "
               f"[CSV](docs/tables/{suite.name}.csv), [per seed](docs/tables/{suite.name}_seeds.csv), "
               f"[LaTeX](docs/tables/{suite.name}.tex); superseded and transcribed figures: "
