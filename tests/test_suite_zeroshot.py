@@ -47,10 +47,19 @@ def test_the_suite_measures_every_table_with_zero_iterations_on_ten_seeds() -> N
     assert options["prior"] == {"prior": "start"} and options["constant"] == {"prior": "neutral"}
 
 
+def unpublished(tmp_path: Path) -> str:
+    """A copy of the shipped suite whose committed store (beside the copy) is empty, whatever the project published."""
+    folder = tmp_path / "suite"
+    folder.mkdir(exist_ok=True)
+    shipped = Path(__file__).resolve().parents[1] / "llm_policy_gen" / "suites" / "data" / "zeroshot.toml"
+    (folder / "zeroshot.toml").write_text(shipped.read_text(encoding="utf-8"), encoding="utf-8")
+    return str(folder / "zeroshot.toml")
+
+
 def test_a_model_that_is_not_fetched_is_listed_with_the_command_that_fetches_it(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("LLM_POLICY_GEN_MODELS", str(tmp_path / "models"))
-    assert main(["bench", "zeroshot", "--tasks", "frozenlake", "--seeds", "0", "--list",
+    assert main(["bench", unpublished(tmp_path), "--tasks", "frozenlake", "--seeds", "0", "--list",
                  "--out", str(tmp_path / "out")]) == 0
     out = capsys.readouterr().out
     assert "8 cells:" in out and "2 to run" in out and "6 not run" in out
@@ -75,7 +84,7 @@ def test_the_zero_shot_tables_are_the_models_best_scored_actions_measured_on_the
     model = tiny_gguf(models / MODEL_FILES["smollm2"])
     monkeypatch.setenv("LLM_POLICY_GEN_MODELS", str(models))
     out, seed = tmp_path / "out", 1
-    assert main(["bench", "zeroshot", "--tasks", "frozenlake,cartpole", "--seeds", str(seed), "--methods",
+    assert main(["bench", unpublished(tmp_path), "--tasks", "frozenlake,cartpole", "--seeds", str(seed), "--methods",
                  "smollm2-word,smollm2-sum,prior,constant", "--out", str(out), "--no-progress"]) == 0
     records = {(r.task, r.method): r for r in read_records(out)}
     assert len(records) == 8 and all(r.result["iterations"] == 0 for r in records.values())
