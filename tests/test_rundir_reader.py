@@ -24,6 +24,8 @@ def test_every_file_of_a_new_run_carries_the_layout_and_both_spellings(tmp_path:
     lines = [json.loads(line) for line in rd.events.read_text().splitlines()]
     assert config["schema_version"] == summary["schema_version"] == SCHEMA_VERSION == 2
     assert lines and all(e["schema_version"] == 2 for e in lines)
+    calls = [json.loads(line) for line in rd.transcripts.read_text().splitlines()]
+    assert calls and all(c["schema_version"] == 2 for c in calls)  # one line per call, each stamped
     # the code's words, and layout 1's keys beside them for this version (deprecated)
     assert summary["best_heldout_mean"] == summary["best_eval_mean"]
     for e in lines:

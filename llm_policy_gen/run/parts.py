@@ -31,7 +31,7 @@ from ..prompting.memory import ExperienceMemory, episodes_from_state, episodes_s
 from ..storage.runlog import Logger
 from .counters import Counters, rollouts_from_state
 from .environment import initial_table
-from .files import RunDir
+from .files import SCHEMA_KEY, SCHEMA_VERSION, RunDir
 from .pace import CheckpointPace
 
 __all__ = ["RunParts"]
@@ -69,7 +69,8 @@ class RunParts:
         """Wall seconds spent by earlier processes of this run (resume)."""
         self.mode_facts = mode.prepare(Setup(cfg, spec, self.observation, self.actions, self.log, record), resumed)
         self.transcript = Transcript(self.dir.transcripts, {
-            "env_id": spec.env_id, "n_states": self.observation.n_states, "n_actions": self.actions.n_actions,
+            SCHEMA_KEY: SCHEMA_VERSION, "env_id": spec.env_id, "n_states": self.observation.n_states,
+            "n_actions": self.actions.n_actions,
             "mode": mode.name, "format": self.mode_facts.get("output_format", ""),
         })
         self._local_usage = Usage()
