@@ -5,12 +5,13 @@ A long measurement runs into its own folder (``--out``), often from a worktree a
 its records are published here: every record of ``OUT/records.jsonl`` that belongs to the suite and to the selection
 (``--tasks``, ``--methods`` as suite labels, ``--seeds``) and that the committed store does not hold yet (the same
 cell made at the same time) is appended under the store's lock, then the uniform random policy's held-out mean is
-measured for every (task, seed) published that ``references.json`` lacks. Nothing else changes; the pages are
-rendered from the store by ``python tools/render_pages.py``.
+measured for every (task, seed) published that ``references.json`` lacks (none for a settings search, whose tables
+normalise nothing). Nothing else changes; the pages are rendered from the store by ``python tools/render_pages.py``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from .definition import Suite
 from .references import add_random_policy
 from .store import RECORDS, SuiteRecord, append_records, read_records
 
-__all__ = ["Published", "publish_from"]
+__all__ = ["Published", "publish_from", "add_references"]
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,13 @@ def publish_from(folder: Path, store: Path, suite: Suite, selection: Selection) 
     have = {(r.cell, r.made) for r in read_records(store)}
     new = tuple(r for r in picked if (r.cell, r.made) not in have)
     append_records(store, new)
-    env_ids = {t.key: t.env_id for t in suite.tasks}
-    added = add_random_policy(store.parent, env_ids, [(r.task, r.seed) for r in new]) if new else 0
-    return Published(new, len(picked) - len(new), added)
+    return Published(new, len(picked) - len(new), add_references(store.parent, suite, [(r.task, r.seed) for r in new]))
+
+
+def add_references(folder: Path, suite: Suite, pairs: Sequence[tuple[str, int]]) -> int:
+    """The uniform random policy's held-out mean for each (task, seed) of ``pairs`` that the store ``folder``'s
+    ``references.json`` lacks (:func:`~.references.add_random_policy`); none for a settings search (a suite with a
+    ``[choice]``), whose tables normalise nothing. Returns how many were measured."""
+    if suite.choice is not None or not pairs:
+        return 0
+    return add_random_policy(folder, {t.key: t.env_id for t in suite.tasks}, pairs)

@@ -66,12 +66,12 @@ class BenchConfig:
 
 def _publish_references(plan: Plan) -> None:
     """The uniform random policy's held-out mean for every (task, seed) recorded, where the committed store's
-    ``references.json`` lacks it (:func:`~.references.add_random_policy`)."""
-    from .references import add_random_policy
+    ``references.json`` lacks it (:func:`~.publish.add_references`)."""
+    from .publish import add_references
 
     suite = plan.config.suite
-    add_random_policy(committed_store(plan.config.source, suite).parent, {t.key: t.env_id for t in suite.tasks},
-                      [(c.task.key, c.seed) for c in plan.cells if c.state == "recorded"])
+    add_references(committed_store(plan.config.source, suite).parent, suite,
+                   [(c.task.key, c.seed) for c in plan.cells if c.state == "recorded"])
 
 
 def committed_store(source: str, suite: Suite) -> Path:
@@ -280,7 +280,7 @@ def run_plan(plan: Plan, say: Say | None = None) -> tuple[list[Cell], list[Path]
             stopped = exc
         with HeldInterrupts(raise_after=False):
             # the normaliser of every published seed, beside the records (a settings search normalises nothing)
-            if plan.config.publish and stopped is None and plan.config.suite.choice is None:
+            if plan.config.publish and stopped is None:
                 _publish_references(plan)
             tables = write_tables(plan.config.suite, list(latest(plan.records()).values()), out)
     if stopped is not None:
